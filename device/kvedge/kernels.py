@@ -1,0 +1,58 @@
+# Inner-loop kernels, chosen once: viper (native machine code with raw pointers, MicroPython only),
+# native (@micropython.native), or plain Python (CPython, CircuitPython, any MicroPython).
+#
+# The switch: kernels.ALLOWED lists the kinds that may be used, best first. To force the plain path (what a
+# CircuitPython board runs) set `kvedge.kernels.ALLOWED = ["plain"]` before building an attention object, or
+# call select("plain"); on ports with os.getenv, KVEDGE_KERNELS=plain does the same.
+# All kinds implement the same functions with the same results (integer kernels are bit-exact).
+ALLOWED = ["viper", "native", "plain"]
+_MODULES = {"viper": "kvedge.kernels_viper", "native": "kvedge.kernels_native", "plain": "kvedge.kernels_plain"}
+_current = None
+_kind = None
+
+
+def _env_allowed():
+    try:
+        import os
+        v = os.getenv("KVEDGE_KERNELS")
+    except (ImportError, AttributeError):
+        v = None
+    return v.split(",") if v else None
+
+
+def _load(kind):
+    name = _MODULES[kind]
+    try:
+        mod = __import__(name)
+    except (ImportError, SyntaxError, NameError, AttributeError, TypeError):
+        return None
+    for part in name.split(".")[1:]:
+        mod = getattr(mod, part)
+    return mod if mod.OK else None
+
+
+def available():
+    """Kinds that load on this runtime and are allowed."""
+    allowed = _env_allowed() or ALLOWED
+    return [k for k in allowed if k in _MODULES and _load(k) is not None]
+
+
+def select(kind="auto"):
+    """Choose the kernels; "auto" takes the best available. Returns the kernel module."""
+    global _current, _kind
+    kinds = available() if kind == "auto" else [kind]
+    for k in kinds:
+        mod = _load(k)
+        if mod is not None:
+            _current, _kind = mod, k
+            return mod
+    raise ValueError("kernels %r not available here (available: %s)" % (kind, ", ".join(available())))
+
+
+def get():
+    return _current or select()
+
+
+def kind():
+    get()
+    return _kind

@@ -1,0 +1,72 @@
+"""The `kvedge` command. Each subcommand lives in its own module `kvedge_host.cmd_<name>` with
+`add_arguments(parser)` and `run(args) -> exit status`. Bad input ends in one line on stderr, exit 2."""
+import argparse
+import importlib
+import sys
+
+from kvedge import __version__
+
+# name -> one-line help; the module kvedge_host.cmd_<name> implements it
+COMMANDS = {
+    "budget": "memory account of a model on a board: weights, KV cache, activations, longest context",
+    "plan": "compress until it fits: ranked feasible cache configurations and a device config JSON",
+    "boards": "list the board profiles and where their figures come from",
+    "check": "run seeded attention (and model) cases on a runtime and compare with numpy",
+    "sim": "a virtual board: the MicroPython unix port behind a pseudo-terminal",
+    "deploy": "copy the device package (optionally as .mpy) to a board through mpremote",
+    "monitor": "live view of a board's stats stream, with CSV logging and alerts",
+    "test": "run the device test suite on a board or a virtual board",
+    "convert": "convert a llama2.c checkpoint to kvedge's int8 weight file",
+    "generate": "generate text with a llama2.c checkpoint on a chosen runtime",
+    "eval": "quality of every cache strategy on a real checkpoint",
+    "demo": "the whole story on a virtual board: plan, deploy, generate, monitor",
+}
+
+
+class UserError(Exception):
+    """A problem with the user's input: printed as one line, exit status 2."""
+
+
+def _load(name):
+    try:
+        return importlib.import_module("kvedge_host.cmd_" + name)
+    except ModuleNotFoundError as e:
+        if e.name == "kvedge_host.cmd_" + name:
+            return None
+        raise
+
+
+def build_parser():
+    ap = argparse.ArgumentParser(prog="kvedge", description="KV-cache planning and management for microcontrollers")
+    ap.add_argument("--version", action="version", version="kvedge " + __version__)
+    sub = ap.add_subparsers(dest="command", metavar="COMMAND")
+    for name, help_ in COMMANDS.items():
+        mod = _load(name)
+        if mod is None:
+            continue
+        p = sub.add_parser(name, help=help_, description=(mod.__doc__ or help_).strip().splitlines()[0])
+        mod.add_arguments(p)
+        p.set_defaults(_mod=mod)
+    return ap
+
+
+def main(argv=None):
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    if not getattr(args, "_mod", None):
+        ap.print_help()
+        return 2
+    try:
+        return args._mod.run(args) or 0
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 1
+    except (UserError, ValueError, OSError, MemoryError) as e:
+        msg = str(e) or type(e).__name__
+        print("kvedge %s: error: %s" % (args.command, msg.splitlines()[0]), file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+# Helpers shared by the device tests. Runs on CPython (under pytest), MicroPython and CircuitPython.
+import sys
+
+try:
+    import micropython
+except ImportError:
+    micropython = None
+
+
+class Skip(Exception):
+    pass
+
+
+def _feature(name):
+    from kvedge import compat
+    if name == "heap_lock":
+        return compat.HAS_HEAP_LOCK
+    if name == "mem_info":
+        return compat.HAS_MEM_INFO
+    if name == "micropython":
+        return compat.IS_MICROPYTHON
+    if name == "cpython":
+        return compat.IS_CPYTHON
+    if name in ("viper", "native"):
+        from kvedge import kernels
+        return name in kernels.available()
+    if name == "mem_alloc":
+        return compat.mem_alloc() >= 0
+    if name == "hypothesis":
+        try:
+            import hypothesis  # noqa: F401
+            return True
+        except ImportError:
+            return False
+    if name == "fs":
+        try:
+            import os
+            return hasattr(os, "remove")
+        except ImportError:
+            return False
+    raise ValueError("unknown feature %r" % name)
+
+
+def need(*features):
+    """Skip the calling test (visibly counted) unless every feature is present."""
+    for f in features:
+        if not _feature(f):
+            msg = "needs " + f
+            if "pytest" in sys.modules:
+                import pytest
+                pytest.skip(msg)
+            raise Skip(msg)
+
+
+def raises(exc_type, fn, *args, **kw):
+    """Call fn and return the exception of exc_type it raised; fail if it raised nothing."""
+    try:
+        fn(*args, **kw)
+    except exc_type as e:
+        return e
+    raise AssertionError("%s did not raise %s" % (getattr(fn, "__name__", fn), exc_type.__name__))
+
+
+def message(exc):
+    return str(exc.args[0]) if exc.args else ""
+
+
+def under_heap_lock(fn, *args):
+    """Run fn with the heap locked (any allocation raises MemoryError). Always unlocks: an exception that
+    escapes while locked hangs the wasm port."""
+    micropython.heap_lock()
+    try:
+        return fn(*args)
+    finally:
+        micropython.heap_unlock()
+
+
+class Rng:
+    """A small deterministic generator (same numbers on every runtime), independent of `random`."""
+
+    def __init__(self, seed=1):
+        self.s = (seed * 2654435761 + 12345) & 0x7FFFFFFF or 1
+
+    def bits(self):
+        # Park-Miller minimal standard; values stay below 2**31 so they are exact everywhere.
+        self.s = (self.s * 48271) % 0x7FFFFFFF
+        return self.s
+
+    def randint(self, lo, hi):
+        return lo + self.bits() % (hi - lo + 1)
+
+    def random(self):
+        return self.bits() / 2147483647.0
+
+    def uniform(self, lo, hi):
+        return lo + (hi - lo) * self.random()
+
+    def gauss(self):
+        import math
+        u = (self.bits() + 1) / 2147483648.0
+        v = self.random()
+        return math.sqrt(-2.0 * math.log(u)) * math.cos(6.283185307179586 * v)
+
+    def choice(self, seq):
+        return seq[self.bits() % len(seq)]

@@ -1,0 +1,75 @@
+# The device test runner: runs tests/device/test_*.py on MicroPython, CircuitPython or CPython without pytest.
+# Prints one line per test (PASS/FAIL/SKIP) and closes with "N passed, N failed, N skipped".
+# Used by tools/mprun.py (unix and wasm ports) and by `kvedge test` on a board.
+import sys
+import gc
+
+
+def _emulate_circuitpython():
+    # CircuitPython's limits on a real MicroPython: no viper/native, no heap_lock, no mem_info.
+    # `micropython` is swapped for an object with only what CircuitPython's has, before kvedge imports it.
+    import micropython as real
+
+    class _CPMicropython:
+        const = staticmethod(real.const)
+
+        @staticmethod
+        def opt_level(*a):
+            return real.opt_level(*a)
+
+    sys.modules["micropython"] = _CPMicropython
+    import kvedge.kernels
+    kvedge.kernels.select("plain")
+
+
+def _run_module(name, counts, only):
+    try:
+        mod = __import__(name)
+    except Exception as e:
+        counts[1] += 1
+        print("FAIL %s (import): %s: %s" % (name, type(e).__name__, e))
+        if hasattr(sys, "print_exception"):
+            sys.print_exception(e)
+        return
+    from _support import Skip
+    tests = [k for k in dir(mod) if k.startswith("test_")]
+    tests.sort()
+    for t in tests:
+        if only and t not in only:
+            continue
+        fn = getattr(mod, t)
+        if not callable(fn):
+            continue
+        gc.collect()
+        try:
+            fn()
+        except Skip as e:
+            counts[2] += 1
+            print("SKIP %s::%s: %s" % (name, t, e))
+            continue
+        except Exception as e:
+            counts[1] += 1
+            print("FAIL %s::%s: %s: %s" % (name, t, type(e).__name__, e))
+            if hasattr(sys, "print_exception"):
+                sys.print_exception(e)
+            else:
+                import traceback
+                traceback.print_exc()
+            continue
+        counts[0] += 1
+        print("PASS %s::%s" % (name, t))
+    del sys.modules[name]
+    gc.collect()
+
+
+def main(modules, circuitpython=False, only=None):
+    if circuitpython:
+        _emulate_circuitpython()
+    counts = [0, 0, 0]
+    for m in modules:
+        if m.endswith(".py"):
+            m = m[:-3]
+        m = m.split("/")[-1]
+        _run_module(m, counts, only)
+    print("%d passed, %d failed, %d skipped" % (counts[0], counts[1], counts[2]))
+    return counts
