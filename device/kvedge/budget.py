@@ -245,3 +245,73 @@ def deployment_bytes(weights, kv, activations, workspace):
     """The deployment account, each part reported separately."""
     total = weights + kv + activations + workspace
     return {"weights": weights, "kv": kv, "activations": activations, "workspace": workspace, "total": total}
+
+
+# ---- models whose layers differ (per-layer sliding windows) and several sequences at once (batch) ----
+
+def layer_tokens(context, window):
+    """Token slots one layer holds at `context` tokens: a sliding-window layer keeps at most `window`
+    (window 0 = a global layer, which keeps every token)."""
+    if window and window < context:
+        return window
+    return context
+
+
+def kv_bytes_layers(windows, kv_heads, head_dim, context, dtype=F16, align=64, batch=1, group=QK, residual=None,
+                    prefix=0, detail=False):
+    """Exact bytes of the KV caches of `batch` sequences of `context` tokens for a model whose layer i keeps
+    layer_tokens(context, windows[i]) tokens (Mistral: every layer windowed; Gemma-2: every other layer).
+
+    Layers holding the same number of tokens are summed through one kv_bytes() call, so every figure is the
+    single-cache formula's. A window layer keeps min(prefix, its tokens) prefix rows. detail=True returns the
+    kv_bytes() dict summed over layers (data, meta, prefix, residual, padding, k, v, total)."""
+    check_int("batch", batch)
+    check_int("tokens", context, 0)
+    if not windows:
+        raise ValueError("a model needs at least one layer")
+    check_int("layers", len(windows))
+    counts = {}
+    for w in windows:
+        check_int("window", w, 0)
+        t = layer_tokens(context, w)
+        counts[t] = counts.get(t, 0) + 1
+    keys = ("data", "meta", "prefix", "residual", "padding", "k", "v", "total")
+    sums = {}
+    for k in keys:
+        sums[k] = 0
+    for t in counts:
+        part = kv_bytes(counts[t], kv_heads, head_dim, t, dtype, align, group, residual, min(prefix, t), True)
+        for k in keys:
+            sums[k] += part[k]
+    for k in keys:
+        sums[k] *= batch
+    return sums if detail else sums["total"]
+
+
+def max_context_for_budget(budget, windows, kv_heads, head_dim, dtype=F16, align=64, batch=1, group=QK,
+                           residual=None, prefix=0, limit=1 << 26):
+    """Longest context (<= limit) whose kv_bytes_layers() fits `budget` bytes; 0 if not even the prefix fits.
+
+    Memory never shrinks as the context grows, so a binary search on the exact formula is exact. When every
+    layer is windowed the cache stops growing and the answer is `limit`. KIVI i4 answers are whole groups
+    after the prefix."""
+    def need(t):
+        return kv_bytes_layers(windows, kv_heads, head_dim, t, dtype, align, batch, group, residual, prefix)
+    step = group if (dtype == I4 and (residual is None or residual)) else 1
+    if limit < prefix or need(prefix) > budget:
+        return 0
+    lo, hi = 0, (limit - prefix) // step
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if need(prefix + mid * step) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return prefix + lo * step
+
+
+def kv_bytes_growth(layers, kv_heads, head_dim, tokens, dtype=F16, align=64, group=QK, residual=None):
+    """Exact bytes that `tokens` more cached tokens add to a growing cache of `layers` layers, past the fixed
+    parts (i4's full-precision residual). For i4 pass a multiple of `group`: key scales come per group."""
+    return (kv_bytes(layers, kv_heads, head_dim, 2 * tokens, dtype, align, group, residual)
+            - kv_bytes(layers, kv_heads, head_dim, tokens, dtype, align, group, residual))
