@@ -9,7 +9,7 @@ class BudgetError(MemoryError):
     """A configuration needs more bytes than its budget allows (raised before allocating)."""
 
     def __init__(self, what, need, budget):
-        MemoryError.__init__(self, "%s needs %d bytes, budget is %d bytes (over by %d)" % (
+        super().__init__("%s needs %d bytes, budget is %d bytes (over by %d)" % (
             what, need, budget, need - budget))
         self.need = need
         self.budget = budget

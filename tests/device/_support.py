@@ -68,9 +68,27 @@ def message(exc):
 def under_heap_lock(fn, *args):
     """Run fn with the heap locked (any allocation raises MemoryError). Always unlocks: an exception that
     escapes while locked hangs the wasm port."""
+    a = args + (None,) * (8 - len(args))  # fn(*args) itself allocates on MicroPython: call with fixed args
+    n = len(args)
     micropython.heap_lock()
     try:
-        return fn(*args)
+        if n == 0:
+            return fn()
+        if n == 1:
+            return fn(a[0])
+        if n == 2:
+            return fn(a[0], a[1])
+        if n == 3:
+            return fn(a[0], a[1], a[2])
+        if n == 4:
+            return fn(a[0], a[1], a[2], a[3])
+        if n == 5:
+            return fn(a[0], a[1], a[2], a[3], a[4])
+        if n == 6:
+            return fn(a[0], a[1], a[2], a[3], a[4], a[5])
+        if n == 7:
+            return fn(a[0], a[1], a[2], a[3], a[4], a[5], a[6])
+        return fn(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7])
     finally:
         micropython.heap_unlock()
 

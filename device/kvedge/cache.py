@@ -1,0 +1,540 @@
+# The KV cache: one preallocated arena, rows addressed by (layer, K|V, KV head, slot).
+#
+# Arena layout (all sizes from kvedge.budget, so len(arena) == cfg.nbytes() exactly):
+#
+#   PREFIX    f32 rows of the first P positions      [layer][K|V][kv_head][p < P]       padded to align
+#   RESIDUAL  f32 rows of i4's open group (KIVI)     [layer][K|V][kv_head][r < G]       padded to align
+#   DATA      rows in the cache dtype                [layer][K|V][kv_head][b < B]       padded to align
+#   META      i8:  f16 scale per row                 [layer][K|V][kv_head][b]           2 bytes
+#             i4:  K: f16 scale+zero per channel     [layer][kv_head][group][channel]   4 bytes
+#                     (residual 0: per row           [layer][kv_head][b]                4 bytes)
+#                  V: f16 scale+zero per row         [layer][kv_head][b]                4 bytes
+#
+# A slot is a token's place: slots 0..P-1 are the prefix rows, slot P+b is DATA row b. Without a window,
+# position p lives in slot p. With a window W and S sinks, positions < S keep slots 0..S-1 for ever and later
+# positions take slot S + (p - S) % W, overwriting (evicting) the token W positions older. slot_pos[slot] is
+# the logical position a slot holds (-1: empty); it is the truth the attention loop iterates over.
+# An eviction policy (kvedge.evict) may replace the placement; it evicts with evict_slot().
+from array import array
+import struct
+
+from .budget import FULL, I4, I8, F16, F32, align_up, row_bytes
+from .errors import BudgetError, CacheFullError
+from . import quant
+
+POS_LIMIT = (1 << 30) - 1  # logical positions stay small ints on 31-bit boards
+K = 0
+V = 1
+
+
+class KVCache:
+    def __init__(self, cfg, budget=None):
+        need = cfg.nbytes()
+        if budget is not None and need > budget:
+            raise BudgetError("KV cache (%s, %d slots)" % (cfg.dtype, cfg.slots), need, budget)
+        self.cfg = cfg
+        L, H, D, P = cfg.layers, cfg.kv_heads, cfg.head_dim, cfg.prefix
+        N = cfg.slots
+        B = N - P
+        G = cfg.group
+        self.L, self.H, self.D, self.P, self.N, self.B, self.G = L, H, D, P, N, B, G
+        self.S, self.W = cfg.sinks, cfg.window
+        self.kivi = cfg.dtype == I4 and cfg.residual > 0
+        self.R = G if self.kivi else 0
+        self.NG = B // G if self.kivi else 0
+        self.row = row_bytes(D, cfg.dtype)
+        self.prow = align_up(self.row, cfg.align)
+        self.frow = align_up(row_bytes(D, FULL), cfg.align)
+        # region offsets, in layout order
+        self.PRE = 0
+        self.RES = self.PRE + 2 * L * H * P * self.frow
+        self.DATA = self.RES + 2 * L * H * self.R * self.frow
+        self.META = self.DATA + 2 * L * H * B * self.prow
+        if cfg.dtype == I8:
+            self.VMETA = self.META
+            end = self.META + 2 * L * H * B * 2
+        elif cfg.dtype == I4:
+            kmeta = L * H * (self.NG * D if self.kivi else B) * 4
+            self.VMETA = self.META + kmeta
+            end = self.VMETA + L * H * B * 4
+        else:
+            self.VMETA = end = self.META
+        if end != need:  # the layout and the budget formula must agree to the byte
+            raise AssertionError("layout %d != formula %d" % (end, need))
+        self.arena = bytearray(need)
+        self.slot_pos = array("i", [-1] * N)
+        self.res_group = array("i", [-1] * L)  # i4: group whose rows wait in the residual, per layer
+        self.res_fill = array("i", [0] * L)  # i4: rows of that group written so far, per layer
+        self.group_live = array("H", [0] * self.NG)  # i4 KIVI: live tokens per group (for used_bytes)
+        self._f32 = "<%df" % D
+        self._scratch = array("f", [0.0] * D)  # one row, for quantizing
+        self.policy = None
+        # bytes one cached token occupies, by where it lives (for used_bytes)
+        self.pre_slot_bytes = 2 * L * H * self.frow
+        row_meta = 0
+        if cfg.dtype == I8:
+            row_meta = 2 * 2
+        elif cfg.dtype == I4:
+            row_meta = 4 if self.kivi else 8
+        self.main_slot_bytes = L * H * (2 * self.prow + row_meta)
+        self.group_bytes = L * H * D * 4 if self.kivi else 0
+        self.padding_bytes = cfg.nbytes(True)["padding"]
+        # lifetime counters: a reset starts a new sequence, the monitor keeps counting
+        self.evictions = 0
+        self.alloc_failures = 0
+        self.peak_bytes = 0
+        self.reset()
+
+    # ---- positions ----
+
+    def reset(self):
+        """Forget every token (trap 2); the arena is kept, nothing is reallocated."""
+        sp = self.slot_pos
+        for i in range(self.N):
+            sp[i] = -1
+        for i in range(self.L):
+            self.res_group[i] = -1
+            self.res_fill[i] = 0
+        for i in range(self.NG):
+            self.group_live[i] = 0
+        self.n_seen = 0
+        self.n_cached = 0
+        self.n_pre = 0
+        self.live_groups = 0
+        self.used_bytes = 0
+        self.cur_slot = -1
+
+    def _natural_slot(self, pos):
+        if self.W and pos >= self.S:
+            return self.S + (pos - self.S) % self.W
+        return pos
+
+    def start_token(self):
+        """Reserve the next logical position and its slot; returns the position.
+
+        Without a window a full cache raises CacheFullError and nothing changes (never a silent overwrite)."""
+        pos = self.n_seen
+        if pos >= POS_LIMIT:
+            self.alloc_failures += 1
+            raise CacheFullError("position limit %d reached: reset the stream" % POS_LIMIT)
+        if self.policy is not None:
+            slot = self.policy.place(self, pos)
+        else:
+            slot = self._natural_slot(pos)
+            if slot >= self.N:
+                self.alloc_failures += 1
+                raise CacheFullError("cache full: %d of %d tokens (max_tokens), no window to evict into"
+                                     % (self.n_cached, self.N))
+            if self.slot_pos[slot] >= 0:
+                self.evict_slot(slot)
+        self._occupy(slot, pos)
+        self.n_seen = pos + 1
+        self.cur_slot = slot
+        return pos
+
+    def _occupy(self, slot, pos):
+        self.slot_pos[slot] = pos
+        self.n_cached += 1
+        if slot < self.P:
+            self.n_pre += 1
+            self.used_bytes += self.pre_slot_bytes
+        else:
+            self.used_bytes += self.main_slot_bytes
+            if self.kivi:
+                g = (slot - self.P) // self.G
+                if self.group_live[g] == 0:
+                    self.live_groups += 1
+                    self.used_bytes += self.group_bytes
+                self.group_live[g] += 1
+        if self.used_bytes > self.peak_bytes:
+            self.peak_bytes = self.used_bytes
+
+    def evict_slot(self, slot):
+        """Drop the token in `slot` (counted as an eviction)."""
+        if slot < 0 or slot >= self.N or self.slot_pos[slot] < 0:
+            raise IndexError("slot %d holds no token" % slot)
+        self.slot_pos[slot] = -1
+        self.n_cached -= 1
+        self.evictions += 1
+        if slot < self.P:
+            self.n_pre -= 1
+            self.used_bytes -= self.pre_slot_bytes
+        else:
+            self.used_bytes -= self.main_slot_bytes
+            if self.kivi:
+                g = (slot - self.P) // self.G
+                self.group_live[g] -= 1
+                if self.group_live[g] == 0:
+                    self.live_groups -= 1
+                    self.used_bytes -= self.group_bytes
+
+    def slot_of(self, pos):
+        """Slot holding logical position pos; IndexError if it is not cached."""
+        if pos < 0 or pos >= self.n_seen:
+            raise IndexError("position %d out of range (0..%d)" % (pos, self.n_seen - 1))
+        s = self._natural_slot(pos)
+        if s < self.N and self.slot_pos[s] == pos:
+            return s
+        if self.policy is not None:
+            sp = self.slot_pos
+            for s in range(self.N):
+                if sp[s] == pos:
+                    return s
+        raise IndexError("position %d is no longer cached" % pos)
+
+    def positions(self, out):
+        """Write the live logical positions, in increasing order, into out; return their count."""
+        sp = self.slot_pos
+        n = 0
+        for s in range(self.N):
+            p = sp[s]
+            if p >= 0:
+                # insertion into the sorted prefix of out (slots are nearly in order already)
+                j = n
+                while j > 0 and out[j - 1] > p:
+                    out[j] = out[j - 1]
+                    j -= 1
+                out[j] = p
+                n += 1
+        return n
+
+    # ---- writes ----
+
+    def _check_layer(self, layer):
+        if not (0 <= layer < self.L):
+            raise IndexError("layer %d out of range (0..%d)" % (layer, self.L - 1))
+
+    def _check_current(self):
+        if self.cur_slot < 0:
+            raise ValueError("no current token: call start_token() first")
+
+    def _check_rows(self, k, v):
+        n = self.H * self.D
+        for name, x in (("k", k), ("v", v)):
+            try:
+                m = len(x)
+            except TypeError:
+                raise TypeError("%s must be a sequence of %d numbers, got %s" % (name, n, type(x).__name__))
+            if m != n:
+                raise ValueError("%s has %d values, expected kv_heads*head_dim = %d" % (name, m, n))
+        dt = self.cfg.dtype
+        for name, x in (("k", k), ("v", v)):
+            for i in range(n):
+                e = x[i]
+                try:
+                    finite = e - e == 0
+                except TypeError:
+                    raise TypeError("%s[%d] is not a number: %r" % (name, i, e))
+                if not finite:
+                    raise ValueError("%s[%d] is not finite: %r" % (name, i, e))
+                if (dt == F16 or dt == I4) and (e > quant.F16_MAX or e < -quant.F16_MAX):
+                    raise ValueError("%s[%d] = %r is outside the f16 range" % (name, i, e))
+            if dt == I8:
+                for h in range(self.H):
+                    amax = 0.0
+                    for i in range(h * self.D, (h + 1) * self.D):
+                        a = abs(x[i])
+                        if a > amax:
+                            amax = a
+                    quant.i8_scale_bits(amax)  # raises if the scale does not fit f16
+
+    def write(self, layer, k, v):
+        """Store the current token's K and V for one layer (flat kv_heads*head_dim floats each)."""
+        self._check_layer(layer)
+        self._check_current()
+        self._check_rows(k, v)
+        slot = self.cur_slot
+        dt = self.cfg.dtype
+        if slot < self.P:
+            for h in range(self.H):
+                self._put_f32(self.PRE + self._rowidx(layer, K, h, self.P, slot) * self.frow, k, h * self.D)
+                self._put_f32(self.PRE + self._rowidx(layer, V, h, self.P, slot) * self.frow, v, h * self.D)
+            return
+        b = slot - self.P
+        if self.kivi:
+            self._write_residual(layer, b, k, v)
+            return
+        for h in range(self.H):
+            for kv, x in ((K, k), (V, v)):
+                off = self.DATA + self._rowidx(layer, kv, h, self.B, b) * self.prow
+                if dt == F32:
+                    self._put_f32(off, x, h * self.D)
+                elif dt == F16:
+                    self._put_f16(off, x, h * self.D)
+                elif dt == I8:
+                    self._put_i8(off, self.META + self._rowidx(layer, kv, h, self.B, b) * 2, x, h * self.D)
+                else:  # i4 without residual: per-row asymmetric for K and V
+                    if kv == K:
+                        moff = self.META + ((layer * self.H + h) * self.B + b) * 4
+                    else:
+                        moff = self.VMETA + ((layer * self.H + h) * self.B + b) * 4
+                    self._put_i4_row(off, moff, x, h * self.D)
+
+    def write_q8(self, layer, k_codes, k_scales, v_codes, v_scales):
+        """i8 caches: store pre-quantized rows (int8 codes, f16 scale bits per KV head). Allocates nothing."""
+        if self.cfg.dtype != I8:
+            raise TypeError("write_q8 needs an i8 cache, this one is %s" % self.cfg.dtype)
+        self._check_layer(layer)
+        self._check_current()
+        n = self.H * self.D
+        if len(k_codes) != n or len(v_codes) != n:
+            raise ValueError("codes must have kv_heads*head_dim = %d values" % n)
+        if len(k_scales) != self.H or len(v_scales) != self.H:
+            raise ValueError("scales must have kv_heads = %d values" % self.H)
+        # no tuples or floats here: this path must allocate nothing
+        for kv in range(2):
+            sc = k_scales if kv == K else v_scales
+            for h in range(self.H):
+                s = sc[h]
+                if s < 0 or s > 0xFFFF or (s & 0x7C00) == 0x7C00:
+                    raise ValueError("scale bits %d are not a finite f16" % s)
+            cs = k_codes if kv == K else v_codes
+            for i in range(n):
+                c = cs[i]
+                if c < -128 or c > 127:
+                    raise ValueError("code %d at %d is not int8" % (c, i))
+        b = self.cur_slot - self.P
+        if b < 0:
+            raise ValueError("position in the full-precision prefix: use write() with floats")
+        a = self.arena
+        D = self.D
+        for kv in range(2):
+            cs = k_codes if kv == K else v_codes
+            sc = k_scales if kv == K else v_scales
+            for h in range(self.H):
+                ri = self._rowidx(layer, kv, h, self.B, b)
+                off = self.DATA + ri * self.prow
+                src = h * D
+                for i in range(D):
+                    a[off + i] = cs[src + i] & 0xFF
+                m = self.META + ri * 2
+                s = sc[h]
+                a[m] = s & 0xFF
+                a[m + 1] = s >> 8
+
+    def append(self, ks, vs):
+        """Convenience: a new token with K and V for every layer (ks[layer], vs[layer] flat sequences)."""
+        if len(ks) != self.L or len(vs) != self.L:
+            raise ValueError("append needs %d layers of K and V" % self.L)
+        for layer in range(self.L):  # validate every layer before the position moves
+            self._check_rows(ks[layer], vs[layer])
+        pos = self.start_token()
+        for layer in range(self.L):
+            self.write(layer, ks[layer], vs[layer])
+        return pos
+
+    def _rowidx(self, layer, kv, h, n, r):
+        return ((layer * 2 + kv) * self.H + h) * n + r
+
+    def _put_f32(self, off, x, src):
+        pack = struct.pack_into
+        for i in range(self.D):
+            pack("<f", self.arena, off + 4 * i, x[src + i])
+
+    def _put_f16(self, off, x, src):
+        a = self.arena
+        for i in range(self.D):
+            h = quant.f16_bits(x[src + i])
+            a[off + 2 * i] = h & 0xFF
+            a[off + 2 * i + 1] = h >> 8
+
+    def _put_i8(self, off, moff, x, src):
+        D = self.D
+        amax = 0.0
+        for i in range(D):
+            e = abs(x[src + i])
+            if e > amax:
+                amax = e
+        sb = quant.i8_scale_bits(amax)
+        s = quant.f16_value(sb)
+        inv = 1.0 / s if s else 0.0
+        a = self.arena
+        for i in range(D):
+            a[off + i] = quant.i8_code(x[src + i], inv) & 0xFF
+        a[moff] = sb & 0xFF
+        a[moff + 1] = sb >> 8
+
+    def _put_i4_row(self, off, moff, x, src):
+        D = self.D
+        mn = mx = x[src]
+        for i in range(1, D):
+            e = x[src + i]
+            if e < mn:
+                mn = e
+            if e > mx:
+                mx = e
+        sb, zb = quant.i4_params(mn, mx)
+        self._put_meta4(moff, sb, zb)
+        s = quant.f16_value(sb)
+        z = quant.f16_value(zb)
+        inv = 1.0 / s if s else 0.0
+        a = self.arena
+        for j in range(D >> 1):
+            lo = quant.i4_code(x[src + 2 * j], z, inv)
+            hi = quant.i4_code(x[src + 2 * j + 1], z, inv)
+            a[off + j] = lo | (hi << 4)
+
+    def _put_meta4(self, moff, sb, zb):
+        a = self.arena
+        a[moff] = sb & 0xFF
+        a[moff + 1] = sb >> 8
+        a[moff + 2] = zb & 0xFF
+        a[moff + 3] = zb >> 8
+
+    def _write_residual(self, layer, b, k, v):
+        G = self.G
+        r = b % G
+        if r == 0 or self.res_group[layer] != b // G:
+            self.res_group[layer] = b // G
+        for h in range(self.H):
+            self._put_f32(self.RES + self._rowidx(layer, K, h, G, r) * self.frow, k, h * self.D)
+            self._put_f32(self.RES + self._rowidx(layer, V, h, G, r) * self.frow, v, h * self.D)
+        self.res_fill[layer] = r + 1
+        if r == G - 1:
+            self._close_group(layer, b // G)
+
+    def _close_group(self, layer, g):
+        """Quantize a complete group from the residual: keys per channel, values per token (KIVI)."""
+        G, D = self.G, self.D
+        rowf = self._scratch
+        for h in range(self.H):
+            # values: each row on its own
+            for r in range(G):
+                self._get_f32(self.RES + self._rowidx(layer, V, h, G, r) * self.frow, rowf)
+                b = g * G + r
+                self._put_i4_row(self.DATA + self._rowidx(layer, V, h, self.B, b) * self.prow,
+                                 self.VMETA + ((layer * self.H + h) * self.B + b) * 4, rowf, 0)
+            # keys: one scale and zero per channel over the group's G tokens
+            kres = self.RES + self._rowidx(layer, K, h, G, 0) * self.frow
+            kdata = self.DATA + self._rowidx(layer, K, h, self.B, g * G) * self.prow
+            kmeta = self.META + ((layer * self.H + h) * self.NG + g) * D * 4
+            a = self.arena
+            for c in range(D):
+                mn = mx = struct.unpack_from("<f", a, kres + 4 * c)[0]
+                for r in range(1, G):
+                    e = struct.unpack_from("<f", a, kres + r * self.frow + 4 * c)[0]
+                    if e < mn:
+                        mn = e
+                    if e > mx:
+                        mx = e
+                sb, zb = quant.i4_params(mn, mx)
+                self._put_meta4(kmeta + 4 * c, sb, zb)
+                s = quant.f16_value(sb)
+                z = quant.f16_value(zb)
+                inv = 1.0 / s if s else 0.0
+                shift = 4 * (c & 1)
+                keep = 0xF0 if shift == 0 else 0x0F
+                for r in range(G):
+                    e = struct.unpack_from("<f", a, kres + r * self.frow + 4 * c)[0]
+                    q = quant.i4_code(e, z, inv)
+                    o = kdata + r * self.prow + (c >> 1)
+                    a[o] = (a[o] & keep) | (q << shift)
+        self.res_group[layer] = -1
+        self.res_fill[layer] = 0
+
+    # ---- reads ----
+
+    def _check_read(self, layer, head, kv, out):
+        self._check_layer(layer)
+        if not (0 <= head < self.H):
+            raise IndexError("kv head %d out of range (0..%d)" % (head, self.H - 1))
+        if kv != K and kv != V:
+            raise ValueError("kv must be 0 (K) or 1 (V), got %r" % (kv,))
+        try:
+            n = len(out)
+        except TypeError:
+            raise TypeError("out must be a buffer of %d numbers, got %s" % (self.D, type(out).__name__))
+        if n < self.D:
+            raise ValueError("out holds %d values, head_dim is %d" % (n, self.D))
+
+    def read(self, layer, head, pos, kv, out):
+        """Dequantized K (kv=0) or V (kv=1) row of logical position pos into out[0:head_dim]."""
+        self._check_read(layer, head, kv, out)
+        self.read_slot(layer, head, self.slot_of(pos), kv, out)
+
+    def read_slot(self, layer, head, slot, kv, out):
+        """read() by slot, without checks (the attention loop's access)."""
+        if slot < self.P:
+            self._get_f32(self.PRE + self._rowidx(layer, kv, head, self.P, slot) * self.frow, out)
+            return
+        b = slot - self.P
+        G = self.G
+        if self.kivi and self.res_group[layer] == b // G and b % G < self.res_fill[layer]:
+            self._get_f32(self.RES + self._rowidx(layer, kv, head, G, b % G) * self.frow, out)
+            return
+        off = self.DATA + self._rowidx(layer, kv, head, self.B, b) * self.prow
+        dt = self.cfg.dtype
+        a = self.arena
+        D = self.D
+        if dt == F32:
+            self._get_f32(off, out)
+        elif dt == F16:
+            for i in range(D):
+                out[i] = quant.f16_value(a[off + 2 * i] | (a[off + 2 * i + 1] << 8))
+        elif dt == I8:
+            m = self.META + self._rowidx(layer, kv, head, self.B, b) * 2
+            s = quant.f16_value(a[m] | (a[m + 1] << 8))
+            for i in range(D):
+                c = a[off + i]
+                out[i] = (c - 256 if c > 127 else c) * s
+        elif kv == V or not self.kivi:
+            if kv == V:
+                m = self.VMETA + ((layer * self.H + head) * self.B + b) * 4
+            else:
+                m = self.META + ((layer * self.H + head) * self.B + b) * 4
+            s = quant.f16_value(a[m] | (a[m + 1] << 8))
+            z = quant.f16_value(a[m + 2] | (a[m + 3] << 8))
+            for i in range(D):
+                q = (a[off + (i >> 1)] >> (4 * (i & 1))) & 15
+                out[i] = z + q * s
+        else:  # KIVI keys: per-channel scale and zero of the slot's group
+            m = self.META + ((layer * self.H + head) * self.NG + b // G) * D * 4
+            for i in range(D):
+                mi = m + 4 * i
+                s = quant.f16_value(a[mi] | (a[mi + 1] << 8))
+                z = quant.f16_value(a[mi + 2] | (a[mi + 3] << 8))
+                q = (a[off + (i >> 1)] >> (4 * (i & 1))) & 15
+                out[i] = z + q * s
+
+    def read_codes(self, layer, head, pos, kv, out):
+        """i8 caches: the int8 codes of a row into out (array('b')); returns its f16 scale bits. No allocation."""
+        if self.cfg.dtype != I8:
+            raise TypeError("read_codes needs an i8 cache, this one is %s" % self.cfg.dtype)
+        self._check_read(layer, head, kv, out)
+        slot = self.slot_of(pos)
+        if slot < self.P:
+            raise ValueError("position %d is in the f32 prefix: use read()" % pos)
+        ri = self._rowidx(layer, kv, head, self.B, slot - self.P)
+        off = self.DATA + ri * self.prow
+        a = self.arena
+        for i in range(self.D):
+            c = a[off + i]
+            out[i] = c - 256 if c > 127 else c
+        m = self.META + ri * 2
+        return a[m] | (a[m + 1] << 8)
+
+    def _get_f32(self, off, out):
+        vals = struct.unpack_from(self._f32, self.arena, off)
+        for i in range(self.D):
+            out[i] = vals[i]
+
+    # ---- stats ----
+
+    def stats(self):
+        return {
+            "total_bytes": len(self.arena),
+            "used_bytes": self.used_bytes,
+            "peak_bytes": self.peak_bytes,
+            "padding_bytes": self.padding_bytes,
+            "tokens_seen": self.n_seen,
+            "tokens_cached": self.n_cached,
+            "evictions": self.evictions,
+            "alloc_failures": self.alloc_failures,
+        }
+
+    def stats_json(self):
+        """One compact JSON object, keys in a fixed order (for the serial stats stream)."""
+        return ('{"total_bytes":%d,"used_bytes":%d,"peak_bytes":%d,"padding_bytes":%d,"tokens_seen":%d,'
+                '"tokens_cached":%d,"evictions":%d,"alloc_failures":%d}' % (
+                    len(self.arena), self.used_bytes, self.peak_bytes, self.padding_bytes, self.n_seen,
+                    self.n_cached, self.evictions, self.alloc_failures))

@@ -1,0 +1,73 @@
+# An independent plain-Python model of what a KV cache must hold, and the data the tests feed it.
+# Token values are a pure function of (seed, position, layer, K|V, index), so the model never stores them.
+import struct
+
+
+def value(seed, pos, layer, kv, i, head_dim):
+    h = (pos * 1103 + layer * 7919 + kv * 104729 + i * 31337 + seed * 613) % 2147483647
+    h = (h * 48271 + 11) % 2147483647
+    h = (h * 48271) % 2147483647
+    x = h / 1073741823.5 - 1.0  # in [-1, 1]
+    if kv == 0 and i % head_dim == 1:
+        x *= 8.0  # an outlier key channel, as real keys have
+    return x
+
+
+def row(seed, pos, layer, kv, n, head_dim):
+    return [value(seed, pos, layer, kv, i, head_dim) for i in range(n)]
+
+
+def f32(x):
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+class RefCache:
+    """What must be cached: positions alive under the cap / window / sinks rules, nothing about storage."""
+
+    def __init__(self, max_tokens, window=0, sinks=0):
+        self.max_tokens, self.window, self.sinks = max_tokens, window, sinks
+        self.n = 0
+
+    def can_append(self):
+        return bool(self.window) or self.n < self.max_tokens
+
+    def append(self):
+        assert self.can_append()
+        self.n += 1
+
+    def reset(self):
+        self.n = 0
+
+    def live(self):
+        if not self.window:
+            return list(range(self.n))
+        head = list(range(min(self.sinks, self.n)))
+        start = max(self.sinks, self.n - self.window)
+        return head + list(range(start, self.n))
+
+    def evictions(self):
+        return self.n - len(self.live())
+
+
+def tolerance(cfg, seed, pos, layer, kv, head, i, slot):
+    """Largest |stored - true| the storage type allows for this element (0 = must be exact f32)."""
+    D = cfg.head_dim
+    x = row(seed, pos, layer, kv, cfg.kv_heads * D, D)[head * D:(head + 1) * D]
+    if cfg.dtype == "f32" or slot < cfg.prefix:
+        return 0.0
+    if cfg.dtype == "f16":
+        return max(abs(x[i]) * 2.0 ** -11, 2.0 ** -25) * 1.0001
+    if cfg.dtype == "i8":
+        amax = max(abs(e) for e in x)
+        return amax / 127.0 * (1 + 2.0 ** -10) / 2 + amax * 1e-6
+    # i4: asymmetric, scale = span/15 rounded up to f16, zero rounded down to f16
+    if kv == 0 and cfg.residual:
+        G = cfg.group
+        b = slot - cfg.prefix
+        first = pos - b % G  # the group's tokens are the G consecutive positions written into it
+        vals = [row(seed, q, layer, kv, cfg.kv_heads * D, D)[head * D + i] for q in range(first, first + G)]
+    else:
+        vals = x
+    mn, mx = min(vals), max(vals)
+    span = mx - mn + abs(mn) * 2.0 ** -10 + 2.0 ** -24
+    return span / 15.0 * (1 + 2.0 ** -9) / 2 + (abs(mn) + abs(mx)) * 1e-6
