@@ -315,3 +315,26 @@ def kv_bytes_growth(layers, kv_heads, head_dim, tokens, dtype=F16, align=64, gro
     parts (i4's full-precision residual). For i4 pass a multiple of `group`: key scales come per group."""
     return (kv_bytes(layers, kv_heads, head_dim, 2 * tokens, dtype, align, group, residual)
             - kv_bytes(layers, kv_heads, head_dim, tokens, dtype, align, group, residual))
+
+
+# ---- extra arrays a plan places beside the cache ----
+
+def h2o_score_bytes(layers, kv_heads, slots, score_bytes=4):
+    """Heavy-hitter (H2O) eviction's accumulated attention: one integer per cached slot per layer and KV head.
+
+    A planning reserve (4-byte accumulators); the eviction policy reports what it really allocates."""
+    return layers * kv_heads * slots * score_bytes
+
+
+def weights_row_buffer_bytes(dim, hidden_dim, dtype=F32, scale_bytes=4):
+    """RAM for weights read from flash row by row: one row of the widest matrix (its input is dim or hidden_dim
+    values) in `dtype`, plus its scale when quantized."""
+    check_dtype(dtype, WEIGHT_DTYPES, "weights dtype")
+    n = max(dim, hidden_dim)
+    if dtype == F32:
+        return 4 * n
+    if dtype == F16:
+        return 2 * n
+    if dtype == I8:
+        return n + scale_bytes
+    return (n + 1) // 2 + scale_bytes

@@ -21,3 +21,28 @@ def dot_i8(a, ia: int, b, ib: int, n: int) -> int:
         s += x * y
         i += 1
     return s
+
+
+# ---- matrix-vector products of the model (mv_*) ----
+# Float kernels come from the native module (viper has no float pointers); the int8 one is viper.
+from kvedge.kernels_native import mv_f32, mv_scale, mv_quant  # noqa: E402,F401
+
+
+@micropython.viper
+def mv_i8(w, wo: int, x, acc, ao: int, rows: int, cols: int):
+    # acc[ao+r] = sum_c w[wo + r*cols + c] * x[c]; w, x array('b'), acc array('i'). (v ^ 128) - 128 turns
+    # the unsigned byte back into its signed value without a branch. |sum| <= 127*127*cols < 2**30.
+    pw = ptr8(w)  # noqa: F821
+    px = ptr8(x)  # noqa: F821
+    pa = ptr32(acc)  # noqa: F821
+    b = wo
+    r = 0
+    while r < rows:
+        s = 0
+        c = 0
+        while c < cols:
+            s += ((pw[b + c] ^ 128) - 128) * ((px[c] ^ 128) - 128)
+            c += 1
+        pa[ao + r] = s
+        b += cols
+        r += 1

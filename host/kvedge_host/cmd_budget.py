@@ -1,73 +1,148 @@
-"""Memory account of a model on a board: weights, KV cache (K and V), activations, workspace, longest context."""
+"""Memory account of a model on a board: weights, KV cache (K and V), activations, workspace, longest context.
+
+Every figure comes from kvedge.budget (device/kvedge/budget.py), the formulas the device cache sizes itself with.
+Rows are not padded by default (--align 0) so that f16/q8_0/q4_0 figures equal llama.cpp's log lines; --align 64
+shows the padded layout the device cache uses by default (trap 7)."""
 import json
 
-from rich.console import Console
-from rich.table import Table
-
 from kvedge import budget
-from . import boards, models
+
+from . import account, models
+
+STORAGE_CURVES = ("f32", "f16", "i8", "i4")
+
+
+def add_model_arguments(p):
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--model", metavar="PATH", help="llama2.c .bin, Hugging Face config.json (or its folder), .gguf")
+    src.add_argument("--preset", metavar="NAME", help="built-in model: " + ", ".join(sorted(models.PRESETS)))
+    p.add_argument("--context", type=int, help="tokens to cache per sequence (default: the model's context)")
+    p.add_argument("--weights-dtype", metavar="DTYPE",
+                   help="weights storage: %s (default: the source's; GGUF: the file's exact tensor bytes)"
+                        % ", ".join(budget.WEIGHT_DTYPES))
+    hp = p.add_mutually_exclusive_group()
+    hp.add_argument("--board", default="rp2040", help="board profile in boards/ (default rp2040)")
+    hp.add_argument("--heap", type=int, metavar="BYTES", help="usable heap bytes instead of a board profile")
+    p.add_argument("--workspace", type=int, metavar="BYTES", help="runtime workspace (default: the board's)")
+    p.add_argument("--batch", type=int, default=1, help="sequences cached at once (default 1)")
 
 
 def add_arguments(p):
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--model", help="llama2.c .bin checkpoint")
-    src.add_argument("--preset", help="built-in model: " + ", ".join(sorted(models.PRESETS)))
-    p.add_argument("--context", type=int, help="tokens to cache (default: the model's context)")
-    p.add_argument("--kv-dtype", default="f32", choices=budget.KV_DTYPES)
-    p.add_argument("--weights-dtype", default="f32", choices=budget.WEIGHT_DTYPES)
-    p.add_argument("--align", type=int, default=0, help="pad each row to this many bytes (0 = none)")
-    hp = p.add_mutually_exclusive_group()
-    hp.add_argument("--board", default="rp2040")
-    hp.add_argument("--heap", type=int, help="usable heap bytes instead of a board profile")
-    p.add_argument("--json", action="store_true")
+    add_model_arguments(p)
+    p.add_argument("--kv-dtype", default="f16", metavar="DTYPE",
+                   help="KV storage: %s (default f16, llama.cpp's default)" % ", ".join(budget.KV_DTYPES))
+    p.add_argument("--align", type=int, default=0,
+                   help="pad each row to this many bytes: 0 = none, as llama.cpp (default); 64 = the device default")
+    p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    p.add_argument("--plot", metavar="FILE.png", help="draw memory against context per strategy with the heap")
 
 
-def account(spec, context, kv_dtype, weights_dtype, heap, workspace, align=0):
-    """Every figure of the budget, from kvedge.budget's formulas."""
-    params = budget.llama_params(spec.dim, spec.hidden_dim, spec.layers, spec.heads, spec.kv_heads, spec.vocab,
-                                 spec.shared_classifier, spec.head_dim)
-    w = budget.weights_bytes(params, weights_dtype)
-    kv = budget.kv_bytes(spec.layers, spec.kv_heads, spec.head_dim, context, kv_dtype, align, detail=True)
-    act = budget.activation_bytes(spec.dim, spec.hidden_dim, spec.heads, spec.vocab, head_dim=spec.head_dim)
-    dep = budget.deployment_bytes(w, kv["total"], act, workspace)
-    fixed = w + act + workspace
-    max_ctx = budget.max_tokens_for_budget(max(heap - fixed, 0), spec.layers, spec.kv_heads, spec.head_dim,
-                                           kv_dtype, align, limit=max(spec.context, 1))
-    return {
-        "model": spec.name, "context": context, "kv_dtype": kv_dtype, "weights_dtype": weights_dtype,
-        "weights_bytes": w, "kv_bytes_per_token": kv["total"] // context if context else 0,
-        "kv_cache_bytes": kv["total"], "k_bytes": kv["k"], "v_bytes": kv["v"], "kv_padding_bytes": kv["padding"],
-        "activation_bytes": act, "workspace_bytes": workspace, "total_bytes": dep["total"], "heap_bytes": heap,
-        "headroom_bytes": heap - dep["total"], "max_context_tokens": max_ctx, "fits": dep["total"] <= heap,
-    }
+def load_inputs(a):
+    """(spec, context, target) from the shared flags, with one-line errors for bad values."""
+    spec = models.load(a.model, a.preset)
+    if a.context is not None:
+        account.check_size("--context", a.context)
+    context = a.context or spec.context
+    if not context:
+        raise models.ModelError("%s: the model does not say its context length; give --context"
+                                % (a.model or a.preset))
+    account.check_size("--batch", a.batch)
+    account.check_weights_dtype(a.weights_dtype)
+    tgt = account.target(a.board, a.heap, a.workspace)
+    return spec, context, tgt
 
 
 def run(a):
-    spec = models.load(a.model, a.preset)
-    context = a.context or spec.context
-    budget.check_int("tokens", context)
-    if a.heap is not None:
-        budget.check_int("heap", a.heap)
-        heap, workspace, where = a.heap, 0, "--heap"
-    else:
-        prof = boards.load(a.board)
-        heap, workspace, where = prof["heap_bytes"], prof.get("workspace_bytes", 0), a.board
-    r = account(spec, context, a.kv_dtype, a.weights_dtype, heap, workspace, a.align)
-    r["board"] = where
+    spec, context, tgt = load_inputs(a)
+    account.check_kv_dtype(a.kv_dtype)
+    r = account.account(spec, context, a.kv_dtype, tgt, a.weights_dtype, a.align, a.batch)
+    if a.plot:
+        plot(a.plot, spec, r, tgt, a.align, a.batch)
+        r["plot"] = a.plot
     if a.json:
         print(json.dumps(r, indent=2))
         return 0
-    t = Table(title="%s on %s, %d tokens, KV %s, weights %s" % (spec.name, where, context, a.kv_dtype,
-                                                                a.weights_dtype))
+    print_table(spec, r)
+    return 0
+
+
+def _b(n):
+    """Bytes with a binary-unit hint, e.g. '46,137,344 (44.00 MiB)'."""
+    if isinstance(n, float):
+        return "{:,.2f}".format(n)
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= size:
+            return "{:,} ({:.2f} {})".format(n, n / size, unit)
+    return "{:,}".format(n)
+
+
+def print_table(spec, r):
+    from rich.console import Console
+    from rich.table import Table
+    t = Table(title="%s on %s: %d tokens x %d, KV %s, weights %s, align %d" % (
+        r["model"], r["board"], r["context"], r["batch"], r["kv_dtype"], r["weights_dtype"], r["align"]))
     t.add_column("item")
     t.add_column("bytes", justify="right")
-    for label, key in (("weights", "weights_bytes"), ("KV per token", "kv_bytes_per_token"),
-                       ("K cache", "k_bytes"), ("V cache", "v_bytes"), ("KV cache total", "kv_cache_bytes"),
-                       ("  of which padding", "kv_padding_bytes"), ("activations", "activation_bytes"),
-                       ("workspace", "workspace_bytes"), ("total", "total_bytes"), ("board heap", "heap_bytes"),
-                       ("headroom", "headroom_bytes")):
-        t.add_row(label, "{:,}".format(r[key]))
-    t.add_row("longest context that fits", "{:,} tokens".format(r["max_context_tokens"]))
+    rows = (("weights", "weights_bytes"), ("KV per token (all layers)", "kv_bytes_per_token"),
+            ("K cache", "k_bytes"), ("V cache", "v_bytes"), ("KV cache total", "kv_cache_bytes"),
+            ("  of which padding", "kv_padding_bytes"), ("  of which scales", "kv_scale_bytes"),
+            ("activations", "activation_bytes"), ("workspace", "workspace_bytes"), ("total", "total_bytes"),
+            ("heap", "heap_bytes"), ("headroom", "headroom_bytes"))
+    for label, key in rows:
+        t.add_row(label, _b(r[key]))
+    capped = " (the model's context)" if r["max_context_capped_by_model"] else ""
+    t.add_row("longest context that fits", "{:,} tokens{}".format(r["max_context_tokens"], capped))
     t.add_row("fits", "yes" if r["fits"] else "[red]no[/red]")
-    Console().print(t)
-    return 0
+    c = Console()
+    c.print("%s: %d layers, %d heads, %d KV heads (%s), head_dim %d, sliding window: %s"
+            % (spec.name, spec.layers, spec.heads, spec.kv_heads, spec.attention, spec.head_dim,
+               spec.window_summary()), highlight=False)
+    c.print("source: " + spec.source, highlight=False)
+    for n in spec.notes:
+        c.print("note: " + n, highlight=False)
+    c.print(t)
+
+
+def curves(spec, r, align, batch, points=120):
+    """Memory (deployment total) against context per storage/eviction strategy: {label: (xs, ys)}."""
+    top = max(r["context"], spec.context, 2)
+    xs = sorted(set([1, top] + [max(1, round(top * i / (points - 1))) for i in range(points)]))
+    fixed = r["weights_bytes"] + r["activation_bytes"] + r["workspace_bytes"]
+    windows = spec.windows()
+    out = {}
+    for dt in STORAGE_CURVES:
+        if dt == budget.I4 and spec.head_dim & 1:
+            continue
+        out["%s, keep all" % dt] = (xs, [fixed + budget.kv_bytes_layers(windows, spec.kv_heads, spec.head_dim, x, dt,
+                                                                         align, batch) for x in xs])
+    w = max(16, top // 4)
+    sinks = 4
+    out["f16, window %d + %d sinks" % (w, sinks)] = (
+        xs, [fixed + budget.kv_bytes_layers([w + sinks] * spec.layers, spec.kv_heads, spec.head_dim, x, "f16", align,
+                                            batch) for x in xs])
+    out["i8, H2O %d slots" % (w + sinks)] = (
+        xs, [fixed + budget.kv_bytes_layers([w + sinks] * spec.layers, spec.kv_heads, spec.head_dim, x, "i8", align,
+                                            batch) for x in xs])
+    return out
+
+
+def plot(path, spec, r, tgt, align, batch):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    if not path.lower().endswith(".png"):
+        raise ValueError("%s: --plot writes a PNG file (name it FILE.png)" % path)
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for label, (xs, ys) in curves(spec, r, align, batch).items():
+        ax.plot(xs, [y / 1024.0 for y in ys], label=label)
+    ax.axhline(tgt["heap_bytes"] / 1024.0, color="red", linestyle="--", label="heap of %s" % tgt["name"])
+    ax.set_xlabel("context (tokens)")
+    ax.set_ylabel("weights + KV + activations + workspace (KiB)")
+    ax.set_title("%s on %s (align %d, batch %d)" % (spec.name, tgt["name"], align, batch))
+    ax.set_yscale("log")
+    ax.legend(fontsize=8)
+    ax.grid(True, alpha=0.3)
+    try:
+        fig.savefig(path, dpi=100)
+    finally:
+        plt.close(fig)

@@ -94,3 +94,13 @@ def test_bad_layer_inputs():
     assert "tokens must be >= 0, got -1" in message(e)
     e = raises(ValueError, budget.kv_bytes_layers, [0], 1, 8, 10, "f8")
     assert "dtype must be one of" in message(e)
+
+
+def test_h2o_scores_and_weight_row_buffer():
+    assert budget.h2o_score_bytes(5, 4, 100) == 5 * 4 * 100 * 4
+    # widest input of stories260K is hidden_dim 172: one row of w2
+    assert budget.weights_row_buffer_bytes(64, 172, "f32") == 688
+    assert budget.weights_row_buffer_bytes(64, 172, "i8") == 176
+    assert budget.weights_row_buffer_bytes(64, 171, "i4") == 86 + 4
+    e = raises(ValueError, budget.weights_row_buffer_bytes, 64, 172, "q8_0")
+    assert "weights dtype must be one of" in message(e)

@@ -1,0 +1,540 @@
+"""Compress until it fits: the planning loop over KV dtype, window, sinks, H2O budget, flash tier and context.
+
+Start from the requested deployment (the whole context in --kv-dtype). If it does not fit the heap, try each
+strategy, size it to the largest setting that fits (recomputing with kvedge.budget every time), and rank every
+feasible configuration: by measured quality cost when a `kvedge eval --json` table is given (--quality), else by
+a documented heuristic. Say where each array should live (fast internal SRAM, slow PSRAM, or flash row by row)
+and write the chosen configuration as a device config JSON whose "cache" object CacheConfig.from_dict() takes
+as is. Exit 0 with a plan, 1 when nothing fits, 2 on bad input."""
+import json
+import math
+import os
+import re
+
+from kvedge import budget
+from kvedge.config import CacheConfig
+
+from . import account
+from .cli import UserError
+from .cmd_budget import add_model_arguments, load_inputs
+
+FORMAT = "kvedge-plan/1"
+DTYPES = (budget.F32, budget.F16, budget.I8, budget.I4)
+SINKS = 4  # StreamingLLM keeps the first 4 tokens
+MIN_WINDOW = 8  # a ring shorter than this is not worth offering
+PREFIX_FRACTION = 0.05  # trap 5: the first ~5 % of the context at full precision
+# heuristic quality order when no measured table is given (lower = closer to the full f32 cache)
+KIND_GROUP = {"keep": 0, "prefix": 0, "h2o": 1, "sinks": 2, "flash": 3, "window": 4, "shorter": 5}
+DTYPE_RANK = {budget.F32: 0, budget.F16: 1, budget.I8: 2, budget.I4: 3}
+
+
+def add_arguments(p):
+    add_model_arguments(p)
+    p.add_argument("--kv-dtype", default="f32", metavar="DTYPE",
+                   help="the requested cache storage to start from: f32, f16, i8, i4 (default f32)")
+    p.add_argument("--align", type=int, default=64,
+                   help="row padding of the device cache (default 64, CacheConfig's default; 0 = none)")
+    p.add_argument("--weights-in", default="auto", metavar="WHERE",
+                   help="heap, flash (read row by row) or auto: heap unless nothing then fits (default auto)")
+    p.add_argument("--quality", metavar="FILE.json", help="quality table written by `kvedge eval --json`")
+    p.add_argument("--out", metavar="FILE.json", help="write the chosen configuration as a device config JSON")
+    p.add_argument("--pick", type=int, default=1, help="rank of the configuration --out writes (default 1)")
+    p.add_argument("--top", type=int, default=12, help="ranked rows to print (default 12)")
+    p.add_argument("--json", action="store_true", help="print the whole plan as JSON")
+
+
+# ---- quality table (kvedge eval --json) ----
+
+_METRICS = (("kl", ("mean_kl", "kl", "kl_mean", "kl_divergence")),
+            ("ppl", ("ppl", "perplexity")),
+            ("top1", ("top1", "top1_agreement", "top_1")))
+
+
+def _norm(s):
+    return re.sub(r"[\s_\-]+", "", str(s).lower())
+
+
+def _row_kind(row, label):
+    """(kind, dtype) a quality row measures, from explicit fields or its label ('i8+prefix', 'sinks+window 64')."""
+    n = _norm(row.get("kind") or label)
+    kind = ("h2o" if "h2o" in n else "sinks" if "sink" in n else "window" if "window" in n
+            else "prefix" if "prefix" in n else "keep")
+    dtype = row.get("dtype")
+    if dtype not in DTYPES:
+        m = re.search(r"(f32|f16|i8|i4|int8|int4|fp16|fp32)", _norm(label))
+        dtype = {"int8": "i8", "int4": "i4", "fp16": "f16", "fp32": "f32"}.get(m.group(1), m.group(1)) if m else None
+    if dtype is None:
+        dtype = budget.F32 if kind == "keep" else None
+    return kind, dtype
+
+
+def load_quality(path):
+    """Rows of a quality table: accepts a list of rows, {"rows"|"results"|"strategies": [...]}, or {label: row}.
+    A row names its strategy ("strategy", "name" or "label"; optional "kind" and "dtype") and carries any of
+    mean KL (kl, mean_kl), perplexity (ppl, perplexity) and top-1 agreement (top1, top1_agreement)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except OSError as e:
+        raise UserError("%s: cannot read: %s" % (path, e.strerror or e))
+    except ValueError as e:
+        raise UserError("%s: not valid JSON: %s" % (path, e))
+    rows = data
+    if isinstance(data, dict):
+        for k in ("rows", "results", "strategies"):
+            if isinstance(data.get(k), list):
+                rows = data[k]
+                break
+        else:
+            rows = [dict(v, strategy=k) for k, v in data.items() if isinstance(v, dict)]
+    if not isinstance(rows, list) or not rows:
+        raise UserError("%s: no quality rows found (expected a list of strategy rows)" % path)
+    table = []
+    for row in rows:
+        if not isinstance(row, dict):
+            raise UserError("%s: a quality row is not an object: %r" % (path, row))
+        label = row.get("strategy") or row.get("name") or row.get("label")
+        if not label:
+            raise UserError("%s: a quality row has no strategy name: %r" % (path, row))
+        m = {}
+        for key, names in _METRICS:
+            for n in names:
+                if isinstance(row.get(n), (int, float)) and not isinstance(row.get(n), bool):
+                    m[key] = float(row[n])
+                    break
+        if not m:
+            continue
+        kind, dtype = _row_kind(row, label)
+        table.append({"label": str(label), "kind": kind, "dtype": dtype, "metrics": m})
+    if not table:
+        raise UserError("%s: no row has kl, ppl or top1 figures" % path)
+    return table
+
+
+def match_quality(table, cand):
+    """The measured row for a candidate (same kind and dtype; a flash tier attends like its cold dtype; keep f32
+    is the reference), or None."""
+    if table is None:
+        return None
+    kind, dtype = cand["kind"], cand["cache"]["dtype"]
+    if kind == "flash":
+        kind, dtype = "keep", budget.I8
+    if kind == "shorter":
+        return None
+    for row in table:
+        if row["kind"] == kind and (row["dtype"] == dtype or (row["dtype"] is None and kind in ("h2o", "sinks",
+                                                                                                "window"))):
+            return row
+    if kind == "keep" and dtype == budget.F32:
+        return {"label": "f32 (reference)", "metrics": {"kl": 0.0}}
+    return None
+
+
+def quality_cost(q):
+    """One number to rank by: mean KL, else perplexity, else 1 - top-1 agreement."""
+    m = q["metrics"]
+    if "kl" in m:
+        return m["kl"]
+    if "ppl" in m:
+        return m["ppl"]
+    return 1.0 - m["top1"]
+
+
+# ---- sizing ----
+
+def _largest(fits, lo, hi, step=1):
+    """Largest n in lo, lo+step, ... <= hi with fits(n), or None (fits is monotone: true then false)."""
+    if hi < lo or not fits(lo):
+        return None
+    a, b = 0, (hi - lo) // step
+    while a < b:
+        m = (a + b + 1) // 2
+        if fits(lo + m * step):
+            a = m
+        else:
+            b = m - 1
+    return lo + a * step
+
+
+class Planner:
+    def __init__(self, spec, context, tgt, align, weights_dtype, batch):
+        self.spec, self.context, self.tgt, self.align, self.batch = spec, context, tgt, align, batch
+        self.base_align = align
+        self.heap = tgt["heap_bytes"]
+        self.prof = tgt["profile"] or {}
+        self.weights_bytes, self.weights_label = account.weights(spec, weights_dtype)
+        self.weights_dtype = weights_dtype or spec.weights_dtype
+        self.act = account.activations(spec, batch)
+        self.ws = tgt["workspace_bytes"]
+        self.trace = []
+        w = spec.windows()
+        # a model whose every layer has the same window (Mistral) keeps only that many tokens: the device ring
+        # does the same. Mixed patterns (Gemma) cannot be one CacheConfig: planned as all-global (an upper bound).
+        self.native_window = w[0] if w and w[0] and len(set(w)) == 1 and w[0] < context else 0
+        self.mixed_windows = bool(any(w) and len(set(w)) > 1)
+
+    def cfg(self, max_tokens, dtype, window=0, sinks=0, prefix=0):
+        s = self.spec
+        return CacheConfig(s.layers, s.heads, s.kv_heads, s.head_dim, max_tokens, dtype, window=window, sinks=sinks,
+                           align=self.align, prefix=prefix)
+
+    def weights_heap(self, place):
+        if place == "heap":
+            return self.weights_bytes
+        return budget.weights_row_buffer_bytes(self.spec.dim, self.spec.hidden_dim, self._stream_dtype())
+
+    def _stream_dtype(self):
+        return self.weights_dtype if self.weights_dtype in budget.WEIGHT_DTYPES else budget.F16
+
+    def flash_fs_bytes(self):
+        """Flash a plan may use for files: the profile's flash_fs_bytes, else half the flash (firmware + fs)."""
+        p = self.prof
+        if p.get("flash_fs_bytes") is not None:
+            return p["flash_fs_bytes"]
+        return (p.get("flash_bytes") or 0) // 2
+
+    def total(self, kv, place, scores=0):
+        return self.weights_heap(place) + kv * self.batch + scores * self.batch + self.act + self.ws
+
+    def candidate(self, kind, name, cfg, place, tokens, context, policy=None, tier=None, scores=0):
+        kv = cfg.nbytes()
+        total = self.total(kv, place, scores)
+        if cfg.align != self.base_align:
+            name += ", align %d" % cfg.align
+        c = {"kind": kind, "strategy": name, "cache": cfg.to_dict(), "kv_bytes": kv, "tokens_kept": tokens,
+             "context": context, "batch": self.batch, "policy": policy, "tier": tier, "h2o_score_bytes": scores,
+             "weights": {"bytes": self.weights_bytes, "dtype": self.weights_label, "place": place,
+                         "heap_bytes": self.weights_heap(place)},
+             "activation_bytes": self.act, "workspace_bytes": self.ws, "total_bytes": total,
+             "heap_bytes": self.heap, "headroom_bytes": self.heap - total, "fits": total <= self.heap}
+        c["budget_bytes"] = self.heap - (total - kv * self.batch)  # what KVCache(cfg, budget=...) may use
+        c["placement"] = self.placement(c)
+        return c
+
+    # -- the strategies; each returns a candidate or None, and records what it tried --
+
+    def _note(self, what, c):
+        if c is None:
+            self.trace.append({"try": what, "result": "does not fit at any setting"})
+        else:
+            self.trace.append({"try": what, "result": "fits" if c["fits"] else "does not fit",
+                               "total_bytes": c["total_bytes"], "strategy": c["strategy"]})
+        return c
+
+    def _i4_tokens(self, n, prefix=0):
+        return prefix + -(-(n - prefix) // budget.QK) * budget.QK
+
+    def keep(self, dtype, place):
+        C = self.context
+        if self.native_window:
+            W = self.native_window
+            cfg = self.cfg(C, dtype, window=W)
+            return self.candidate("keep", "%s, model window %d" % (dtype, W), cfg, place, W, C,
+                                  policy={"kind": "ring"})
+        n = self._i4_tokens(C) if dtype == budget.I4 else C
+        return self.candidate("keep", "%s, keep all %d" % (dtype, n), self.cfg(n, dtype), place, n, n)
+
+    def prefix(self, dtype, place):
+        if self.native_window:
+            return None
+        C = self.context
+        P = max(1, int(math.ceil(C * PREFIX_FRACTION)))
+        n = self._i4_tokens(C, P) if dtype == budget.I4 else C
+        return self.candidate("prefix", "%s + f32 prefix %d, keep all %d" % (dtype, P, n),
+                              self.cfg(n, dtype, prefix=P), place, n, n)
+
+    def _fit(self, make, lo, hi, step, place, scores=None):
+        def ok(n):
+            cfg = make(n)
+            return self.total(cfg.nbytes(), place, scores(n) if scores else 0) <= self.heap
+        return _largest(ok, lo, hi, step)
+
+    def window(self, dtype, place, sinks):
+        C = self.context
+        step = budget.QK if dtype == budget.I4 else 1
+        prefix = sinks if dtype == budget.I4 else 0  # i4 keeps its sinks at f32 (whole key groups in the ring)
+        lo = max(MIN_WINDOW, step)
+        lo = -(-lo // step) * step
+        hi = min(C - sinks - 1, (self.native_window or C) - 1)
+
+        def make(W):
+            return self.cfg(C, dtype, window=W, sinks=sinks, prefix=prefix)
+        W = self._fit(make, lo, hi, step, place)
+        if W is None:
+            return None
+        kind = "sinks" if sinks else "window"
+        name = "%s, %d sinks + window %d" % (dtype, sinks, W) if sinks else "%s, window %d" % (dtype, W)
+        return self.candidate(kind, name, make(W), place, sinks + W, C, policy={"kind": "ring"})
+
+    def h2o(self, dtype, place):
+        if dtype == budget.I4:
+            return None  # evicting single tokens would break i4's per-channel key groups (KIVI)
+        C = self.context
+        step = budget.QK if dtype == budget.I4 else 1
+        lo = -(-max(2 * MIN_WINDOW, step) // step) * step
+        hi = min(C - 1, (self.native_window or C) - 1)
+        s = self.spec
+
+        def scores(B):
+            return budget.h2o_score_bytes(s.layers, s.kv_heads, B)
+
+        def make(B):
+            return self.cfg(B, dtype)
+        B = self._fit(make, lo, hi, step, place, scores)
+        if B is None:
+            return None
+        recent = B // 2  # H2O's split: half heavy hitters, half recent tokens
+        return self.candidate("h2o", "%s, H2O %d slots (%d heavy + %d recent)" % (dtype, B, B - recent, recent),
+                              make(B), place, B, C, policy={"kind": "h2o", "budget": B, "recent": recent},
+                              scores=scores(B))
+
+    def flash(self, dtype, place):
+        """Newest tokens in RAM (a ring with sinks), every older token compressed (i8) in a file on flash."""
+        if not self.prof.get("flash_bytes") or self.native_window:
+            return None
+        c = self.window(dtype, place, SINKS)
+        if c is None:
+            return None
+        s = self.spec
+        cold = budget.kv_bytes(s.layers, s.kv_heads, s.head_dim, self.context, budget.I8, 0) * self.batch
+        room = self.flash_fs_bytes()
+        hot = c["cache"]["window"]
+        c["kind"] = "flash"
+        c["strategy"] = "%s hot ring %d + %d sinks, older tokens i8 on flash" % (dtype, hot, SINKS)
+        c["tokens_kept"] = self.context
+        c["tier"] = {"kind": "flash", "dtype": budget.I8, "cold_bytes": cold, "flash_fs_bytes": room}
+        if cold > room:
+            c["fits"] = False
+            c["why_not"] = "cold tier needs %d bytes of flash, %d available" % (cold, room)
+        c["placement"] = self.placement(c)
+        return c
+
+    def shorter(self, dtype, place):
+        step = budget.QK if dtype == budget.I4 else 1
+        hi = self.context - 1
+
+        def make(T):
+            return self.cfg(T, dtype)
+        T = self._fit(make, step, hi, step, place)
+        if T is None:
+            return None
+        return self.candidate("shorter", "%s, keep all, context cut to %d" % (dtype, T), make(T), place, T, T)
+
+    def _padded(self, dtype):
+        return budget.padded_row_bytes(self.spec.head_dim, dtype, self.base_align) != budget.row_bytes(
+            self.spec.head_dim, dtype)
+
+    def _pass(self, place, dts):
+        found = []
+        tag = "" if self.align == self.base_align else ", align %d" % self.align
+        for dt in dts:
+            found.append(self._note("%s, keep all%s" % (dt, tag), self.keep(dt, place)))
+        for dt in dts:
+            if dt in (budget.I8, budget.I4):
+                found.append(self._note("%s + f32 prefix%s" % (dt, tag), self.prefix(dt, place)))
+        for dt in dts:
+            if dt != budget.I4:
+                found.append(self._note("%s H2O%s" % (dt, tag), self.h2o(dt, place)))
+            found.append(self._note("%s sinks + window%s" % (dt, tag), self.window(dt, place, SINKS)))
+            found.append(self._note("%s window%s" % (dt, tag), self.window(dt, place, 0)))
+        for dt in dts:
+            if dt in (budget.F16, budget.I8):
+                found.append(self._note("%s hot ring + flash tier%s" % (dt, tag), self.flash(dt, place)))
+        for dt in dts:
+            found.append(self._note("%s, shorter context%s" % (dt, tag), self.shorter(dt, place)))
+        return found
+
+    def run(self, start_dtype, weights_in):
+        places = ["heap", "flash"] if weights_in == "auto" else [weights_in]
+        if weights_in == "auto" and not self.prof.get("flash_bytes"):
+            places = ["heap"]
+        self.baseline = self.keep(start_dtype, places[0])
+        self.trace.append({"try": "requested: " + self.baseline["strategy"],
+                           "result": "fits" if self.baseline["fits"] else "does not fit",
+                           "total_bytes": self.baseline["total_bytes"]})
+        found = []
+        for place in places:
+            if place == "flash" and len(places) > 1:
+                if found:
+                    break
+                self.trace.append({"try": "weights on flash, read row by row (%d bytes off the heap)"
+                                   % self.weights_bytes, "result": "retrying every strategy"})
+            self.align = self.base_align
+            found += self._pass(place, DTYPES)
+            padded = [d for d in DTYPES if self.base_align > 1 and self._padded(d)]
+            if padded:  # trap 7: padding has a cost; offer the unpadded layout beside it
+                self.align = 0
+                found += self._pass(place, padded)
+                self.align = self.base_align
+            found = [c for c in found if c is not None and c["fits"]]
+        seen = set()
+        unique = []
+        for c in found:
+            key = (json.dumps(c["cache"], sort_keys=True), c["kind"], c["weights"]["place"])
+            if key not in seen:
+                seen.add(key)
+                unique.append(c)
+        return unique
+
+    # -- trap 6: which memory each array belongs in --
+
+    def placement(self, c):
+        """Hottest arrays first into fast internal SRAM; the rest into slow memory (PSRAM) when the board has
+        it; weights that stay on flash are read row by row into a small buffer."""
+        fast = (self.prof.get("fast_memory") or {}).get("bytes", self.heap)
+        slow = self.prof.get("slow_memory")
+        items = [("activations", self.act, "read and written many times per token"),
+                 ("workspace", self.ws, "runtime"),
+                 ("h2o scores", c["h2o_score_bytes"] * self.batch, "updated every token"),
+                 ("kv cache", c["kv_bytes"] * self.batch, "written and read every token"),
+                 ("weights", c["weights"]["heap_bytes"], "read once per token")]
+        out = []
+        left = fast
+        for name, n, why in items:
+            if n == 0:
+                continue
+            if name == "weights" and c["weights"]["place"] == "flash":
+                out.append({"array": "weights", "bytes": self.weights_bytes, "where": "flash, read row by row",
+                            "why": "too large for RAM beside the cache"})
+                name, why = "weights row buffer", "one row of the widest matrix"
+            if n <= left:
+                where = "fast: " + ((self.prof.get("fast_memory") or {}).get("kind") or "heap")
+                left -= n
+            elif slow:
+                where = "slow: " + slow.get("kind", "PSRAM")
+            else:
+                where = "fast: " + ((self.prof.get("fast_memory") or {}).get("kind") or "heap")
+            out.append({"array": name, "bytes": n, "where": where, "why": why})
+        if c.get("tier"):
+            out.append({"array": "cold KV tier", "bytes": c["tier"]["cold_bytes"], "where": "flash file",
+                        "why": "oldest tokens, compressed, read back when attended"})
+        return out
+
+
+def rank(cands, table):
+    """Measured cost first when a quality table is given; else (and for unmeasured rows) the heuristic: full
+    cache by precision (f32, f16, i8 + prefix, i8, i4 + prefix, i4), then H2O, sinks + window, a flash tier (all
+    tokens, but the old ones read back from flash: slow), window (more tokens kept first within each), then a
+    shorter context; less memory breaks ties."""
+    for c in cands:
+        c["quality"] = match_quality(table, c)
+
+    def key(c):
+        q = c["quality"]
+        measured = (0, quality_cost(q)) if q else (1, 0.0)
+        grp = KIND_GROUP[c["kind"]]
+        dt = DTYPE_RANK[c["cache"]["dtype"]]
+        if grp == 0:
+            h = (grp, dt, 0 if c["kind"] == "prefix" else 1, 0)
+        else:
+            h = (grp, -c["tokens_kept"], dt, 0)
+        return measured + h + (c["total_bytes"],)
+    return sorted(cands, key=key)
+
+
+def device_config(c, spec, tgt):
+    """The --out document: "cache" goes to CacheConfig.from_dict() unchanged; "budget_bytes" to KVCache(...)."""
+    return {
+        "format": FORMAT, "model": spec.name, "board": tgt["name"], "strategy": c["strategy"], "kind": c["kind"],
+        "cache": c["cache"], "kv_bytes": c["kv_bytes"], "batch": c["batch"], "budget_bytes": c["budget_bytes"],
+        "policy": c["policy"], "tier": c["tier"], "h2o_score_bytes": c["h2o_score_bytes"], "weights": c["weights"],
+        "activation_bytes": c["activation_bytes"], "workspace_bytes": c["workspace_bytes"],
+        "total_bytes": c["total_bytes"], "heap_bytes": c["heap_bytes"], "headroom_bytes": c["headroom_bytes"],
+        "context": c["context"], "tokens_kept": c["tokens_kept"], "placement": c["placement"],
+        "quality": c.get("quality"),
+    }
+
+
+def run(a):
+    spec, context, tgt = load_inputs(a)
+    if a.kv_dtype not in DTYPES:
+        raise UserError("unknown KV dtype %r for a device cache (choose from %s)" % (a.kv_dtype, ", ".join(DTYPES)))
+    if a.weights_in not in ("auto", "heap", "flash"):
+        raise UserError("--weights-in must be heap, flash or auto, got %r" % a.weights_in)
+    budget.check_align(a.align)
+    account.check_size("--pick", a.pick)
+    account.check_size("--top", a.top)
+    table = load_quality(a.quality) if a.quality else None
+    pl = Planner(spec, context, tgt, a.align, a.weights_dtype, a.batch)
+    ranked = rank(pl.run(a.kv_dtype, a.weights_in), table)
+    notes = list(spec.notes)
+    if pl.mixed_windows:
+        notes.append("the model's per-layer sliding windows are not a single device ring: planned as all-global")
+    if table is None:
+        notes.append("no --quality table: ranked by the heuristic order (run `kvedge eval --json` to measure)")
+    result = {"model": spec.name, "board": tgt["name"], "heap_bytes": tgt["heap_bytes"], "context": context,
+              "align": a.align, "batch": a.batch, "requested": pl.baseline, "trace": pl.trace,
+              "configurations": ranked, "notes": notes}
+    chosen = None
+    if ranked:
+        if a.pick > len(ranked):
+            raise UserError("--pick %d: only %d feasible configurations" % (a.pick, len(ranked)))
+        chosen = ranked[a.pick - 1]
+        result["chosen"] = a.pick
+    if a.out and chosen:
+        doc = device_config(chosen, spec, tgt)
+        d = os.path.dirname(os.path.abspath(a.out))
+        if not os.path.isdir(d):
+            raise UserError("%s: folder does not exist" % a.out)
+        with open(a.out, "w") as f:
+            json.dump(doc, f, indent=2)
+            f.write("\n")
+        result["out"] = a.out
+    if a.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print_plan(spec, tgt, result, chosen, a.top)
+    return 0 if ranked else 1
+
+
+def _b(n):
+    from .cmd_budget import _b as fmt
+    return fmt(n)
+
+
+def print_plan(spec, tgt, r, chosen, top):
+    from rich.console import Console
+    from rich.table import Table
+    c = Console()
+    req = r["requested"]
+    c.print("[bold]%s[/bold] on [bold]%s[/bold] (heap %s), context %d, batch %d, align %d"
+            % (spec.name, tgt["name"], _b(tgt["heap_bytes"]), r["context"], r["batch"], r["align"]))
+    c.print("%d layers, %d heads, %d KV heads: %s (query head h reads KV head h // %d), head_dim %d"
+            % (spec.layers, spec.heads, spec.kv_heads, spec.attention, spec.heads // spec.kv_heads, spec.head_dim),
+            highlight=False)
+    if req["fits"]:
+        c.print("requested %s: %s total, fits with %s to spare" % (req["strategy"], _b(req["total_bytes"]),
+                                                                  _b(req["headroom_bytes"])), highlight=False)
+    else:
+        c.print("requested %s: needs %s, [red]over the heap by %s[/red]; trying strategies:"
+                % (req["strategy"], _b(req["total_bytes"]), _b(-req["headroom_bytes"])), highlight=False)
+        for t in r["trace"][1:]:
+            tail = (": %s total %s" % (t.get("strategy", ""), _b(t["total_bytes"]))) if "total_bytes" in t else ""
+            c.print("  %-34s %s%s" % (t["try"], t["result"], tail), highlight=False, markup=False)
+    cands = r["configurations"]
+    if not cands:
+        c.print("[red]no configuration fits[/red]: weights %s, activations %s, workspace %s against a heap of %s"
+                % (_b(req["weights"]["heap_bytes"]), _b(req["activation_bytes"]), _b(req["workspace_bytes"]),
+                   _b(tgt["heap_bytes"])))
+        for n in r["notes"]:
+            c.print("note: " + n, highlight=False, markup=False)
+        return
+    t = Table(title="feasible configurations, best first")
+    for col in ("#", "strategy", "tokens kept", "KV bytes", "total", "headroom", "quality", "weights"):
+        t.add_column(col, justify="right" if col in ("#", "tokens kept", "KV bytes", "total", "headroom") else "left")
+    for i, cd in enumerate(cands[:top], 1):
+        q = cd.get("quality")
+        qs = ", ".join("%s %.4g" % kv for kv in sorted(q["metrics"].items())) if q else "-"
+        t.add_row(str(i), cd["strategy"], "{:,}".format(cd["tokens_kept"]), "{:,}".format(cd["kv_bytes"]),
+                  "{:,}".format(cd["total_bytes"]), "{:,}".format(cd["headroom_bytes"]), qs, cd["weights"]["place"])
+    c.print(t)
+    if len(cands) > top:
+        c.print("(%d more with --top %d or --json)" % (len(cands) - top, len(cands)))
+    c.print("chosen #%d: %s" % (r["chosen"], chosen["strategy"]), highlight=False)
+    for p in chosen["placement"]:
+        c.print("  %-18s %14s  %s (%s)" % (p["array"], "{:,}".format(p["bytes"]), p["where"], p["why"]),
+                highlight=False, markup=False)
+    if r.get("out"):
+        c.print("device config written to %s" % r["out"], highlight=False)
+    for n in r["notes"]:
+        c.print("note: " + n, highlight=False, markup=False)
