@@ -1,0 +1,425 @@
+# llama2.c checkpoints (a header of seven int32, then float32 weights) and kvedge's compact int8 file
+# (same header behind a magic, then per-row f32 scales and int8 codes), read into RAM or row by row from the
+# filesystem when the weights do not fit the heap.
+#
+# Tensor order (both formats): token_embedding [vocab, dim], rms_att [L, dim], wq [L, dim, dim],
+# wk [L, kv_dim, dim], wv [L, kv_dim, dim], wo [L, dim, dim], rms_ffn [L, dim], w1 [L, hidden, dim],
+# w2 [L, dim, hidden], w3 [L, hidden, dim], rms_final [dim], (llama2.c only: two legacy RoPE tables of
+# seq_len * head_dim / 2 floats, skipped), wcls [vocab, dim] only when the header's vocab_size is negative.
+# Matrices are row-major [out, in]. In the int8 file each matrix is: rows f32 scales, rows*cols int8 codes,
+# zero padding to a multiple of 4 bytes; w[r][c] ~ codes[r*cols + c] * scales[r].
+import struct
+from array import array
+
+MAGIC_I8 = b"KVW8"
+VERSION_I8 = 1
+HEADER_BYTES = 28
+I8_HEADER_BYTES = 4 + 4 + HEADER_BYTES
+MAX_COLS = 65536  # int8 dot products stay within +-2**30: 127 * 127 * 65536 < 2**30
+FIELDS = ("dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "seq_len")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file is malformed: wrong magic, impossible header, wrong length."""
+
+
+class ModelConfig:
+    """The seven header fields of a llama2.c checkpoint, validated, plus derived sizes."""
+
+    def __init__(self, dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len):
+        vals = (dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len)
+        for name, v in zip(FIELDS, vals):
+            if name == "vocab_size":
+                v = -v if v < 0 else v
+            if not isinstance(v, int) or v <= 0 or v > (1 << 24):
+                raise CheckpointError("header field %s is %r (must be a positive int below 2**24)" % (name, v))
+        if dim % n_heads:
+            raise CheckpointError("dim %d is not a multiple of n_heads %d" % (dim, n_heads))
+        if n_heads % n_kv_heads:
+            raise CheckpointError("n_heads %d is not a multiple of n_kv_heads %d" % (n_heads, n_kv_heads))
+        if (dim // n_heads) & 1:
+            raise CheckpointError("head_dim %d must be even (RoPE rotates pairs)" % (dim // n_heads))
+        if dim > MAX_COLS or hidden_dim > MAX_COLS:
+            raise CheckpointError("dim/hidden_dim above %d would overflow int8 dot products" % MAX_COLS)
+        self.dim = dim
+        self.hidden_dim = hidden_dim
+        self.n_layers = n_layers
+        self.n_heads = n_heads
+        self.n_kv_heads = n_kv_heads
+        self.shared_classifier = vocab_size > 0
+        self.vocab_size = vocab_size if vocab_size > 0 else -vocab_size
+        self.seq_len = seq_len
+        self.head_dim = dim // n_heads
+        self.kv_dim = n_kv_heads * self.head_dim
+
+    def header(self):
+        v = self.vocab_size if self.shared_classifier else -self.vocab_size
+        return struct.pack("<7i", self.dim, self.hidden_dim, self.n_layers, self.n_heads, self.n_kv_heads, v,
+                           self.seq_len)
+
+    def matrices(self):
+        """(name, rows, cols) of every matrix group, in file order; each layered group has n_layers entries."""
+        d, h, kv = self.dim, self.hidden_dim, self.kv_dim
+        return (("wq", d, d), ("wk", kv, d), ("wv", kv, d), ("wo", d, d), ("w1", h, d), ("w2", d, h),
+                ("w3", h, d))
+
+    def params(self):
+        """Parameter groups as kvedge.budget.llama_params counts them."""
+        from kvedge.budget import llama_params
+        return llama_params(self.dim, self.hidden_dim, self.n_layers, self.n_heads, self.n_kv_heads,
+                            self.vocab_size, self.shared_classifier, self.head_dim)
+
+    def __repr__(self):
+        return "ModelConfig(dim=%d, hidden_dim=%d, n_layers=%d, n_heads=%d, n_kv_heads=%d, vocab_size=%d, " \
+               "seq_len=%d, shared_classifier=%r)" % (self.dim, self.hidden_dim, self.n_layers, self.n_heads,
+                                                      self.n_kv_heads, self.vocab_size, self.seq_len,
+                                                      self.shared_classifier)
+
+
+def parse_header(b):
+    if len(b) < HEADER_BYTES:
+        raise CheckpointError("truncated header: %d of %d bytes" % (len(b), HEADER_BYTES))
+    return ModelConfig(*struct.unpack("<7i", b[:HEADER_BYTES]))
+
+
+def _pad4(n):
+    return (n + 3) & ~3
+
+
+def f32_layout(cfg):
+    """Byte offsets of every tensor in a llama2.c file: dict name -> offset (layered groups: a list per
+    layer), and 'size' = the file length the header implies."""
+    off = [HEADER_BYTES]
+    L, d = cfg.n_layers, cfg.dim
+
+    def take(n):
+        off[0] += 4 * n
+        return off[0] - 4 * n
+    lay = {"embedding": take(cfg.vocab_size * d), "rms_att": [take(d) for _ in range(L)]}
+    for name, rows, cols in cfg.matrices()[:4]:
+        lay[name] = [take(rows * cols) for _ in range(L)]
+    lay["rms_ffn"] = [take(d) for _ in range(L)]
+    for name, rows, cols in cfg.matrices()[4:]:
+        lay[name] = [take(rows * cols) for _ in range(L)]
+    lay["rms_final"] = take(d)
+    take(cfg.seq_len * cfg.head_dim)  # two legacy RoPE tables of seq_len * head_dim / 2 floats each
+    lay["wcls"] = None if cfg.shared_classifier else take(cfg.vocab_size * d)
+    lay["size"] = off[0]
+    return lay
+
+
+def i8_matrix_bytes(rows, cols):
+    return 4 * rows + _pad4(rows * cols)
+
+
+def i8_layout(cfg):
+    """Byte offsets in a kvedge int8 file; a matrix offset points at its scales (codes follow)."""
+    off = [I8_HEADER_BYTES]
+    L, d = cfg.n_layers, cfg.dim
+
+    def mat(rows, cols):
+        off[0] += i8_matrix_bytes(rows, cols)
+        return off[0] - i8_matrix_bytes(rows, cols)
+
+    def vec(n):
+        off[0] += 4 * n
+        return off[0] - 4 * n
+    lay = {"embedding": mat(cfg.vocab_size, d), "rms_att": [vec(d) for _ in range(L)]}
+    for name, rows, cols in cfg.matrices()[:4]:
+        lay[name] = [mat(rows, cols) for _ in range(L)]
+    lay["rms_ffn"] = [vec(d) for _ in range(L)]
+    for name, rows, cols in cfg.matrices()[4:]:
+        lay[name] = [mat(rows, cols) for _ in range(L)]
+    lay["rms_final"] = vec(d)
+    lay["wcls"] = None if cfg.shared_classifier else mat(cfg.vocab_size, d)
+    lay["size"] = off[0]
+    return lay
+
+
+def alloc(typecode, n):
+    """An array of n items with undefined contents (to be filled by readinto), allocated once: no temporary
+    of the same size on MicroPython (array(tc, range(n)) sizes itself from len(range))."""
+    if typecode in ("f", "i"):
+        return array(typecode, range(n))
+    return array(typecode, bytearray(n))
+
+
+def zeros(typecode, n):
+    """A zeroed array of n items."""
+    a = alloc(typecode, n)
+    if typecode in ("f", "i"):
+        for i in range(n):
+            a[i] = 0
+    return a
+
+
+def read_config(path):
+    """(ModelConfig, weights dtype 'f32' or 'i8') of a checkpoint file."""
+    with open(path, "rb") as f:
+        head = f.read(I8_HEADER_BYTES)
+    if head[:4] == MAGIC_I8:
+        ver = struct.unpack("<i", head[4:8])[0]
+        if ver != VERSION_I8:
+            raise CheckpointError("%s: kvedge int8 file version %d, expected %d" % (path, ver, VERSION_I8))
+        return parse_header(head[8:]), "i8"
+    return parse_header(head), "f32"
+
+
+def file_size(path):
+    import os
+    return os.stat(path)[6]
+
+
+# ---- matrices: all expose rows, cols and mv(k, x, xq, xs, acc, out) ----
+# k is the kernel module (kvedge.kernels.get()); x the f32 input, xq/xs its int8 codes and scale (int8 weights
+# only, prepared once per input by the model), acc an array('i') scratch of >= rows, out the f32 result.
+
+class F32Matrix:
+    def __init__(self, data, off, rows, cols):
+        self.data, self.off, self.rows, self.cols = data, off, rows, cols
+
+    def mv(self, k, x, xq, xs, acc, out):
+        k.mv_f32(self.data, self.off, x, out, 0, self.rows, self.cols)
+
+    def row(self, r, out):
+        d, o, n = self.data, self.off + r * self.cols, self.cols
+        for c in range(n):
+            out[c] = d[o + c]
+
+
+class I8Matrix:
+    def __init__(self, codes, scales, rows, cols):
+        self.codes, self.scales, self.rows, self.cols = codes, scales, rows, cols
+
+    def mv(self, k, x, xq, xs, acc, out):
+        k.mv_i8(self.codes, 0, xq, acc, 0, self.rows, self.cols)
+        k.mv_scale(acc, self.scales, 0, xs, out, 0, self.rows)
+
+    def row(self, r, out):
+        c0, n, s = r * self.cols, self.cols, self.scales[r]
+        codes = self.codes
+        for c in range(n):
+            out[c] = codes[c0 + c] * s
+
+
+class FileF32Matrix:
+    """f32 rows read from the checkpoint file a chunk at a time into a shared scratch array('f')."""
+
+    def __init__(self, f, off, rows, cols, scratch):
+        self.f, self.off, self.rows, self.cols, self.scratch = f, off, rows, cols, scratch
+        self.chunk = len(scratch) // cols
+        if self.chunk < 1:
+            raise CheckpointError("stream scratch of %d floats is smaller than a row of %d" % (len(scratch), cols))
+        self.mvscratch = memoryview(scratch)
+
+    def mv(self, k, x, xq, xs, acc, out):
+        f, cols, buf = self.f, self.cols, self.scratch
+        r = 0
+        while r < self.rows:
+            n = min(self.chunk, self.rows - r)
+            f.seek(self.off + 4 * r * cols)
+            f.readinto(self.mvscratch[:n * cols])
+            k.mv_f32(buf, 0, x, out, r, n, cols)
+            r += n
+
+    def row(self, r, out):
+        self.f.seek(self.off + 4 * r * self.cols)
+        self.f.readinto(out)
+
+
+class FileI8Matrix:
+    """int8 rows streamed from a kvedge int8 file; the per-row scales stay in RAM."""
+
+    def __init__(self, f, off, rows, cols, scratch):
+        self.f, self.rows, self.cols, self.scratch = f, rows, cols, scratch
+        self.scales = alloc("f", rows)
+        f.seek(off)
+        f.readinto(self.scales)
+        self.off = off + 4 * rows
+        self.chunk = len(scratch) // cols
+        if self.chunk < 1:
+            raise CheckpointError("stream scratch of %d bytes is smaller than a row of %d" % (len(scratch), cols))
+        self.mvscratch = memoryview(scratch)
+
+    def mv(self, k, x, xq, xs, acc, out):
+        f, cols, buf = self.f, self.cols, self.scratch
+        r = 0
+        while r < self.rows:
+            n = min(self.chunk, self.rows - r)
+            f.seek(self.off + r * cols)
+            f.readinto(self.mvscratch[:n * cols])
+            k.mv_i8(buf, 0, xq, acc, r, n, cols)
+            r += n
+        k.mv_scale(acc, self.scales, 0, xs, out, 0, self.rows)
+
+    def row(self, r, out):
+        n, s = self.cols, self.scales[r]
+        buf = self.scratch
+        self.f.seek(self.off + r * n)
+        self.f.readinto(memoryview(buf)[:n])
+        for c in range(n):
+            out[c] = buf[c] * s
+
+
+class Weights:
+    """All tensors of one checkpoint. dtype 'f32' or 'i8'; stream=True leaves matrices in the file.
+
+    embedding, wcls (the embedding when shared), rms_att[l], rms_ffn[l], rms_final (array('f')), and per
+    layer wq, wk, wv, wo, w1, w2, w3 (matrix objects)."""
+
+    def __init__(self, path, stream=False, stream_bytes=0):
+        self.cfg, self.dtype = read_config(path)
+        cfg = self.cfg
+        lay = f32_layout(cfg) if self.dtype == "f32" else i8_layout(cfg)
+        size = file_size(path)
+        if size < lay["size"]:
+            raise CheckpointError("%s: %d bytes, the header needs %d" % (path, size, lay["size"]))
+        self.path = path
+        self.stream = stream
+        f = open(path, "rb")
+        self._file = f
+        if stream:
+            if stream_bytes <= 0:
+                stream_bytes = stream_scratch_bytes(cfg, self.dtype)
+            self.scratch = zeros("f", stream_bytes // 4) if self.dtype == "f32" else zeros("b", stream_bytes)
+        try:
+            self.embedding = self._matrix(f, lay["embedding"], cfg.vocab_size, cfg.dim)
+            self.rms_att = [self._vector(f, o, cfg.dim) for o in lay["rms_att"]]
+            self.rms_ffn = [self._vector(f, o, cfg.dim) for o in lay["rms_ffn"]]
+            self.rms_final = self._vector(f, lay["rms_final"], cfg.dim)
+            for name, rows, cols in cfg.matrices():
+                setattr(self, name, [self._matrix(f, o, rows, cols) for o in lay[name]])
+            if lay["wcls"] is None:
+                self.wcls = self.embedding
+            else:
+                self.wcls = self._matrix(f, lay["wcls"], cfg.vocab_size, cfg.dim)
+        finally:
+            if not stream:
+                f.close()
+                self._file = None
+
+    def close(self):
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def _vector(self, f, off, n):
+        a = alloc("f", n)
+        f.seek(off)
+        f.readinto(a)
+        return a
+
+    def _matrix(self, f, off, rows, cols):
+        if self.stream:
+            if self.dtype == "f32":
+                return FileF32Matrix(f, off, rows, cols, self.scratch)
+            return FileI8Matrix(f, off, rows, cols, self.scratch)
+        if self.dtype == "f32":
+            return F32Matrix(self._vector(f, off, rows * cols), 0, rows, cols)
+        scales = self._vector(f, off, rows)
+        codes = alloc("b", rows * cols)
+        f.readinto(codes)
+        return I8Matrix(codes, scales, rows, cols)
+
+
+def stream_scratch_bytes(cfg, dtype):
+    """Row buffer for streamed weights: 16 rows of the widest matrix (enough to amortize a seek)."""
+    widest = cfg.hidden_dim if cfg.hidden_dim > cfg.dim else cfg.dim
+    return 16 * widest * (4 if dtype == "f32" else 1)
+
+
+def resident_bytes(cfg, dtype, stream=False, stream_bytes=0):
+    """Bytes of weights held in RAM: the whole model, or (streaming) norms, per-row scales and the row buffer.
+
+    The in-RAM figure is kvedge.budget.weights_bytes (one f32 scale per row for int8)."""
+    from kvedge.budget import weights_bytes
+    p = cfg.params()
+    if not stream:
+        return weights_bytes(p, dtype)
+    scales = 4 * (p["matrix_rows"] + p["embedding_rows"]) if dtype == "i8" else 0
+    return 4 * p["norms"] + scales + (stream_bytes or stream_scratch_bytes(cfg, dtype))
+
+
+def quantize_row(src, n, codes, co):
+    """int8 codes of src[0:n] into codes[co:co+n] with a symmetric per-row scale; returns the scale
+    (amax / 127 rounded to f32, the value the file stores, so codes are computed with it)."""
+    amax = 0.0
+    for i in range(n):
+        v = src[i]
+        if v < 0:
+            v = -v
+        if v > amax:
+            amax = v
+    sa = array("f", [amax / 127.0])
+    s = sa[0]
+    if s == 0:
+        for i in range(n):
+            codes[co + i] = 0
+        return s
+    inv = 1.0 / s
+    for i in range(n):
+        y = src[i] * inv
+        c = int(y + 0.5) if y >= 0 else -int(0.5 - y)
+        codes[co + i] = 127 if c > 127 else (-127 if c < -127 else c)
+    return s
+
+
+def convert_to_i8(src_path, dst_path):
+    """Write kvedge's int8 file from a llama2.c f32 checkpoint, one row at a time (little memory).
+    Returns (ModelConfig, bytes written)."""
+    cfg, dtype = read_config(src_path)
+    if dtype != "f32":
+        raise CheckpointError("%s is already a kvedge int8 file" % src_path)
+    lay = f32_layout(cfg)
+    if file_size(src_path) < lay["size"]:
+        raise CheckpointError("%s: %d bytes, the header needs %d" % (src_path, file_size(src_path), lay["size"]))
+    widest = max(cfg.dim, cfg.hidden_dim)
+    row = alloc("f", widest)
+    codes = alloc("b", widest)
+    mrow = memoryview(row)
+    mcodes = memoryview(codes)
+    with open(src_path, "rb") as f, open(dst_path, "wb") as out:
+        out.write(MAGIC_I8)
+        out.write(struct.pack("<i", VERSION_I8))
+        out.write(cfg.header())
+
+        def mat(off, rows, cols):
+            scales = alloc("f", rows)
+            # pass 1: scales; pass 2: codes (rows are read twice rather than holding the matrix)
+            f.seek(off)
+            for r in range(rows):
+                f.readinto(mrow[:cols])
+                scales[r] = quantize_row(row, cols, codes, 0)
+            out.write(scales)
+            f.seek(off)
+            for r in range(rows):
+                f.readinto(mrow[:cols])
+                quantize_row(row, cols, codes, 0)
+                out.write(mcodes[:cols])
+            pad = _pad4(rows * cols) - rows * cols
+            if pad:
+                out.write(bytes(pad))
+
+        def vec(off, n):
+            f.seek(off)
+            left = n
+            while left:
+                m = min(left, widest)
+                f.readinto(mrow[:m])
+                out.write(mrow[:m])
+                left -= m
+        mat(lay["embedding"], cfg.vocab_size, cfg.dim)
+        for o in lay["rms_att"]:
+            vec(o, cfg.dim)
+        for name, rows, cols in cfg.matrices()[:4]:
+            for o in lay[name]:
+                mat(o, rows, cols)
+        for o in lay["rms_ffn"]:
+            vec(o, cfg.dim)
+        for name, rows, cols in cfg.matrices()[4:]:
+            for o in lay[name]:
+                mat(o, rows, cols)
+        vec(lay["rms_final"], cfg.dim)
+        if lay["wcls"] is not None:
+            mat(lay["wcls"], cfg.vocab_size, cfg.dim)
+    return cfg, i8_layout(cfg)["size"]

@@ -1,0 +1,239 @@
+# The Llama-2 forward pass of llama2.c checkpoints on the kvedge cache, one token at a time.
+#
+# RMSNorm (eps 1e-5), RoPE on pairs (2i, 2i+1) with freq 10000^(-(i*2 % head_dim)/head_dim), grouped-query
+# attention through kvedge's KVCache and its tiled attention loop, SwiGLU FFN w2(silu(w1 x) * w3 x), and a
+# classifier that shares the embedding when the header's vocab_size is positive.
+#
+# Every activation lives in an array('f') allocated once here; forward() allocates no buffers (on
+# MicroPython float arithmetic still boxes each intermediate float; int8 matvecs through viper box none).
+# The whole run's memory - resident weights, the KV cache arena, activations and the runtime workspace - is
+# computed with kvedge.budget's formulas and checked against the budget before anything large is allocated.
+import math
+
+from kvedge import budget as _budget
+from kvedge import kernels
+from kvedge.cache import KVCache
+from kvedge.config import CacheConfig
+from kvedge.errors import BudgetError
+from kvedge.model.checkpoint import Weights, read_config, resident_bytes, zeros
+
+EPS = 1e-5
+BOS = 1
+_SHAPE = ("layers", "heads", "kv_heads", "head_dim")
+
+
+def cache_config(cfg, kv=None):
+    """CacheConfig for a model: kv holds the policy fields (dtype, max_tokens, window, sinks, prefix, align,
+    group, residual); max_tokens defaults to the model's trained context."""
+    d = dict(kv or {})
+    for k in _SHAPE:
+        if k in d:
+            raise ValueError("cache field %r comes from the checkpoint, not from the caller" % k)
+    d.setdefault("max_tokens", cfg.seq_len)
+    return CacheConfig(cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, **d)
+
+
+def scratch_bytes(cfg, wdtype):
+    """Model buffers beyond kvedge.budget.activation_bytes: K and V of the current token (kv_dim f32 each),
+    RoPE frequencies and this position's cos/sin (head_dim/2 f32 each), and for int8 weights the int8 codes
+    of a matvec input (the widest input) and its int32 row sums (the tallest matrix)."""
+    n = 2 * cfg.kv_dim * 4 + 3 * (cfg.head_dim // 2) * 4
+    if wdtype == "i8":
+        n += max(cfg.dim, cfg.hidden_dim) + 4 * max(cfg.dim, cfg.hidden_dim, cfg.vocab_size)
+    return n
+
+
+def object_bytes(cfg):
+    """Python objects around the buffers: one matrix object per weight matrix, the model, weights, cache and
+    attention objects and their attribute tables. Measured on the 64-bit unix port (about 250 bytes per
+    matrix, 2 KB for the rest); 32-bit boards need less."""
+    return 2048 + 320 * (7 * cfg.n_layers + 2)
+
+
+def plan(cfg, wdtype, ccfg, stream=False, tile=32, workspace=0):
+    """The run's memory account (kvedge.budget.deployment_bytes): weights resident in RAM, KV arena,
+    activations + model scratch, and workspace = the runtime's share (caller) + this run's Python objects."""
+    act = _budget.activation_bytes(cfg.dim, cfg.hidden_dim, cfg.n_heads, cfg.vocab_size, tile,
+                                   head_dim=cfg.head_dim)
+    return _budget.deployment_bytes(resident_bytes(cfg, wdtype, stream), ccfg.nbytes(), act +
+                                    scratch_bytes(cfg, wdtype), workspace + object_bytes(cfg))
+
+
+def _default_attention(cache, tile):
+    from kvedge.attention import Attention
+    return Attention(cache, tile=tile)
+
+
+class Llama:
+    """A checkpoint ready to run: weights, KV cache, attention loop and activation buffers.
+
+    path       llama2.c .bin (f32) or kvedge int8 file (`kvedge convert`)
+    kv         cache policy dict (see cache_config), default f32 over the trained context
+    budget     bytes the whole run may use (None = no check); BudgetError before allocating when over
+    workspace  bytes set aside for the runtime itself (interpreter, stacks, the code), counted in the plan
+    stream     leave weight matrices in the file and read them row block by row block (when they do not fit)
+    attention  factory(cache, tile=...) -> object with step(layer, q, out); default kvedge.attention
+    """
+
+    def __init__(self, path, kv=None, budget=None, workspace=0, stream=False, tile=32, attention=None):
+        cfg, wdtype = read_config(path)
+        ccfg = cache_config(cfg, kv)
+        self.plan = plan(cfg, wdtype, ccfg, stream, tile, workspace)
+        if budget is not None and self.plan["total"] > budget:
+            p = self.plan
+            raise BudgetError("model run (weights %d + kv %d + activations %d + workspace %d)" % (
+                p["weights"], p["kv"], p["activations"], p["workspace"]), p["total"], budget)
+        self.cfg = cfg
+        self.wdtype = wdtype
+        self.k = kernels.get()
+        self.w = Weights(path, stream)
+        self.cache = KVCache(ccfg)
+        self.att = (attention or _default_attention)(self.cache, tile=tile)
+        d, h, kvd, hd = cfg.dim, cfg.hidden_dim, cfg.kv_dim, cfg.head_dim
+        self.x = zeros("f", d)
+        self.xb = zeros("f", d)
+        self.xb2 = zeros("f", d)
+        self.q = zeros("f", d)
+        self.kk = zeros("f", kvd)
+        self.vv = zeros("f", kvd)
+        self.hb = zeros("f", h)
+        self.hb2 = zeros("f", h)
+        self.logits = zeros("f", cfg.vocab_size)
+        half = hd // 2
+        self.freq = zeros("f", half)  # f32 like llama2.c's freq, so angles round the same way
+        for i in range(half):
+            self.freq[i] = 1.0 / math.pow(10000.0, (2 * i) / hd)
+        self.cos = zeros("f", half)
+        self.sin = zeros("f", half)
+        if wdtype == "i8":
+            self.xq = zeros("b", max(d, h))
+            self.acc = zeros("i", max(d, h, cfg.vocab_size))
+        else:
+            self.xq = None
+            self.acc = None
+        self.xs = 0.0
+
+    def close(self):
+        self.w.close()
+
+    def reset(self):
+        """Forget the sequence (a new conversation): empties the cache, keeps every buffer."""
+        self.cache.reset()
+
+    # ---- pieces of the forward pass ----
+
+    def _attend(self, layer, q, out):
+        # The one seam between the model and the attention loop.
+        self.att.step(layer, q, out)
+
+    def _mv(self, mat, x, out):
+        mat.mv(self.k, x, self.xq, self.xs, self.acc, out)
+
+    def _prep(self, x, n):
+        # int8 weights multiply int8 codes of the input; quantize it once for every matrix that reads it
+        if self.xq is not None:
+            self.xs = self.k.mv_quant(x, n, self.xq)
+
+    def _rope_angles(self, pos):
+        for i in range(len(self.freq)):
+            a = pos * self.freq[i]
+            self.cos[i] = math.cos(a)
+            self.sin[i] = math.sin(a)
+
+    def _rope(self, v, n):
+        # rotate pairs (2i, 2i+1) of every head in v[0:n]; pair i of a head uses freq[i]
+        half = len(self.freq)
+        cs, sn = self.cos, self.sin
+        j = 0
+        i = 0
+        while j < n:
+            c = cs[i]
+            s = sn[i]
+            v0 = v[j]
+            v1 = v[j + 1]
+            v[j] = v0 * c - v1 * s
+            v[j + 1] = v0 * s + v1 * c
+            j += 2
+            i += 1
+            if i == half:
+                i = 0
+
+    @staticmethod
+    def _rmsnorm(out, x, w, n):
+        ss = 0.0
+        for i in range(n):
+            ss += x[i] * x[i]
+        ss = 1.0 / math.sqrt(ss / n + EPS)
+        for i in range(n):
+            out[i] = w[i] * (ss * x[i])
+
+    def forward(self, token):
+        """Run one token at the cache's next position; returns the logits buffer (overwritten by the next
+        call). Raises CacheFullError (nothing changed) when the cache has no room and no window."""
+        cfg = self.cfg
+        if token < 0 or token >= cfg.vocab_size:
+            raise ValueError("token %d outside the vocabulary of %d" % (token, cfg.vocab_size))
+        w = self.w
+        d, h, kvd = cfg.dim, cfg.hidden_dim, cfg.kv_dim
+        x, xb, xb2, q, hb, hb2 = self.x, self.xb, self.xb2, self.q, self.hb, self.hb2
+        pos = self.cache.start_token()
+        w.embedding.row(token, x)
+        self._rope_angles(pos)
+        for l in range(cfg.n_layers):
+            self._rmsnorm(xb, x, w.rms_att[l], d)
+            self._prep(xb, d)
+            self._mv(w.wq[l], xb, q)
+            self._mv(w.wk[l], xb, self.kk)
+            self._mv(w.wv[l], xb, self.vv)
+            self._rope(q, d)
+            self._rope(self.kk, kvd)
+            self.cache.write(l, self.kk, self.vv)
+            self._attend(l, q, xb2)
+            self._prep(xb2, d)
+            self._mv(w.wo[l], xb2, xb)
+            for i in range(d):
+                x[i] += xb[i]
+            self._rmsnorm(xb, x, w.rms_ffn[l], d)
+            self._prep(xb, d)
+            self._mv(w.w1[l], xb, hb)
+            self._mv(w.w3[l], xb, hb2)
+            for i in range(h):
+                a = hb[i]
+                hb[i] = a / (1.0 + math.exp(-a)) * hb2[i]
+            self._prep(hb, h)
+            self._mv(w.w2[l], hb, xb)
+            for i in range(d):
+                x[i] += xb[i]
+        self._rmsnorm(x, x, w.rms_final, d)
+        self._prep(x, d)
+        self._mv(w.wcls, x, self.logits)
+        return self.logits
+
+
+def generate(model, tokenizer, sampler, prompt_ids, steps, emit=None):
+    """llama2.c's generation loop: feed the prompt, then sample until `steps` positions, a BOS, or a full
+    cache. emit(piece_bytes) gets each new piece. Returns the list of generated token ids."""
+    from kvedge.errors import CacheFullError
+    if not prompt_ids:
+        raise ValueError("prompt_ids must hold at least one token (BOS)")
+    out = []
+    token = prompt_ids[0]
+    pos = 0
+    while pos < steps:
+        try:
+            logits = model.forward(token)
+        except CacheFullError:
+            break
+        if pos < len(prompt_ids) - 1:
+            nxt = prompt_ids[pos + 1]
+        else:
+            nxt = sampler.sample(logits)
+        pos += 1
+        if nxt == BOS:
+            break
+        if pos >= len(prompt_ids):
+            out.append(nxt)
+        if emit is not None:
+            emit(tokenizer.piece(token, nxt))
+        token = nxt
+    return out

@@ -1,0 +1,175 @@
+# The llama2.c tokenizer (tok512.bin, tokenizer.bin): a vocabulary of byte strings with merge scores.
+#
+# File format: int32 max_token_length, then per token: f32 score, int32 length, the bytes.
+# encode() follows llama2.c's run.c: optional BOS, a dummy-prefix space token when the text is not empty,
+# one token per UTF-8 character (or <0xXX> byte tokens at id byte + 3 when the character is not in the
+# vocabulary), then repeatedly merge the adjacent pair whose concatenation is in the vocabulary with the
+# highest score (first such pair on ties), optional EOS.
+import struct
+from array import array
+
+BOS = 1
+EOS = 2
+BYTE_OFFSET = 3  # <0x00> is token 3
+
+
+class TokenizerError(ValueError):
+    pass
+
+
+class Tokenizer:
+    """The vocabulary is held compactly for small heaps: all pieces in one bytes blob with an array of
+    offsets, scores in an array('f'), and ids sorted by piece for binary-search lookup (as run.c does)."""
+
+    @classmethod
+    def from_pieces(cls, pieces, scores):
+        """pieces: list of bytes, scores: list of floats, same length."""
+        if len(pieces) != len(scores):
+            raise TokenizerError("%d pieces but %d scores" % (len(pieces), len(scores)))
+        total = 0
+        for p in pieces:
+            total += len(p)
+        blob = bytearray(total)
+        off = array("I", range(len(pieces) + 1))
+        at = 0
+        for i in range(len(pieces)):
+            off[i] = at
+            n = len(pieces[i])
+            blob[at:at + n] = pieces[i]
+            at += n
+        off[len(pieces)] = at
+        return cls(bytes(blob), off, array("f", scores))
+
+    def __init__(self, blob, off, scores):
+        """blob: all pieces concatenated, off: array of vocab_size + 1 offsets, scores: array('f')."""
+        self.blob = blob
+        self.off = off
+        self.scores = scores
+        self.vocab_size = n = len(scores)
+        order = list(range(n))
+        order.sort(key=self._key)  # ties: the lowest id first (below), as sort may not be stable
+        self.order = array("H" if n <= 65535 else "I", order)
+
+    def _key(self, i):
+        return (self.blob[self.off[i]:self.off[i + 1]], i)
+
+    def piece_bytes(self, i):
+        return self.blob[self.off[i]:self.off[i + 1]]
+
+    @classmethod
+    def load(cls, path, vocab_size):
+        import os
+        size = os.stat(path)[6]
+        blob_len = size - 4 - 8 * vocab_size
+        if blob_len < 0:
+            raise TokenizerError("%s: %d bytes is too short for %d tokens" % (path, size, vocab_size))
+        blob = bytearray(blob_len)
+        mv = memoryview(blob)
+        off = array("I", range(vocab_size + 1))
+        scores = array("f", range(vocab_size))
+        at = 0
+        with open(path, "rb") as f:
+            head = f.read(4)
+            if len(head) < 4:
+                raise TokenizerError("%s: truncated tokenizer header" % path)
+            for i in range(vocab_size):
+                b = f.read(8)
+                if len(b) < 8:
+                    raise TokenizerError("%s: ends at token %d of %d" % (path, i, vocab_size))
+                score, n = struct.unpack("<fi", b)
+                if n < 0 or at + n > blob_len:
+                    raise TokenizerError("%s: token %d has length %d" % (path, i, n))
+                if f.readinto(mv[at:at + n]) != n:
+                    raise TokenizerError("%s: token %d is truncated" % (path, i))
+                off[i] = at
+                scores[i] = score
+                at += n
+        off[vocab_size] = at
+        return cls(bytes(blob[:at]) if at < blob_len else bytes(blob), off, scores)
+
+    def id_of(self, piece):
+        """Lowest id whose piece equals `piece` (bytes), or -1."""
+        order, blob, off = self.order, self.blob, self.off
+        lo, hi = 0, len(order)
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            i = order[mid]
+            if blob[off[i]:off[i + 1]] < piece:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < len(order):
+            i = order[lo]
+            if blob[off[i]:off[i + 1]] == piece:
+                return i
+        return -1
+
+    def encode(self, text, bos=True, eos=False):
+        """Token ids of text (str or UTF-8 bytes), as llama2.c's encode()."""
+        if isinstance(text, str):
+            text = text.encode("utf-8")
+        ids = []
+        if bos:
+            ids.append(BOS)
+        if len(text):
+            sp = self.id_of(b" ")
+            if sp >= 0:
+                ids.append(sp)
+        i = 0
+        n = len(text)
+        while i < n:
+            j = i + 1
+            # a UTF-8 character: the lead byte and up to 3 continuation bytes (10xxxxxx)
+            while j < n and j - i < 4 and (text[j] & 0xC0) == 0x80:
+                j += 1
+            t = self.id_of(text[i:j])
+            if t >= 0:
+                ids.append(t)
+            else:
+                for k in range(i, j):
+                    ids.append(text[k] + BYTE_OFFSET)
+            i = j
+        self._merge(ids)
+        if eos:
+            ids.append(EOS)
+        return ids
+
+    def _merge(self, ids):
+        scores, pb = self.scores, self.piece_bytes
+        while True:
+            best = -1e10
+            at = -1
+            best_id = -1
+            for i in range(len(ids) - 1):
+                t = self.id_of(pb(ids[i]) + pb(ids[i + 1]))
+                if t >= 0 and scores[t] > best:
+                    best = scores[t]
+                    at = i
+                    best_id = t
+            if at < 0:
+                return
+            ids[at] = best_id
+            del ids[at + 1]
+
+    def piece(self, prev, token):
+        """Bytes that token stands for after prev: the leading space is dropped after BOS, and <0xXX> pieces
+        are the raw byte."""
+        if token < 0 or token >= self.vocab_size:
+            raise TokenizerError("token %d outside the vocabulary of %d" % (token, self.vocab_size))
+        p = self.piece_bytes(token)
+        if prev == BOS and len(p) and p[0] == 32:
+            p = p[1:]
+        if len(p) == 6 and p[:3] == b"<0x" and p[5:] == b">":
+            try:
+                p = bytes((int(p[3:5], 16),))
+            except ValueError:
+                pass
+        return p
+
+    def decode(self, ids, prev=-1):
+        """Bytes of a token sequence (the first token is decoded after `prev`)."""
+        out = []
+        for t in ids:
+            out.append(self.piece(prev, t))
+            prev = t
+        return b"".join(out)

@@ -1,0 +1,152 @@
+# Helpers of the model tests: a plain-Python reference attention over cache.read() (a stand-in for
+# kvedge.attention in tests only), an independent plain-Python forward pass, and a temp-file location.
+import math
+from array import array
+
+
+class RefAttention:
+    """Two-pass softmax attention reading every live row with cache.read(); GQA head h -> h // group."""
+
+    def __init__(self, cache, tile=32):
+        self.cache = cache
+        c = cache.cfg
+        self.hd = c.head_dim
+        self.group = c.heads // c.kv_heads
+        self.heads = c.heads
+        self.pos = array("i", [0] * c.slots)
+        self.row = array("f", [0.0] * c.head_dim)
+        self.scores = array("f", [0.0] * c.slots)
+
+    def step(self, layer, q, out):
+        c, hd, row = self.cache, self.hd, self.row
+        n = c.positions(self.pos)
+        scale = 1.0 / math.sqrt(hd)
+        for h in range(self.heads):
+            kh = h // self.group
+            mx = -1e30
+            for j in range(n):
+                c.read(layer, kh, self.pos[j], 0, row)
+                s = 0.0
+                for i in range(hd):
+                    s += q[h * hd + i] * row[i]
+                s *= scale
+                self.scores[j] = s
+                if s > mx:
+                    mx = s
+            tot = 0.0
+            for j in range(n):
+                e = math.exp(self.scores[j] - mx)
+                self.scores[j] = e
+                tot += e
+            for i in range(hd):
+                out[h * hd + i] = 0.0
+            for j in range(n):
+                c.read(layer, kh, self.pos[j], 1, row)
+                p = self.scores[j] / tot
+                for i in range(hd):
+                    out[h * hd + i] += p * row[i]
+
+
+def tmp_path(name):
+    import os
+    for d in ("/tmp", ""):
+        try:
+            p = d + "/" + name if d else name
+            f = open(p, "wb")
+            f.close()
+            return p
+        except OSError:
+            pass
+    raise OSError("no writable folder for " + name)
+
+
+class PlainForward:
+    """Independent forward pass of a llama2.c f32 file: flat array('f') tensors indexed by hand, K/V kept in
+    growing lists of per-token arrays, softmax over all scores at once (no tiles, no cache)."""
+
+    def __init__(self, path):
+        import struct
+        with open(path, "rb") as f:
+            hdr = struct.unpack("<7i", f.read(28))
+            d, h, L, H, KV, V, S = hdr
+            V = abs(V)
+            self.d, self.h, self.L, self.H, self.KV, self.V = d, h, L, H, KV, V
+            self.hd = d // H
+            kv = KV * self.hd
+
+            def take(n):
+                a = array("f", range(n))
+                f.readinto(a)
+                return a
+            self.emb = take(V * d)
+            self.rms_att = take(L * d)
+            self.wq = take(L * d * d)
+            self.wk = take(L * kv * d)
+            self.wv = take(L * kv * d)
+            self.wo = take(L * d * d)
+            self.rms_ffn = take(L * d)
+            self.w1 = take(L * h * d)
+            self.w2 = take(L * d * h)
+            self.w3 = take(L * h * d)
+            self.rms_final = take(d)
+        self.K = [[] for _ in range(L)]
+        self.Vs = [[] for _ in range(L)]
+        self.pos = 0
+
+    @staticmethod
+    def mv(w, layer, rows, cols, x):
+        base = layer * rows * cols
+        return [sum(w[base + r * cols + c] * x[c] for c in range(cols)) for r in range(rows)]
+
+    @staticmethod
+    def norm(x, w, off):
+        ss = 1.0 / math.sqrt(sum(v * v for v in x) / len(x) + 1e-5)
+        return [w[off + i] * ss * x[i] for i in range(len(x))]
+
+    def rope(self, v):
+        hd = self.hd
+        out = list(v)
+        for i in range(0, len(v), 2):
+            k = i % hd
+            fr = array("f", [1.0 / 10000.0 ** (k / hd)])[0]
+            a = self.pos * fr
+            c, s = math.cos(a), math.sin(a)
+            out[i] = v[i] * c - v[i + 1] * s
+            out[i + 1] = v[i] * s + v[i + 1] * c
+        return out
+
+    def forward(self, tok):
+        d, h, hd, g = self.d, self.h, self.hd, self.H // self.KV
+        kv = self.KV * hd
+        x = [self.emb[tok * d + i] for i in range(d)]
+        for l in range(self.L):
+            xb = self.norm(x, self.rms_att, l * d)
+            q = self.rope(self.mv(self.wq, l, d, d, xb))
+            self.K[l].append(array("f", self.rope(self.mv(self.wk, l, kv, d, xb))))
+            self.Vs[l].append(array("f", self.mv(self.wv, l, kv, d, xb)))
+            att = []
+            for hh in range(self.H):
+                kh = (hh // g) * hd
+                s = [sum(q[hh * hd + i] * k[kh + i] for i in range(hd)) / math.sqrt(hd) for k in self.K[l]]
+                m = max(s)
+                e = [math.exp(v - m) for v in s]
+                t = sum(e)
+                att += [sum(e[j] / t * self.Vs[l][j][kh + i] for j in range(len(e))) for i in range(hd)]
+            x = [a + b for a, b in zip(x, self.mv(self.wo, l, d, d, att))]
+            xb = self.norm(x, self.rms_ffn, l * d)
+            a = self.mv(self.w1, l, h, d, xb)
+            b = self.mv(self.w3, l, h, d, xb)
+            hb = [a[i] / (1.0 + math.exp(-a[i])) * b[i] for i in range(h)]
+            x = [u + v for u, v in zip(x, self.mv(self.w2, l, d, h, hb))]
+        self.pos += 1
+        return self.mv(self.emb, 0, self.V, d, self.norm(x, self.rms_final, 0))
+
+
+def skip(msg):
+    """Skip the calling test visibly (like _support.need, for conditions need() does not name)."""
+    import sys
+    if "pytest" in sys.modules:
+        import pytest
+        pytest.skip(msg)
+    from _support import Skip
+    raise Skip(msg)

@@ -1,0 +1,115 @@
+# The forward pass on a small checkpoint the test writes itself (seeded, same bytes on every runtime),
+# compared with an independent plain-Python forward; int8 weights, streaming, budget refusal, heap use.
+import gc
+from array import array
+
+from _support import need, raises
+from _model_support import RefAttention, PlainForward, tmp_path, skip
+from kvedge import compat
+from kvedge.errors import BudgetError
+from kvedge.model import checkpoint, tiny
+from kvedge.model.llama import Llama, plan, cache_config, object_bytes
+
+_PATHS = {}
+
+
+def _files():
+    need("fs")
+    if not _PATHS:
+        # small enough for a 215 KB heap: GQA 4 heads on 2 KV heads, a 48-token vocabulary
+        p = tmp_path("kvedge_tiny.bin")
+        tiny.write_checkpoint(p, seed=11, vocab_size=48)
+        q = tmp_path("kvedge_tiny_i8.bin")
+        checkpoint.convert_to_i8(p, q)
+        _PATHS.update(f32=p, i8=q)
+    return _PATHS
+
+
+def _model(which="f32", **kw):
+    kv = kw.pop("kv", {"align": 0, "max_tokens": 16})
+    return Llama(_files()[which], kv=kv, attention=RefAttention, **kw)
+
+
+def _close(a, b, tol):
+    worst = 0.0
+    for i in range(len(b)):
+        d = abs(a[i] - b[i]) / (1.0 + abs(b[i]))
+        if d > worst:
+            worst = d
+    assert worst < tol, worst
+
+
+def test_f32_logits_match_plain_reference():
+    m = _model()
+    ref = PlainForward(_files()["f32"])
+    for tok in (1, 40, 30, 7, 7, 29):
+        _close(m.forward(tok), ref.forward(tok), 1e-4)
+    assert m.cache.n_seen == 6
+    m.close()
+
+
+def test_int8_weights_close_to_f32_and_streaming_is_identical():
+    a = _model("f32")
+    b = _model("i8")
+    c = _model("i8", stream=True)
+    assert b.wdtype == "i8" and c.w.stream
+    for tok in (1, 40, 30, 7):
+        la = list(a.forward(tok))
+        lb = list(b.forward(tok))
+        lc = list(c.forward(tok))
+        assert lb == lc  # the same int8 kernels on the same codes: bit-identical
+        _close(lb, la, 0.25)  # a random tiny model is harsher on int8 than a trained one
+    for m in (a, b, c):
+        m.close()
+
+
+def test_f32_streaming_matches_in_ram():
+    a = _model("f32")
+    b = _model("f32", stream=True)
+    for tok in (1, 30, 5):
+        assert list(a.forward(tok)) == list(b.forward(tok))
+    a.close()
+    b.close()
+
+
+def test_budget_refused_before_allocating():
+    cfg, wd = checkpoint.read_config(_files()["f32"])
+    p = plan(cfg, wd, cache_config(cfg, {"align": 0, "max_tokens": 16}), workspace=1000)
+    assert p["total"] == p["weights"] + p["kv"] + p["activations"] + p["workspace"]
+    assert p["workspace"] == 1000 + object_bytes(cfg)
+    before = compat.mem_alloc()
+    e = raises(BudgetError, _model, budget=p["total"] - 1, workspace=1000)
+    assert e.need == p["total"] and e.budget == p["total"] - 1
+    if before >= 0:
+        gc.collect()
+        assert compat.mem_alloc() - before < 4096  # nothing large was allocated
+    m = _model(budget=p["total"], workspace=1000)  # exactly enough is enough
+    m.close()
+    raises(ValueError, cache_config, cfg, {"layers": 3})
+
+
+def test_heap_of_the_run_stays_within_plan():
+    need("mem_alloc")
+    import sys
+    if sys.platform == "webassembly":
+        skip("the wasm port's gc.mem_alloc() does not settle after gc.collect()")
+    f = _files()
+    gc.collect()
+    before = compat.mem_alloc()
+    m = _model(workspace=0)
+    for tok in (1, 40, 30):
+        m.forward(tok)
+    gc.collect()
+    used = compat.mem_alloc() - before
+    # the plan covers weights, the arena, buffers and the Python objects around them
+    assert used <= m.plan["total"], (used, m.plan)
+    m.close()
+    del f
+
+
+def test_window_cache_runs_past_its_slots():
+    m = _model(kv={"align": 0, "max_tokens": 8, "window": 4, "sinks": 1})
+    for i in range(12):
+        m.forward(1 + i)
+    assert m.cache.n_seen == 12 and m.cache.n_cached == 5
+    m.close()
