@@ -15,9 +15,9 @@
 # positions take slot S + (p - S) % W, overwriting (evicting) the token W positions older. slot_pos[slot] is
 # the logical position a slot holds (-1: empty); it is the truth the attention loop iterates over.
 # An eviction policy (kvedge.evict) may replace the placement; it evicts with evict_slot().
-from array import array
 import struct
 
+from .compat import zeros
 from .budget import FULL, I4, I8, F16, F32, align_up, row_bytes
 from .errors import BudgetError, CacheFullError
 from . import quant
@@ -62,12 +62,12 @@ class KVCache:
         if end != need:  # the layout and the budget formula must agree to the byte
             raise AssertionError("layout %d != formula %d" % (end, need))
         self.arena = bytearray(need)
-        self.slot_pos = array("i", [-1] * N)
-        self.res_group = array("i", [-1] * L)  # i4: group whose rows wait in the residual, per layer
-        self.res_fill = array("i", [0] * L)  # i4: rows of that group written so far, per layer
-        self.group_live = array("H", [0] * self.NG)  # i4 KIVI: live tokens per group (for used_bytes)
+        self.slot_pos = zeros("i", N)  # reset() fills it with -1
+        self.res_group = zeros("i", L)  # i4: group whose rows wait in the residual, per layer
+        self.res_fill = zeros("i", L)  # i4: rows of that group written so far, per layer
+        self.group_live = zeros("H", self.NG)  # i4 KIVI: live tokens per group (for used_bytes)
         self._f32 = "<%df" % D
-        self._scratch = array("f", [0.0] * D)  # one row, for quantizing
+        self._scratch = zeros("f", D)  # one row, for quantizing
         self.policy = None
         # bytes one cached token occupies, by where it lives (for used_bytes)
         self.pre_slot_bytes = 2 * L * H * self.frow

@@ -33,3 +33,16 @@ def mem_free():
     import gc
     f = getattr(gc, "mem_free", None)
     return f() if f else -1
+
+
+_ITEMSIZE = {"b": 1, "B": 1, "h": 2, "H": 2, "i": 4, "I": 4, "f": 4, "d": 8}
+
+
+def zeros(typecode, n):
+    """array(typecode) of n zeros without a temporary list of n boxed items (heap fragmentation on boards).
+
+    MicroPython fills an array from a bytes object's raw memory; CPython can repeat an array instead."""
+    from array import array
+    if IS_CPYTHON:
+        return array(typecode, [0]) * n
+    return array(typecode, bytes(n * _ITEMSIZE[typecode]))

@@ -61,3 +61,109 @@ def mv_quant(x, n, q):
         c = int(y + 0.5) if y >= 0 else -int(0.5 - y)
         q[i] = 127 if c > 127 else (-127 if c < -127 else c)
     return amax / 127.0
+
+
+# ---- attention tiles over the i8 cache: kernels_plain.att_* compiled to machine code ----
+from kvedge.kernels_plain import (T_N, T_D, T_QOFF, T_T, T_B, T_EQ, T_M, T_WS, T_EVMAX, T_TMAX,  # noqa: E402
+                                  T_EVT, T_HDR, SAT)
+
+
+@micropython.native
+def att_scores_i8(arena, q, tile):
+    """U[j] = q . K_j * scales, as log2 of the softmax weight in Q16 (saturating at +-2**29); tile max and
+    the tile's largest V scale exponent go to the header. Every intermediate stays within +-2**30."""
+    nt = tile[T_N]
+    D = tile[T_D]
+    qo = tile[T_QOFF]
+    T = tile[T_T]
+    B = tile[T_B]
+    eq = tile[T_EQ]
+    tmax = -SAT
+    evt = 0
+    for j in range(nt):
+        ko = tile[T_HDR + j]
+        s = 0
+        for i in range(D):
+            s += ((arena[ko + i] ^ 128) - 128) * q[qo + i]
+        km = tile[T_HDR + T + j]
+        h = arena[km] | (arena[km + 1] << 8)
+        e = (h >> 10) & 31
+        m = h & 1023
+        if e:
+            m += 1024
+        else:
+            e = 1
+        neg = s < 0
+        if neg:
+            s = -s
+        a = (s >> 10) * m + (((s & 1023) * m) >> 10)  # s * m / 2**10 without passing 2**30
+        x = (a >> 11) * B
+        y = (a & 2047) * B
+        r = 28 - eq - e
+        if r >= 11:
+            u = (x >> (r - 11)) + (y >> r)
+        elif r >= 0 and x < (1 << (18 + r)):
+            u = (x << (11 - r)) + (y >> r)
+        else:
+            u = SAT if a else 0
+        if u > SAT:
+            u = SAT
+        if neg:
+            u = -u
+        tile[T_HDR + 2 * T + j] = u
+        if u > tmax:
+            tmax = u
+        vm = tile[T_HDR + 4 * T + j]
+        ev = (arena[vm + 1] >> 2) & 31
+        if ev == 0:
+            ev = 1
+        if ev > evt:
+            evt = ev
+    tile[T_TMAX] = tmax
+    tile[T_EVT] = evt
+
+
+@micropython.native
+def att_weights_i8(arena, tile, exp2):
+    """Softmax weights of the tile, 2**((U - M) / 2**16) in Q14 from the exp2 table (linear interpolation),
+    shifted by the overflow guard WS; folds each token's V scale in. Returns the tile's sum of weights."""
+    nt = tile[T_N]
+    T = tile[T_T]
+    M = tile[T_M]
+    ws = tile[T_WS]
+    evmax = tile[T_EVMAX]
+    total = 0
+    for j in range(nt):
+        d = M - tile[T_HDR + 2 * T + j]
+        n = d >> 16
+        if n >= 15:
+            tile[T_HDR + 5 * T + j] = 0
+            continue
+        f = d & 0xFFFF
+        i = f >> 8
+        t0 = exp2[i]
+        w = (t0 - (((t0 - exp2[i + 1]) * (f & 255)) >> 8)) >> (n + ws)
+        total += w
+        vm = tile[T_HDR + 4 * T + j]
+        h = arena[vm] | (arena[vm + 1] << 8)
+        e = (h >> 10) & 31
+        m = h & 1023
+        if e:
+            m += 1024
+        else:
+            e = 1
+        tile[T_HDR + 5 * T + j] = (w * m) >> (10 + evmax - e)
+    return total
+
+
+@micropython.native
+def att_wsum_i8(arena, tile, out):
+    """out[i] = sum_j W[j] * V_j[i] over the tile (W <= 2**15, |V| <= 128, T <= 64: within 2**28)."""
+    nt = tile[T_N]
+    D = tile[T_D]
+    T = tile[T_T]
+    for i in range(D):
+        s = 0
+        for j in range(nt):
+            s += tile[T_HDR + 5 * T + j] * ((arena[tile[T_HDR + 3 * T + j] + i] ^ 128) - 128)
+        out[i] = s

@@ -1,0 +1,259 @@
+# Tiled online-softmax attention against a naive full-softmax reference (plain Python, every runtime).
+from array import array
+import gc
+import math
+
+from kvedge import kernels
+from kvedge.compat import zeros
+from kvedge.attention import Attention, quantize_query, dequantize_output
+from kvedge.cache import KVCache
+from kvedge.config import CacheConfig
+from _support import Rng, need, raises, message, under_heap_lock
+from _cacheref import RefCache
+
+
+def _gauss_rows(rng, n, D, outliers=False):
+    r = zeros("f", n)  # compact: the reference keeps every position on a 210 KB heap
+    for i in range(n):
+        r[i] = rng.gauss()
+    if outliers:  # a few outlier key channels, as real keys have
+        for i in range(0, n, D):
+            r[i + 1] *= 6.0
+            r[i + D - 1] *= 4.0
+    return r
+
+
+def _fill(cfg, rng, n_tokens):
+    """A cache with n_tokens appended (window wraps as configured) and the true K/V of every position."""
+    c = KVCache(cfg)
+    kv_dim = cfg.kv_heads * cfg.head_dim
+    K, V = [], []
+    for p in range(n_tokens):
+        ks = [_gauss_rows(rng, kv_dim, cfg.head_dim, True) for _ in range(cfg.layers)]
+        vs = [_gauss_rows(rng, kv_dim, cfg.head_dim) for _ in range(cfg.layers)]
+        c.append(ks, vs)
+        K.append(ks)
+        V.append(vs)
+    return c, K, V
+
+
+def reference(cfg, K, V, live, layer, q, mapping=None):
+    """softmax(q_h . k / sqrt(D)) v over `live` positions, with the full score vector (no tiling).
+    Buffers are arrays allocated up front: lists of boxed floats fragment a small MicroPython heap."""
+    D, H = cfg.head_dim, cfg.heads
+    group = H // cfg.kv_heads
+    out = zeros("d", H * D)
+    w = zeros("d", len(live))
+    for h in range(H):
+        kvh = mapping(h) if mapping else h // group
+        m = -1e300
+        for j in range(len(live)):
+            k = K[live[j]][layer]
+            s = 0.0
+            for i in range(D):
+                s += q[h * D + i] * k[kvh * D + i]
+            s /= math.sqrt(D)
+            w[j] = s
+            if s > m:
+                m = s
+        l = 0.0
+        for j in range(len(live)):
+            w[j] = math.exp(w[j] - m)
+            l += w[j]
+        for j in range(len(live)):
+            v = V[live[j]][layer]
+            for i in range(D):
+                out[h * D + i] += w[j] * v[kvh * D + i]
+        for i in range(D):
+            out[h * D + i] /= l
+    return out
+
+
+def rel_err(a, b):
+    return max(abs(a[i] - b[i]) for i in range(len(b))) / max(abs(x) for x in b)
+
+
+def cosine(a, b):
+    dot = sum(a[i] * b[i] for i in range(len(b)))
+    return dot / math.sqrt(sum(x * x for x in a) * sum(x * x for x in b))
+
+
+# (heads, kv_heads, head_dim, tokens appended, window, sinks): GQA ratios 1, 2, 4, 8 and MQA
+CASES = [
+    (2, 2, 8, 30, 0, 0),
+    (4, 2, 16, 50, 24, 2),
+    (8, 2, 8, 70, 16, 4),
+    (8, 1, 32, 40, 12, 1),
+    (4, 4, 16, 12, 0, 0),
+    (2, 1, 128, 12, 4, 2),
+]
+
+
+def _case(dtype, case, seed, tile=8):
+    H, KVH, D, n, window, sinks = case
+    max_tokens = max(n, window + sinks)
+    if dtype == "i4":
+        window = window - window % 4
+        max_tokens = n if not window else max(window + sinks, n)
+        if not window:
+            max_tokens = (n + 3) // 4 * 4
+    kw = dict(window=window, sinks=sinks, align=0)
+    if dtype == "i4":
+        kw.update(group=4, prefix=sinks)
+    cfg = CacheConfig(1, H, KVH, D, max_tokens, dtype, **kw)
+    rng = Rng(seed)
+    c, K, V = _fill(cfg, rng, n)
+    ref = RefCache(cfg.max_tokens, cfg.window, cfg.sinks)
+    ref.n = n
+    q = _gauss_rows(rng, H * D, D)
+    return cfg, c, K, V, ref.live(), q, Attention(c, tile=tile)
+
+
+def _float_case(dtype, case, seed):
+    """(relative error, cosine) of the float path on one case; everything it built is freed on return."""
+    cfg, c, K, V, live, q, att = _case(dtype, case, seed)
+    out = zeros("f", (cfg.heads * cfg.head_dim))
+    att.step(0, q, out)
+    want = reference(cfg, K, V, live, 0, q)
+    return rel_err(out, want), cosine(out, want)
+
+
+def test_float_path_f32_matches_reference_for_every_gqa_ratio():
+    for i, case in enumerate(CASES):
+        err = _float_case("f32", case, 10 + i)[0]
+        assert err <= 1e-5, (case, err)
+        gc.collect()
+
+
+def test_float_path_f16_within_half_rounding():
+    for i, case in enumerate(CASES[:4]):
+        # K and V are rounded to 11 significant bits: the output moves by about that much, not more
+        err = _float_case("f16", case, 20 + i)[0]
+        assert err <= 4e-3, (case, err)
+        gc.collect()
+
+
+def test_float_path_on_i8_and_i4_caches():
+    for i, case in enumerate(CASES):
+        for dtype, bound in (("i8", 0.999), ("i4", 0.99)):
+            cs = _float_case(dtype, case, 30 + i)[1]
+            assert cs >= bound, (dtype, case, cs)
+            gc.collect()
+
+
+def _int_step(att, cfg, q):
+    n = cfg.heads * cfg.head_dim
+    qc, qs = zeros("b", n), zeros("H", cfg.heads)
+    oq, oe = zeros("i", n), zeros("i", cfg.heads)
+    quantize_query(q, qc, qs, cfg.heads)
+    att.step_q8(0, qc, qs, oq, oe)
+    out = zeros("f", n)
+    dequantize_output(oq, oe, out, cfg.heads)
+    return out, oq, oe
+
+
+def _int_case(case, seed):
+    cfg, c, K, V, live, q, att = _case("i8", case, seed)
+    out, oq, oe = _int_step(att, cfg, q)
+    cs = cosine(out, reference(cfg, K, V, live, 0, q))
+    for kind in kernels.available():
+        att.k = kernels.select(kind)
+        _, oq2, oe2 = _int_step(att, cfg, q)
+        assert list(oq2) == list(oq) and list(oe2) == list(oe), kind
+    kernels.select()
+    return cs
+
+
+def test_integer_path_i8_cosine_and_same_bits_on_every_kernel():
+    for i, case in enumerate(CASES):
+        cs = _int_case(case, 40 + i)
+        assert cs >= 0.999, (case, cs)
+        gc.collect()
+
+
+def test_wrong_head_mapping_is_caught():
+    # trap 1: the same check, with the reference using h % kv_heads instead of h // group, must fail
+    cfg, c, K, V, live, q, att = _case("f32", (8, 2, 8, 30, 0, 0), 50)
+    out = zeros("f", (cfg.heads * cfg.head_dim))
+    att.step(0, q, out)
+    assert rel_err(out, reference(cfg, K, V, live, 0, q)) <= 1e-5
+    wrong = reference(cfg, K, V, live, 0, q, mapping=lambda h: h % cfg.kv_heads)
+    assert rel_err(out, wrong) > 0.05
+    assert [att.kv_head(h) for h in range(8)] == [0, 0, 0, 0, 1, 1, 1, 1]
+
+
+def _tile_case(tile):
+    cfg, c, K, V, live, q, att = _case("i8", (4, 2, 16, 50, 24, 2), 60, tile)
+    out, oq, oe = _int_step(att, cfg, q)
+    assert cosine(out, reference(cfg, K, V, live, 0, q)) >= 0.999
+    f = zeros("f", 64)
+    att.step(0, q, f)
+    return f
+
+
+def test_tile_size_does_not_change_the_result():
+    first = _tile_case(1)
+    for tile in (3, 8, 64):
+        gc.collect()
+        assert rel_err(_tile_case(tile), first) <= 1e-5, tile
+
+
+def test_scores_report_probabilities():
+    cfg, c, K, V, live, q, att = _case("i8", (4, 2, 8, 20, 0, 0), 70)
+    sf = zeros("i", cfg.slots)
+    si = zeros("i", cfg.slots)
+    out = zeros("f", 32)
+    att.step(0, q, out, scores=sf)
+    n = 32
+    qc, qs, oq, oe = zeros("b", n), zeros("H", 4), zeros("i", n), zeros("i", 4)
+    quantize_query(q, qc, qs, 4)
+    att.step_q8(0, qc, qs, oq, oe, scores=si)
+    # each query head's probabilities sum to 1 (Q16), so four heads sum to 4
+    assert abs(sum(sf) - 4 * 65536) <= 4 * len(live)
+    assert abs(sum(si) - 4 * 65536) <= 4 * 65536 // 200
+    for s in range(cfg.slots):
+        assert abs(sf[s] - si[s]) <= 65536 // 50, (s, sf[s], si[s])
+
+
+def test_attention_bad_input():
+    cfg, c, K, V, live, q, att = _case("f32", (4, 2, 8, 5, 0, 0), 80)
+    e = raises(ValueError, att.step, 0, zeros("f", 31), zeros("f", 32))
+    assert "q has 31 values, expected heads*head_dim = 32" in message(e)
+    e = raises(IndexError, att.step, 1, q, zeros("f", 32))
+    assert "layer 1 out of range" in message(e)
+    e = raises(ValueError, att.step_q8, 0, zeros("b", 32), zeros("H", 4), zeros("i", 32),
+               zeros("i", 4))
+    assert "integer path needs an i8 cache" in message(e)
+    empty = Attention(KVCache(CacheConfig(1, 4, 2, 8, 4, "f32", align=0)))
+    e = raises(ValueError, empty.step, 0, q, zeros("f", 32))
+    assert "no cached tokens" in message(e)
+    e = raises(ValueError, Attention, c, 0)
+    assert "tile must be 1..64" in message(e)
+
+
+def _int_steps(att, qc, qs, oq, oe, layers):
+    for layer in range(layers):
+        att.step_q8(layer, qc, qs, oq, oe)
+    return oe[0]
+
+
+def test_integer_step_allocates_nothing_up_to_the_cap():
+    need("heap_lock")
+    # 8 heads, 2 KV heads, head_dim 16, 2 layers, cache filled to its cap of 96 tokens
+    cfg = CacheConfig(2, 8, 2, 16, 96, "i8", align=0)
+    c = KVCache(cfg)
+    rng = Rng(90)
+    for p in range(96):
+        c.append([_gauss_rows(rng, 32, 16, True) for _ in range(2)], [_gauss_rows(rng, 32, 16) for _ in range(2)])
+    att = Attention(c, tile=32)
+    n = 128
+    q = array("f", [rng.gauss() for _ in range(n)])
+    qc, qs, oq, oe = zeros("b", n), zeros("H", 8), zeros("i", n), zeros("i", 8)
+    quantize_query(q, qc, qs, 8)
+    for kind in kernels.available():
+        att.k = kernels.select(kind)
+        _int_steps(att, qc, qs, oq, oe, 2)  # warm
+        before = list(oq)
+        under_heap_lock(_int_steps, att, qc, qs, oq, oe, 2)
+        assert list(oq) == before, kind
+    kernels.select()
