@@ -120,9 +120,10 @@ def curves(spec, r, align, batch, points=120):
     out["f16, window %d + %d sinks" % (w, sinks)] = (
         xs, [fixed + budget.kv_bytes_layers([w + sinks] * spec.layers, spec.kv_heads, spec.head_dim, x, "f16", align,
                                             batch) for x in xs])
-    out["i8, H2O %d slots" % (w + sinks)] = (
+    out["i8, H2O %d slots (with scores)" % (w + sinks)] = (
         xs, [fixed + budget.kv_bytes_layers([w + sinks] * spec.layers, spec.kv_heads, spec.head_dim, x, "i8", align,
-                                            batch) for x in xs])
+                                            batch)
+             + batch * budget.h2o_score_bytes(spec.layers, spec.kv_heads, min(x, w + sinks)) for x in xs])
     return out
 
 
@@ -133,13 +134,18 @@ def plot(path, spec, r, tgt, align, batch):
     if not path.lower().endswith(".png"):
         raise ValueError("%s: --plot writes a PNG file (name it FILE.png)" % path)
     fig, ax = plt.subplots(figsize=(8, 5))
+    lo, hi = None, tgt["heap_bytes"]
     for label, (xs, ys) in curves(spec, r, align, batch).items():
         ax.plot(xs, [y / 1024.0 for y in ys], label=label)
-    ax.axhline(tgt["heap_bytes"] / 1024.0, color="red", linestyle="--", label="heap of %s" % tgt["name"])
+        lo = min(ys) if lo is None else min(lo, min(ys))
+        hi = max(hi, max(ys))
+    ax.axhline(tgt["heap_bytes"] / 1024.0, color="black", linestyle="--", label="heap of %s" % tgt["name"])
     ax.set_xlabel("context (tokens)")
     ax.set_ylabel("weights + KV + activations + workspace (KiB)")
-    ax.set_title("%s on %s (align %d, batch %d)" % (spec.name, tgt["name"], align, batch))
-    ax.set_yscale("log")
+    ax.set_title("%s on %s (weights %s, align %d, batch %d)" % (spec.name, tgt["name"], r["weights_dtype"], align,
+                                                                batch))
+    if lo and hi / lo > 50:
+        ax.set_yscale("log")
     ax.legend(fontsize=8)
     ax.grid(True, alpha=0.3)
     try:

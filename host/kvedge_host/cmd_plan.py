@@ -55,16 +55,26 @@ def _norm(s):
 
 
 def _row_kind(row, label):
-    """(kind, dtype) a quality row measures, from explicit fields or its label ('i8+prefix', 'sinks+window 64')."""
+    """(kind, dtype) a quality row measures: from its cache "config" (what `kvedge eval --json` writes) when
+    present, else from explicit "kind"/"dtype" fields or its label ('i8 + f32 prefix 26', 'sinks 4 + window 124')."""
     n = _norm(row.get("kind") or label)
-    kind = ("h2o" if "h2o" in n else "sinks" if "sink" in n else "window" if "window" in n
-            else "prefix" if "prefix" in n else "keep")
-    dtype = row.get("dtype")
+    cfg = row.get("config") if isinstance(row.get("config"), dict) else None
+    if "h2o" in n:
+        kind = "h2o"
+    elif cfg is not None:
+        kind = ("sinks" if cfg.get("sinks") else "window" if cfg.get("window") else
+                "prefix" if cfg.get("prefix") else "keep")
+        if cfg.get("dtype") == budget.I4 and cfg.get("residual") == 0:
+            kind = "naive"  # per-token i4 keys: not a layout the planner offers
+    else:
+        kind = ("sinks" if "sink" in n else "window" if "window" in n else "prefix" if "prefix" in n
+                else "naive" if "pertoken" in n else "keep")
+    dtype = (cfg or {}).get("dtype") or row.get("dtype")
     if dtype not in DTYPES:
         m = re.search(r"(f32|f16|i8|i4|int8|int4|fp16|fp32)", _norm(label))
         dtype = {"int8": "i8", "int4": "i4", "fp16": "f16", "fp32": "f32"}.get(m.group(1), m.group(1)) if m else None
-    if dtype is None:
-        dtype = budget.F32 if kind == "keep" else None
+    if dtype is None and kind == "keep":
+        dtype = budget.F32
     return kind, dtype
 
 
@@ -112,8 +122,10 @@ def load_quality(path):
 
 
 def match_quality(table, cand):
-    """The measured row for a candidate (same kind and dtype; a flash tier attends like its cold dtype; keep f32
-    is the reference), or None."""
+    """The measured row for a candidate, or None. Same kind and dtype first; an eviction strategy (H2O, sinks +
+    window, window) measured in another dtype or size still tells its cost (the row's label says what was
+    measured); a flash tier attends every token, the old ones as i8, so it takes i8's cost; the full f32 cache is
+    the reference (cost 0)."""
     if table is None:
         return None
     kind, dtype = cand["kind"], cand["cache"]["dtype"]
@@ -122,12 +134,33 @@ def match_quality(table, cand):
     if kind == "shorter":
         return None
     for row in table:
-        if row["kind"] == kind and (row["dtype"] == dtype or (row["dtype"] is None and kind in ("h2o", "sinks",
-                                                                                                "window"))):
+        if row["kind"] == kind and row["dtype"] == dtype:
             return row
+    if kind in ("h2o", "sinks", "window"):
+        for row in table:
+            if row["kind"] == kind:
+                return _other_dtype(table, row, dtype)
     if kind == "keep" and dtype == budget.F32:
-        return {"label": "f32 (reference)", "metrics": {"kl": 0.0}}
+        return {"label": "f32 (reference)", "kind": "keep", "dtype": "f32", "metrics": {"kl": 0.0}}
     return None
+
+
+def _keep_kl(table, dtype):
+    for row in table:
+        if row["kind"] == "keep" and row["dtype"] == dtype and "kl" in row["metrics"]:
+            return row["metrics"]["kl"]
+    return 0.0 if dtype == budget.F32 else None
+
+
+def _other_dtype(table, row, dtype):
+    """An eviction row measured in another dtype, moved to `dtype` by adding the two dtypes' measured full-cache
+    KL difference (eviction and quantization costs taken as additive); marked uncertain when that is unknown."""
+    a, b = _keep_kl(table, dtype), _keep_kl(table, row["dtype"])
+    if "kl" in row["metrics"] and a is not None and b is not None:
+        kl = max(0.0, row["metrics"]["kl"] + a - b)
+        return {"label": "%s, moved to %s by the full-cache KL difference" % (row["label"], dtype),
+                "kind": row["kind"], "dtype": dtype, "metrics": {"kl": kl}, "estimated": True}
+    return dict(row, uncertain=True)
 
 
 def quality_cost(q):
@@ -207,7 +240,8 @@ class Planner:
                          "heap_bytes": self.weights_heap(place)},
              "activation_bytes": self.act, "workspace_bytes": self.ws, "total_bytes": total,
              "heap_bytes": self.heap, "headroom_bytes": self.heap - total, "fits": total <= self.heap}
-        c["budget_bytes"] = self.heap - (total - kv * self.batch)  # what KVCache(cfg, budget=...) may use
+        # what each sequence's KVCache(cfg, budget=...) may use: the heap minus everything else, per sequence
+        c["budget_bytes"] = (self.heap - (total - kv * self.batch)) // self.batch
         c["placement"] = self.placement(c)
         return c
 
@@ -421,7 +455,7 @@ def rank(cands, table):
 
     def key(c):
         q = c["quality"]
-        measured = (0, quality_cost(q)) if q else (1, 0.0)
+        measured = (0, quality_cost(q), 1 if q.get("uncertain") else 0) if q else (1, 0.0, 0)
         grp = KIND_GROUP[c["kind"]]
         dt = DTYPE_RANK[c["cache"]["dtype"]]
         if grp == 0:

@@ -1,0 +1,208 @@
+"""`kvedge budget` and `kvedge boards`: figures recomputed independently, --json keys, --plot, and every bad input
+ending in one line naming the problem and the file, exit status 2, no traceback."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from kvedge import budget
+from kvedge_host import cli
+
+import _modelfiles as mf
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+STORIES = os.path.join(os.path.dirname(ROOT), "shared", "models", "stories260K.bin")
+RP2040_HEAP = 215040
+RP2040_WORKSPACE = 16384
+
+
+def run_json(capsys, *argv):
+    rc = cli.main(["budget"] + list(argv) + ["--json"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    return json.loads(out)
+
+
+def bad(capsys, argv, *parts):
+    rc = cli.main(list(argv))
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("kvedge %s: error: " % argv[0]), lines[0]
+    assert "Traceback" not in err
+    for p in parts:
+        assert p in lines[0], (p, lines[0])
+    return lines[0]
+
+
+@pytest.fixture
+def stories(tmp_path):
+    """The real stories260K.bin when present, else a checkpoint of the same shape written here."""
+    if os.path.exists(STORIES):
+        return STORIES
+    return mf.write_llama2c(str(tmp_path / "stories260K.bin"))
+
+
+def _stories_expected(kv_dtype):
+    # independent recomputation: header dim 64, hidden 172, 5 layers, 8 heads, 4 KV heads, vocab 512, seq 512
+    weights = 4 * (512 * 64 + 5 * (64 * 64 + 2 * 32 * 64 + 64 * 64 + 3 * 64 * 172)) + 4 * (5 * 2 * 64 + 64)
+    row = {"f32": 32, "i8": 8 + 2}[kv_dtype]  # i8: 8 code bytes + one f16 scale per row, no padding (align 0)
+    kv = 2 * 5 * 4 * 512 * row
+    act = 4 * (4 * 64 + 2 * 172 + 512 + 8 * (32 + 2 + 8))  # x, xb, xb2, q, hb, hb2, logits, per-head tile
+    return weights, kv, act
+
+
+@pytest.mark.parametrize("kv_dtype", ["i8", "f32"])
+def test_stories260k_on_rp2040_recomputed(capsys, stories, kv_dtype):
+    r = run_json(capsys, "--model", stories, "--board", "rp2040", "--kv-dtype", kv_dtype)
+    weights, kv, act = _stories_expected(kv_dtype)
+    assert weights == 1040128 and act == 5792
+    assert kv == {"i8": 204800, "f32": 655360}[kv_dtype]
+    total = weights + kv + act + RP2040_WORKSPACE
+    assert r["weights_bytes"] == weights
+    assert r["kv_cache_bytes"] == kv and r["k_bytes"] == r["v_bytes"] == kv // 2
+    assert r["kv_bytes_per_token"] == kv // 512
+    assert r["activation_bytes"] == act and r["workspace_bytes"] == RP2040_WORKSPACE
+    assert r["total_bytes"] == total and r["heap_bytes"] == RP2040_HEAP
+    assert r["headroom_bytes"] == RP2040_HEAP - total
+    assert r["fits"] is False and r["max_context_tokens"] == 0  # f32 weights alone exceed the heap
+    assert r["kv_scale_bytes"] == (2 * 5 * 4 * 512 * 2 if kv_dtype == "i8" else 0)
+
+
+def test_longest_context_recomputed(capsys, stories):
+    heap = 600000
+    r = run_json(capsys, "--model", stories, "--heap", str(heap), "--kv-dtype", "f32", "--weights-dtype", "i8",
+                 "--context", "128")
+    p = budget.llama_params(64, 172, 5, 8, 4, 512)
+    w = budget.weights_bytes(p, "i8")
+    room = heap - w - r["activation_bytes"]  # --heap: no workspace unless --workspace
+    assert r["workspace_bytes"] == 0
+    assert r["max_context_tokens"] == min(512, room // 1280)  # 1280 = 2 x 5 layers x 4 heads x 8 x 4 bytes
+    assert r["fits"] is True and r["kv_cache_bytes"] == 128 * 1280
+
+
+def test_json_keys_and_llama_cpp_sizes(capsys, tmp_path):
+    p = mf.write_json(tmp_path, "config.json", mf.TINYLLAMA)
+    r = run_json(capsys, "--model", p, "--context", "2048", "--heap", str(1 << 33))
+    for k in ("kv_cache_bytes", "kv_bytes_per_token", "weights_bytes", "total_bytes", "max_context_tokens", "fits",
+              "k_bytes", "v_bytes", "activation_bytes", "workspace_bytes", "heap_bytes", "headroom_bytes",
+              "kv_padding_bytes", "batch", "align"):
+        assert k in r, k
+    assert r["kv_cache_bytes"] == 46137344 and r["k_bytes"] == 23068672 and r["kv_bytes_per_token"] == 22528
+    assert r["align"] == 0 and r["kv_padding_bytes"] == 0
+    assert r["max_context_tokens"] == 2048 and r["max_context_capped_by_model"] is True
+    r7 = run_json(capsys, "--preset", "llama2-7b", "--context", "512", "--heap", str(1 << 40))
+    assert r7["kv_cache_bytes"] == 256 << 20
+
+
+def test_batch_and_align(capsys, stories):
+    one = run_json(capsys, "--model", stories, "--kv-dtype", "f32", "--heap", "10000000")
+    two = run_json(capsys, "--model", stories, "--kv-dtype", "f32", "--heap", "10000000", "--batch", "2")
+    assert two["kv_cache_bytes"] == 2 * one["kv_cache_bytes"]
+    assert two["activation_bytes"] == 2 * one["activation_bytes"]
+    assert two["weights_bytes"] == one["weights_bytes"]
+    padded = run_json(capsys, "--model", stories, "--kv-dtype", "f32", "--heap", "10000000", "--align", "64")
+    # 32-byte f32 rows pad to 64: the cache doubles and the padding is reported
+    assert padded["kv_cache_bytes"] == 2 * 655360 and padded["kv_padding_bytes"] == 655360
+
+
+def test_i4_per_token_and_windows(capsys, tmp_path):
+    p = mf.write_json(tmp_path, "g.json", mf.GEMMA2_2B)
+    r = run_json(capsys, "--model", p, "--heap", str(1 << 40), "--context", "8192")
+    assert r["kv_cache_bytes"] == 654311424
+    assert r["layer_windows"][:2] == [4096, 0]
+    i4 = run_json(capsys, "--model", p, "--heap", str(1 << 40), "--context", "8192", "--kv-dtype", "i4")
+    # one 32-token group per layer and KV head: codes 32*128*2, value scale+zero 32*4, key scale+zero 256*4
+    per_group = 26 * 4 * (32 * 128 * 2 + 32 * 4 + 256 * 4)
+    assert i4["kv_bytes_per_token"] == per_group // 32
+
+
+def test_table_output(capsys, stories):
+    assert cli.main(["budget", "--model", stories, "--board", "rp2040", "--kv-dtype", "i8"]) == 0
+    out = capsys.readouterr().out
+    for s in ("weights", "K cache", "V cache", "204,800", "longest context", "headroom", "GQA"):
+        assert s in out, s
+
+
+def test_plot_writes_png(capsys, stories, tmp_path):
+    out = str(tmp_path / "mem.png")
+    r = run_json(capsys, "--model", stories, "--board", "rp2040", "--plot", out)
+    assert r["plot"] == out
+    with open(out, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_boards_lists_profiles_with_sources(capsys):
+    assert cli.main(["boards", "--json"]) == 0
+    profs = json.loads(capsys.readouterr().out)
+    names = [p["name"] for p in profs]
+    assert "rp2040" in names and "esp32-psram" in names
+    assert all(p["sources"] for p in profs)
+    assert cli.main(["boards"]) == 0
+    out = capsys.readouterr().out
+    assert "rp2040" in out and "source:" in out
+
+
+# ---- bad input: one line, exit 2 ----
+
+def test_bad_files(capsys, tmp_path):
+    missing = str(tmp_path / "nope.bin")
+    bad(capsys, ["budget", "--model", missing], missing, "cannot read")
+    j = tmp_path / "config.json"
+    j.write_text("{\"num_hidden_layers\": 2,")
+    bad(capsys, ["budget", "--model", str(j)], str(j), "not valid JSON")
+    cfg = dict(mf.TINYLLAMA)
+    del cfg["hidden_size"]
+    p = mf.write_json(tmp_path, "miss.json", cfg)
+    bad(capsys, ["budget", "--model", p], p, "missing hidden_size")
+    g = mf.write_gguf(str(tmp_path / "m.gguf"))
+    data = open(g, "rb").read()
+    t = tmp_path / "t.gguf"
+    t.write_bytes(data[:len(data) // 3])
+    bad(capsys, ["budget", "--model", str(t)], str(t), "truncated or malformed GGUF")
+    nc = mf.write_gguf(str(tmp_path / "noctx.gguf"), ctx=None)
+    bad(capsys, ["budget", "--model", nc], nc, "give --context")
+    z = mf.write_json(tmp_path, "z.json", dict(mf.TINYLLAMA, num_attention_heads=0))
+    bad(capsys, ["budget", "--model", z], z, "num_attention_heads must be positive, got 0")
+
+
+def test_bad_sizes_board_and_dtypes(capsys, stories):
+    m = ["budget", "--model", stories]
+    bad(capsys, m + ["--context", "0"], "--context must be positive, got 0")
+    bad(capsys, m + ["--context", "-5"], "--context must be positive, got -5")
+    bad(capsys, m + ["--heap", "0"], "--heap must be positive, got 0")
+    bad(capsys, m + ["--heap", "-1"], "--heap must be positive")
+    bad(capsys, m + ["--batch", "0"], "--batch must be positive, got 0")
+    bad(capsys, m + ["--workspace", "-1"], "--workspace must be >= 0")
+    bad(capsys, m + ["--board", "esp8266"], "unknown board 'esp8266'", "rp2040")
+    bad(capsys, m + ["--kv-dtype", "f8"], "unknown KV dtype 'f8'")
+    bad(capsys, m + ["--weights-dtype", "q2"], "unknown weights dtype 'q2'")
+    bad(capsys, m + ["--align", "48"], "align must be 0, 1 or a power of two, got 48")
+    bad(capsys, m + ["--kv-dtype", "q8_0"], "head_dim must be a multiple of 32 for q8_0, got 8")
+    bad(capsys, ["budget", "--preset", "gpt5"], "unknown preset 'gpt5'")
+    bad(capsys, m + ["--plot", "/nonexistent-dir/x.png"], "/nonexistent-dir/x.png")
+    bad(capsys, m + ["--plot", "x.svg"], "x.svg", "PNG")
+
+
+def test_broken_board_profile_names_the_file(capsys, stories, tmp_path, monkeypatch):
+    from kvedge_host import boards
+    (tmp_path / "broken.json").write_text("{\"heap_bytes\": 1000")
+    monkeypatch.setattr(boards, "BOARDS", str(tmp_path))
+    bad(capsys, ["budget", "--model", stories, "--board", "broken"], "broken.json", "cannot read board profile")
+
+
+def test_entry_point_subprocess(tmp_path):
+    """The installed `kvedge` command: exit 2 and one stderr line, no traceback."""
+    exe = os.path.join(os.path.dirname(sys.executable), "kvedge")
+    cmd = [exe] if os.path.exists(exe) else [sys.executable, "-m", "kvedge_host.cli"]
+    missing = str(tmp_path / "none.gguf")
+    p = subprocess.run(cmd + ["budget", "--model", missing], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines() == ["kvedge budget: error: %s: cannot read: No such file or directory"
+                                             % missing]
+    ok = subprocess.run(cmd + ["budget", "--preset", "tinyllama-1.1b", "--json", "--heap", "1000000"],
+                        capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0 and json.loads(ok.stdout)["kv_cache_bytes"] == 46137344
