@@ -243,7 +243,7 @@ class Planner:
         # what each sequence's KVCache(cfg, budget=...) may use: the heap minus everything else, per sequence
         c["budget_bytes"] = (self.heap - (total - kv * self.batch)) // self.batch
         c["placement"] = self.placement(c)
-        return c
+        return self._flash_check(c) if place == "flash" else c
 
     # -- the strategies; each returns a candidate or None, and records what it tried --
 
@@ -251,8 +251,11 @@ class Planner:
         if c is None:
             self.trace.append({"try": what, "result": "does not fit at any setting"})
         else:
-            self.trace.append({"try": what, "result": "fits" if c["fits"] else "does not fit",
-                               "total_bytes": c["total_bytes"], "strategy": c["strategy"]})
+            t = {"try": what, "result": "fits" if c["fits"] else "does not fit", "total_bytes": c["total_bytes"],
+                 "strategy": c["strategy"]}
+            if c.get("why_not"):
+                t["result"] += " (%s)" % c["why_not"]
+            self.trace.append(t)
         return c
 
     def _i4_tokens(self, n, prefix=0):
@@ -337,10 +340,17 @@ class Planner:
         c["strategy"] = "%s hot ring %d + %d sinks, older tokens i8 on flash" % (dtype, hot, SINKS)
         c["tokens_kept"] = self.context
         c["tier"] = {"kind": "flash", "dtype": budget.I8, "cold_bytes": cold, "flash_fs_bytes": room}
-        if cold > room:
-            c["fits"] = False
-            c["why_not"] = "cold tier needs %d bytes of flash, %d available" % (cold, room)
         c["placement"] = self.placement(c)
+        return self._flash_check(c)
+
+    def _flash_check(self, c):
+        """Weights kept on flash and a cold KV tier must fit the flash a plan may use (flash_fs_bytes)."""
+        need = (self.weights_bytes if c["weights"]["place"] == "flash" else 0) + (c["tier"] or {}).get("cold_bytes", 0)
+        c["flash_bytes"] = need
+        room = self.flash_fs_bytes()
+        if need > room:
+            c["fits"] = False
+            c["why_not"] = "needs %d bytes of flash, %d available" % (need, room)
         return c
 
     def shorter(self, dtype, place):
@@ -498,7 +508,8 @@ def run(a):
         notes.append("no --quality table: ranked by the heuristic order (run `kvedge eval --json` to measure)")
     result = {"model": spec.name, "board": tgt["name"], "heap_bytes": tgt["heap_bytes"], "context": context,
               "align": a.align, "batch": a.batch, "requested": pl.baseline, "trace": pl.trace,
-              "configurations": ranked, "notes": notes}
+              "configurations": ranked, "notes": notes,
+              "flash_fs_bytes": pl.flash_fs_bytes() if tgt["profile"] else None}
     chosen = None
     if ranked:
         if a.pick > len(ranked):
@@ -550,6 +561,8 @@ def print_plan(spec, tgt, r, chosen, top):
         c.print("[red]no configuration fits[/red]: weights %s, activations %s, workspace %s against a heap of %s"
                 % (_b(req["weights"]["heap_bytes"]), _b(req["activation_bytes"]), _b(req["workspace_bytes"]),
                    _b(tgt["heap_bytes"])))
+        if r.get("flash_fs_bytes") is not None and req["weights"]["bytes"] > r["flash_fs_bytes"]:
+            c.print("the weights do not fit the flash either (%s usable)" % _b(r["flash_fs_bytes"]), highlight=False)
         for n in r["notes"]:
             c.print("note: " + n, highlight=False, markup=False)
         return
