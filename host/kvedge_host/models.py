@@ -256,13 +256,18 @@ def read_gguf(path):
     try:
         from gguf import GGUFReader
         reader = GGUFReader(path, "r")
-        meta = {k: _gguf_value(f) for k, f in reader.fields.items() if not k.startswith("tokenizer.ggml.merges")}
+        arch_field = reader.fields.get("general.architecture")
+        arch = _gguf_value(arch_field) if arch_field is not None else None
+        # decode only the keys used here: a tokenizer's arrays hold 10^5 entries
+        meta = {k: _gguf_value(f) for k, f in reader.fields.items()
+                if k.startswith("general.") or (arch and k.startswith(arch + "."))}
+        toks = reader.fields.get("tokenizer.ggml.tokens")
+        n_tokens = len(toks.data) if toks is not None else None
         tensors = [(t.name, int(t.n_bytes), [int(x) for x in t.shape]) for t in reader.tensors]
     except ModelError:
         raise
     except Exception as e:  # the gguf package raises many types on a short or damaged file
         raise ModelError("%s: truncated or malformed GGUF (%s: %s)" % (path, type(e).__name__, e))
-    arch = meta.get("general.architecture")
     if not isinstance(arch, str) or not arch:
         raise ModelError("%s: missing general.architecture" % path)
 
@@ -308,9 +313,8 @@ def read_gguf(path):
         notes.append("context_length absent: give --context")
     vocab = key("vocab_size")
     if vocab is None:
-        toks = meta.get("tokenizer.ggml.tokens")
         emb = [s for n, _, s in tensors if n == "token_embd.weight"]
-        vocab = len(toks) if isinstance(toks, list) else (emb[0][-1] if emb and len(emb[0]) > 1 else 0)
+        vocab = n_tokens if n_tokens else (emb[0][-1] if emb and len(emb[0]) > 1 else 0)
     windows = []
     swa = key("attention.sliding_window")
     if swa:

@@ -264,3 +264,22 @@ def test_presets_load_and_cite_sources():
     assert kv(models.preset("stories260k"), 512, "f32") == 655360
     assert "unknown preset 'gpt5'" in _err(models.preset, "gpt5")
     json.dumps(models.PRESETS)  # plain data
+
+
+def test_gguf_vocab_from_tokenizer_tokens(tmp_path):
+    import gguf
+    import numpy as np
+    p = str(tmp_path / "tok.gguf")
+    w = gguf.GGUFWriter(p, "llama")
+    w.add_block_count(2)
+    w.add_head_count(4)
+    w.add_embedding_length(64)
+    w.add_context_length(128)
+    w.add_token_list(["<unk>", "<s>", "</s>", "a", "b"])
+    w.add_tensor("token_embd.weight", np.zeros((5, 64), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    s = models.load(p)
+    assert s.vocab == 5 and s.kv_heads == 4 and s.head_dim == 16 and s.weights_file_bytes == 5 * 64 * 4
