@@ -107,5 +107,7 @@ def account(spec, context, kv_dtype, tgt, weights_dtype=None, align=0, batch=1, 
         "activation_bytes": act, "workspace_bytes": ws, "total_bytes": dep["total"],
         "board": tgt["name"], "heap_bytes": heap, "headroom_bytes": heap - dep["total"],
         "max_context_tokens": max_ctx, "max_context_capped_by_model": max_ctx == limit and limit > 0,
-        "fits": dep["total"] <= heap, "notes": list(spec.notes),
+        "fits": dep["total"] <= heap, "notes": list(spec.notes) + (
+            ["context %d is longer than the model's trained context %d" % (context, spec.context)]
+            if spec.context and context > spec.context else []),
     }

@@ -90,7 +90,7 @@ def print_table(spec, r):
             ("heap", "heap_bytes"), ("headroom", "headroom_bytes"))
     for label, key in rows:
         t.add_row(label, _b(r[key]))
-    capped = " (the model's context)" if r["max_context_capped_by_model"] else ""
+    capped = " (the search limit: model context or --context)" if r["max_context_capped_by_model"] else ""
     t.add_row("longest context that fits", "{:,} tokens{}".format(r["max_context_tokens"], capped))
     t.add_row("fits", "yes" if r["fits"] else "[red]no[/red]")
     c = Console()
@@ -98,8 +98,8 @@ def print_table(spec, r):
             % (spec.name, spec.layers, spec.heads, spec.kv_heads, spec.attention, spec.head_dim,
                spec.window_summary()), highlight=False)
     c.print("source: " + spec.source, highlight=False)
-    for n in spec.notes:
-        c.print("note: " + n, highlight=False)
+    for n in r["notes"]:
+        c.print("note: " + n, highlight=False, markup=False)
     c.print(t)
 
 
