@@ -236,3 +236,25 @@ def test_quality_table_in_kvedge_eval_format(capsys, stories, tmp_path):
     assert by_kind["flash"]["quality"]["label"] == "i8"
     order = [c["kind"] for c in r["configurations"]]
     assert order.index("flash") < order.index("sinks") < order.index("window") < order.index("h2o")
+
+
+def test_batch_counts_every_sequence_and_budget_is_per_cache(capsys, stories):
+    heap = 1 << 20
+    r = plan(capsys, "--model", stories, "--heap", str(heap), "--weights-dtype", "i8", "--batch", "3",
+             "--weights-in", "heap")
+    p = budget.llama_params(64, 172, 5, 8, 4, 512)
+    w = budget.weights_bytes(p, "i8")
+    act = budget.activation_bytes(64, 172, 8, 512, batch=3)
+    for c in r["configurations"]:
+        cfg = CacheConfig.from_dict(c["cache"])
+        scores = budget.h2o_score_bytes(5, 4, cfg.slots) if c["kind"] == "h2o" else 0
+        assert c["total_bytes"] == w + 3 * (cfg.nbytes() + scores) + act <= heap
+        assert cfg.nbytes() <= c["budget_bytes"] and 3 * c["budget_bytes"] <= heap - w - act
+
+
+def test_help_lists_the_commands(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    out = capsys.readouterr().out
+    for name in ("budget", "plan", "boards"):
+        assert name in out
