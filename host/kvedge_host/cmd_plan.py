@@ -79,7 +79,8 @@ def _row_kind(row, label):
 
 
 def load_quality(path):
-    """Rows of a quality table: accepts a list of rows, {"rows"|"results"|"strategies": [...]}, or {label: row}.
+    """Rows of a quality table: `kvedge eval --json` output ({"quality": {"rows": [...]}}), a list of rows,
+    {"rows"|"results"|"strategies": [...]}, or {label: row}.
     A row names its strategy ("strategy", "name" or "label"; optional "kind" and "dtype") and carries any of
     mean KL (kl, mean_kl), perplexity (ppl, perplexity) and top-1 agreement (top1, top1_agreement)."""
     try:
@@ -89,6 +90,8 @@ def load_quality(path):
         raise UserError("%s: cannot read: %s" % (path, e.strerror or e))
     except ValueError as e:
         raise UserError("%s: not valid JSON: %s" % (path, e))
+    if isinstance(data, dict) and isinstance(data.get("quality"), dict):
+        data = data["quality"]  # `kvedge eval --json`: {"model", "quality": {"tokens", "seed", "rows"}, "long"}
     rows = data
     if isinstance(data, dict):
         for k in ("rows", "results", "strategies"):
@@ -115,7 +118,11 @@ def load_quality(path):
         if not m:
             continue
         kind, dtype = _row_kind(row, label)
-        table.append({"label": str(label), "kind": kind, "dtype": dtype, "metrics": m})
+        q = {"label": str(label), "kind": kind, "dtype": dtype, "metrics": m}
+        cfg = row.get("config") if isinstance(row.get("config"), dict) else {}
+        if cfg.get("window"):
+            q["tokens"] = cfg["window"] + cfg.get("sinks", 0)  # the ring size the row was measured at
+        table.append(q)
     if not table:
         raise UserError("%s: no row has kl, ppl or top1 figures" % path)
     return table
@@ -158,19 +165,25 @@ def _other_dtype(table, row, dtype):
     a, b = _keep_kl(table, dtype), _keep_kl(table, row["dtype"])
     if "kl" in row["metrics"] and a is not None and b is not None:
         kl = max(0.0, row["metrics"]["kl"] + a - b)
-        return {"label": "%s, moved to %s by the full-cache KL difference" % (row["label"], dtype),
-                "kind": row["kind"], "dtype": dtype, "metrics": {"kl": kl}, "estimated": True}
+        q = {"label": "%s, moved to %s by the full-cache KL difference" % (row["label"], dtype),
+             "kind": row["kind"], "dtype": dtype, "metrics": {"kl": kl}, "estimated": True}
+        if "tokens" in row:
+            q["tokens"] = row["tokens"]
+        return q
     return dict(row, uncertain=True)
 
 
 def quality_cost(q):
-    """One number to rank by: mean KL, else perplexity, else 1 - top-1 agreement."""
+    """One number to rank by: mean KL, else perplexity, else 1 - top-1 agreement; two significant digits, so
+    that differences below what one seeded run can tell apart rank by the heuristic instead."""
     m = q["metrics"]
     if "kl" in m:
-        return m["kl"]
-    if "ppl" in m:
-        return m["ppl"]
-    return 1.0 - m["top1"]
+        x = m["kl"]
+    elif "ppl" in m:
+        x = m["ppl"]
+    else:
+        x = 1.0 - m["top1"]
+    return float("%.2g" % x)
 
 
 # ---- sizing ----
@@ -572,6 +585,10 @@ def print_plan(spec, tgt, r, chosen, top):
     for i, cd in enumerate(cands[:top], 1):
         q = cd.get("quality")
         qs = ", ".join("%s %.4g" % kv for kv in sorted(q["metrics"].items())) if q else "-"
+        if q and q.get("tokens") and q["tokens"] != cd["tokens_kept"]:
+            qs += " (at %d)" % q["tokens"]
+        if q and (q.get("estimated") or q.get("uncertain")):
+            qs += " ~"
         t.add_row(str(i), cd["strategy"], "{:,}".format(cd["tokens_kept"]), "{:,}".format(cd["kv_bytes"]),
                   "{:,}".format(cd["total_bytes"]), "{:,}".format(cd["headroom_bytes"]), qs, cd["weights"]["place"])
     c.print(t)
