@@ -214,18 +214,18 @@ def test_table_output(capsys, stories, tmp_path):
 
 
 def test_quality_table_in_kvedge_eval_format(capsys, stories, tmp_path):
-    """The shape `kvedge eval --json` writes (kvedge_host.quality.evaluate): rows with name, ppl, kl, top1 and
-    the cache config; a row without figures (H2O before its policy exists) is skipped."""
+    """The shape `kvedge eval --json` writes ({"model", "quality": quality.evaluate(), "long"}): rows with name,
+    ppl, kl, top1 and the cache config; a row without figures (H2O before its policy exists) is skipped."""
     def row(name, kl, **cfg):
         return {"name": name, "ppl": 5.0 + kl, "kl": kl, "top1": 1.0 - kl, "peak_bytes": 1, "arena_bytes": 1,
                 "config": dict({"dtype": "f32", "window": 0, "sinks": 0, "prefix": 0, "residual": 0}, **cfg)}
     q = tmp_path / "eval.json"
-    q.write_text(json.dumps({"tokens": 512, "seed": 42, "rows": [
+    q.write_text(json.dumps({"model": "stories.bin", "long": {"rows": []}, "quality": {"tokens": 512, "seed": 42, "rows": [
         row("f32", 0.0), row("f16", 0.0001, dtype="f16"), row("i8", 0.003, dtype="i8"),
         row("i8 + f32 prefix 26", 0.002, dtype="i8", prefix=26), row("i4 KIVI (g32)", 0.05, dtype="i4", residual=32),
         row("i4 per-token keys", 0.9, dtype="i4", residual=0), row("window 128", 0.4, window=128),
         row("sinks 4 + window 124", 0.1, window=124, sinks=4),
-        {"name": "H2O 128 slots", "missing": "needs kvedge's H2O policy (issue 5)"}]}))
+        {"name": "H2O 128 slots", "missing": "needs kvedge's H2O policy (issue 5)"}]}}))
     r = plan(capsys, "--model", stories, "--board", "rp2350", "--weights-dtype", "i8", "--quality", str(q))
     by_kind = {}
     for c in r["configurations"]:
