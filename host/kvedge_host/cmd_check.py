@@ -1,0 +1,293 @@
+"""Run seeded attention cases on a runtime and compare the outputs with an independent numpy reference.
+
+The device code is one script (kvedge_host/check_device.py) run by `run_script` on the chosen runtime; it
+prints one JSON line per case and path. The host draws the same inputs (check_device.Gen), computes numpy
+attention over the positions the cache must hold (numref), and checks every output:
+
+  f32  float path   max relative error <= 1e-5
+  f16  float path   max relative error <= 1e-5 against attention over IEEE-half-rounded K/V (numpy float16),
+                    and <= 4e-3 against the exact inputs
+  i8   every path   cosine >= 0.999          i4  every path   cosine >= 0.99
+  int paths         the same bits from every kernel kind (viper, native, plain)
+
+Exit status 0 when every check passes, 1 otherwise (2 for bad arguments or a missing runtime)."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+from . import numref
+from .paths import DEVICE, HOST_PKG
+
+RUNTIMES = ("cpython", "unix", "wasm")
+HEAP = 8 * 1024 * 1024  # a cross-check, not a board test: room for the larger cases
+BOUNDS = {"f32": 1e-5, "f16": 1e-5, "f16_exact": 4e-3, "i8": 0.999, "i4": 0.99}
+DTYPES = ("f32", "f16", "i8", "i4")
+I4_GROUP = 8
+
+# name, heads, kv_heads, head_dim, tokens appended, window, sinks, layers, tile
+SHAPES = [
+    ("mha", 4, 4, 16, 40, 0, 0, 1, 8),
+    ("gqa2", 4, 2, 32, 80, 24, 4, 2, 16),  # 80 tokens through a 24-token ring: wraps 3 times; layer 1
+    ("gqa4", 8, 2, 64, 100, 32, 8, 1, 16),
+    ("gqa8", 16, 2, 8, 70, 16, 2, 1, 8),
+    ("mqa", 4, 1, 128, 40, 8, 2, 1, 4),
+]
+
+
+def add_arguments(p):
+    p.add_argument("--runtime", choices=RUNTIMES + ("all",), default="cpython",
+                   help="where the device code runs (all = cpython, unix, wasm)")
+    p.add_argument("--port", help="a board's serial port (needs `kvedge deploy`; not available yet)")
+    p.add_argument("--cases", type=int, default=0, metavar="N",
+                   help="random cases drawn from --seed, added to the standard set (default 0)")
+    p.add_argument("--seed", type=int, default=1, help="seed of every input (default 1)")
+    p.add_argument("--only", metavar="TEXT", help="only cases whose name contains TEXT")
+    p.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
+    # hidden: use a wrong GQA head mapping in the reference, to show the check catches trap 1
+    p.add_argument("--wrong-mapping", action="store_true", help=__import__("argparse").SUPPRESS)
+
+
+# ---- cases ----
+
+def make_case(name, heads, kv_heads, head_dim, tokens, window, sinks, layers, tile, dtype, seed, prefix=0):
+    """A case dict the device script understands; i4 keeps its sinks at f32 (prefix = sinks, KIVI groups
+    then tile the ring) and uses groups of I4_GROUP tokens."""
+    group, residual = I4_GROUP, 0
+    if dtype == "i4":
+        prefix = sinks
+        residual = I4_GROUP
+    max_tokens = sinks + window if window else tokens
+    if dtype == "i4" and not window:
+        max_tokens = prefix + -(-(tokens - prefix) // group) * group
+    return {"name": name, "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "tokens": tokens,
+            "window": window, "sinks": sinks, "layers": layers, "layer": layers - 1, "tile": tile,
+            "dtype": dtype, "seed": seed, "prefix": prefix, "group": group, "residual": residual,
+            "max_tokens": max_tokens, "align": 0 if head_dim % 16 else 64}
+
+
+def standard_cases(seed):
+    cases = []
+    for i, (sname, H, KVH, D, n, W, S, L, T) in enumerate(SHAPES):
+        for j, dt in enumerate(DTYPES):
+            name = "%s-h%dkv%d-d%d-%s-%s" % (sname, H, KVH, D, "w%ds%d" % (W, S) if W else "all", dt)
+            cases.append(make_case(name, H, KVH, D, n, W, S, L, T, dt, seed * 1000 + i * 10 + j))
+    # i8 with an f32 prefix (trap 5): the float path reads prefix rows at f32 (no integer path there)
+    cases.append(make_case("gqa2-prefix4-i8", 4, 2, 32, 80, 24, 4, 1, 16, "i8", seed * 1000 + 99, prefix=4))
+    return cases
+
+
+def random_cases(n, seed):
+    """n further cases: random GQA ratio, head_dim, window, sinks, dtype, tile (from check_device.Gen)."""
+    from . import check_device
+    g = check_device.Gen(seed + 7777)
+    out = []
+    for k in range(n):
+        kvh = (1, 2)[g.bits() % 2]
+        H = kvh * (1, 2, 4, 8)[g.bits() % 4]
+        D = (8, 16, 32, 64, 128)[g.bits() % 5]
+        dt = DTYPES[g.bits() % 4]
+        W = (0, 8, 16, 24)[g.bits() % 4]
+        S = (0, 1, 2, 4)[g.bits() % 4] if W else 0
+        n_tok = 1 + g.bits() % (3 * (S + W) + 1 if W else 48)
+        T = (1, 4, 8, 32, 64)[g.bits() % 5]
+        name = "rand%d-h%dkv%d-d%d-%s-%s" % (k, H, kvh, D, "w%ds%d" % (W, S) if W else "all", dt)
+        out.append(make_case(name, H, kvh, D, n_tok, W, S, 1, T, dt, seed * 1000 + 500 + k))
+    return out
+
+
+# ---- running the device script ----
+
+def device_script(cases):
+    with open(os.path.join(HOST_PKG, "check_device.py")) as f:
+        src = f.read()
+    return src + "\nmain(%r)\n" % json.dumps(cases)
+
+
+def run_script(runtime, code, port=None, timeout=900):
+    """Run device code on `runtime` (or a board at `port`); returns (exit status, output)."""
+    if port:
+        from .cli import UserError
+        raise UserError("--port needs the deploy issue (kvedge deploy/mpremote runner); not available yet")
+    if runtime == "cpython":
+        env = dict(os.environ)
+        env["PYTHONPATH"] = DEVICE
+        p = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           env=env, timeout=timeout)
+        return p.returncode, p.stdout.decode("utf-8", "replace")
+    from . import runtimes
+    try:
+        return runtimes.run_code(runtime, code, HEAP, [DEVICE], timeout)
+    except runtimes.RuntimeMissing as e:
+        from .cli import UserError
+        raise UserError(str(e))
+
+
+def parse_output(rc, text):
+    """JSON records from the device output; a record {"error": ...} when the run did not finish."""
+    recs = []
+    done = False
+    for line in text.splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue
+        if r.get("done"):
+            done = True
+        else:
+            recs.append(r)
+    if not done or rc != 0:
+        tail = " | ".join(text.strip().splitlines()[-3:])
+        recs.append({"case": "(run)", "error": "runtime exited %s before finishing: %s" % (rc, tail)})
+    return recs
+
+
+# ---- the reference ----
+
+def case_inputs(c):
+    """The case's inputs exactly as the device drew them: K, V (tokens, kv_heads, D) of the queried layer,
+    and q (heads, D), float64."""
+    from . import check_device
+    H, KVH, D, L = c["heads"], c["kv_heads"], c["head_dim"], c["layers"]
+    g = check_device.Gen(c["seed"])
+    n = KVH * D
+    K = np.zeros((c["tokens"], KVH, D))
+    V = np.zeros((c["tokens"], KVH, D))
+    buf = [0.0] * n
+    for p in range(c["tokens"]):
+        for layer in range(L):
+            g.fill(buf, 0, n, D, True)
+            if layer == c["layer"]:
+                K[p] = np.reshape(buf, (KVH, D))
+            g.fill(buf, 0, n, D, False)
+            if layer == c["layer"]:
+                V[p] = np.reshape(buf, (KVH, D))
+    qb = [0.0] * (H * D)
+    g.fill(qb, 0, H * D, D, False)
+    return K, V, np.reshape(qb, (H, D))
+
+
+def reference(c, wrong_mapping=False):
+    """{"exact": attention over the true inputs, "f16": over half-rounded K/V} for the live positions."""
+    K, V, q = case_inputs(c)
+    live = numref.live_positions(c["tokens"], c["window"], c["sinks"])
+    H, KVH = c["heads"], c["kv_heads"]
+    mapping = numref.wrong_mapping(H, KVH) if wrong_mapping else None
+    K, V = K[live], V[live]
+    ref = {"exact": numref.attention(q, K, V, H, KVH, mapping)}
+    if c["dtype"] == "f16":
+        h = np.float16
+        ref["f16"] = numref.attention(q, K.astype(h).astype(np.float64), V.astype(h).astype(np.float64), H, KVH,
+                                      mapping)
+    return ref
+
+
+def _decode(rec, c):
+    H, D = c["heads"], c["head_dim"]
+    if rec["path"] == "float":
+        return np.frombuffer(bytes.fromhex(rec["out"]), "<f4").astype(np.float64).reshape(H, D)
+    q = np.frombuffer(bytes.fromhex(rec["q"]), "<i4").astype(np.float64).reshape(H, D)
+    return np.ldexp(q, np.asarray(rec["e"], dtype=np.int64)[:, None])
+
+
+def compare(c, rec, ref, first_int=None):
+    """One result row: the case's criterion applied to the device output `rec` against `ref`."""
+    out = _decode(rec, c)
+    exact = ref["exact"]
+    dt = c["dtype"]
+    row = {"case": c["name"], "dtype": dt,
+           "path": "float" if rec["path"] == "float" else "int " + rec["kind"],
+           "max_abs_err": numref.max_abs_err(out, exact), "rel_err": numref.max_rel_err(out, exact),
+           "cosine": numref.cosine(out, exact)}
+    if dt == "f32":
+        ok = row["rel_err"] <= BOUNDS["f32"]
+        crit = "rel %.1e <= %.0e" % (row["rel_err"], BOUNDS["f32"])
+    elif dt == "f16":
+        r16 = numref.max_rel_err(out, ref["f16"])
+        ok = r16 <= BOUNDS["f16"] and row["rel_err"] <= BOUNDS["f16_exact"]
+        crit = "rel vs half-rounded K/V %.1e <= %.0e" % (r16, BOUNDS["f16"])
+    else:
+        ok = row["cosine"] >= BOUNDS[dt]
+        crit = "cosine >= %s" % BOUNDS[dt]
+    if rec["path"] == "int" and first_int is not None and (rec["q"], rec["e"]) != first_int:
+        ok = False
+        crit += "; bits differ from the first kernel kind"
+    row["criterion"] = crit
+    row["ok"] = bool(ok)
+    return row
+
+
+def check_runtime(runtime, cases, port=None, wrong_mapping=False):
+    """Run the cases on one runtime; returns result rows (errors are failing rows)."""
+    rc, text = run_script(runtime, device_script(cases), port)
+    by_name = {c["name"]: c for c in cases}
+    refs = {}
+    first_int = {}
+    rows = []
+    seen = set()
+    for rec in parse_output(rc, text):
+        name = rec.get("case")
+        if "error" in rec:
+            rows.append({"runtime": runtime, "case": name, "dtype": by_name.get(name, {}).get("dtype", "-"),
+                         "path": "-", "max_abs_err": float("nan"), "rel_err": float("nan"),
+                         "cosine": float("nan"), "criterion": rec["error"], "ok": False})
+            seen.add(name)
+            continue
+        c = by_name[name]
+        seen.add(name)
+        if name not in refs:
+            refs[name] = reference(c, wrong_mapping)
+        fi = None
+        if rec["path"] == "int":
+            fi = first_int.setdefault(name, (rec["q"], rec["e"]))
+        row = compare(c, rec, refs[name], fi)
+        row["runtime"] = runtime
+        rows.append(row)
+    for c in cases:
+        if c["name"] not in seen:
+            rows.append({"runtime": runtime, "case": c["name"], "dtype": c["dtype"], "path": "-",
+                         "max_abs_err": float("nan"), "rel_err": float("nan"), "cosine": float("nan"),
+                         "criterion": "no output", "ok": False})
+    return rows
+
+
+def _table(rows, title):
+    from rich.console import Console
+    from rich.table import Table
+    t = Table(title=title)
+    for col, just in (("runtime", "left"), ("case", "left"), ("dtype", "left"), ("path", "left"),
+                      ("max abs err", "right"), ("cosine", "right"), ("criterion", "left"), ("", "left")):
+        t.add_column(col, justify=just)
+    for r in rows:
+        t.add_row(r["runtime"], r["case"], r["dtype"], r["path"], "%.2e" % r["max_abs_err"],
+                  "%.6f" % r["cosine"], r["criterion"], "[green]pass[/green]" if r["ok"] else "[red]FAIL[/red]")
+    Console(width=max(140, Console().width)).print(t)
+
+
+def run(a):
+    if a.cases < 0:
+        raise ValueError("--cases must be >= 0, got %d" % a.cases)
+    cases = standard_cases(a.seed) + random_cases(a.cases, a.seed)
+    if a.only:
+        cases = [c for c in cases if a.only in c["name"]]
+        if not cases:
+            raise ValueError("no case name contains %r" % a.only)
+    runtimes = RUNTIMES if a.runtime == "all" else (a.runtime,)
+    rows = []
+    for rt in runtimes:
+        rows += check_runtime(rt, cases, a.port, a.wrong_mapping)
+    failed = sum(1 for r in rows if not r["ok"])
+    if a.json:
+        clean = [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()} for r in rows]
+        print(json.dumps(clean, indent=1))  # NaN (a case that raised) becomes null: strict JSON
+    else:
+        title = "kvedge check: %d cases on %s vs numpy%s" % (
+            len(cases), ", ".join(runtimes), " (WRONG head mapping in the reference)" if a.wrong_mapping else "")
+        _table(rows, title)
+        print("%d checks, %d passed, %d failed" % (len(rows), len(rows) - failed, failed))
+    return 1 if failed else 0

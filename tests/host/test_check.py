@@ -1,0 +1,69 @@
+"""`kvedge check`: seeded attention cases on CPython, the unix port and the wasm port agree with numpy, and a
+wrong GQA head mapping in the reference is caught (trap 1)."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+from kvedge_host import cmd_check, numref
+from kvedge_host.paths import ROOT
+
+
+def _kvedge(*args):
+    p = subprocess.run([sys.executable, "-m", "kvedge_host.cli", "check"] + list(args), cwd=ROOT,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=900,
+                       env=dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT + "/host", ROOT + "/device"])))
+    return p.returncode, p.stdout.decode(), p.stderr.decode()
+
+
+def test_check_passes_on_every_runtime():
+    rc, out, err = _kvedge("--runtime", "all", "--json")
+    rows = json.loads(out)
+    bad = [r for r in rows if not r["ok"]]
+    assert rc == 0 and not bad, (rc, bad, err[-2000:])
+    seen = {(r["runtime"], r["path"]) for r in rows}
+    for rt in ("cpython", "unix", "wasm"):
+        assert (rt, "float") in seen and (rt, "int plain") in seen, seen
+    assert ("unix", "int viper") in seen and ("unix", "int native") in seen
+    # every dtype and GQA ratio 1, 2, 4, 8 and MQA is covered
+    assert {r["dtype"] for r in rows} == {"f32", "f16", "i8", "i4"}
+    names = {r["case"] for r in rows}
+    for part in ("mha-", "gqa2-", "gqa4-", "gqa8-", "mqa-"):
+        assert any(n.startswith(part) for n in names), part
+
+
+def test_wrong_head_mapping_fails_the_check():
+    rc, out, err = _kvedge("--runtime", "cpython", "--wrong-mapping", "--only", "gqa4")
+    assert rc == 1, (rc, out[-2000:], err[-2000:])
+    assert "FAIL" in out
+    # the comparison itself: a correct output against a wrong-mapping reference fails, against the right one passes
+    c = [c for c in cmd_check.standard_cases(1) if c["name"].startswith("gqa8-") and c["dtype"] == "f32"][0]
+    rec = [r for r in cmd_check.parse_output(*cmd_check.run_script("cpython", cmd_check.device_script([c])))
+           if r.get("path") == "float"][0]
+    assert cmd_check.compare(c, rec, cmd_check.reference(c))["ok"]
+    wrong = cmd_check.compare(c, rec, cmd_check.reference(c, wrong_mapping=True))
+    assert not wrong["ok"] and wrong["rel_err"] > 0.05, wrong
+
+
+def test_numref_against_a_loop_reference():
+    rng = np.random.default_rng(3)
+    H, KVH, D, T = 8, 2, 8, 11
+    q, K, V = rng.normal(size=(H, D)), rng.normal(size=(T, KVH, D)), rng.normal(size=(T, KVH, D))
+    out = numref.attention(q, K, V, H, KVH)
+    for h in range(H):
+        kv = h // (H // KVH)
+        s = np.array([q[h] @ K[t, kv] for t in range(T)]) / np.sqrt(D)
+        w = np.exp(s - s.max())
+        assert np.allclose(out[h], (w / w.sum()) @ V[:, kv], rtol=1e-12, atol=1e-12)
+    assert list(numref.gqa_mapping(8, 2)) == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert list(numref.live_positions(10, 4, 2)) == [0, 1, 6, 7, 8, 9]
+    assert list(numref.live_positions(3, 4, 2)) == [0, 1, 2]
+    assert list(numref.live_positions(5)) == [0, 1, 2, 3, 4]
+
+
+def test_device_errors_and_crashes_are_failures():
+    rows = cmd_check.parse_output(1, '{"case":"x","error":"ValueError: boom"}\nTraceback...')
+    assert rows[0]["error"] == "ValueError: boom"
+    assert "before finishing" in rows[-1]["error"]
