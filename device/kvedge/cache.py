@@ -151,11 +151,15 @@ class KVCache:
 
     def evict_slot(self, slot):
         """Drop the token in `slot` (counted as an eviction)."""
+        self.release_slot(slot)
+        self.evictions += 1
+
+    def release_slot(self, slot):
+        """Empty `slot` without counting an eviction (a pool session closed or reset: nothing was evicted)."""
         if slot < 0 or slot >= self.N or self.slot_pos[slot] < 0:
             raise IndexError("slot %d holds no token" % slot)
         self.slot_pos[slot] = -1
         self.n_cached -= 1
-        self.evictions += 1
         if slot < self.P:
             self.n_pre -= 1
             self.used_bytes -= self.pre_slot_bytes
@@ -167,6 +171,47 @@ class KVCache:
                 if self.group_live[g] == 0:
                     self.live_groups -= 1
                     self.used_bytes -= self.group_bytes
+
+    # ---- explicit placement (kvedge.paged: a pool places each session's tokens in its own blocks) ----
+
+    def occupy_slot(self, slot, pos):
+        """Mark the empty `slot` as holding logical position pos, outside start_token()'s placement.
+        Not for KIVI i4 caches: their open group follows the position order of one sequence."""
+        if self.kivi:
+            raise TypeError("explicit slots need a cache without KIVI groups (i4 with residual=0)")
+        if slot < 0 or slot >= self.N:
+            raise IndexError("slot %d out of range (0..%d)" % (slot, self.N - 1))
+        if self.slot_pos[slot] >= 0:
+            raise ValueError("slot %d already holds position %d" % (slot, self.slot_pos[slot]))
+        if pos < 0 or pos >= POS_LIMIT:
+            raise ValueError("position %d out of range (0..%d)" % (pos, POS_LIMIT - 1))
+        self._occupy(slot, pos)
+
+    def _check_live_slot(self, slot):
+        if slot < 0 or slot >= self.N or self.slot_pos[slot] < 0:
+            raise IndexError("slot %d holds no token: occupy_slot() first" % slot)
+
+    def write_slot(self, slot, layer, k, v):
+        """write() into an explicit live slot instead of the current token's."""
+        self._check_live_slot(slot)
+        if self.kivi:
+            raise TypeError("explicit slots need a cache without KIVI groups (i4 with residual=0)")
+        cur = self.cur_slot
+        self.cur_slot = slot
+        try:
+            self.write(layer, k, v)
+        finally:
+            self.cur_slot = cur
+
+    def write_slot_q8(self, slot, layer, k_codes, k_scales, v_codes, v_scales):
+        """write_q8() into an explicit live slot. Allocates nothing."""
+        self._check_live_slot(slot)
+        cur = self.cur_slot
+        self.cur_slot = slot
+        try:
+            self.write_q8(layer, k_codes, k_scales, v_codes, v_scales)
+        finally:
+            self.cur_slot = cur
 
     def slot_of(self, pos):
         """Slot holding logical position pos; IndexError if it is not cached."""

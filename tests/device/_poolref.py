@@ -1,0 +1,186 @@
+# A plain-Python model of the paged pool (what must be true, nothing about block ids), and the operations
+# that drive a real PagedPool and the model side by side, asserting they agree. Used by the seeded random
+# driver (tests/device/test_paged.py, every runtime) and the hypothesis state machine (tests/host).
+import math
+
+from kvedge.compat import zeros
+from kvedge.errors import CacheFullError
+from _cacheref import value, f32
+
+
+def token(seed, pos, layer, kv, i, D):
+    return f32(value(seed, pos, layer, kv, i, D))
+
+
+class PoolModel:
+    """Sessions as (seed, length, last use); block needs and LRU reclaim derived from that alone."""
+
+    def __init__(self, n_blocks, block, max_sessions, session_blocks):
+        self.nb, self.B, self.S, self.MB = n_blocks, block, max_sessions, session_blocks
+        self.sess = {}  # sid -> [seed, length, tick]
+        self.tick = 0
+        self.pinned = set()  # sessions the pressure callback refuses
+        self.alloc_failures = self.reclaims = self.refusals = self.appends_failed = 0
+
+    def blocks(self, n):
+        return (n + self.B - 1) // self.B
+
+    def free(self):
+        return self.nb - sum(self.blocks(s[1]) for s in self.sess.values())
+
+    def touch(self, sid):
+        self.tick += 1
+        self.sess[sid][2] = self.tick
+
+    def open(self, sid, seed):
+        self.sess[sid] = [seed, 0, 0]
+        self.touch(sid)
+
+    def append(self, sid):
+        """Returns (ok, reclaimed sids) as the pool must behave."""
+        s = self.sess[sid]
+        if s[1] == self.MB * self.B:
+            self.appends_failed += 1
+            return False, []
+        gone = []
+        if s[1] % self.B == 0 and self.free() == 0:
+            self.alloc_failures += 1
+            order = sorted((v[2], k) for k, v in self.sess.items() if k != sid and v[1] > 0)
+            for _, k in order:
+                if k in self.pinned:
+                    self.refusals += 1
+                    continue
+                del self.sess[k]
+                self.reclaims += 1
+                gone.append(k)
+                break
+            else:
+                self.appends_failed += 1
+                return False, []
+        s[1] += 1
+        self.touch(sid)
+        return True, gone
+
+    def waste(self):
+        return sum(self.B - s[1] % self.B for s in self.sess.values() if s[1] % self.B)
+
+
+def check_rows(pool, model, sid, buf):
+    """Every row of a session reads back exactly (f32 pool)."""
+    cfg = pool.cfg
+    D, H = cfg.head_dim, cfg.kv_heads
+    seed, n = model.sess[sid][0], model.sess[sid][1]
+    assert pool.length(sid) == n, (sid, pool.length(sid), n)
+    for p in range(n):
+        for layer in range(cfg.layers):
+            for kv in (0, 1):
+                for h in range(H):
+                    pool.read(sid, layer, h, p, kv, buf)
+                    for i in range(D):
+                        want = token(seed, p, layer, kv, h * D + i, D)
+                        assert buf[i] == want, (sid, p, layer, kv, h, i, buf[i], want)
+
+
+def check_all(pool, model, buf):
+    pool.check()
+    open_ids = sorted(k for k in model.sess)
+    assert [k for k in open_ids if pool.is_open(k)] == open_ids
+    assert pool.sessions_open() == len(open_ids)
+    assert pool.nfree == model.free(), (pool.nfree, model.free())
+    assert pool.waste_tokens() == model.waste()
+    assert (pool.alloc_failures, pool.reclaims, pool.refusals, pool.appends_failed) == (
+        model.alloc_failures, model.reclaims, model.refusals, model.appends_failed)
+    for sid in open_ids:
+        check_rows(pool, model, sid, buf)
+
+
+def rows_for(cfg, seed, pos, ks, vs):
+    D = cfg.head_dim
+    n = cfg.kv_heads * D
+    for layer in range(cfg.layers):
+        for i in range(n):
+            ks[layer][i] = value(seed, pos, layer, 0, i, D)
+            vs[layer][i] = value(seed, pos, layer, 1, i, D)
+
+
+def op_open(pool, model, seed):
+    if len(model.sess) == model.S:
+        try:
+            pool.open()
+        except CacheFullError:
+            return None
+        raise AssertionError("open() with every handle in use did not raise")
+    sid = pool.open()
+    assert sid not in model.sess
+    model.open(sid, seed)
+    return sid
+
+
+def op_append(pool, model, sid, ks, vs):
+    seed, n = model.sess[sid][0], model.sess[sid][1]
+    rows_for(pool.cfg, seed, n, ks, vs)
+    ok, gone = model.append(sid)
+    try:
+        pos = pool.append(sid, ks, vs)
+    except CacheFullError:
+        assert not ok, "pool refused an append the model accepts"
+        return
+    assert ok, "pool accepted an append the model refuses"
+    assert pos == n
+    for k in gone:
+        assert not pool.is_open(k), k
+
+
+def op_close(pool, model, sid):
+    pool.close(sid)
+    del model.sess[sid]
+    model.pinned.discard(sid)
+
+
+def op_reset(pool, model, sid, seed):
+    pool.reset(sid)
+    model.sess[sid][0] = seed
+    model.sess[sid][1] = 0
+    model.touch(sid)
+
+
+def reference_attention(cfg, seed, n, layer, q, out):
+    """softmax(q.k / sqrt(D)) v over a session's n tokens, plain Python (no tiling)."""
+    D, H = cfg.head_dim, cfg.heads
+    group = H // cfg.kv_heads
+    w = zeros("d", n) if n else None
+    for h in range(H):
+        kvh = h // group
+        m = -1e300
+        for p in range(n):
+            s = 0.0
+            for i in range(D):
+                s += q[h * D + i] * token(seed, p, layer, 0, kvh * D + i, D)
+            s /= math.sqrt(D)
+            w[p] = s
+            if s > m:
+                m = s
+        l = 0.0
+        for p in range(n):
+            w[p] = math.exp(w[p] - m)
+            l += w[p]
+        for i in range(D):
+            a = 0.0
+            for p in range(n):
+                a += w[p] * token(seed, p, layer, 1, kvh * D + i, D)
+            out[h * D + i] = a / l
+
+
+def op_attend(pool, model, sid, q, out, want):
+    seed, n = model.sess[sid][0], model.sess[sid][1]
+    if n == 0:
+        try:
+            pool.attend(sid, 0, q, out)
+        except ValueError:
+            return
+        raise AssertionError("attending an empty session did not raise")
+    pool.attend(sid, 0, q, out)
+    model.touch(sid)
+    reference_attention(pool.cfg, seed, n, 0, q, want)
+    for i in range(len(want)):
+        assert abs(out[i] - want[i]) <= 1e-4 * (1.0 + abs(want[i])), (sid, i, out[i], want[i])
