@@ -17,8 +17,8 @@ import math
 
 from . import kernels, quant
 from .compat import zeros
-from .budget import I8
-from .kernels_plain import (T_N, T_D, T_QOFF, T_T, T_B, T_EQ, T_M, T_WS, T_EVMAX, T_TMAX, T_EVT, T_HDR, SAT)
+from .budget import I4, I8
+from .kernels_plain import (T_N, T_D, T_QOFF, T_T, T_B, T_EQ, T_M, T_WS, T_EVMAX, T_TMAX, T_EVT, T_HDR, T_KIVI, SAT)
 
 LOG2E = 1.4426950408889634
 MAX_TILE = 64  # keeps a tile's weighted V sum within 2**28
@@ -97,11 +97,21 @@ class Attention:
         self.s = zeros("f", tile)
         self.tslot = zeros("i", tile)
         # integer path scratch
-        self.int_ok = cfg.dtype == I8 and cfg.prefix == 0 and D <= 256
+        self.int_ok = cfg.dtype in (I8, I4) and D <= 256
+        self.P, self.G = cfg.prefix, cfg.group
+        self.i4 = cfg.dtype == I4
+        self.kivi = cache.kivi
+        self.mixed = self.P > 0 or self.kivi  # rows other than the cache dtype exist
         if self.int_ok:
             self.tile = zeros("i", T_HDR + 6 * tile)
             self.tile[T_D] = D
             self.tile[T_T] = tile
+            self.tile[T_KIVI] = 1 if self.kivi else 0
+            if self.mixed or self.i4:  # converted rows: codes and scales of one tile, and per-channel ints
+                self.scratch = bytearray(2 * tile * D + 4 * tile)
+                self.conv = zeros("i", 2 * D)
+            self.layer = self.cur = self.M = self.lsum = self.ws = self.evmax = 0
+            self.first = True
             self.iacc = zeros("i", D)
             self.ipart = zeros("i", D)
             self.exp2 = _exp2_table()
@@ -210,13 +220,134 @@ class Attention:
                 raise ValueError("%s has %d values, expected heads*head_dim = %d" % (name, m, n))
 
     # ---- integer path ----
+    # Slots are visited in three passes (the online softmax does not care about order): 0 = f32 prefix rows,
+    # 1 = i4's f32 residual rows, 2 = rows in the cache dtype. Passes 0 and 1, and i4 rows, are converted
+    # tile by tile to int8 codes with a power-of-two scale (kernels att_conv_*) so the path stays integer.
+
+    def _kind(self, s):
+        if s < self.P:
+            return 0
+        c = self.cache
+        b = s - self.P
+        if self.kivi and c.res_group[self.layer] == b // self.G and b % self.G < c.res_fill[self.layer]:
+            return 1
+        return 2
+
+    def _fill_kind(self, slots, nslots, n, kind):
+        """Like _fill, but only slots of one kind."""
+        ts = self.tslot
+        j = self.cur
+        nt = 0
+        T = self.T
+        while j < n and nt < T:
+            s = j if nslots < 0 else slots[j]
+            j += 1
+            if nslots < 0 and slots[s] < 0:
+                continue
+            if self._kind(s) == kind:
+                ts[nt] = s
+                nt += 1
+        self.cur = j
+        return nt
+
+    def _prep(self, kind, layer, kvh, nt):
+        """Point the tile at the rows of tslot[0:nt]; returns the buffer the att_* kernels must read."""
+        c = self.cache  # one name per line: unpacking 4+ values builds a tuple (an allocation)
+        tile = self.tile
+        ts = self.tslot
+        T = self.T
+        H = c.H
+        D = self.D
+        if kind == 2:
+            B = c.B
+            prow = c.prow
+            kbase = c.DATA + ((layer * 2) * H + kvh) * B * prow
+            vbase = c.DATA + ((layer * 2 + 1) * H + kvh) * B * prow
+            for t in range(nt):
+                b = ts[t] - self.P
+                tile[T_HDR + t] = kbase + b * prow
+                tile[T_HDR + 3 * T + t] = vbase + b * prow
+                if self.i4:
+                    if self.kivi:
+                        tile[T_HDR + T + t] = c.META + ((layer * H + kvh) * c.NG + b // self.G) * D * 4
+                    else:
+                        tile[T_HDR + T + t] = c.META + ((layer * H + kvh) * B + b) * 4
+                    tile[T_HDR + 4 * T + t] = c.VMETA + ((layer * H + kvh) * B + b) * 4
+                else:
+                    tile[T_HDR + T + t] = c.META + ((layer * 2) * H + kvh) * B * 2 + b * 2
+                    tile[T_HDR + 4 * T + t] = c.META + ((layer * 2 + 1) * H + kvh) * B * 2 + b * 2
+            tile[T_N] = nt
+            if not self.i4:
+                return c.arena
+            self.k.att_conv_i4(c.arena, tile, self.scratch, self.conv)
+            return self.scratch
+        frow = c.frow
+        for t in range(nt):
+            if kind == 0:
+                n = self.P
+                r = ts[t]
+                base = c.PRE
+            else:
+                n = self.G
+                r = (ts[t] - self.P) % self.G
+                base = c.RES
+            tile[T_HDR + t] = base + (((layer * 2) * H + kvh) * n + r) * frow
+            tile[T_HDR + 3 * T + t] = base + (((layer * 2 + 1) * H + kvh) * n + r) * frow
+        tile[T_N] = nt
+        self.k.att_conv_f32(c.arena, tile, self.scratch, self.conv)
+        return self.scratch
+
+    def _tile_q8(self, src, qc):
+        """One tile of the online softmax on int8 rows in src; state in self.M/lsum/ws/evmax."""
+        k = self.k
+        tile = self.tile
+        iacc = self.iacc
+        ipart = self.ipart
+        D = self.D
+        k.att_scores_i8(src, qc, tile)
+        tmax = tile[T_TMAX]
+        evt = tile[T_EVT]
+        if evt > self.evmax:  # a larger V scale: express the sum so far in its units
+            sh = evt - self.evmax
+            for i in range(D):
+                iacc[i] >>= sh
+            self.evmax = evt
+        if self.first:
+            self.M = tmax
+            self.first = False
+        elif tmax > self.M:  # the maximum grew: rescale by 2**(-(tmax - M))
+            corr = _exp2q14(tmax - self.M, 0, self.exp2)
+            for i in range(D):
+                iacc[i] = _mulq14(iacc[i], corr)
+            self.lsum = _mulq14(self.lsum, corr)
+            self.M = tmax
+        tile[T_M] = self.M
+        tile[T_WS] = self.ws
+        tile[T_EVMAX] = self.evmax
+        lsum = self.lsum + k.att_weights_i8(src, tile, self.exp2)
+        k.att_wsum_i8(src, tile, ipart)
+        big = lsum
+        for i in range(D):
+            x = iacc[i] + ipart[i]
+            iacc[i] = x
+            if x < 0:
+                x = -x
+            if x > big:
+                big = x
+        while big > _LIM:  # overflow guard: halve sums and future weights together
+            for i in range(D):
+                iacc[i] >>= 1
+            lsum >>= 1
+            big >>= 1
+            self.ws += 1
+        self.lsum = lsum
 
     def step_q8(self, layer, qc, qs, out_q, out_exp, scores=None, slots=None, nslots=-1):
-        """Integer attention for an i8 cache: qc int8 query codes (heads*head_dim, array('b')), qs f16 scale
-        bits per query head; writes out_q (array('i'), heads*head_dim) and out_exp (per head) so that the
-        output is out_q * 2**out_exp. Allocates nothing once warm; all ints stay within +-2**30."""
+        """Integer attention for i8 and i4 caches: qc int8 query codes (heads*head_dim, array('b')), qs f16
+        scale bits per query head; writes out_q (array('i'), heads*head_dim) and out_exp (per head) so that
+        the output is out_q * 2**out_exp. Allocates nothing once warm; all ints stay within +-2**30."""
         if not self.int_ok:
-            raise ValueError("the integer path needs an i8 cache without f32 prefix and head_dim <= 256")
+            raise ValueError("the integer path needs an i8 or i4 cache with head_dim <= 256")
         c = self.cache
         c._check_layer(layer)
         n = self.heads * self.D
@@ -228,15 +359,10 @@ class Attention:
             slots = c.slot_pos
             nslots = -1
         nmax = c.N if nslots < 0 else nslots
-        k = self.k
         tile = self.tile
-        ts = self.tslot
         iacc = self.iacc
-        ipart = self.ipart
-        exp2 = self.exp2
-        arena = c.arena
-        D, T = self.D, self.T
-        H, B, prow = c.H, c.B, c.prow
+        D = self.D
+        self.layer = layer
         for h in range(self.heads):
             kvh = h // self.group
             qb = qs[h]  # f16 bits: mantissa mq, exponent eq (inline: a returned tuple would allocate)
@@ -249,93 +375,48 @@ class Attention:
             tile[T_B] = (mq * self.lam) >> 10
             tile[T_EQ] = eq
             tile[T_QOFF] = h * D
-            kbase = c.DATA + ((layer * 2) * H + kvh) * B * prow
-            vbase = c.DATA + ((layer * 2 + 1) * H + kvh) * B * prow
-            kmb = c.META + ((layer * 2) * H + kvh) * B * 2
-            vmb = c.META + ((layer * 2 + 1) * H + kvh) * B * 2
             for i in range(D):
                 iacc[i] = 0
-            M = 0
-            lsum = 0
-            ws = 0
-            evmax = 0
-            first = True
-            self.cur = 0
-            while True:
-                nt = self._fill(slots, nslots, nmax)
-                if nt == 0:
-                    break
-                for t in range(nt):
-                    b = ts[t]
-                    tile[T_HDR + t] = kbase + b * prow
-                    tile[T_HDR + T + t] = kmb + b * 2
-                    tile[T_HDR + 3 * T + t] = vbase + b * prow
-                    tile[T_HDR + 4 * T + t] = vmb + b * 2
-                tile[T_N] = nt
-                k.att_scores_i8(arena, qc, tile)
-                tmax = tile[T_TMAX]
-                evt = tile[T_EVT]
-                if evt > evmax:  # a larger V scale: express the sum so far in its units
-                    sh = evt - evmax
-                    for i in range(D):
-                        iacc[i] >>= sh
-                    evmax = evt
-                if first:
-                    M = tmax
-                    first = False
-                elif tmax > M:  # the maximum grew: rescale by 2**(-(tmax - M))
-                    corr = _exp2q14(tmax - M, 0, exp2)
-                    for i in range(D):
-                        iacc[i] = _mulq14(iacc[i], corr)
-                    lsum = _mulq14(lsum, corr)
-                    M = tmax
-                tile[T_M] = M
-                tile[T_WS] = ws
-                tile[T_EVMAX] = evmax
-                lsum += k.att_weights_i8(arena, tile, exp2)
-                k.att_wsum_i8(arena, tile, ipart)
-                big = lsum
-                for i in range(D):
-                    x = iacc[i] + ipart[i]
-                    iacc[i] = x
-                    if x < 0:
-                        x = -x
-                    if x > big:
-                        big = x
-                while big > _LIM:  # overflow guard: halve sums and future weights together
-                    for i in range(D):
-                        iacc[i] >>= 1
-                    lsum >>= 1
-                    big >>= 1
-                    ws += 1
-            if lsum <= 0:
+            self.M = 0
+            self.lsum = 0
+            self.ws = 0
+            self.evmax = 0
+            self.first = True
+            for kind in range(3):
+                if kind < 2 and not self.mixed:
+                    continue
+                self.cur = 0
+                while True:
+                    nt = self._fill_kind(slots, nslots, nmax, kind)
+                    if nt == 0:
+                        break
+                    self._tile_q8(self._prep(kind, layer, kvh, nt), qc)
+            if self.lsum <= 0:
                 raise ValueError("no cached tokens to attend to in layer %d" % layer)
             qo = h * D
             for i in range(D):
-                out_q[qo + i] = _divq10(iacc[i], lsum)
-            out_exp[h] = evmax - 25
+                out_q[qo + i] = _divq10(iacc[i], self.lsum)
+            out_exp[h] = self.evmax - 25
             if scores is not None:
-                self._report_int(scores, slots, nslots, nmax, qc, kbase, kmb, vbase, vmb, M, ws, lsum)
+                self._report_int(scores, slots, nslots, nmax, qc, layer, kvh)
 
-    def _report_int(self, scores, slots, nslots, nmax, qc, kbase, kmb, vbase, vmb, M, ws, lsum):
+    def _report_int(self, scores, slots, nslots, nmax, qc, layer, kvh):
         """Adds each token's probability in Q16: 2**((U - M)/2**16) / (lsum * 2**ws)."""
-        tile, ts, T, prow = self.tile, self.tslot, self.T, self.cache.prow
-        self.cur = 0
-        while True:
-            nt = self._fill(slots, nslots, nmax)
-            if nt == 0:
-                break
-            for t in range(nt):
-                b = ts[t]
-                tile[T_HDR + t] = kbase + b * prow
-                tile[T_HDR + T + t] = kmb + b * 2
-                tile[T_HDR + 3 * T + t] = vbase + b * prow
-                tile[T_HDR + 4 * T + t] = vmb + b * 2
-            tile[T_N] = nt
-            self.k.att_scores_i8(self.cache.arena, qc, tile)
-            for t in range(nt):
-                w = _exp2q14(M - tile[T_HDR + 2 * T + t], 0, self.exp2)
-                scores[ts[t]] += _divq10((w << 6) >> ws, lsum)
+        tile = self.tile
+        ts = self.tslot
+        T = self.T
+        for kind in range(3):
+            if kind < 2 and not self.mixed:
+                continue
+            self.cur = 0
+            while True:
+                nt = self._fill_kind(slots, nslots, nmax, kind)
+                if nt == 0:
+                    break
+                self.k.att_scores_i8(self._prep(kind, layer, kvh, nt), qc, tile)
+                for t in range(nt):
+                    w = _exp2q14(self.M - tile[T_HDR + 2 * T + t], 0, self.exp2)
+                    scores[ts[t]] += _divq10((w << 6) >> self.ws, self.lsum)
 
 
 def quantize_query(q, qc, qs, heads):

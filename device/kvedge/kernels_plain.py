@@ -180,3 +180,140 @@ def att_wsum_i8(arena, tile, out):
         for j in range(nt):
             s += tile[T_HDR + 5 * T + j] * ((arena[tile[T_HDR + 3 * T + j] + i] ^ 128) - 128)
         out[i] = s
+
+
+# ---- rows the i8 tile kernels cannot read directly, converted to int8 codes with a power-of-two scale ----
+# f32 rows (the full-precision prefix and i4's residual) and i4 rows are rewritten, a tile at a time, into
+# `scratch` (bytearray): K codes [0, T*D), V codes [T*D, 2*T*D), K scale bits at 2*T*D + 2j, V scale bits at
+# 2*T*D + 2*T + 2j; the tile's offsets are pointed there, and the att_* kernels then run on scratch.
+T_KIVI = 11  # header: 1 when i4 keys have per-channel scales (meta offset = the group's first channel)
+
+
+def _pow2_bits(k):
+    """f16 bits of 2**k (0 when too small for a half); k > 15 saturates at 2**15."""
+    if k > 15:
+        k = 15
+    if k >= -14:
+        return (k + 15) << 10
+    if k >= -24:
+        return 1 << (k + 24)
+    return 0
+
+
+def _emit_row(x, D, scratch, co, mo, ex):
+    """x[0:D]: ints with value x * 2**(ex - 25); writes int8 codes (rounded, within +-127) and the scale."""
+    big = 0
+    for i in range(D):
+        v = x[i]
+        if v < 0:
+            v = -v
+        if v > big:
+            big = v
+    sh = 0
+    while (big >> sh) > 127:
+        sh += 1
+    half = (1 << sh) >> 1
+    for i in range(D):
+        v = x[i]
+        if v < 0:
+            c = -((half - v) >> sh)
+        else:
+            c = (v + half) >> sh
+        if c > 127:
+            c = 127
+        elif c < -127:
+            c = -127
+        scratch[co + i] = c & 255
+    b = _pow2_bits(ex - 25 + sh) if big else 0
+    scratch[mo] = b & 255
+    scratch[mo + 1] = b >> 8
+
+
+def att_conv_f32(arena, tile, scratch, conv):
+    """f32 rows -> int8 codes: each value's 24-bit mantissa is shifted to the row's largest exponent."""
+    nt = tile[T_N]
+    D = tile[T_D]
+    T = tile[T_T]
+    for kv in range(2):
+        ro = T_HDR + 3 * T * kv
+        for j in range(nt):
+            src = tile[ro + j]
+            emax = 1
+            for i in range(D):
+                o = src + 4 * i
+                e = ((arena[o + 3] & 127) << 1) | (arena[o + 2] >> 7)
+                if e > emax:
+                    emax = e
+            for i in range(D):
+                o = src + 4 * i
+                e = ((arena[o + 3] & 127) << 1) | (arena[o + 2] >> 7)
+                m = ((arena[o + 2] & 127) << 16) | (arena[o + 1] << 8) | arena[o]
+                if e:
+                    m |= 1 << 23
+                else:
+                    e = 1
+                sh = emax - e
+                m = m >> sh if sh < 24 else 0
+                conv[i] = -m if arena[o + 3] & 128 else m
+            # conv[i] * 2**(emax - 150) == conv[i] * 2**(ex - 25) with ex = emax - 125
+            co = (kv * T + j) * D
+            _emit_row(conv, D, scratch, co, 2 * T * D + 2 * T * kv + 2 * j, emax - 125)
+            tile[ro + j] = co
+            tile[ro + T + j] = 2 * T * D + 2 * T * kv + 2 * j
+
+
+def att_conv_i4(arena, tile, scratch, conv):
+    """i4 rows (asymmetric: value = zero + code * scale, per row or per channel) -> int8 codes."""
+    nt = tile[T_N]
+    D = tile[T_D]
+    T = tile[T_T]
+    kivi = tile[T_KIVI]
+    for kv in range(2):
+        ro = T_HDR + 3 * T * kv
+        for j in range(nt):
+            src = tile[ro + j]
+            mo = tile[ro + T + j]
+            emin = 99
+            for i in range(D):  # value_i = zm * 2**(ze-25) + q * sm * 2**(se-25) in integers
+                mi = mo + 4 * i if (kv == 0 and kivi) else mo
+                # f16 scale and zero as (mantissa, exponent): value = m * 2**(e - 25); scales are >= 0
+                h = arena[mi] | (arena[mi + 1] << 8)
+                se = (h >> 10) & 31
+                sm = h & 1023
+                if se:
+                    sm += 1024
+                else:
+                    se = 1
+                h = arena[mi + 2] | (arena[mi + 3] << 8)
+                ze = (h >> 10) & 31
+                zm = h & 1023
+                if ze:
+                    zm += 1024
+                else:
+                    ze = 1
+                if h & 0x8000:
+                    zm = -zm
+                q = (arena[src + (i >> 1)] >> (4 * (i & 1))) & 15
+                ec = se if se < ze else ze
+                top = se if se > ze else ze
+                if ec < top - 14:  # keep both terms within 2**30; the smaller one loses low bits
+                    ec = top - 14
+                zs = ze - ec
+                v = (zm << zs) if zs >= 0 else (zm >> -zs)
+                v += (q * sm) << (se - ec) if se >= ec else (q * sm) >> (ec - se)
+                conv[i] = v
+                conv[D + i] = ec
+                if ec < emin:
+                    emin = ec
+            # bring every channel to the row's largest exponent, then to codes
+            emax = emin
+            for i in range(D):
+                if conv[D + i] > emax:
+                    emax = conv[D + i]
+            for i in range(D):
+                sh = emax - conv[D + i]
+                conv[i] = conv[i] >> sh if sh < 31 else (0 if conv[i] >= 0 else -1)
+            co = (kv * T + j) * D
+            _emit_row(conv, D, scratch, co, 2 * T * D + 2 * T * kv + 2 * j, emax)
+            tile[ro + j] = co
+            tile[ro + T + j] = 2 * T * D + 2 * T * kv + 2 * j

@@ -180,3 +180,7 @@ def att_wsum_i8(arena, tile, out) -> int:
         o[i] = s
         i += 1
     return 0
+
+
+# Row conversions for f32 and i4 rows run once per row per step: the native versions serve here.
+from kvedge.kernels_native import att_conv_f32, att_conv_i4  # noqa: E402,F401

@@ -78,13 +78,13 @@ def test_arena_equals_formula_for_every_dtype_and_alignment():
     for dt in ("f32", "f16", "i8", "i4"):
         for align in (0, 1, 4, 16, 64):
             for window, sinks, prefix in ((0, 0, 0), (32, 4, 4), (0, 0, 8)):
-                cfg = CacheConfig(2, 4, 2, 8, 64 + prefix, dt, window=window, sinks=sinks, align=align, group=32,
+                cfg = CacheConfig(2, 2, 1, 8, 64 + prefix, dt, window=window, sinks=sinks, align=align, group=32,
                                   prefix=prefix)
                 c = KVCache(cfg)
                 assert len(c.arena) == cfg.nbytes() == budget.cache_bytes(cfg)
                 assert c.stats()["total_bytes"] == cfg.nbytes()
                 assert c.stats()["padding_bytes"] == cfg.nbytes(True)["padding"]
-                del c
+                c = None
                 gc.collect()
 
 
