@@ -1,0 +1,60 @@
+"""Watch a board's stats stream (KVSTATS lines from kvedge.telemetry) live: cache use against budget, heap,
+counters, rates and alerts; every sample to CSV; reconnects when the port vanishes."""
+import sys
+import time
+
+from .monitor import Monitor, plot, render
+
+
+def add_arguments(p):
+    p.add_argument("--port", required=True, help="serial port of the board (or of `kvedge sim`); a stable symlink "
+                   "such as `kvedge sim --link` survives restarts")
+    p.add_argument("--baud", type=int, default=115200)
+    p.add_argument("--csv", metavar="FILE", help="write every sample to this CSV file")
+    p.add_argument("--alert-pct", type=float, default=90.0, help="alert when the cache is above this %% of its bytes")
+    p.add_argument("--plot", metavar="FILE.png", help="draw the session's timeline here at the end")
+    p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
+    p.add_argument("--samples", type=int, metavar="N", help="stop after N samples")
+    p.add_argument("--plain", action="store_true", help="no live view: print events and alerts as lines "
+                   "(the default when stdout is not a terminal)")
+
+
+def run(args):
+    if args.duration is not None and args.duration <= 0:
+        raise ValueError("--duration must be > 0")
+    if args.samples is not None and args.samples <= 0:
+        raise ValueError("--samples must be > 0")
+    live_view = sys.stdout.isatty() and not args.plain
+
+    def say(prefix):
+        def f(*a):
+            msg = " ".join(str(x) for x in a)
+            print("%s %s%s" % (time.strftime("%H:%M:%S"), prefix, msg), flush=True)
+        return f
+
+    mon = Monitor(csv_path=args.csv, alert_pct=args.alert_pct, on_alert=say("ALERT "), on_note=say(""))
+    try:
+        if live_view:
+            from rich.live import Live
+            with Live(render(mon), refresh_per_second=4, transient=False) as live:
+                mon.on_alert = lambda kind, msg: live.console.print("[red]ALERT %s: %s[/red]" % (kind, msg))
+                mon.on_note = lambda msg: live.console.print("[dim]%s[/dim]" % msg)
+                last = [0.0]
+
+                def tick():
+                    now = time.monotonic()
+                    if now - last[0] > 0.25:
+                        last[0] = now
+                        live.update(render(mon))
+                mon.run(args.port, args.baud, args.duration, args.samples, on_tick=tick)
+                live.update(render(mon))
+        else:
+            mon.run(args.port, args.baud, args.duration, args.samples)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        mon.close()
+    if args.plot:
+        plot(mon, args.plot)
+    print("monitor: " + mon.summary(), flush=True)
+    return 0

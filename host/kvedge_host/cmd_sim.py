@@ -1,0 +1,46 @@
+"""Start a virtual board: the MicroPython unix port behind a pseudo-terminal, heap capped to a board profile.
+
+Prints the port path on the first line of stdout, then serves until interrupted. Use it like a board:
+`mpremote connect PORT resume exec "print(1)"`, `kvedge deploy --port PORT`, `kvedge monitor --port PORT`."""
+import signal
+import sys
+import threading
+
+from . import boards
+from .sim import VirtualBoard, default_fs
+
+
+def add_arguments(p):
+    p.add_argument("--board", default="rp2040", help="board profile whose heap the interpreter gets (%s)"
+                   % ", ".join(boards.names()))
+    p.add_argument("--fs", metavar="DIR", help="the board's persistent filesystem folder (default %s)"
+                   % default_fs("BOARD"))
+    p.add_argument("--link", metavar="PATH", help="also publish the port as this symlink (stable across restarts)")
+    p.add_argument("--heap", type=int, help="override the profile's heap size in bytes")
+    p.add_argument("--quiet", action="store_true", help="print only the port path")
+
+
+def run(args):
+    vb = VirtualBoard(args.board, fs=args.fs, link=args.link, heap=args.heap,
+                      log=None if args.quiet else (lambda m: print("kvedge sim: " + m, file=sys.stderr, flush=True)))
+    done = threading.Event()
+
+    def _stop(signum, frame):
+        done.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGHUP, _stop)
+    port = vb.start()
+    try:
+        print(port, flush=True)
+        if not args.quiet:
+            print("kvedge sim: board %s, heap %d bytes, filesystem %s%s; Ctrl-C to stop"
+                  % (args.board, vb.heap, vb.fs, (", link " + vb.link) if vb.link else ""),
+                  file=sys.stderr, flush=True)
+        while not done.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        vb.stop()
+    return 0

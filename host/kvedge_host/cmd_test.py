@@ -1,0 +1,101 @@
+"""Run the device test suite (tests/device) on a board, or on a virtual board, through mpremote.
+
+Sends the device package, the tests and the runner (tools/devrunner.py) to the board (only changed files),
+then runs one test file per soft reset and prints "N passed, N failed, N skipped"."""
+import os
+import shutil
+import sys
+import tempfile
+
+from . import boards, runtimes
+from .deploy import DeployError, deploy, mpremote, sync
+from .paths import TESTS_DEVICE, TOOLS
+
+BOARD_DIR = "kvtests"  # where the tests and the runner live on the board
+
+
+def add_arguments(p):
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--port", help="serial port of a board (or of a running `kvedge sim`)")
+    where.add_argument("--sim", metavar="BOARD", help="start a virtual board with this profile's heap for the run")
+    p.add_argument("--board", default=None, help="board profile of --port, for --mpy (default rp2040)")
+    p.add_argument("--mpy", action="store_true", help="deploy the package as .mpy for the board's -march")
+    p.add_argument("-k", dest="filter", action="append", help="only test files whose name contains this")
+    p.add_argument("-t", dest="tests", action="append", help="only test functions with this name")
+    p.add_argument("--circuitpython", action="store_true", help="emulate CircuitPython's limits (plain kernels)")
+    p.add_argument("--timeout", type=float, default=900, help="seconds allowed per test file")
+    p.add_argument("-v", action="store_true", help="echo every line the board prints")
+
+
+def test_pairs():
+    pairs = []
+    for n in sorted(os.listdir(TESTS_DEVICE)):
+        if n.endswith(".py"):
+            pairs.append((os.path.join(TESTS_DEVICE, n), BOARD_DIR + "/" + n))
+    pairs.append((os.path.join(TOOLS, "devrunner.py"), BOARD_DIR + "/devrunner.py"))
+    return pairs
+
+
+def run_suite(port, board="rp2040", files=None, only=None, mpy=False, circuitpython=False, timeout=900,
+              echo=None):
+    """Deploy, send the tests, run each file after a soft reset. Returns the same dict as
+    runtimes.run_device_tests: passed, failed, skipped, lines, ok."""
+    deploy(port, board, mpy=mpy)
+    sync(port, test_pairs(), [BOARD_DIR])
+    total = {"passed": 0, "failed": 0, "skipped": 0, "lines": []}
+    for f in files or runtimes.test_files():
+        code = ("import sys\nsys.path.insert(0, %r)\nimport devrunner\n"
+                "devrunner.main([%r], circuitpython=%r, only=%r)\n" % (BOARD_DIR, f, circuitpython, only))
+        try:
+            # no `resume`: mpremote soft-resets the board first, so each file starts from a fresh heap
+            out, rc = mpremote(port, ["exec", code], resume=False, timeout=timeout), 0
+        except DeployError as e:
+            out, rc = str(e), 1
+        m = None
+        for line in out.splitlines():
+            if echo:
+                echo(line)
+            mm = runtimes.SUMMARY.match(line.strip())
+            if mm:
+                m = mm
+            elif line.startswith(("FAIL", "SKIP", "Traceback", "  ")) or "Error" in line:
+                total["lines"].append(line)
+        if m is None or rc != 0:
+            total["failed"] += 1
+            total["lines"].append("FAIL %s: runner ended without a summary" % f)
+            total["lines"].extend(out.splitlines()[-20:])
+        if m:
+            total["passed"] += int(m.group(1))
+            total["failed"] += int(m.group(2))
+            total["skipped"] += int(m.group(3))
+    total["ok"] = total["failed"] == 0 and total["passed"] > 0
+    return total
+
+
+def run(args):
+    files = runtimes.test_files(args.filter)
+    if not files:
+        raise ValueError("no test file matches %s" % ", ".join(args.filter or []))
+    echo = print if args.v else None
+    if args.sim:
+        from .sim import VirtualBoard
+        board = args.sim
+        boards.load(board)
+        fs = tempfile.mkdtemp(prefix="kvedge-test-%s-" % board)
+        vb = VirtualBoard(board, fs=fs)
+        try:
+            port = vb.start()
+            print("virtual %s board on %s (heap %d bytes)" % (board, port, vb.heap), flush=True)
+            res = run_suite(port, board, files, args.tests, args.mpy, args.circuitpython, args.timeout, echo)
+        finally:
+            vb.stop()
+            shutil.rmtree(fs, ignore_errors=True)
+    else:
+        board = args.board or "rp2040"
+        res = run_suite(args.port, board, files, args.tests, args.mpy, args.circuitpython, args.timeout, echo)
+    if not args.v:
+        for line in res["lines"]:
+            print(line)
+    print("%d passed, %d failed, %d skipped" % (res["passed"], res["failed"], res["skipped"]))
+    sys.stdout.flush()
+    return 0 if res["ok"] else 1

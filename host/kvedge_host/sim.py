@@ -1,0 +1,332 @@
+"""A virtual board: the real MicroPython unix port behind a pseudo-terminal, heap capped to a board profile.
+
+Two pseudo-terminals joined by a relay thread:
+
+    client (mpremote, monitor, pyserial) <-> pty B (the port we publish) <-> relay <-> pty A <-> micropython
+
+Why two: the interpreter needs a terminal as stdin/stdout to run its REPL (raw REPL included), and clients need a
+device path to open. The relay also lets the board "reset" without the port vanishing, as a USB-serial adapter
+would: when the interpreter exits (Ctrl-D, sys.exit, reset()) the relay prints "MPY: soft reboot" like a board
+and starts a fresh interpreter in the same filesystem folder; if the old one was in the raw REPL the new one is put
+back there, which is exactly what `mpremote soft-reset` (and mpremote without `resume`) expects.
+
+Like a board, the interpreter runs `main.py` from its filesystem at every start (then stays at the REPL).
+The relay holds pty B open itself, so output written while no client is attached stays queued in the terminal
+(and, when that is full, the interpreter blocks on its write): nothing is dropped between two clients.
+Ctrl-C cannot interrupt a running program on this board (the unix port takes SIGINT, not the byte).
+"""
+import errno
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+import tty
+
+from . import boards
+from .runtimes import micropython_bin
+
+RAW_BANNER = b"raw REPL; CTRL-B to exit"
+FRIENDLY_PROMPT = b">>> "
+SOFT_REBOOT = b"MPY: soft reboot\r\n"
+_BUFFER_LIMIT = 1 << 16  # relay stops reading a side whose output is not being taken beyond this
+
+# The interpreter is started through this shim so it dies with the relay thread that started it
+# (PR_SET_PDEATHSIG survives exec): no MicroPython is left running if the simulator is killed.
+_SHIM = ("import ctypes, os, signal, sys\n"
+         "try:\n"
+         "    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)\n"
+         "except Exception:\n"
+         "    pass\n"
+         "if os.getppid() != int(sys.argv[1]):\n"
+         "    sys.exit(1)\n"
+         "os.execv(sys.argv[2], sys.argv[2:])\n")
+
+
+def default_fs(board):
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "kvedge", "sim", board)
+
+
+class VirtualBoard:
+    """One virtual board. start() returns the port path; stop() ends the interpreter and the relay."""
+
+    def __init__(self, board="rp2040", fs=None, link=None, heap=None, log=None):
+        prof = boards.load(board)
+        self.board = board
+        self.heap = int(heap or prof["heap_bytes"])
+        self.fs = os.path.abspath(fs or default_fs(board))
+        self.link = os.path.abspath(link) if link else None
+        self.log = log
+        self.port = None
+        self.starts = 0  # interpreters started so far (1 + resets)
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._reset_req = threading.Event()
+        self._thread = None
+        self._child = None
+        self._ma = self._mb = self._sb = None
+        self._lock = threading.Lock()
+
+    # -- public -------------------------------------------------------------------------------------------
+    def start(self, timeout=30):
+        os.makedirs(os.path.join(self.fs, "lib"), exist_ok=True)
+        self._mb, self._sb = pty.openpty()
+        tty.setraw(self._sb)
+        self.port = os.ttyname(self._sb)
+        _set_nonblocking(self._mb)
+        self._spawn()
+        self._thread = threading.Thread(target=self._relay, name="kvedge-sim-relay", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            self.stop()
+            raise RuntimeError("virtual board: the interpreter printed no prompt within %ds" % timeout)
+        if self.link:
+            tmp = self.link + ".tmp%d" % os.getpid()
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
+            os.symlink(self.port, tmp)
+            os.replace(tmp, self.link)
+        return self.port
+
+    def reset(self):
+        """Hard-reset the board: the interpreter is killed and a fresh one starts (main.py runs again)."""
+        self._reset_req.set()
+
+    def stop(self):
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+        self._kill_child()
+        for fd in (self._ma, self._mb, self._sb):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._ma = self._mb = self._sb = None
+        if self.link and os.path.islink(self.link) and os.readlink(self.link) == self.port:
+            try:
+                os.unlink(self.link)
+            except OSError:
+                pass
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    # -- interpreter --------------------------------------------------------------------------------------
+    def _spawn(self):
+        ma, sa = pty.openpty()
+        # The unix port only switches its terminal to raw mode while it edits a line: a cooked terminal
+        # would eat Ctrl-A/C/D, which the raw REPL protocol sends as bytes.
+        tty.setraw(sa)
+        cmd = [sys.executable, "-c", _SHIM, str(os.getpid()), micropython_bin(), "-X", "heapsize=%d" % self.heap]
+        if os.path.exists(os.path.join(self.fs, "main.py")):
+            cmd += ["-i", "main.py"]
+        env = dict(os.environ)
+        env["MICROPYPATH"] = ":.frozen:" + os.path.join(self.fs, "lib")
+        env.pop("KVEDGE_KERNELS", None)
+        self._child = subprocess.Popen(cmd, stdin=sa, stdout=sa, stderr=sa, cwd=self.fs, env=env,
+                                       start_new_session=True, close_fds=True)
+        os.close(sa)
+        _set_nonblocking(ma)
+        self._ma = ma
+        self.starts += 1
+        self._seen = b""
+        self._born = time.monotonic()
+
+    def _kill_child(self):
+        c = self._child
+        if c is None:
+            return
+        if c.poll() is None:
+            try:
+                os.killpg(c.pid, signal.SIGKILL)
+            except OSError:
+                c.kill()
+        try:
+            c.wait(10)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def _restart(self, raw):
+        if self._ma is not None:
+            os.close(self._ma)
+            self._ma = None
+        self._kill_child()
+        if time.monotonic() - self._born < 0.5:
+            time.sleep(0.5)  # an interpreter that dies at once must not spin the CPU
+        if self._stop.is_set():
+            return b""
+        self._spawn()
+        if self.log:
+            self.log("interpreter restarted (%d)" % self.starts)
+        return b"\x01" if raw else b""
+
+    # -- relay --------------------------------------------------------------------------------------------
+    def _relay(self):
+        to_client = bytearray()
+        to_interp = bytearray()
+        raw = False
+        tail = b""  # last output bytes, to tell the REPL mode and the prompt
+        while not self._stop.is_set():
+            if self._reset_req.is_set():
+                self._reset_req.clear()
+                to_client += SOFT_REBOOT
+                to_interp[:0] = self._restart(False)
+                raw = False
+                continue
+            ma, mb = self._ma, self._mb
+            rl, wl = [], []
+            if len(to_client) < _BUFFER_LIMIT:
+                rl.append(ma)
+            if len(to_interp) < _BUFFER_LIMIT:
+                rl.append(mb)
+            if to_client:
+                wl.append(mb)
+            if to_interp:
+                wl.append(ma)
+            try:
+                r, w, _ = select.select(rl, wl, [], 0.2)
+            except (OSError, ValueError):
+                r, w = [], []
+            dead = False
+            if ma in r:
+                try:
+                    data = os.read(ma, 4096)
+                    if not data:
+                        dead = True
+                except BlockingIOError:
+                    data = b""
+                except OSError:
+                    data, dead = b"", True
+                if data:
+                    to_client += data
+                    tail = (tail + data)[-64:]
+                    if RAW_BANNER in tail:
+                        raw = True
+                    elif tail.endswith(FRIENDLY_PROMPT):
+                        raw = False
+                    self._ready.set()
+            elif not self._ready.is_set() and time.monotonic() - self._born > 2:
+                self._ready.set()  # a main.py that prints nothing for a while: the board is up all the same
+            if mb in r:
+                try:
+                    data = os.read(mb, 4096)
+                except OSError:
+                    data = b""
+                to_interp += data
+            if mb in w and to_client:
+                n = _write(mb, to_client)
+                del to_client[:n]
+            if ma in w and to_interp and not dead:
+                n = _write(ma, to_interp)
+                if n < 0:
+                    dead = True
+                else:
+                    del to_interp[:n]
+            if not dead and self._child.poll() is not None:
+                # exited: drain what it printed, then treat as dead
+                try:
+                    while True:
+                        d = os.read(ma, 4096)
+                        if not d:
+                            break
+                        to_client += d
+                except OSError:
+                    pass
+                dead = True
+            if dead and not self._stop.is_set():
+                to_client += SOFT_REBOOT
+                to_interp[:0] = self._restart(raw)
+                tail = b""
+
+
+def _set_nonblocking(fd):
+    os.set_blocking(fd, False)
+
+
+def _write(fd, buf):
+    try:
+        return os.write(fd, bytes(buf[:4096]))
+    except BlockingIOError:
+        return 0
+    except OSError as e:
+        if e.errno in (errno.EAGAIN, errno.EINTR):
+            return 0
+        return -1
+
+
+class SimProcess:
+    """`kvedge sim` as a child process (what tests use to kill a board outright and start it again)."""
+
+    def __init__(self, board="rp2040", fs=None, link=None, timeout=60):
+        cmd = [sys.executable, "-m", "kvedge_host.cli", "sim", "--board", board]
+        if fs:
+            cmd += ["--fs", fs]
+        if link:
+            cmd += ["--link", link]
+        env = dict(os.environ)
+        host = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        device = os.path.join(os.path.dirname(host), "device")
+        env["PYTHONPATH"] = os.pathsep.join([host, device] + [p for p in [env.get("PYTHONPATH")] if p])
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                                     start_new_session=True)
+        self.link = link
+        self.port = self._read_port(timeout)
+
+    def _read_port(self, timeout):
+        end = time.monotonic() + timeout
+        line = b""
+        fd = self.proc.stdout.fileno()
+        while time.monotonic() < end and not line.endswith(b"\n"):
+            r, _, _ = select.select([fd], [], [], 0.5)
+            if r:
+                c = os.read(fd, 1)
+                if not c:
+                    break
+                line += c
+        port = line.decode().strip()
+        if not port.startswith("/"):
+            err = b""
+            self.kill()
+            try:
+                err = self.proc.stderr.read()
+            except Exception:
+                pass
+            raise RuntimeError("kvedge sim did not print its port: %r %s" % (line, err.decode(errors="replace")))
+        return port
+
+    def kill(self, sig=signal.SIGKILL):
+        """Kill the simulator outright (its interpreter dies with it): the port vanishes."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, sig)
+            except OSError:
+                pass
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+        for f in (self.proc.stdout, self.proc.stderr):
+            try:
+                f.close()
+            except Exception:
+                pass
+
+    def stop(self):
+        self.kill(signal.SIGTERM)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
