@@ -220,7 +220,8 @@ def test_quality_table_in_kvedge_eval_format(capsys, stories, tmp_path):
         return {"name": name, "ppl": 5.0 + kl, "kl": kl, "top1": 1.0 - kl, "peak_bytes": 1, "arena_bytes": 1,
                 "config": dict({"dtype": "f32", "window": 0, "sinks": 0, "prefix": 0, "residual": 0}, **cfg)}
     q = tmp_path / "eval.json"
-    q.write_text(json.dumps({"model": "stories.bin", "long": {"rows": []}, "quality": {"tokens": 512, "seed": 42, "rows": [
+    q.write_text(json.dumps({"model": "stories.bin", "long": {"rows": []},
+                             "quality": {"tokens": 512, "seed": 42, "rows": [
         row("f32", 0.0), row("f16", 0.0001, dtype="f16"), row("i8", 0.003, dtype="i8"),
         row("i8 + f32 prefix 26", 0.002, dtype="i8", prefix=26), row("i4 KIVI (g32)", 0.05, dtype="i4", residual=32),
         row("i4 per-token keys", 0.9, dtype="i4", residual=0), row("window 128", 0.4, window=128),
