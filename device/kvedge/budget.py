@@ -319,11 +319,10 @@ def kv_bytes_growth(layers, kv_heads, head_dim, tokens, dtype=F16, align=64, gro
 
 # ---- extra arrays a plan places beside the cache ----
 
-def h2o_score_bytes(layers, kv_heads, slots, score_bytes=4):
-    """Heavy-hitter (H2O) eviction's accumulated attention: one integer per cached slot per layer and KV head.
-
-    A planning reserve (4-byte accumulators); the eviction policy reports what it really allocates."""
-    return layers * kv_heads * slots * score_bytes
+def h2o_score_bytes(slots, int_bytes=4):
+    """Heavy-hitter (H2O) eviction's arrays (kvedge.evict.H2O): this step's attention per cache slot and the
+    accumulated sum per slot, one array('i') entry each (attention is summed over layers and heads)."""
+    return 2 * slots * int_bytes
 
 
 def weights_row_buffer_bytes(dim, hidden_dim, dtype=F32, scale_bytes=4):

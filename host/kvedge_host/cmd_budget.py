@@ -123,7 +123,7 @@ def curves(spec, r, align, batch, points=120):
     out["i8, H2O %d slots (with scores)" % (w + sinks)] = (
         xs, [fixed + budget.kv_bytes_layers([w + sinks] * spec.layers, spec.kv_heads, spec.head_dim, x, "i8", align,
                                             batch)
-             + batch * budget.h2o_score_bytes(spec.layers, spec.kv_heads, min(x, w + sinks)) for x in xs])
+             + batch * budget.h2o_score_bytes(w + sinks) for x in xs])
     return out
 
 

@@ -323,10 +323,9 @@ class Planner:
         step = budget.QK if dtype == budget.I4 else 1
         lo = -(-max(2 * MIN_WINDOW, step) // step) * step
         hi = min(C - 1, (self.native_window or C) - 1)
-        s = self.spec
 
         def scores(B):
-            return budget.h2o_score_bytes(s.layers, s.kv_heads, B)
+            return budget.h2o_score_bytes(B)
 
         def make(B):
             return self.cfg(B, dtype)

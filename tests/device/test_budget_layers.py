@@ -97,7 +97,8 @@ def test_bad_layer_inputs():
 
 
 def test_h2o_scores_and_weight_row_buffer():
-    assert budget.h2o_score_bytes(5, 4, 100) == 5 * 4 * 100 * 4
+    # kvedge.evict.H2O: `scores` and `acc`, one array('i') entry per slot each
+    assert budget.h2o_score_bytes(100) == 2 * 100 * 4
     # widest input of stories260K is hidden_dim 172: one row of w2
     assert budget.weights_row_buffer_bytes(64, 172, "f32") == 688
     assert budget.weights_row_buffer_bytes(64, 172, "i8") == 176

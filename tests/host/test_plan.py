@@ -36,7 +36,7 @@ def recompute_total(doc, weights_dtype="i8"):
         w = budget.weights_bytes(p, weights_dtype)
     else:
         w = budget.weights_row_buffer_bytes(64, 172, weights_dtype)
-    scores = budget.h2o_score_bytes(5, 4, cfg.slots) if (doc["policy"] or {}).get("kind") == "h2o" else 0
+    scores = budget.h2o_score_bytes(cfg.slots) if (doc["policy"] or {}).get("kind") == "h2o" else 0
     act = budget.activation_bytes(64, 172, 8, 512)
     return cfg, w + cfg.nbytes() + scores + act + boards.load("rp2350")["workspace_bytes"]
 
@@ -92,6 +92,20 @@ def test_every_feasible_config_builds_a_device_cache(capsys, stories):
     for c in r["configurations"]:
         cfg = CacheConfig.from_dict(c["cache"])
         assert _device_cache_bytes(cfg, c["budget_bytes"]) == c["kv_bytes"], c["strategy"]
+
+
+def test_h2o_policy_from_the_plan_is_accepted_by_the_device_and_sized_right(capsys, stories):
+    evict = pytest.importorskip("kvedge.evict")
+    from kvedge.cache import KVCache
+    r = plan(capsys, "--model", stories, "--board", "rp2350", "--weights-dtype", "i8")
+    h2o = [c for c in r["configurations"] if c["kind"] == "h2o"]
+    assert h2o
+    for c in h2o:
+        cache = KVCache(CacheConfig.from_dict(c["cache"]), budget=c["budget_bytes"])
+        pol = c["policy"]
+        h = evict.H2O(cache, budget=pol["budget"], recent=pol["recent"])
+        arrays = len(h.scores) * h.scores.itemsize + len(h.acc) * h.acc.itemsize
+        assert arrays == c["h2o_score_bytes"] == budget.h2o_score_bytes(cache.cfg.slots)
 
 
 def test_fitting_request_ranks_full_f32_first(capsys, stories):
@@ -252,7 +266,7 @@ def test_batch_counts_every_sequence_and_budget_is_per_cache(capsys, stories):
     act = budget.activation_bytes(64, 172, 8, 512, batch=3)
     for c in r["configurations"]:
         cfg = CacheConfig.from_dict(c["cache"])
-        scores = budget.h2o_score_bytes(5, 4, cfg.slots) if c["kind"] == "h2o" else 0
+        scores = budget.h2o_score_bytes(cfg.slots) if c["kind"] == "h2o" else 0
         assert c["total_bytes"] == w + 3 * (cfg.nbytes() + scores) + act <= heap
         assert cfg.nbytes() <= c["budget_bytes"] and 3 * c["budget_bytes"] <= heap - w - act
 
