@@ -36,6 +36,9 @@ def add_arguments(p):
                    help="row padding of the device cache (default 64, CacheConfig's default; 0 = none)")
     p.add_argument("--weights-in", default="auto", metavar="WHERE",
                    help="heap, flash (read row by row) or auto: heap unless nothing then fits (default auto)")
+    p.add_argument("--flash-tier", action="store_true",
+                   help="also offer a hot ring in RAM with the older tokens compressed on flash (needs a device "
+                        "cold tier; off by default)")
     p.add_argument("--quality", metavar="FILE.json", help="quality table written by `kvedge eval --json`")
     p.add_argument("--out", metavar="FILE.json", help="write the chosen configuration as a device config JSON")
     p.add_argument("--pick", type=int, default=1, help="rank of the configuration --out writes (default 1)")
@@ -206,6 +209,7 @@ class Planner:
     def __init__(self, spec, context, tgt, align, weights_dtype, batch):
         self.spec, self.context, self.tgt, self.align, self.batch = spec, context, tgt, align, batch
         self.base_align = align
+        self.flash_tier = False
         self.heap = tgt["heap_bytes"]
         self.prof = tgt["profile"] or {}
         self.weights_bytes, self.weights_label = account.weights(spec, weights_dtype)
@@ -394,7 +398,7 @@ class Planner:
             found.append(self._note("%s sinks + window%s" % (dt, tag), self.window(dt, place, SINKS)))
             found.append(self._note("%s window%s" % (dt, tag), self.window(dt, place, 0)))
         for dt in dts:
-            if dt in (budget.F16, budget.I8):
+            if self.flash_tier and dt in (budget.F16, budget.I8):
                 found.append(self._note("%s hot ring + flash tier%s" % (dt, tag), self.flash(dt, place)))
         for dt in dts:
             found.append(self._note("%s, shorter context%s" % (dt, tag), self.shorter(dt, place)))
@@ -512,10 +516,13 @@ def run(a):
     account.check_size("--top", a.top)
     table = load_quality(a.quality) if a.quality else None
     pl = Planner(spec, context, tgt, a.align, a.weights_dtype, a.batch)
+    pl.flash_tier = a.flash_tier
     ranked = rank(pl.run(a.kv_dtype, a.weights_in), table)
     notes = list(spec.notes)
     if pl.mixed_windows:
         notes.append("the model's per-layer sliding windows are not a single device ring: planned as all-global")
+    if not a.flash_tier:
+        notes.append("flash tier not offered (--flash-tier): the device cache has no cold tier to run it yet")
     if table is None:
         notes.append("no --quality table: ranked by the heuristic order (run `kvedge eval --json` to measure)")
     result = {"model": spec.name, "board": tgt["name"], "heap_bytes": tgt["heap_bytes"], "context": context,

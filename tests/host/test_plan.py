@@ -60,7 +60,7 @@ def test_not_fitting_case_gives_feasible_plans_that_recompute(capsys, stories, t
 
 
 def test_trace_shows_the_loop(capsys, stories):
-    r = plan(capsys, "--model", stories, "--board", "rp2350", "--weights-dtype", "i8")
+    r = plan(capsys, "--model", stories, "--board", "rp2350", "--weights-dtype", "i8", "--flash-tier")
     tried = [t["try"] for t in r["trace"]]
     assert tried[0].startswith("requested: f32, keep all 512")
     for s in ("i8, keep all", "i8 + f32 prefix", "f16 H2O", "f16 sinks + window", "f16 window",
@@ -134,7 +134,8 @@ def test_quality_table_reorders(capsys, stories, tmp_path):
         {"strategy": "h2o i8", "kl": 0.2},
         {"strategy": "window f16", "mean_kl": 0.5},
     ]}))
-    r = plan(capsys, "--model", stories, "--board", "rp2350", "--weights-dtype", "i8", "--quality", str(q))
+    r = plan(capsys, "--model", stories, "--board", "rp2350", "--weights-dtype", "i8", "--quality", str(q),
+             "--flash-tier")
     # a flash tier attends every token, the old ones as i8: it inherits i8's measured cost and comes first
     first = r["configurations"][0]
     assert first["kind"] == "flash" and first["quality"]["metrics"]["kl"] == 0.002
@@ -241,7 +242,8 @@ def test_quality_table_in_kvedge_eval_format(capsys, stories, tmp_path):
         row("i4 per-token keys", 0.9, dtype="i4", residual=0), row("window 128", 0.4, window=128),
         row("sinks 4 + window 124", 0.1, window=124, sinks=4),
         {"name": "H2O 128 slots", "missing": "needs kvedge's H2O policy (issue 5)"}]}}))
-    r = plan(capsys, "--model", stories, "--board", "rp2350", "--weights-dtype", "i8", "--quality", str(q))
+    r = plan(capsys, "--model", stories, "--board", "rp2350", "--weights-dtype", "i8", "--quality", str(q),
+             "--flash-tier")
     by_kind = {}
     for c in r["configurations"]:
         by_kind.setdefault(c["kind"], c)
@@ -277,3 +279,13 @@ def test_help_lists_the_commands(capsys):
     out = capsys.readouterr().out
     for name in ("budget", "plan", "boards"):
         assert name in out
+
+
+def test_flash_tier_only_on_request(capsys, stories):
+    r = plan(capsys, "--model", stories, "--board", "rp2350", "--weights-dtype", "i8")
+    assert "flash" not in set(c["kind"] for c in r["configurations"])
+    assert any("--flash-tier" in n for n in r["notes"])
+    f = plan(capsys, "--model", stories, "--board", "rp2350", "--weights-dtype", "i8", "--flash-tier")
+    tiers = [c for c in f["configurations"] if c["kind"] == "flash"]
+    assert tiers and all(c["tier"]["cold_bytes"] == budget.kv_bytes(5, 4, 8, 512, "i8", 0) for c in tiers)
+    assert all(c["tokens_kept"] == 512 for c in tiers)
