@@ -18,7 +18,8 @@ import math
 from . import kernels, quant
 from .compat import zeros
 from .budget import I4, I8
-from .kernels_plain import (T_N, T_D, T_QOFF, T_T, T_B, T_EQ, T_M, T_WS, T_EVMAX, T_TMAX, T_EVT, T_HDR, T_KIVI, SAT)
+from .kernels_plain import (T_N, T_D, T_QOFF, T_T, T_B, T_EQ, T_M, T_WS, T_EVMAX, T_TMAX, T_EVT, T_HDR, T_KIVI,
+                           T_LSUM, T_SH, T_CORR, SAT)
 
 LOG2E = 1.4426950408889634
 MAX_TILE = 64  # keeps a tile's weighted V sum within 2**28
@@ -103,7 +104,8 @@ class Attention:
         self.kivi = cache.kivi
         self.mixed = self.P > 0 or self.kivi  # rows other than the cache dtype exist
         if self.int_ok:
-            self.tile = zeros("i", T_HDR + 6 * tile)
+            self.tile = zeros("i", T_HDR + 7 * tile)
+            self.geo = zeros("i", 9)
             self.tile[T_D] = D
             self.tile[T_T] = tile
             self.tile[T_KIVI] = 1 if self.kivi else 0
@@ -265,6 +267,7 @@ class Attention:
             vbase = c.DATA + ((layer * 2 + 1) * H + kvh) * B * prow
             for t in range(nt):
                 b = ts[t] - self.P
+                tile[T_HDR + 6 * T + t] = ts[t]
                 tile[T_HDR + t] = kbase + b * prow
                 tile[T_HDR + 3 * T + t] = vbase + b * prow
                 if self.i4:
@@ -291,6 +294,7 @@ class Attention:
                 n = self.G
                 r = (ts[t] - self.P) % self.G
                 base = c.RES
+            tile[T_HDR + 6 * T + t] = ts[t]
             tile[T_HDR + t] = base + (((layer * 2) * H + kvh) * n + r) * frow
             tile[T_HDR + 3 * T + t] = base + (((layer * 2 + 1) * H + kvh) * n + r) * frow
         tile[T_N] = nt
@@ -302,44 +306,40 @@ class Attention:
         k = self.k
         tile = self.tile
         iacc = self.iacc
-        ipart = self.ipart
-        D = self.D
         k.att_scores_i8(src, qc, tile)
         tmax = tile[T_TMAX]
         evt = tile[T_EVT]
+        sh = 0
+        corr = 16384
         if evt > self.evmax:  # a larger V scale: express the sum so far in its units
             sh = evt - self.evmax
-            for i in range(D):
-                iacc[i] >>= sh
             self.evmax = evt
         if self.first:
             self.M = tmax
             self.first = False
         elif tmax > self.M:  # the maximum grew: rescale by 2**(-(tmax - M))
             corr = _exp2q14(tmax - self.M, 0, self.exp2)
-            for i in range(D):
-                iacc[i] = _mulq14(iacc[i], corr)
             self.lsum = _mulq14(self.lsum, corr)
             self.M = tmax
+        if sh or corr != 16384:
+            tile[T_SH] = sh
+            tile[T_CORR] = corr
+            k.att_rescale(iacc, tile)
         tile[T_M] = self.M
         tile[T_WS] = self.ws
         tile[T_EVMAX] = self.evmax
         lsum = self.lsum + k.att_weights_i8(src, tile, self.exp2)
-        k.att_wsum_i8(src, tile, ipart)
-        big = lsum
-        for i in range(D):
-            x = iacc[i] + ipart[i]
-            iacc[i] = x
-            if x < 0:
-                x = -x
-            if x > big:
-                big = x
-        while big > _LIM:  # overflow guard: halve sums and future weights together
-            for i in range(D):
-                iacc[i] >>= 1
-            lsum >>= 1
-            big >>= 1
-            self.ws += 1
+        big = k.att_wsum_i8(src, tile, iacc)
+        if lsum > big:
+            big = lsum
+        if big > _LIM:  # overflow guard: halve sums and future weights together
+            tile[T_CORR] = 16384
+            while big > _LIM:
+                tile[T_SH] = 1
+                k.att_rescale(iacc, tile)
+                lsum >>= 1
+                big >>= 1
+                self.ws += 1
         self.lsum = lsum
 
     def step_q8(self, layer, qc, qs, out_q, out_exp, scores=None, slots=None, nslots=-1):
@@ -361,8 +361,12 @@ class Attention:
         nmax = c.N if nslots < 0 else nslots
         tile = self.tile
         iacc = self.iacc
+        geo = self.geo
         D = self.D
+        H = c.H
         self.layer = layer
+        for i in range(D):  # att_div_q10 clears it after each head; an earlier failed call may not have
+            iacc[i] = 0
         for h in range(self.heads):
             kvh = h // self.group
             qb = qs[h]  # f16 bits: mantissa mq, exponent eq (inline: a returned tuple would allocate)
@@ -375,8 +379,6 @@ class Attention:
             tile[T_B] = (mq * self.lam) >> 10
             tile[T_EQ] = eq
             tile[T_QOFF] = h * D
-            for i in range(D):
-                iacc[i] = 0
             self.M = 0
             self.lsum = 0
             self.ws = 0
@@ -384,6 +386,19 @@ class Attention:
             self.first = True
             for kind in range(3):
                 if kind < 2 and not self.mixed:
+                    continue
+                if kind == 2 and not self.i4:  # the hot case: i8 rows, gathered by a kernel
+                    geo[0] = c.DATA + ((layer * 2) * H + kvh) * c.B * c.prow
+                    geo[1] = c.DATA + ((layer * 2 + 1) * H + kvh) * c.B * c.prow
+                    geo[2] = c.META + ((layer * 2) * H + kvh) * c.B * 2
+                    geo[3] = c.META + ((layer * 2 + 1) * H + kvh) * c.B * 2
+                    geo[4] = c.prow
+                    geo[5] = self.P
+                    geo[6] = 0
+                    geo[7] = nmax
+                    geo[8] = 0 if nslots < 0 else 1
+                    while self.k.att_fill_i8(slots, tile, geo):
+                        self._tile_q8(c.arena, qc)
                     continue
                 self.cur = 0
                 while True:
@@ -393,30 +408,40 @@ class Attention:
                     self._tile_q8(self._prep(kind, layer, kvh, nt), qc)
             if self.lsum <= 0:
                 raise ValueError("no cached tokens to attend to in layer %d" % layer)
-            qo = h * D
-            for i in range(D):
-                out_q[qo + i] = _divq10(iacc[i], self.lsum)
-            out_exp[h] = self.evmax - 25
+            tile[T_LSUM] = self.lsum
             if scores is not None:
                 self._report_int(scores, slots, nslots, nmax, qc, layer, kvh)
+            self.k.att_div_q10(iacc, out_q, tile)  # tile[T_QOFF] == h * D
+            out_exp[h] = self.evmax - 25
 
     def _report_int(self, scores, slots, nslots, nmax, qc, layer, kvh):
         """Adds each token's probability in Q16: 2**((U - M)/2**16) / (lsum * 2**ws)."""
         tile = self.tile
-        ts = self.tslot
         T = self.T
+        c = self.cache
+        geo = self.geo
         for kind in range(3):
             if kind < 2 and not self.mixed:
                 continue
-            self.cur = 0
-            while True:
+            if kind == 2 and not self.i4:
+                geo[6] = 0
+                src = c.arena
+                nt = self.k.att_fill_i8(slots, tile, geo)
+            else:
+                self.cur = 0
                 nt = self._fill_kind(slots, nslots, nmax, kind)
-                if nt == 0:
-                    break
-                self.k.att_scores_i8(self._prep(kind, layer, kvh, nt), qc, tile)
+                src = self._prep(kind, layer, kvh, nt) if nt else c.arena
+            while nt:
+                self.k.att_scores_i8(src, qc, tile)
                 for t in range(nt):
                     w = _exp2q14(self.M - tile[T_HDR + 2 * T + t], 0, self.exp2)
-                    scores[ts[t]] += _divq10((w << 6) >> self.ws, self.lsum)
+                    scores[tile[T_HDR + 6 * T + t]] += _divq10((w << 6) >> self.ws, self.lsum)
+                if kind == 2 and not self.i4:
+                    nt = self.k.att_fill_i8(slots, tile, geo)
+                else:
+                    nt = self._fill_kind(slots, nslots, nmax, kind)
+                    if nt:
+                        src = self._prep(kind, layer, kvh, nt)
 
 
 def quantize_query(q, qc, qs, heads):

@@ -65,7 +65,7 @@ def mv_quant(x, n, q):
 
 # ---- attention tiles: kernels_plain.att_* (see there) compiled to machine code ----
 from kvedge.kernels_plain import (T_N, T_D, T_QOFF, T_T, T_B, T_EQ, T_M, T_WS, T_EVMAX, T_TMAX,  # noqa: E402
-                                  T_EVT, T_HDR, T_KIVI, SAT)
+                                  T_EVT, T_HDR, T_KIVI, T_LSUM, T_SH, T_CORR, SAT)
 
 
 @micropython.native
@@ -157,16 +157,97 @@ def att_weights_i8(arena, tile, exp2):
 
 
 @micropython.native
-def att_wsum_i8(arena, tile, out):
-    """out[i] = sum_j W[j] * V_j[i] over the tile (W <= 2**15, |V| <= 128, T <= 64: within 2**28)."""
+def att_wsum_i8(arena, tile, acc):
+    """acc[i] += sum_j W[j] * V_j[i] over the tile (W <= 2**15, |V| <= 128, T <= 64: a tile adds < 2**28);
+    returns the largest |acc[i]| afterwards (the caller keeps it below 2**28)."""
     nt = tile[T_N]
     D = tile[T_D]
     T = tile[T_T]
+    big = 0
     for i in range(D):
-        s = 0
+        s = acc[i]
         for j in range(nt):
             s += tile[T_HDR + 5 * T + j] * ((arena[tile[T_HDR + 3 * T + j] + i] ^ 128) - 128)
-        out[i] = s
+        acc[i] = s
+        if s < 0:
+            s = -s
+        if s > big:
+            big = s
+    return big
+
+
+@micropython.native
+def att_rescale(acc, tile):
+    """acc[i] = (acc[i] >> SH) * CORR / 2**14, the online softmax's correction (|acc| < 2**29)."""
+    D = tile[T_D]
+    sh = tile[T_SH]
+    c = tile[T_CORR]
+    for i in range(D):
+        x = acc[i] >> sh
+        neg = x < 0
+        if neg:
+            x = -x
+        x = (x >> 14) * c + (((x & 16383) * c) >> 14)
+        acc[i] = -x if neg else x
+
+
+@micropython.native
+def att_div_q10(acc, out, tile):
+    """out[QOFF + i] = acc[i] * 2**10 / LSUM (long division, truncated toward zero); clears acc."""
+    D = tile[T_D]
+    qo = tile[T_QOFF]
+    ls = tile[T_LSUM]
+    for i in range(D):
+        a = acc[i]
+        acc[i] = 0
+        neg = a < 0
+        if neg:
+            a = -a
+        q = a // ls
+        r = a - q * ls
+        for _ in range(10):
+            r <<= 1
+            q <<= 1
+            if r >= ls:
+                r -= ls
+                q += 1
+        out[qo + i] = -q if neg else q
+
+
+@micropython.native
+def att_fill_i8(slots, tile, geo):
+    """Gather the next tile of i8 rows: live slots >= P from geo's cursor; writes the K/V row and scale
+    offsets and the slot numbers, returns how many. geo: kbase, vbase, kmeta, vmeta, row bytes, P, cursor,
+    end, explicit (1: slots lists slot numbers; 0: slots is slot_pos, index = slot, -1 = empty)."""
+    T = tile[T_T]
+    kb = geo[0]
+    vb = geo[1]
+    km = geo[2]
+    vm = geo[3]
+    prow = geo[4]
+    P = geo[5]
+    j = geo[6]
+    n = geo[7]
+    explicit = geo[8]
+    nt = 0
+    while j < n and nt < T:
+        if explicit:
+            s = slots[j]
+        else:
+            s = j if slots[j] >= 0 else -1
+        j += 1
+        if s < P:
+            continue
+        b = s - P
+        tile[T_HDR + nt] = kb + b * prow
+        tile[T_HDR + T + nt] = km + 2 * b
+        tile[T_HDR + 3 * T + nt] = vb + b * prow
+        tile[T_HDR + 4 * T + nt] = vm + 2 * b
+        tile[T_HDR + 6 * T + nt] = s
+        nt += 1
+    geo[6] = j
+    tile[T_N] = nt
+    return nt
 
 
 @micropython.native

@@ -67,14 +67,26 @@ def att_scores_i8(arena, q, tile) -> int:
     sat = 1 << 29
     tmax = 0 - sat
     evt = 0
+    # sext(x) = (x ^ 128) - 128: sum (X-128)(Y-128) = sum XY - 128 sum X - 128 sum Y + 2**14 D with X, Y the
+    # offset-binary bytes, so the inner loop only xors, multiplies and adds (no per-element subtraction)
+    sy = 0
+    i = 0
+    while i < D:
+        sy += int(qq[qo + i]) ^ 128
+        i += 1
+    corr = (D << 14) - (sy << 7)
     j = 0
     while j < nt:
         ko = int(tl[16 + j])
         s = 0
+        sx = 0
         i = 0
         while i < D:
-            s += ((int(a[ko + i]) ^ 128) - 128) * ((int(qq[qo + i]) ^ 128) - 128)
+            x = int(a[ko + i]) ^ 128
+            s += x * (int(qq[qo + i]) ^ 128)
+            sx += x
             i += 1
+        s = s - (sx << 7) + corr
         km = int(tl[16 + T + j])
         h = int(a[km]) | (int(a[km + 1]) << 8)
         e = (h >> 10) & 31
@@ -163,23 +175,150 @@ def att_weights_i8(arena, tile, exp2) -> int:
 
 
 @micropython.viper
-def att_wsum_i8(arena, tile, out) -> int:
+def att_wsum_i8(arena, tile, acc) -> int:
     a = ptr8(arena)  # noqa: F821
     tl = ptr32(tile)  # noqa: F821
-    o = ptr32(out)  # noqa: F821
+    o = ptr32(acc)  # noqa: F821
+    sbit = 1
+    sbit <<= 31
+    hi = 0 - sbit
     nt = int(tl[0])
     D = int(tl[1])
     T = int(tl[3])
+    # sum_j W_j sext(v) = sum_j W_j (v ^ 128) - 128 sum_j W_j: no subtraction in the inner loop
+    wt = 0
+    j = 0
+    while j < nt:
+        wt += int(tl[16 + 5 * T + j])
+        j += 1
+    wt <<= 7
+    big = 0
     i = 0
     while i < D:
-        s = 0
+        s = int(o[i])
+        if s & sbit:
+            s |= hi
+        s -= wt
         j = 0
         while j < nt:
-            s += int(tl[16 + 5 * T + j]) * ((int(a[int(tl[16 + 3 * T + j]) + i]) ^ 128) - 128)
+            s += int(tl[16 + 5 * T + j]) * (int(a[int(tl[16 + 3 * T + j]) + i]) ^ 128)
             j += 1
         o[i] = s
+        if s < 0:
+            s = 0 - s
+        if s > big:
+            big = s
+        i += 1
+    return big
+
+
+@micropython.viper
+def att_rescale(acc, tile) -> int:
+    o = ptr32(acc)  # noqa: F821
+    tl = ptr32(tile)  # noqa: F821
+    sbit = 1
+    sbit <<= 31
+    hi = 0 - sbit
+    D = int(tl[1])
+    sh = int(tl[13])
+    c = int(tl[14])
+    i = 0
+    while i < D:
+        x = int(o[i])
+        if x & sbit:
+            x |= hi
+        x = x >> sh
+        neg = 0
+        if x < 0:
+            neg = 1
+            x = 0 - x
+        x = (x >> 14) * c + (((x & 16383) * c) >> 14)
+        if neg:
+            x = 0 - x
+        o[i] = x
         i += 1
     return 0
+
+
+@micropython.viper
+def att_div_q10(acc, out, tile) -> int:
+    o = ptr32(acc)  # noqa: F821
+    dst = ptr32(out)  # noqa: F821
+    tl = ptr32(tile)  # noqa: F821
+    sbit = 1
+    sbit <<= 31
+    hi = 0 - sbit
+    D = int(tl[1])
+    qo = int(tl[2])
+    ls = int(tl[12])
+    i = 0
+    while i < D:
+        a = int(o[i])
+        if a & sbit:
+            a |= hi
+        o[i] = 0
+        neg = 0
+        if a < 0:
+            neg = 1
+            a = 0 - a
+        q = 0
+        r = a
+        while r >= ls:  # a // ls: the quotient is small (|a| / ls <= 2**9)
+            r -= ls
+            q += 1
+        k = 0
+        while k < 10:
+            r <<= 1
+            q <<= 1
+            if r >= ls:
+                r -= ls
+                q += 1
+            k += 1
+        if neg:
+            q = 0 - q
+        dst[qo + i] = q
+        i += 1
+    return 0
+
+
+@micropython.viper
+def att_fill_i8(slots, tile, geo) -> int:
+    sp = ptr32(slots)  # noqa: F821
+    tl = ptr32(tile)  # noqa: F821
+    g = ptr32(geo)  # noqa: F821
+    sbit = 1
+    sbit <<= 31
+    T = int(tl[3])
+    kb = int(g[0])
+    vb = int(g[1])
+    km = int(g[2])
+    vm = int(g[3])
+    prow = int(g[4])
+    P = int(g[5])
+    j = int(g[6])
+    n = int(g[7])
+    explicit = int(g[8])
+    nt = 0
+    while j < n and nt < T:
+        v = int(sp[j])
+        s = j
+        if explicit:
+            s = v
+        if v & sbit:  # -1: an empty slot
+            s = -1
+        j += 1
+        if s < P:
+            continue
+        b = s - P
+        tl[16 + nt] = kb + b * prow
+        tl[16 + T + nt] = km + 2 * b
+        tl[16 + 3 * T + nt] = vb + b * prow
+        tl[16 + 4 * T + nt] = vm + 2 * b
+        tl[16 + 6 * T + nt] = s
+        nt += 1
+    g[6] = j
+    tl[0] = nt
+    return nt
 
 
 # Row conversions for f32 and i4 rows run once per row per step: the native versions serve here.
