@@ -65,43 +65,54 @@ class PlainForward:
     growing lists of per-token arrays, softmax over all scores at once (no tiles, no cache)."""
 
     def __init__(self, path):
+        # tensors stay in the file (offsets only) and rows are read when used: small heaps hold the model
+        # under test, not a second copy
         import struct
-        with open(path, "rb") as f:
-            hdr = struct.unpack("<7i", f.read(28))
-            d, h, L, H, KV, V, S = hdr
-            V = abs(V)
-            self.d, self.h, self.L, self.H, self.KV, self.V = d, h, L, H, KV, V
-            self.hd = d // H
-            kv = KV * self.hd
+        f = open(path, "rb")
+        self.f = f
+        d, h, L, H, KV, V, S = struct.unpack("<7i", f.read(28))
+        V = abs(V)
+        self.d, self.h, self.L, self.H, self.KV, self.V = d, h, L, H, KV, V
+        self.hd = d // H
+        kv = KV * self.hd
+        at = [28]
 
-            def take(n):
-                a = array("f", range(n))
-                f.readinto(a)
-                return a
-            self.emb = take(V * d)
-            self.rms_att = take(L * d)
-            self.wq = take(L * d * d)
-            self.wk = take(L * kv * d)
-            self.wv = take(L * kv * d)
-            self.wo = take(L * d * d)
-            self.rms_ffn = take(L * d)
-            self.w1 = take(L * h * d)
-            self.w2 = take(L * d * h)
-            self.w3 = take(L * h * d)
-            self.rms_final = take(d)
+        def take(n):
+            at[0] += 4 * n
+            return at[0] - 4 * n
+        self.emb = take(V * d)
+        self.rms_att = take(L * d)
+        self.wq = take(L * d * d)
+        self.wk = take(L * kv * d)
+        self.wv = take(L * kv * d)
+        self.wo = take(L * d * d)
+        self.rms_ffn = take(L * d)
+        self.w1 = take(L * h * d)
+        self.w2 = take(L * d * h)
+        self.w3 = take(L * h * d)
+        self.rms_final = take(d)
+        self.buf = array("f", range(max(d, h)))
         self.K = [[] for _ in range(L)]
         self.Vs = [[] for _ in range(L)]
         self.pos = 0
 
-    @staticmethod
-    def mv(w, layer, rows, cols, x):
-        base = layer * rows * cols
-        return [sum(w[base + r * cols + c] * x[c] for c in range(cols)) for r in range(rows)]
+    def _row(self, off, n):
+        self.f.seek(off)
+        b = self.f.read(4 * n)
+        return array("f", b)
 
-    @staticmethod
-    def norm(x, w, off):
+    def mv(self, w, layer, rows, cols, x):
+        base = w + 4 * layer * rows * cols
+        out = []
+        for r in range(rows):
+            row = self._row(base + 4 * r * cols, cols)
+            out.append(sum(row[c] * x[c] for c in range(cols)))
+        return out
+
+    def norm(self, x, w, off):
+        wt = self._row(w + 4 * off, len(x))
         ss = 1.0 / math.sqrt(sum(v * v for v in x) / len(x) + 1e-5)
-        return [w[off + i] * ss * x[i] for i in range(len(x))]
+        return [wt[i] * ss * x[i] for i in range(len(x))]
 
     def rope(self, v):
         hd = self.hd
@@ -118,7 +129,7 @@ class PlainForward:
     def forward(self, tok):
         d, h, hd, g = self.d, self.h, self.hd, self.H // self.KV
         kv = self.KV * hd
-        x = [self.emb[tok * d + i] for i in range(d)]
+        x = list(self._row(self.emb + 4 * tok * d, d))
         for l in range(self.L):
             xb = self.norm(x, self.rms_att, l * d)
             q = self.rope(self.mv(self.wq, l, d, d, xb))

@@ -46,6 +46,7 @@ def test_f32_logits_match_plain_reference():
         _close(m.forward(tok), ref.forward(tok), 1e-4)
     assert m.cache.n_seen == 6
     m.close()
+    ref.f.close()
 
 
 def test_int8_weights_close_to_f32_and_streaming_is_identical():
@@ -74,9 +75,10 @@ def test_f32_streaming_matches_in_ram():
 
 def test_budget_refused_before_allocating():
     cfg, wd = checkpoint.read_config(_files()["f32"])
-    p = plan(cfg, wd, cache_config(cfg, {"align": 0, "max_tokens": 16}), workspace=1000)
+    ccfg = cache_config(cfg, {"align": 0, "max_tokens": 16})
+    p = plan(cfg, wd, ccfg, workspace=1000)
     assert p["total"] == p["weights"] + p["kv"] + p["activations"] + p["workspace"]
-    assert p["workspace"] == 1000 + object_bytes(cfg)
+    assert p["workspace"] == 1000 + object_bytes(cfg, ccfg)
     before = compat.mem_alloc()
     e = raises(BudgetError, _model, budget=p["total"] - 1, workspace=1000)
     assert e.need == p["total"] and e.budget == p["total"] - 1

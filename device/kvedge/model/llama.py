@@ -43,11 +43,13 @@ def scratch_bytes(cfg, wdtype):
     return n
 
 
-def object_bytes(cfg):
-    """Python objects around the buffers: one matrix object per weight matrix, the model, weights, cache and
-    attention objects and their attribute tables. Measured on the 64-bit unix port (about 250 bytes per
-    matrix, 2 KB for the rest); 32-bit boards need less."""
-    return 2048 + 320 * (7 * cfg.n_layers + 2)
+def object_bytes(cfg, ccfg, tile=32):
+    """Heap beside the formula-sized buffers: Python objects (one per weight matrix, about 320 bytes each on
+    the 64-bit unix port, 2 KB for model/weights/cache/attention objects), the cache's slot table (4 bytes a
+    slot) and the attention loop's integer-path tile and tables (measured: about 4 KB at tile 32 beyond
+    budget.activation_bytes; counted twice over, as that scratch belongs to another module and grows with
+    it). 32-bit boards need less."""
+    return 2048 + 320 * (7 * cfg.n_layers + 2) + 4 * ccfg.slots + 256 * tile
 
 
 def plan(cfg, wdtype, ccfg, stream=False, tile=32, workspace=0):
@@ -56,7 +58,7 @@ def plan(cfg, wdtype, ccfg, stream=False, tile=32, workspace=0):
     act = _budget.activation_bytes(cfg.dim, cfg.hidden_dim, cfg.n_heads, cfg.vocab_size, tile,
                                    head_dim=cfg.head_dim)
     return _budget.deployment_bytes(resident_bytes(cfg, wdtype, stream), ccfg.nbytes(), act +
-                                    scratch_bytes(cfg, wdtype), workspace + object_bytes(cfg))
+                                    scratch_bytes(cfg, wdtype), workspace + object_bytes(cfg, ccfg, tile))
 
 
 def _default_attention(cache, tile):

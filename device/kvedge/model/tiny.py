@@ -19,34 +19,55 @@ class _Rng:
         return self.s / 1073741823.5 - 1.0  # (-1, 1)
 
 
+def _min_vocab():
+    return 3 + 256 + len(_CHARS) + len(_MERGES)
+
+
+def iter_pieces(vocab_size=None):
+    """(piece, score) of the tiny tokenizer one at a time (nothing held: fits a small heap), padded with
+    unused pieces up to vocab_size."""
+    n = _min_vocab()
+    if vocab_size is None:
+        vocab_size = n
+    if vocab_size < n:
+        raise ValueError("vocab_size must be >= %d for the tiny tokenizer" % n)
+    yield b"<unk>", 0.0
+    yield b"\n<s>\n", 0.0
+    yield b"\n</s>\n", 0.0
+    for i in range(256):
+        yield ("<0x%02X>" % i).encode(), 0.0
+    for i in range(len(_CHARS)):
+        yield _CHARS[i:i + 1], -1000.0 - i
+    for i in range(len(_MERGES)):
+        yield _MERGES[i], -1.0 - i
+    for i in range(n, vocab_size):
+        yield ("<unused%d>" % i).encode(), -1e9
+
+
 def tokenizer_pieces(vocab_size=None):
-    """(pieces, scores) of the tiny tokenizer; padded with unused pieces up to vocab_size."""
-    pieces = [b"<unk>", b"\n<s>\n", b"\n</s>\n"]
-    pieces += [("<0x%02X>" % i).encode() for i in range(256)]
-    scores = [0.0] * len(pieces)
-    for i, c in enumerate(_CHARS):
-        pieces.append(bytes((c,)))
-        scores.append(-1000.0 - i)
-    for i, m in enumerate(_MERGES):
-        pieces.append(m)
-        scores.append(-1.0 - i)
-    if vocab_size is not None:
-        if vocab_size < len(pieces):
-            raise ValueError("vocab_size must be >= %d for the tiny tokenizer" % len(pieces))
-        while len(pieces) < vocab_size:
-            pieces.append(("<unused%d>" % len(pieces)).encode())
-            scores.append(-1e9)
+    """(pieces, scores) lists of the tiny tokenizer."""
+    pieces = []
+    scores = []
+    for p, s in iter_pieces(vocab_size):
+        pieces.append(p)
+        scores.append(s)
     return pieces, scores
 
 
 def write_tokenizer(path, vocab_size=None):
-    pieces, scores = tokenizer_pieces(vocab_size)
+    """Write the tiny tokenizer in llama2.c's format; returns its vocabulary size."""
+    n = 0
+    longest = 0
+    for p, s in iter_pieces(vocab_size):
+        if len(p) > longest:
+            longest = len(p)
     with open(path, "wb") as f:
-        f.write(struct.pack("<i", max(len(p) for p in pieces)))
-        for p, s in zip(pieces, scores):
+        f.write(struct.pack("<i", longest))
+        for p, s in iter_pieces(vocab_size):
             f.write(struct.pack("<fi", s, len(p)))
             f.write(p)
-    return len(pieces)
+            n += 1
+    return n
 
 
 DEFAULT = {"dim": 16, "hidden_dim": 40, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "vocab_size": 352,

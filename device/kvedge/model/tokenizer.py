@@ -46,15 +46,37 @@ class Tokenizer:
         self.off = off
         self.scores = scores
         self.vocab_size = n = len(scores)
-        order = list(range(n))
-        order.sort(key=self._key)  # ties: the lowest id first (below), as sort may not be stable
-        self.order = array("H" if n <= 65535 else "I", order)
-
-    def _key(self, i):
-        return (self.blob[self.off[i]:self.off[i + 1]], i)
+        self.order = order = array("H" if n <= 65535 else "I", range(n))
+        # Shell sort in place by (piece, id): no list, key table or tuples, so a small fragmented heap only
+        # ever needs room for two short slices at a time. Equal pieces keep the lowest id first.
+        gap = 1
+        while gap < n // 3:
+            gap = 3 * gap + 1
+        while gap:
+            for i in range(gap, n):
+                t = order[i]
+                tp = self.piece_bytes(t)
+                j = i
+                while j >= gap:
+                    u = order[j - gap]
+                    up = self.piece_bytes(u)
+                    if up < tp or (up == tp and u < t):
+                        break
+                    order[j] = u
+                    j -= gap
+                order[j] = t
+            gap //= 3
 
     def piece_bytes(self, i):
         return self.blob[self.off[i]:self.off[i + 1]]
+
+    @staticmethod
+    def nbytes(path, vocab_size):
+        """Heap a loaded tokenizer keeps: the pieces blob, offsets, scores, sorted ids, the object itself."""
+        import os
+        blob = os.stat(path)[6] - 4 - 8 * vocab_size
+        return blob + 4 * (vocab_size + 1) + 4 * vocab_size + (2 if vocab_size <= 65535 else 4) * vocab_size \
+            + 512
 
     @classmethod
     def load(cls, path, vocab_size):

@@ -1,0 +1,88 @@
+# Generate text on whatever runtime this is (a board, the unix/wasm ports, CPython) and report how it went:
+# the pieces are written to stdout as they come, then one line "#KVEDGE {json}" with the run's figures.
+import sys
+import time
+
+from kvedge import kernels
+
+# The generation loop's own heap beside the model and tokenizer: sampler, token lists, stdout buffers and
+# names interned on first use. Measured on the unix port at about 7 KB for stories260K.
+RUN_OVERHEAD = 8192
+
+
+def _ms():
+    if hasattr(time, "ticks_ms"):
+        return time.ticks_ms()
+    return int(time.time() * 1000)
+
+
+def _elapsed(t0):
+    if hasattr(time, "ticks_diff"):
+        return time.ticks_diff(time.ticks_ms(), t0)
+    return _ms() - t0
+
+
+def _writer():
+    out = getattr(sys.stdout, "buffer", None)
+    if out is not None:
+        def w(b):
+            out.write(b)
+            if hasattr(out, "flush"):
+                out.flush()
+        return w
+    return lambda b: sys.stdout.write(b.decode("utf-8"))  # a piece may split a character: rare, tolerated
+
+
+def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=None, budget=None, workspace=0,
+         stream=False, kernel="auto", tile=32, peak=False):
+    """Returns the stats dict it prints. Raises BudgetError before allocating when the run does not fit
+    (the tokenizer is counted in the plan's workspace). peak=True collects garbage after every token to
+    measure the live heap's peak (slower)."""
+    import gc
+    from kvedge import compat
+    from kvedge.model.llama import Llama, generate
+    from kvedge.model.sampler import Sampler
+    from kvedge.model.tokenizer import Tokenizer
+    k = kernels.select(kernel)
+    gc.collect()
+    base = compat.mem_alloc()
+    from kvedge.model.checkpoint import read_config
+    vocab = read_config(model)[0].vocab_size
+    m = Llama(model, kv=kv, budget=budget, workspace=workspace + Tokenizer.nbytes(tokenizer, vocab) + RUN_OVERHEAD,
+              stream=stream, tile=tile)
+    tok = Tokenizer.load(tokenizer, m.cfg.vocab_size)
+    ids = tok.encode(prompt)
+    w = _writer()
+    top = [0]
+    if peak and base >= 0:
+        raw = w
+
+        def w(b):
+            raw(b)
+            gc.collect()
+            a = compat.mem_alloc() - base
+            if a > top[0]:
+                top[0] = a
+    t0 = _ms()
+    out = generate(m, tok, Sampler(m.cfg.vocab_size, temperature, seed), ids, steps, w)
+    ms = _elapsed(t0)
+    gc.collect()
+    after = compat.mem_alloc()
+    st = m.cache.stats()
+    n = m.cache.n_seen
+    m.close()
+    res = {"tokens": n, "generated": len(out), "ms": ms, "tok_s": (1000.0 * n / ms) if ms > 0 else 0.0,
+           "kernels": kernels.kind(), "weights": m.wdtype, "kv_dtype": m.cache.cfg.dtype,
+           "plan_total": m.plan["total"], "heap_used": (after - base) if base >= 0 else -1,
+           "heap_peak": top[0] if peak and base >= 0 else -1,
+           "peak_bytes": st["peak_bytes"], "cache_bytes": st["total_bytes"], "evictions": st["evictions"]}
+    keys = ("tokens", "generated", "ms", "tok_s", "kernels", "weights", "kv_dtype", "plan_total", "heap_used",
+            "heap_peak", "peak_bytes", "cache_bytes", "evictions")
+    parts = []
+    for key in keys:  # fixed key order: MicroPython dicts are not ordered
+        v = res[key]
+        parts.append('"%s":%s' % (key, ('"%s"' % v) if isinstance(v, str) else ("%.3f" % v if isinstance(
+            v, float) else "%d" % v)))
+    print("\n#KVEDGE {" + ",".join(parts) + "}")
+    del k
+    return res

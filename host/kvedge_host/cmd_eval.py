@@ -1,0 +1,101 @@
+"""Quality of every cache strategy on a real checkpoint: perplexity, KL to the full f32 cache, top-1 agreement,
+peak cache bytes.
+
+Teacher-forces a seeded text sampled from the model itself (temperature 1) through a real kvedge KVCache per
+strategy (f32, f16, i8, i8 + f32 prefix, i4 KIVI, i4 with per-token keys, window, sinks + window, H2O when
+kvedge has it). --long adds a stream of 3x the trained context through a full cache, windows and sinks +
+windows, with perplexity per context-length segment."""
+import json
+import os
+import sys
+
+from .cli import UserError
+from .paths import SHARED_MODELS
+
+DEFAULT_MODEL = os.path.join(SHARED_MODELS, "stories260K.bin")
+
+
+def add_arguments(p):
+    p.add_argument("--model", default=DEFAULT_MODEL, help="llama2.c .bin checkpoint (default: %(default)s)")
+    p.add_argument("--tokens", type=int, default=0, help="length of the evaluated text (default: the model's "
+                   "trained context)")
+    p.add_argument("--seed", type=int, default=42, help="seed of the sampled text (default 42)")
+    p.add_argument("--window", type=int, default=128, help="slots of the window / sinks+window / H2O rows "
+                   "(default 128)")
+    p.add_argument("--sinks", type=int, default=4, help="attention sinks (default 4)")
+    p.add_argument("--align", type=int, default=0, help="row alignment in bytes for every cache (default 0: "
+                   "measure the formats, not the padding)")
+    p.add_argument("--only", action="append", help="only strategies whose name contains this (f32 always runs)")
+    p.add_argument("--long", action="store_true", help="also run the long-stream comparison (3x context)")
+    p.add_argument("--contexts", type=int, default=3, help="long stream length in trained contexts (default 3)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+
+
+def _pct(x, base):
+    return 100.0 * (x - base) / base
+
+
+def table(res):
+    rows = res["rows"]
+    base = rows[0]["ppl"]
+    lines = ["| strategy | perplexity | vs f32 | mean KL to f32 | top-1 agreement | peak cache bytes | "
+             "arena bytes |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        if "missing" in r:
+            lines.append("| %s | - | - | - | - | %s | - |" % (r["name"], r["missing"]))
+            continue
+        lines.append("| %s | %.4f | %+.2f %% | %.5f | %.1f %% | %s | %s |" % (
+            r["name"], r["ppl"], _pct(r["ppl"], base), r["kl"], 100 * r["top1"], format(r["peak_bytes"], ","),
+            format(r["arena_bytes"], ",")))
+    return "\n".join(lines)
+
+
+def long_table(res):
+    n = len(res["rows"][0]["segments"])
+    ctx = res["context"]
+    head = "| strategy | perplexity | " + " | ".join(
+        "ppl tokens %d-%d" % (i * ctx, (i + 1) * ctx - 1) for i in range(n)) + " | peak cache bytes |"
+    lines = [head, "|---|---:|" + "---:|" * n + "---:|"]
+    for r in res["rows"]:
+        lines.append("| %s | %.4f | %s | %s |" % (r["name"], r["ppl"], " | ".join(
+            "%.4f" % s["ppl"] for s in r["segments"]), format(r["peak_bytes"], ",")))
+    return "\n".join(lines)
+
+
+def run(args):
+    from . import quality
+    if not os.path.exists(args.model):
+        raise UserError("%s: no such checkpoint (stories260K lives in %s)" % (args.model, SHARED_MODELS))
+    from kvedge.model.checkpoint import read_config
+    cfg, wd = read_config(args.model)
+    if wd != "f32":
+        raise UserError("%s: eval needs the f32 llama2.c checkpoint (int8 weights would blur the cache "
+                        "comparison)" % args.model)
+    tokens = args.tokens or cfg.seq_len
+    if tokens < 2:
+        raise UserError("--tokens must be >= 2")
+    quiet = args.json
+
+    def progress(name):
+        if not quiet:
+            print("  running %s ..." % name, file=sys.stderr)
+    res = quality.evaluate(args.model, tokens, args.seed, args.window, args.sinks, args.only, args.align,
+                           progress)
+    out = {"model": os.path.basename(args.model), "quality": res}
+    if args.long:
+        out["long"] = quality.evaluate_long(args.model, args.contexts, args.seed, (args.window, cfg.seq_len),
+                                            args.sinks, args.align, progress)
+    if args.json:
+        print(json.dumps(out, sort_keys=True))
+        return 0
+    sys.stderr.flush()
+    print("%s: %d tokens sampled from the model (seed %d, temperature 1), teacher-forced per cache strategy"
+          % (out["model"], tokens, args.seed))
+    print(table(res))
+    if args.long:
+        lr = out["long"]
+        print()
+        print("long stream: %d tokens (%d trained contexts of stories joined by BOS)" % (lr["tokens"],
+                                                                                       args.contexts))
+        print(long_table(lr))
+    return 0

@@ -1,0 +1,127 @@
+"""Generate text with a llama2.c checkpoint (f32 .bin or `kvedge convert` int8 file) on the kvedge cache.
+
+Runs the device package on CPython, or on the MicroPython unix / wasm port (heap from --board or --heap).
+Prints the text, then a summary line (tokens/s, kernels, cache peak bytes, heap) on stderr."""
+import json
+import os
+import sys
+
+from .cli import UserError
+from .paths import DEVICE, SHARED_MODELS
+
+MARK = "#KVEDGE "
+
+
+def add_arguments(p):
+    p.add_argument("--model", default=os.path.join(SHARED_MODELS, "stories260K.bin"),
+                   help="checkpoint (default: %(default)s)")
+    p.add_argument("--tokenizer", help="llama2.c tokenizer .bin (default: tok512.bin beside the model, else in "
+                   "the shared models folder)")
+    p.add_argument("--prompt", default="", help="text to start from (default: nothing, i.e. from BOS)")
+    p.add_argument("--steps", type=int, default=256, help="positions to run, prompt included (default 256)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--seed", type=int, default=1, help="sampling seed, > 0 (default 1)")
+    p.add_argument("--kv-dtype", default="f32", choices=("f32", "f16", "i8", "i4"), help="cache storage")
+    p.add_argument("--max-tokens", type=int, default=0, help="cache cap (default: the model's context)")
+    p.add_argument("--window", type=int, default=0, help="ring window of the last W tokens (0 = none)")
+    p.add_argument("--sinks", type=int, default=0, help="tokens kept for ever beside the window")
+    p.add_argument("--prefix", type=int, default=0, help="first tokens kept at f32")
+    p.add_argument("--align", type=int, default=0, help="row alignment in bytes (default 0)")
+    p.add_argument("--stream", action="store_true", help="read weight rows from the file instead of RAM")
+    p.add_argument("--kernels", default="auto", choices=("auto", "viper", "native", "plain"))
+    p.add_argument("--runtime", default="cpython", choices=("cpython", "unix", "wasm"))
+    p.add_argument("--board", help="board profile: its heap caps the port and is the budget checked at start")
+    p.add_argument("--heap", type=int, default=0, help="heap bytes for unix/wasm without --board (default 8 MB)")
+
+
+def _tokenizer(args):
+    if args.tokenizer:
+        return args.tokenizer
+    near = os.path.join(os.path.dirname(os.path.abspath(args.model)), "tok512.bin")
+    return near if os.path.exists(near) else os.path.join(SHARED_MODELS, "tok512.bin")
+
+
+def _kv(args):
+    kv = {"dtype": args.kv_dtype, "align": args.align}
+    for name in ("max_tokens", "window", "sinks", "prefix"):
+        v = getattr(args, name)
+        if v:
+            kv[name] = v
+    if args.window and "max_tokens" not in kv:
+        kv["max_tokens"] = args.sinks + args.window
+    return kv
+
+
+def run(args):
+    tok = _tokenizer(args)
+    for f in (args.model, tok):
+        if not os.path.exists(f):
+            raise UserError("%s: no such file" % f)
+    if args.steps < 1:
+        raise UserError("--steps must be >= 1")
+    if args.seed < 1:
+        raise UserError("--seed must be a positive integer")
+    budget = workspace = None
+    heap = args.heap or 8 * 1024 * 1024
+    if args.board:
+        from . import boards
+        prof = boards.load(args.board)
+        heap = prof["heap_bytes"]
+        budget, workspace = heap, prof.get("workspace_bytes", 0)
+    call = dict(model=os.path.abspath(args.model), tokenizer=os.path.abspath(tok), prompt=args.prompt,
+                steps=args.steps, temperature=args.temperature, seed=args.seed, kv=_kv(args), budget=budget,
+                workspace=workspace or 0, stream=args.stream, kernel=args.kernels)
+    if args.runtime == "cpython":
+        if DEVICE not in sys.path:
+            sys.path.insert(0, DEVICE)
+        from kvedge.model import run as devrun
+        import io
+        buf = io.StringIO()
+        real = sys.stdout
+        # the device runner writes pieces to stdout.buffer and its summary with print(): split them here
+        sys.stdout = _Split(real, buf)
+        try:
+            devrun.main(**call)
+        finally:
+            sys.stdout = real
+        _summary(buf.getvalue())
+        return 0
+    from . import runtimes
+    code = "from kvedge.model import run\nrun.main(**%r)\n" % (call,)
+    folders = sorted({DEVICE, os.path.dirname(call["model"]), os.path.dirname(call["tokenizer"])})
+    rc, out = runtimes.run_code(args.runtime, code, heap, folders, timeout=3600)
+    text, _, tail = out.partition("\n" + MARK)
+    sys.stdout.write(text + "\n")
+    if rc != 0 or not tail:
+        raise UserError("%s run failed (exit %s): %s" % (args.runtime, rc, out.strip().splitlines()[-1:]))
+    _summary(MARK + tail)
+    return 0
+
+
+class _Split:
+    """stdout stand-in: bytes pieces go straight through, text (the summary line) is captured."""
+
+    def __init__(self, real, capture):
+        self.buffer = getattr(real, "buffer", None)
+        self.capture = capture
+
+    def write(self, s):
+        self.capture.write(s)
+
+    def flush(self):
+        pass
+
+
+def _summary(out):
+    for line in out.splitlines():
+        if line.startswith(MARK):
+            s = json.loads(line[len(MARK):])
+            sys.stdout.write("\n")
+            print("[%d tokens in %.2f s: %.1f tok/s; weights %s, kernels %s, cache %s: %s bytes (peak %s), "
+                  "evictions %d; plan %s bytes, heap used %s]" % (
+                      s["tokens"], s["ms"] / 1000.0, s["tok_s"], s["weights"], s["kernels"], s["kv_dtype"],
+                      format(s["cache_bytes"], ","), format(s["peak_bytes"], ","), s["evictions"],
+                      format(s["plan_total"], ","), format(s["heap_used"], ",") if s["heap_used"] >= 0 else "n/a"),
+                  file=sys.stderr)
+            return s
+    return None

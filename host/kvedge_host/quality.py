@@ -1,0 +1,251 @@
+"""What each KV-cache strategy costs in model quality, measured on a real checkpoint.
+
+The numpy reference forward pass (llama_ref) runs the model; its attention reads K/V back from a real device
+KVCache (kvedge.cache, on CPython) configured with the strategy, so every quantization, prefix, ring and sink
+effect is exactly the device's. Rows are read with cache.read() into a mirror as they are written (and, for
+KIVI i4, again when their group is quantized), so a 512-token run takes seconds, not minutes.
+
+Teacher forcing: a seeded text sampled from the model itself (temperature 1) is fed token by token; at each
+position we record the log-probability of the next token, the logits' KL divergence from the full f32 cache,
+and whether the top-1 token agrees with it."""
+from array import array
+
+import numpy as np
+
+from kvedge.cache import KVCache
+from kvedge.config import CacheConfig
+from kvedge.model.sampler import Sampler
+
+from .llama_ref import RefModel
+
+BOS = 1
+
+
+class CachedRef(RefModel):
+    """RefModel whose attention goes through a device KVCache built from `kv` (CacheConfig policy fields)."""
+
+    def __init__(self, path, kv, tokens, policy=None):
+        RefModel.__init__(self, path)
+        c = self.cfg
+        d = dict(kv)
+        if "max_tokens" not in d:
+            d["max_tokens"] = tokens
+            if d.get("dtype") == "i4" and d.get("residual", 1) and not d.get("window"):
+                # KIVI key groups must tile the slots after the prefix: round the cap up to whole groups
+                g, pre = d.get("group", 32), d.get("prefix", 0)
+                d["max_tokens"] = pre + -(-(tokens - pre) // g) * g
+        self.ccfg = CacheConfig(c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, **d)
+        self.cache = KVCache(self.ccfg)
+        self.policy = policy(self.cache) if policy is not None else None
+        self.capacity = tokens
+        shape = (c.n_layers, tokens, c.n_kv_heads, c.head_dim)
+        self.mk = np.zeros(shape)
+        self.mv = np.zeros(shape)
+        self.live = array("i", [0] * self.ccfg.slots)
+        self.n_live = 0
+        self.row = array("f", [0.0] * c.head_dim)
+        self.kbuf = array("f", [0.0] * c.kv_dim)
+        self.vbuf = array("f", [0.0] * c.kv_dim)
+        # rows that can change after they are written: KIVI i4 quantizes a whole group when it completes
+        self.reread = self.ccfg.group + 1 if (self.ccfg.dtype == "i4" and self.ccfg.residual) else 1
+
+    def reset(self):
+        RefModel.reset(self)
+        if hasattr(self, "cache"):
+            self.cache.reset()
+
+    def _mirror(self, layer, pos):
+        c, row = self.cfg, self.row
+        for h in range(c.n_kv_heads):
+            self.cache.read(layer, h, pos, 0, row)
+            self.mk[layer, pos, h] = row
+            self.cache.read(layer, h, pos, 1, row)
+            self.mv[layer, pos, h] = row
+
+    def attend(self, layer, q, k, v, pos):
+        cache = self.cache
+        if layer == 0:
+            p = cache.start_token()
+            if p != pos:
+                raise AssertionError("cache position %d != model position %d" % (p, pos))
+            if pos >= self.capacity:
+                raise ValueError("run longer than the %d tokens it was sized for" % self.capacity)
+        for i in range(len(k)):
+            self.kbuf[i] = k[i]
+            self.vbuf[i] = v[i]
+        cache.write(layer, self.kbuf, self.vbuf)
+        if layer == 0:
+            self.n_live = cache.positions(self.live)
+        live = np.frombuffer(self.live, dtype=np.int32, count=self.n_live)
+        # re-read the newest rows (the one just written, and a KIVI group that may just have been quantized)
+        for p in live[-self.reread:]:
+            self._mirror(layer, int(p))
+        if self.policy is None:
+            return self.attention(q, self.mk[layer, live], self.mv[layer, live])
+        out = self._attend_scored(q, self.mk[layer, live], self.mv[layer, live], live)
+        if layer == self.cfg.n_layers - 1:
+            self.policy.observe()
+        return out
+
+    def _attend_scored(self, q, K, V, live):
+        """Attention that also adds each token's probability (Q16, summed over query heads) into the eviction
+        policy's per-slot scores, as kvedge.attention's step(scores=...) does on the device."""
+        c = self.cfg
+        g = c.n_heads // c.n_kv_heads
+        qh = q.reshape(c.n_heads, c.head_dim)
+        out = np.empty((c.n_heads, c.head_dim))
+        tot = np.zeros(len(live))
+        for h in range(c.n_heads):
+            sc = K[:, h // g, :] @ qh[h] / np.sqrt(c.head_dim)
+            sc = np.exp(sc - sc.max())
+            p = sc / sc.sum()
+            out[h] = p @ V[:, h // g, :]
+            tot += np.floor(p * 65536 + 0.5)
+        slots = self.policy.scores
+        for j, pos in enumerate(live):
+            slots[self.cache.slot_of(int(pos))] += int(tot[j])
+        return out.reshape(-1)
+
+
+def log_softmax(x):
+    m = x.max()
+    return x - m - np.log(np.exp(x - m).sum())
+
+
+def sample_text(path, tokens, seed, stories=False, temperature=1.0):
+    """`tokens` ids sampled from the model (numpy reference, f32, llama2.c's sampler and seed), starting with
+    BOS. stories=True restarts the context at every BOS (or at the trained context), so a stream longer than
+    the context is made of stories the model wrote within its context, joined by BOS."""
+    m = RefModel(path)
+    s = Sampler(m.cfg.vocab_size, temperature, seed)
+    out = [BOS]
+    tok = BOS
+    while len(out) < tokens:
+        if stories and m.pos >= m.cfg.seq_len:
+            m.reset()
+            tok = BOS
+            out.append(BOS)
+            continue
+        logits = array("f", m.forward(tok))
+        tok = s.sample(logits)
+        out.append(tok)
+        if stories and tok == BOS:
+            m.reset()
+    return out[:tokens]
+
+
+def teacher_force(path, ids, kv, policy=None):
+    """Logits (float64, [len(ids) - 1, vocab]) predicting ids[1:], and the cache's stats, for one strategy."""
+    m = CachedRef(path, kv, len(ids), policy)
+    out = np.empty((len(ids) - 1, m.cfg.vocab_size))
+    for i in range(len(ids) - 1):
+        out[i] = m.forward(ids[i])
+    st = m.cache.stats()
+    st["config"] = m.ccfg.to_dict()
+    return out, st
+
+
+def score(ids, logits, base):
+    """Per-position NLL of the next token, KL(base || logits), top-1 agreement with base."""
+    target = np.asarray(ids[1:])
+    lp = np.apply_along_axis(log_softmax, 1, logits)
+    lb = np.apply_along_axis(log_softmax, 1, base)
+    nll = -lp[np.arange(len(target)), target]
+    kl = (np.exp(lb) * (lb - lp)).sum(axis=1)
+    agree = logits.argmax(axis=1) == base.argmax(axis=1)
+    return nll, kl, agree
+
+
+def summarize(nll, kl, agree, sl=slice(None)):
+    return {"ppl": float(np.exp(nll[sl].mean())), "kl": float(kl[sl].mean()), "top1": float(agree[sl].mean())}
+
+
+def strategies(tokens, window=128, sinks=4, prefix=None, group=32):
+    """(name, kv dict) of the quality table; every one is sized for `tokens` positions."""
+    if prefix is None:
+        prefix = max(1, (tokens * 5 + 99) // 100)  # the first ~5 % (trap 5)
+    return [
+        ("f32", {"dtype": "f32"}),
+        ("f16", {"dtype": "f16"}),
+        ("i8", {"dtype": "i8"}),
+        ("i8 + f32 prefix %d" % prefix, {"dtype": "i8", "prefix": prefix}),
+        ("i4 KIVI (g%d)" % group, {"dtype": "i4", "group": group}),
+        ("i4 per-token keys", {"dtype": "i4", "group": group, "residual": 0}),
+        ("window %d" % window, {"dtype": "f32", "window": window, "max_tokens": window}),
+        ("sinks %d + window %d" % (sinks, window - sinks),
+         {"dtype": "f32", "window": window - sinks, "sinks": sinks, "max_tokens": window}),
+    ]
+
+
+def h2o_policy(slots, recent=None, sinks=0):
+    """Factory attaching kvedge's heavy-hitter policy (kvedge.evict.H2O, issue 5) to a cache: hold `slots`
+    tokens, the newest `recent` (default half) never evicted. None when this kvedge has no H2O."""
+    try:
+        from kvedge.evict import H2O
+    except ImportError:
+        return None
+    if recent is None:
+        recent = slots // 2
+    return lambda cache: H2O(cache, budget=slots, recent=recent, sinks=sinks)
+
+
+def evaluate(path, tokens=512, seed=42, window=128, sinks=4, only=None, align=0, progress=None):
+    """The quality table: list of rows (dict: name, ppl, kl, top1, peak_bytes, arena_bytes, config)."""
+    ids = sample_text(path, tokens, seed)
+    rows = []
+    base = None
+    todo = strategies(tokens, window, sinks)
+    todo.append(("H2O %d slots (%d recent)" % (window, window // 2), None))
+    for name, kv in todo:
+        if only and not any(o in name for o in only) and name != "f32":
+            continue
+        if kv is None:
+            pol = h2o_policy(window)
+            if pol is None:
+                rows.append({"name": name, "missing": "needs kvedge's H2O policy (issue 5)"})
+                continue
+            kv = {"dtype": "f32"}
+        else:
+            pol = None
+        kv = dict(kv, align=align)
+        if progress:
+            progress(name)
+        logits, st = teacher_force(path, ids, kv, pol)
+        if base is None:
+            base = logits
+        r = summarize(*score(ids, logits, base))
+        r.update(name=name, peak_bytes=st["peak_bytes"], arena_bytes=st["total_bytes"],
+                 evictions=st["evictions"], config=st["config"])
+        rows.append(r)
+    return {"tokens": tokens, "seed": seed, "rows": rows}
+
+
+def evaluate_long(path, contexts=3, seed=42, windows=(128, 512), sinks=4, align=0, progress=None):
+    """Long stream past the trained context: `contexts` x seq_len tokens of stories joined by BOS, through a
+    full cache (positions run past the trained context), a window, and sinks + window. Perplexity per
+    trained-context segment shows where each one breaks down."""
+    m = RefModel(path)
+    ctx = m.cfg.seq_len
+    n = contexts * ctx
+    ids = sample_text(path, n, seed, stories=True)
+    todo = [("full f32 cache (%d)" % n, {"dtype": "f32"})]
+    for w in windows:
+        todo.append(("window %d" % w, {"dtype": "f32", "window": w, "max_tokens": w}))
+        todo.append(("sinks %d + window %d" % (sinks, w - sinks),
+                     {"dtype": "f32", "window": w - sinks, "sinks": sinks, "max_tokens": w}))
+    rows = []
+    base = None
+    for name, kv in todo:
+        if progress:
+            progress(name)
+        logits, st = teacher_force(path, ids, dict(kv, align=align))
+        if base is None:
+            base = logits
+        nll, kl, agree = score(ids, logits, base)
+        r = {"name": name, "peak_bytes": st["peak_bytes"], "evictions": st["evictions"], "segments": []}
+        r.update(summarize(nll, kl, agree))
+        for s in range(contexts):
+            seg = slice(s * ctx, min((s + 1) * ctx, len(nll)))
+            r["segments"].append(summarize(nll, kl, agree, seg))
+        rows.append(r)
+    return {"tokens": n, "seed": seed, "context": ctx, "rows": rows}

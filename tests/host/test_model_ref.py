@@ -1,0 +1,209 @@
+"""The device model against the numpy reference (kvedge_host.llama_ref) and llama2.c's documented output.
+
+Tiny self-written checkpoints always run; stories260K tests skip when ../shared/models is absent."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from kvedge_host import llama_ref, quality, runtimes
+from kvedge_host.cli import main as cli
+from kvedge_host.paths import DEVICE, SHARED_MODELS
+from kvedge.model import checkpoint, tiny
+from kvedge.model.llama import Llama
+from kvedge.model.tokenizer import Tokenizer
+
+STORIES = os.path.join(SHARED_MODELS, "stories260K.bin")
+TOK512 = os.path.join(SHARED_MODELS, "tok512.bin")
+have_stories = pytest.mark.skipif(not (os.path.exists(STORIES) and os.path.exists(TOK512)),
+                                  reason="needs ../shared/models/stories260K.bin and tok512.bin")
+EXPECTED = ("Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, "
+            "she saw a big, red ball. She wanted to play with it, but it was too high.")
+
+
+@pytest.fixture(scope="module")
+def tinyfiles(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tiny")
+    p = str(d / "tiny.bin")
+    tiny.write_checkpoint(p, seed=3)
+    q = str(d / "tiny_i8.bin")
+    assert cli(["convert", p, "-o", q]) == 0
+    t = str(d / "tok512.bin")  # named like the real one so `generate` finds it beside the model
+    tiny.write_tokenizer(t, tiny.DEFAULT["vocab_size"])
+    return {"f32": p, "i8": q, "tok": t, "dir": str(d)}
+
+
+def _device_logits(path, tokens, kv=None):
+    m = Llama(path, kv=kv or {"align": 0})
+    out = np.array([list(m.forward(t)) for t in tokens])
+    m.close()
+    return out
+
+
+def _ref_logits(path, tokens):
+    r = llama_ref.RefModel(path)
+    return np.array([r.forward(t) for t in tokens])
+
+
+def _unix_logits(path, tokens, heap=8 << 20):
+    code = ("from kvedge.model.llama import Llama\nm = Llama(%r, kv={'align': 0})\n"
+            "for t in %r:\n    print('L ' + ' '.join(repr(v) for v in m.forward(t)))\n" % (path, list(tokens)))
+    rc, out = runtimes.run_code("unix", code, heap, [DEVICE, os.path.dirname(path)])
+    assert rc == 0, out
+    return np.array([[float(v) for v in line[2:].split()] for line in out.splitlines() if line.startswith("L ")])
+
+
+def test_tiny_device_logits_match_numpy_on_cpython(tinyfiles):
+    toks = [1, 40, 300, 7, 7, 290, 15, 3] * 3
+    a = _device_logits(tinyfiles["f32"], toks)
+    b = _ref_logits(tinyfiles["f32"], toks)
+    assert np.abs(a - b).max() < 1e-4
+
+
+def test_tiny_device_logits_match_numpy_on_unix(tinyfiles):
+    toks = [1, 40, 300, 7, 7, 290, 15, 3]
+    a = _unix_logits(tinyfiles["f32"], toks)
+    b = _ref_logits(tinyfiles["f32"], toks)
+    assert a.shape == b.shape and np.abs(a - b).max() < 1e-4
+
+
+def test_tiny_int8_file_matches_its_dequantized_reference(tinyfiles):
+    # numpy dequantizes the int8 file exactly; the device also quantizes activations to int8, so the
+    # difference is the activation rounding only
+    toks = [1, 40, 300, 7, 290]
+    a = _device_logits(tinyfiles["i8"], toks)
+    b = _ref_logits(tinyfiles["i8"], toks)
+    assert np.abs(a - b).max() / np.abs(b).max() < 0.05
+    assert os.path.getsize(tinyfiles["i8"]) < os.path.getsize(tinyfiles["f32"]) / 3
+
+
+def test_convert_refuses_overwrite_and_bad_input(tinyfiles, capsys):
+    assert cli(["convert", tinyfiles["f32"], "-o", tinyfiles["i8"]]) == 2
+    assert cli(["convert", tinyfiles["i8"], "-o", tinyfiles["i8"] + ".x"]) == 2
+    assert "already a kvedge int8 file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("runtime", ["cpython", "unix"])
+def test_generate_command_on_tiny(tinyfiles, capfd, runtime):
+    for model in (tinyfiles["f32"], tinyfiles["i8"]):
+        assert cli(["generate", "--model", model, "--steps", "12", "--prompt", "the cat",
+                    "--runtime", runtime, "--kv-dtype", "i8"]) == 0
+        out, err = capfd.readouterr()
+        assert out.startswith("the cat") and "tok/s" in err and "cache i8" in err
+
+
+def test_eval_mirror_reads_what_the_cache_holds(tinyfiles):
+    # the eval re-reads only the newest rows (and a KIVI group when it closes): compare with a full re-read
+    ids = [1] + [int(x) for x in np.random.RandomState(0).randint(3, 340, 70)]
+    for kv in ({"dtype": "f32"}, {"dtype": "i8", "prefix": 3}, {"dtype": "i4", "group": 32},
+               {"dtype": "f16", "window": 24, "sinks": 2, "max_tokens": 26}):
+        m = quality.CachedRef(tinyfiles["f32"], dict(kv, align=0), len(ids))
+        for t in ids:
+            m.forward(t)
+        n = m.cache.positions(m.live)
+        for layer in range(m.cfg.n_layers):
+            mk = m.mk[layer, list(m.live[:n])].copy()
+            mv = m.mv[layer, list(m.live[:n])].copy()
+            for p in m.live[:n]:
+                m._mirror(layer, p)
+            assert np.array_equal(mk, m.mk[layer, list(m.live[:n])]), kv
+            assert np.array_equal(mv, m.mv[layer, list(m.live[:n])]), kv
+    # and with an f32 cache the evaluation model is the reference itself
+    a = quality.teacher_force(tinyfiles["f32"], ids[:20], {"dtype": "f32", "align": 0})[0]
+    b = _ref_logits(tinyfiles["f32"], ids[:19])
+    assert np.abs(a - b).max() < 1e-6
+
+
+def test_eval_command_json_on_tiny(tinyfiles, capsys):
+    assert cli(["eval", "--model", tinyfiles["f32"], "--tokens", "40", "--window", "16", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    rows = {r["name"]: r for r in res["quality"]["rows"]}
+    assert rows["f32"]["kl"] == 0 and rows["f32"]["top1"] == 1
+    assert rows["window 16"]["peak_bytes"] < rows["f32"]["peak_bytes"]
+    assert rows["i8"]["peak_bytes"] < rows["f16"]["peak_bytes"] < rows["f32"]["peak_bytes"]
+    h2o = [r for n, r in rows.items() if n.startswith("H2O")][0]
+    assert h2o["peak_bytes"] <= rows["window 16"]["peak_bytes"] and h2o["evictions"] > 0
+
+
+# ---- the real checkpoint ----
+
+@have_stories
+def test_numpy_reference_greedy_is_llama2c_documented_text():
+    tok = Tokenizer.load(TOK512, 512)
+    ids = llama_ref.greedy(llama_ref.RefModel(STORIES), 256)
+    assert tok.decode(ids, prev=1).decode().startswith(EXPECTED)
+
+
+@have_stories
+def test_device_logits_within_1e4_of_numpy_for_512_positions_and_greedy_text():
+    # one 512-token run, fed numpy's greedy choice at every step (past the story's end too)
+    m = Llama(STORIES, kv={"align": 0})
+    r = llama_ref.RefModel(STORIES)
+    tok, worst, dev_ids, ref_ids = 1, 0.0, [], []
+    for _ in range(512):
+        a = np.array(list(m.forward(tok)))
+        b = r.forward(tok)
+        worst = max(worst, float(np.abs(a - b).max()))
+        dev_ids.append(int(a.argmax()))
+        ref_ids.append(int(b.argmax()))
+        tok = ref_ids[-1]
+    assert worst < 1e-4, worst
+    assert dev_ids == ref_ids
+    end = ref_ids.index(1) if 1 in ref_ids else len(ref_ids)
+    assert end >= 200  # the greedy story runs >= 200 tokens before its BOS
+    text = Tokenizer.load(TOK512, 512).decode(dev_ids[:end], prev=1).decode()
+    assert text.startswith(EXPECTED)
+
+
+@have_stories
+def test_unix_port_greedy_reproduces_the_reference_for_200_tokens(capfd):
+    assert cli(["generate", "--model", STORIES, "--tokenizer", TOK512, "--steps", "210", "--runtime", "unix"]) == 0
+    out, err = capfd.readouterr()
+    tok = Tokenizer.load(TOK512, 512)
+    ref = tok.decode(llama_ref.greedy(llama_ref.RefModel(STORIES), 210), prev=1).decode()
+    assert out.startswith(EXPECTED)
+    assert out.rstrip("\n") == ref, (out, ref)
+    assert "kernels viper" in err or "kernels native" in err
+
+
+@have_stories
+def test_unix_port_heap_peak_within_plan():
+    code = ("from kvedge.model import run\nrun.main(%r, %r, steps=24, kv={'align': 0, 'dtype': 'i8'}, peak=True)\n"
+            % (STORIES, TOK512))
+    rc, out = runtimes.run_code("unix", code, 8 << 20, [DEVICE, SHARED_MODELS])
+    assert rc == 0, out
+    s = json.loads(out.split("#KVEDGE ")[1])
+    assert 0 < s["heap_peak"] <= s["plan_total"], s
+
+
+@have_stories
+def test_i8_and_i4_cache_perplexity_cost_is_small():
+    res = quality.evaluate(STORIES, 512, seed=42, only=["i8", "i4 KIVI"])
+    rows = {r["name"]: r for r in res["rows"]}
+    base = rows["f32"]["ppl"]
+    assert rows["i8"]["ppl"] <= base * 1.005, rows
+    i4 = [r for n, r in rows.items() if n.startswith("i4 KIVI")][0]
+    assert i4["ppl"] <= base * 1.01, rows
+
+
+@have_stories
+def test_tok512_encodings_match_llama2c():
+    # ids printed by llama2.c's encode() (run.c, bos=1, eos=0) compiled with gcc
+    tok = Tokenizer.load(TOK512, 512)
+    assert tok.encode("Once upon a time, Lily and Tom") == [1, 403, 407, 261, 378, 432, 317, 269, 274, 287]
+    assert tok.encode("caf\u00e9 \u20ac 42!") == [1, 280, 412, 431, 485, 410, 503, 410, 484, 479, 443]
+    assert tok.encode("  two  spaces\nnewline") == [1, 410, 410, 259, 424, 414, 410, 262, 427, 412, 331, 419,
+                                                    13, 416, 411, 424, 421, 271, 411]
+    assert tok.encode("The end.") == [1, 291, 344, 264, 426]
+    assert tok.encode("") == [1]
+
+
+@have_stories
+def test_seeded_sampling_matches_llama2c(capfd):
+    # llama2.c: ./run stories260K.bin -z tok512.bin -t 1.0 -p 1.0 -s 42 -n 60
+    assert cli(["generate", "--model", STORIES, "--tokenizer", TOK512, "--steps", "60", "--temperature", "1",
+                "--seed", "42"]) == 0
+    out = capfd.readouterr().out
+    assert out.startswith("Once upon a time, there was a big roof. The fox was ready to look for people inside. "
+                          "He saw a big rock near a big tree. The roof was very sm")
