@@ -13,6 +13,7 @@ def dot_i8(a, ia, b, ib, n):
 
 
 # ---- matrix-vector products of the model (mv_*): same code as kernels_plain, compiled native ----
+from math import sqrt as _sqrt, exp as _exp  # noqa: E402
 
 @micropython.native
 def mv_f32(w, wo, x, out, oo, rows, cols):
@@ -61,6 +62,29 @@ def mv_quant(x, n, q):
         c = int(y + 0.5) if y >= 0 else -int(0.5 - y)
         q[i] = 127 if c > 127 else (-127 if c < -127 else c)
     return amax / 127.0
+
+
+@micropython.native
+def mv_rmsnorm(out, x, w, n):
+    ss = 0.0
+    for i in range(n):
+        ss += x[i] * x[i]
+    ss = 1.0 / _sqrt(ss / n + 1e-5)
+    for i in range(n):
+        out[i] = w[i] * (ss * x[i])
+
+
+@micropython.native
+def mv_swiglu(h, g, n):
+    for i in range(n):
+        a = h[i]
+        h[i] = a / (1.0 + _exp(-a)) * g[i]
+
+
+@micropython.native
+def mv_add(x, y, n):
+    for i in range(n):
+        x[i] += y[i]
 
 
 # ---- attention tiles: kernels_plain.att_* (see there) compiled to machine code ----

@@ -11,6 +11,7 @@ def dot_i8(a, ia, b, ib, n):
 
 
 # ---- matrix-vector products of the model (mv_*) ----
+from math import sqrt as _sqrt, exp as _exp  # noqa: E402
 # Weights are row-major [rows, cols] starting at offset wo; rows land at out[oo:oo+rows] (acc[ao:...]).
 
 def mv_f32(w, wo, x, out, oo, rows, cols):
@@ -62,6 +63,29 @@ def mv_quant(x, n, q):
         c = int(y + 0.5) if y >= 0 else -int(0.5 - y)
         q[i] = 127 if c > 127 else (-127 if c < -127 else c)
     return amax / 127.0
+
+
+def mv_rmsnorm(out, x, w, n):
+    """out[i] = w[i] * (x[i] / sqrt(mean(x[0:n]**2) + 1e-5)) (llama2.c's rmsnorm; out may be x)."""
+    ss = 0.0
+    for i in range(n):
+        ss += x[i] * x[i]
+    ss = 1.0 / _sqrt(ss / n + 1e-5)
+    for i in range(n):
+        out[i] = w[i] * (ss * x[i])
+
+
+def mv_swiglu(h, g, n):
+    """h[i] = silu(h[i]) * g[i]: the SwiGLU gate of the FFN."""
+    for i in range(n):
+        a = h[i]
+        h[i] = a / (1.0 + _exp(-a)) * g[i]
+
+
+def mv_add(x, y, n):
+    """x[i] += y[i] (the residual connection)."""
+    for i in range(n):
+        x[i] += y[i]
 
 
 # ---- attention tiles over the i8 cache (att_*) ----

@@ -25,7 +25,7 @@ def dot_i8(a, ia: int, b, ib: int, n: int) -> int:
 
 # ---- matrix-vector products of the model (mv_*) ----
 # Float kernels come from the native module (viper has no float pointers); the int8 one is viper.
-from kvedge.kernels_native import mv_f32, mv_scale, mv_quant  # noqa: E402,F401
+from kvedge.kernels_native import mv_f32, mv_scale, mv_quant, mv_rmsnorm, mv_swiglu, mv_add  # noqa: E402,F401
 
 
 @micropython.viper

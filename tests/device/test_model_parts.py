@@ -184,3 +184,26 @@ def test_viper_mv_i8_allocates_nothing():
     ref = [sum(w[r * cols + c] * x[c] for c in range(cols)) for r in range(rows)]
     assert list(acc) == ref
     kernels.select()
+
+
+def test_mv_rmsnorm_swiglu_add_every_kind():
+    import math
+    rng = Rng(9)
+    n = 11
+    x = array("f", [rng.uniform(-3, 3) for _ in range(n)])
+    w = array("f", [rng.uniform(0.5, 1.5) for _ in range(n)])
+    g = array("f", [rng.uniform(-1, 1) for _ in range(n)])
+    ss = 1.0 / math.sqrt(sum(v * v for v in x) / n + 1e-5)
+    norm = [w[i] * ss * x[i] for i in range(n)]
+    glu = [x[i] / (1.0 + math.exp(-x[i])) * g[i] for i in range(n)]
+    for kind in kernels.available():
+        k = kernels.select(kind)
+        out = array("f", [0.0] * n)
+        k.mv_rmsnorm(out, x, w, n)
+        assert max(abs(out[i] - norm[i]) for i in range(n)) < 1e-5, kind
+        h = array("f", x)
+        k.mv_swiglu(h, g, n)
+        assert max(abs(h[i] - glu[i]) for i in range(n)) < 1e-5, kind
+        k.mv_add(h, g, n)
+        assert max(abs(h[i] - glu[i] - g[i]) for i in range(n)) < 1e-5, kind
+    kernels.select()

@@ -139,15 +139,15 @@ def i8_layout(cfg):
 def alloc(typecode, n):
     """An array of n items with undefined contents (to be filled by readinto), allocated once: no temporary
     of the same size on MicroPython (array(tc, range(n)) sizes itself from len(range))."""
-    if typecode in ("f", "i"):
+    if typecode in ("f", "i", "I", "d"):
         return array(typecode, range(n))
-    return array(typecode, bytearray(n))
+    return array(typecode, bytearray(n * (2 if typecode in ("h", "H") else 1)))
 
 
 def zeros(typecode, n):
     """A zeroed array of n items."""
     a = alloc(typecode, n)
-    if typecode in ("f", "i"):
+    if typecode in ("f", "i", "I", "d"):
         for i in range(n):
             a[i] = 0
     return a

@@ -17,7 +17,6 @@ from kvedge.config import CacheConfig
 from kvedge.errors import BudgetError
 from kvedge.model.checkpoint import Weights, read_config, resident_bytes, zeros
 
-EPS = 1e-5
 BOS = 1
 _SHAPE = ("layers", "heads", "kv_heads", "head_dim")
 
@@ -36,8 +35,10 @@ def cache_config(cfg, kv=None):
 def scratch_bytes(cfg, wdtype):
     """Model buffers beyond kvedge.budget.activation_bytes: K and V of the current token (kv_dim f32 each),
     RoPE frequencies and this position's cos/sin (head_dim/2 f32 each), and for int8 weights the int8 codes
-    of a matvec input (the widest input) and its int32 row sums (the tallest matrix)."""
+    of a matvec input (the widest input) and its int32 row sums (the tallest matrix); the integer attention
+    path's query codes, scales and output (counted always: a few hundred bytes)."""
     n = 2 * cfg.kv_dim * 4 + 3 * (cfg.head_dim // 2) * 4
+    n += cfg.dim + 2 * cfg.n_heads + 4 * cfg.dim + 4 * cfg.n_heads  # integer attention: query codes, output
     if wdtype == "i8":
         n += max(cfg.dim, cfg.hidden_dim) + 4 * max(cfg.dim, cfg.hidden_dim, cfg.vocab_size)
     return n
@@ -75,9 +76,12 @@ class Llama:
     workspace  bytes set aside for the runtime itself (interpreter, stacks, the code), counted in the plan
     stream     leave weight matrices in the file and read them row block by row block (when they do not fit)
     attention  factory(cache, tile=...) -> object with step(layer, q, out); default kvedge.attention
+    int_attention  "auto" (integer path of kvedge.attention for i8/i4 caches when viper kernels run it),
+               True (integer path whenever the cache is i8/i4) or False (float path always)
     """
 
-    def __init__(self, path, kv=None, budget=None, workspace=0, stream=False, tile=32, attention=None):
+    def __init__(self, path, kv=None, budget=None, workspace=0, stream=False, tile=32, attention=None,
+                 int_attention="auto"):
         cfg, wdtype = read_config(path)
         ccfg = cache_config(cfg, kv)
         self.plan = plan(cfg, wdtype, ccfg, stream, tile, workspace)
@@ -91,6 +95,17 @@ class Llama:
         self.w = Weights(path, stream)
         self.cache = KVCache(ccfg)
         self.att = (attention or _default_attention)(self.cache, tile=tile)
+        quantized = ccfg.dtype in ("i8", "i4") and hasattr(self.att, "step_q8")
+        if int_attention == "auto":
+            int_attention = quantized and kernels.kind() == "viper"
+        elif int_attention and not quantized:
+            raise ValueError("the integer attention path needs an i8 or i4 cache and kvedge.attention")
+        self.int_attention = bool(int_attention)
+        if self.int_attention:
+            self.qc = zeros("b", cfg.dim)
+            self.qs = zeros("H", cfg.n_heads)
+            self.oq = zeros("i", cfg.dim)
+            self.oe = zeros("i", cfg.n_heads)
         d, h, kvd, hd = cfg.dim, cfg.hidden_dim, cfg.kv_dim, cfg.head_dim
         self.x = zeros("f", d)
         self.xb = zeros("f", d)
@@ -126,7 +141,14 @@ class Llama:
 
     def _attend(self, layer, q, out):
         # The one seam between the model and the attention loop.
-        self.att.step(layer, q, out)
+        if self.int_attention:
+            from kvedge.attention import quantize_query, dequantize_output
+            h = self.cfg.n_heads
+            quantize_query(q, self.qc, self.qs, h)
+            self.att.step_q8(layer, self.qc, self.qs, self.oq, self.oe)
+            dequantize_output(self.oq, self.oe, out, h)
+        else:
+            self.att.step(layer, q, out)
 
     def _mv(self, mat, x, out):
         mat.mv(self.k, x, self.xq, self.xs, self.acc, out)
@@ -160,14 +182,8 @@ class Llama:
             if i == half:
                 i = 0
 
-    @staticmethod
-    def _rmsnorm(out, x, w, n):
-        ss = 0.0
-        for i in range(n):
-            ss += x[i] * x[i]
-        ss = 1.0 / math.sqrt(ss / n + EPS)
-        for i in range(n):
-            out[i] = w[i] * (ss * x[i])
+    def _rmsnorm(self, out, x, w, n):
+        self.k.mv_rmsnorm(out, x, w, n)  # eps 1e-5
 
     def forward(self, token):
         """Run one token at the cache's next position; returns the logits buffer (overwritten by the next
@@ -176,6 +192,7 @@ class Llama:
         if token < 0 or token >= cfg.vocab_size:
             raise ValueError("token %d outside the vocabulary of %d" % (token, cfg.vocab_size))
         w = self.w
+        k = self.k
         d, h, kvd = cfg.dim, cfg.hidden_dim, cfg.kv_dim
         x, xb, xb2, q, hb, hb2 = self.x, self.xb, self.xb2, self.q, self.hb, self.hb2
         pos = self.cache.start_token()
@@ -193,19 +210,15 @@ class Llama:
             self._attend(l, q, xb2)
             self._prep(xb2, d)
             self._mv(w.wo[l], xb2, xb)
-            for i in range(d):
-                x[i] += xb[i]
+            k.mv_add(x, xb, d)
             self._rmsnorm(xb, x, w.rms_ffn[l], d)
             self._prep(xb, d)
             self._mv(w.w1[l], xb, hb)
             self._mv(w.w3[l], xb, hb2)
-            for i in range(h):
-                a = hb[i]
-                hb[i] = a / (1.0 + math.exp(-a)) * hb2[i]
+            k.mv_swiglu(hb, hb2, h)
             self._prep(hb, h)
             self._mv(w.w2[l], hb, xb)
-            for i in range(d):
-                x[i] += xb[i]
+            k.mv_add(x, xb, d)
         self._rmsnorm(x, x, w.rms_final, d)
         self._prep(x, d)
         self._mv(w.wcls, x, self.logits)

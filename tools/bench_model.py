@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""Tokens per second of a llama2.c model on the MicroPython unix port, per weight type, cache type and kernels.
+
+  tools/bench_model.py [--model M] [--contexts 256 512] [--weights f32 i8] [--caches f32 i8]
+                       [--kernels plain viper] [--tokens 16] [--json]
+
+For each combination the cache is first filled to (context - tokens) positions with synthetic rows (attention
+cost depends on how many tokens are cached, not on their values), then `tokens` real forward steps are timed:
+the figure is tokens/s at that context. Bytes allocated per token: gc.mem_alloc() growth over the timed steps
+with automatic collection off (on MicroPython every float result is a heap object; int8 paths allocate less).
+int8 weights come from `kvedge convert` (written to a temporary file)."""
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path[:0] = [os.path.join(ROOT, "host"), os.path.join(ROOT, "device")]
+
+from kvedge_host import runtimes  # noqa: E402
+from kvedge_host.paths import DEVICE, SHARED_MODELS  # noqa: E402
+
+DEVICE_CODE = """
+import gc, time
+from kvedge import kernels
+kernels.select(%(kernels)r)
+from kvedge.model.llama import Llama
+m = Llama(%(model)r, kv={"dtype": %(cache)r, "align": 0, "max_tokens": %(context)d})
+c = m.cache
+cfg = m.cfg
+k = [0.0] * cfg.kv_dim
+v = [0.0] * cfg.kv_dim
+for p in range(%(context)d - %(tokens)d):
+    c.start_token()
+    for l in range(cfg.n_layers):
+        for i in range(cfg.kv_dim):
+            k[i] = ((p * 7 + i * 3 + l) %% 17 - 8) * 0.1
+            v[i] = ((p * 5 + i + l) %% 13 - 6) * 0.1
+        c.write(l, k, v)
+m.forward(1)  # warm up at the first timed position
+gc.collect()
+gc.disable()
+a0 = gc.mem_alloc()
+t0 = time.ticks_us()
+tok = 1
+for i in range(%(tokens)d - 1):
+    lg = m.forward(tok)
+    tok = 2 + (i * 37) %% 500
+us = time.ticks_diff(time.ticks_us(), t0)
+a1 = gc.mem_alloc()
+gc.enable()
+print("BENCH %%d %%d %%d %%s %%d" %% (%(tokens)d - 1, us, a1 - a0, kernels.kind(), 1 if m.int_attention else 0))
+"""
+
+
+def run_one(model, weights, cache, kern, context, tokens, heap):
+    code = DEVICE_CODE % {"kernels": kern, "model": model, "cache": cache, "context": context, "tokens": tokens}
+    rc, out = runtimes.run_code("unix", code, heap, [DEVICE, os.path.dirname(model)], timeout=1800)
+    for line in out.splitlines():
+        if line.startswith("BENCH "):
+            n, us, alloc, kind, intpath = line.split()[1:]
+            n, us, alloc = int(n), int(us), int(alloc)
+            return {"weights": weights, "cache": cache, "kernels": kind, "context": context,
+                    "attention": "int" if intpath == "1" else "float", "tok_s": n * 1e6 / us,
+                    "ms_per_token": us / 1000.0 / n, "bytes_per_token": alloc // n}
+    raise RuntimeError("bench failed (exit %s):\n%s" % (rc, out[-2000:]))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default=os.path.join(SHARED_MODELS, "stories260K.bin"))
+    ap.add_argument("--contexts", type=int, nargs="+", default=[256, 512])
+    ap.add_argument("--weights", nargs="+", default=["f32", "i8"], choices=["f32", "i8"])
+    ap.add_argument("--caches", nargs="+", default=["f32", "i8"], choices=["f32", "f16", "i8", "i4"])
+    ap.add_argument("--kernels", nargs="+", default=["plain", "viper"], choices=["plain", "native", "viper"])
+    ap.add_argument("--tokens", type=int, default=16, help="timed steps per figure (default 16)")
+    ap.add_argument("--heap", type=int, default=64 << 20, help="unix port heap (default 64 MB: no GC mid-run)")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args(argv)
+    if not os.path.exists(a.model):
+        print("bench_model: %s not found" % a.model, file=sys.stderr)
+        return 2
+    from kvedge.model.checkpoint import convert_to_i8
+    tmp = tempfile.mkdtemp(prefix="kvedge_bench_")
+    files = {"f32": os.path.abspath(a.model)}
+    if "i8" in a.weights:
+        files["i8"] = os.path.join(tmp, "model.i8.bin")
+        convert_to_i8(files["f32"], files["i8"])
+    rows = []
+    try:
+        for w in a.weights:
+            for c in a.caches:
+                for k in a.kernels:
+                    for ctx in a.contexts:
+                        r = run_one(files[w], w, c, k, ctx, a.tokens, a.heap)
+                        rows.append(r)
+                        if not a.json:
+                            print("  %s weights, %s cache, %s kernels, context %d: %.1f tok/s" % (
+                                w, c, r["kernels"], ctx, r["tok_s"]), file=sys.stderr)
+    finally:
+        for f in os.listdir(tmp):
+            os.unlink(os.path.join(tmp, f))
+        os.rmdir(tmp)
+    if a.json:
+        print(json.dumps({"model": os.path.basename(a.model), "rows": rows}))
+        return 0
+    print("%s on the MicroPython unix port (x86-64), %d timed tokens per figure" % (
+        os.path.basename(a.model), a.tokens - 1))
+    print("| weights | cache | kernels | attention path | context | tokens/s | ms/token | bytes allocated/token |")
+    print("|---|---|---|---|---:|---:|---:|---:|")
+    for r in rows:
+        print("| %s | %s | %s | %s | %d | %.1f | %.1f | %s |" % (
+            r["weights"], r["cache"], r["kernels"], r["attention"], r["context"], r["tok_s"], r["ms_per_token"],
+            format(r["bytes_per_token"], ",")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
