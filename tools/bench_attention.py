@@ -1,0 +1,301 @@
+#!/usr/bin/env python3
+"""Attention benchmark on the MicroPython unix port: multiply-accumulates per microsecond of one decode step,
+for the integer path with each kernel kind (plain, native, viper) and the float path, and heap bytes per step.
+
+  .venv/bin/python tools/bench_attention.py [--tokens 64,256,1024] [--tile 32] [--dtype i8] [--profile]
+                                            [--runtime unix|cpython] [--markdown]
+
+Shape (issue 4): 8 heads, 2 KV heads, head_dim 64, one layer, an i8 cache filled with pre-quantized rows.
+MACs per step = heads * tokens * head_dim * 2 (q.k and the weighted sum of v). Times are the best of
+several steps (the machine is shared); bytes are gc.mem_alloc() deltas around one warm step, GC disabled
+(the float path's only up to 256 tokens: it allocates a boxed float per multiply-add).
+--profile counts each kernel's calls in one step, then times each kernel alone (its first call of the
+step, replayed on copies of its arguments): kernel time per step = calls x time per call; the rest of the
+step is Python-level work in attention.step_q8 (per tile and per head bookkeeping)."""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.join(ROOT, "host"), os.path.join(ROOT, "device")]
+
+from kvedge_host import runtimes  # noqa: E402
+from kvedge_host.paths import DEVICE  # noqa: E402
+
+HEADS, KV_HEADS, HEAD_DIM = 8, 2, 64
+
+DEVICE_CODE = r"""
+import gc
+import time
+from array import array
+from kvedge import kernels
+from kvedge.attention import Attention, quantize_query
+from kvedge.cache import KVCache
+from kvedge.config import CacheConfig
+
+if hasattr(time, "ticks_us"):
+    def now():
+        return time.ticks_us()
+
+    def since(t0):
+        return time.ticks_diff(time.ticks_us(), t0)
+else:
+    def now():
+        return time.perf_counter()
+
+    def since(t0):
+        return (time.perf_counter() - t0) * 1e6
+
+HAS_MEM = hasattr(gc, "mem_alloc")
+
+
+def mem():
+    return gc.mem_alloc() if HAS_MEM else 0
+
+
+class Lcg:
+    def __init__(self, s):
+        self.s = s
+
+    def next(self):
+        self.s = (self.s * 1103515245 + 12345) & 0x3FFFFFFF
+        return self.s >> 10
+
+
+class Rec:
+    # Sits between an attention object and its kernel module: counts the calls of each kernel and keeps a copy
+    # of the arrays of its first call (a full tile), so that call can be replayed alone and timed.
+    def __init__(self, mod):
+        self.mod = mod
+        self.n = {}
+        self.first = {}
+
+    def __getattr__(self, name):
+        f = getattr(self.mod, name)
+        n, first = self.n, self.first
+
+        def rec(*a):
+            n[name] = n.get(name, 0) + 1
+            if name not in first:
+                first[name] = [x[:] if isinstance(x, array) else x for x in a]
+            return f(*a)
+        return rec
+
+
+def call(f, a):
+    if len(a) == 2:
+        return f(a[0], a[1])
+    if len(a) == 3:
+        return f(a[0], a[1], a[2])
+    return f(a[0], a[1], a[2], a[3])
+
+
+def replay(mod, name, args, reps):
+    # microseconds per call of kernel `name` on its recorded first-call arguments (fresh copies each call:
+    # kernels write into their arrays); the best of three batches
+    f = getattr(mod, name)
+    copies = [[x[:] if isinstance(x, array) else x for x in args] for _ in range(reps)]
+    t = None
+    for _ in range(3):
+        t0 = now()
+        for cp in copies:
+            call(f, cp)
+        dt = since(t0)
+        if t is None or dt < t:
+            t = dt
+        copies = [[x[:] if isinstance(x, array) else x for x in args] for _ in range(reps)]
+    return t / reps
+
+
+def best(fn, a, b, c, d, e, reps):
+    t = None
+    for _ in range(reps):
+        t0 = now()
+        fn(a, b, c, d, e)
+        dt = since(t0)
+        if t is None or dt < t:
+            t = dt
+    return t
+
+
+def alloc(fn, a, b, c, d, e):
+    gc.collect()
+    gc.disable()
+    a0 = mem()
+    fn(a, b, c, d, e)
+    a1 = mem()
+    gc.enable()
+    return a1 - a0 if HAS_MEM else None
+
+
+def emit(d, keys):
+    parts = []
+    for k in keys:
+        v = d.get(k)
+        if v is None:
+            parts.append('"%s":null' % k)
+        elif isinstance(v, str):
+            parts.append('"%s":"%s"' % (k, v))
+        else:
+            parts.append('"%s":%s' % (k, v))
+    print("{" + ",".join(parts) + "}")
+
+
+def main():
+    H, KVH, D = HEADS, KV_HEADS, HEAD_DIM
+    cfg = CacheConfig(1, H, KVH, D, max(TOKENS), DTYPE)
+    c = KVCache(cfg)
+    rng = Lcg(12345)
+    n = KVH * D
+    kc = array("b", bytes(n))
+    vc = array("b", bytes(n))
+    ks = array("H", bytes(2 * KVH))
+    vs = array("H", bytes(2 * KVH))
+    kf = array("f", bytes(4 * n))
+    vf = array("f", bytes(4 * n))
+    q = array("f", bytes(4 * H * D))
+    for i in range(H * D):
+        q[i] = (rng.next() % 2001 - 1000) / 500.0
+    qc = array("b", bytes(H * D))
+    qs = array("H", bytes(2 * H))
+    quantize_query(q, qc, qs, H)
+    oq = array("i", bytes(4 * H * D))
+    oe = array("i", bytes(4 * H))
+    out = array("f", bytes(4 * H * D))
+    for target in TOKENS:
+        while c.n_seen < target:
+            if DTYPE == "i8":
+                for i in range(n):
+                    kc[i] = rng.next() % 255 - 127
+                    vc[i] = rng.next() % 255 - 127
+                for h in range(KVH):
+                    ks[h] = 0x2C00 + rng.next() % 0x400
+                    vs[h] = 0x2C00 + rng.next() % 0x400
+                c.start_token()
+                c.write_q8(0, kc, ks, vc, vs)
+            else:
+                for i in range(n):
+                    kf[i] = (rng.next() % 2001 - 1000) / 400.0
+                    vf[i] = (rng.next() % 2001 - 1000) / 400.0
+                c.append([kf], [vf])
+        gc.collect()
+        macs = H * target * D * 2
+        for kind in kernels.available():
+            kernels.select(kind)
+            att = Attention(c, TILE)
+            att.step_q8(0, qc, qs, oq, oe)  # warm
+            us = best(att.step_q8, 0, qc, qs, oq, oe, REPS)
+            r = {"path": "int " + kind, "tokens": target, "us": us, "macs": macs, "bytes": alloc(att.step_q8, 0, qc, qs, oq, oe)}
+            if PROFILE:  # count the kernel calls of one step, then time each kernel alone on a full tile
+                k0 = att.k
+                rec = Rec(k0)
+                att.k = rec
+                att.step_q8(0, qc, qs, oq, oe)
+                att.k = k0
+                ktot = 0.0
+                parts = []
+                for name in sorted(rec.n):
+                    per = replay(k0, name, rec.first[name], 20)
+                    ktot += per * rec.n[name]
+                    parts.append("%s=%.1f/%d" % (name, per * rec.n[name], rec.n[name]))
+                r["kernel_us"] = ktot
+                r["calls"] = sum(rec.n.values())
+                r["kernels"] = ";".join(parts)
+            emit(r, ["path", "tokens", "us", "macs", "bytes", "kernel_us", "calls", "kernels"])
+            del att
+            gc.collect()
+        kernels.select()
+        if FLOAT and target <= FLOAT_MAX:
+            att = Attention(c, TILE)
+            att.step(0, q, out)
+            us = best(att.step, 0, q, out, None, None, 2)
+            b = alloc(att.step, 0, q, out, None, None) if target <= FLOAT_ALLOC_MAX else None
+            emit({"path": "float", "tokens": target, "us": us, "macs": macs, "bytes": b},
+                 ["path", "tokens", "us", "macs", "bytes"])
+            del att
+            gc.collect()
+
+
+main()
+"""
+
+
+def run(runtime, params, heap):
+    code = "".join("%s = %r\n" % kv for kv in params.items()) + DEVICE_CODE
+    code = code.replace("HEADS, KV_HEADS, HEAD_DIM", "%d, %d, %d" % (HEADS, KV_HEADS, HEAD_DIM))
+    if runtime == "cpython":
+        env = dict(os.environ, PYTHONPATH=DEVICE)
+        p = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+        rc, out = p.returncode, p.stdout.decode()
+    else:
+        rc, out = runtimes.run_code(runtime, code, heap, [DEVICE], timeout=1800)
+    rows = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
+    if rc != 0:
+        raise SystemExit("%s failed (exit %s):\n%s" % (runtime, rc, out[-3000:]))
+    return rows
+
+
+def report(rows, profile):
+    steps = [r for r in rows if "path" in r]
+    plain = {r["tokens"]: r["us"] for r in steps if r["path"] == "int plain"}
+    lines = ["| path | tokens | us/step | MAC/us | x plain | bytes/step |", "|---|---|---|---|---|---|"]
+    for r in steps:
+        mpu = r["macs"] / r["us"]
+        xp = "%.1f" % (plain[r["tokens"]] / r["us"]) if r["tokens"] in plain else "-"
+        b = "-" if r["bytes"] is None else "{:,}".format(r["bytes"])
+        lines.append("| %s | %d | %s | %.1f | %s | %s |" % (r["path"], r["tokens"], "{:,.0f}".format(r["us"]), mpu,
+                                                           xp, b))
+    print("\n".join(lines))
+    if not profile:
+        return
+    print("\nWhere a step's time goes: kernel time = calls x (one call replayed alone on a full tile); the rest is "
+          "Python-level work in attention.step_q8 (per tile and per head):")
+    lines = ["| path | tokens | step us | kernel us | Python-level us | kernel MAC/us | kernel calls | "
+             "per kernel: us per step / calls |", "|---|---|---|---|---|---|---|---|"]
+    for r in steps:
+        if r.get("kernels") is None:
+            continue
+        per = []
+        for item in r["kernels"].split(";"):
+            name, v = item.split("=")
+            t, n = v.split("/")
+            per.append("%s %.0f/%s" % (name.replace("att_", ""), float(t), n))
+        k = r["kernel_us"]
+        lines.append("| %s | %d | %.0f | %.0f | %.0f (%.0f%%) | %.1f | %d | %s |" % (
+            r["path"], r["tokens"], r["us"], k, r["us"] - k, 100.0 * (r["us"] - k) / r["us"],
+            r["macs"] / k if k else 0, r["calls"], ", ".join(per)))
+    print("\n".join(lines))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runtime", choices=("unix", "cpython", "wasm"), default="unix")
+    ap.add_argument("--tokens", default="64,256,1024", help="cached-token counts (comma separated)")
+    ap.add_argument("--tile", type=int, default=32)
+    ap.add_argument("--dtype", choices=("i8", "i4"), default="i8")
+    ap.add_argument("--reps", type=int, default=5, help="steps timed per point (the best counts)")
+    ap.add_argument("--no-float", action="store_true", help="skip the float path")
+    ap.add_argument("--float-max", type=int, default=1024, help="largest token count for the float path")
+    ap.add_argument("--profile", action="store_true", help="split each step into kernel and Python-level time")
+    ap.add_argument("--heap", type=int, default=64 * 1024 * 1024,
+                    help="unix port heap (default 64 MiB: the float path's garbage is counted with the GC off)")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args(argv)
+    tokens = sorted(int(x) for x in a.tokens.split(","))
+    params = {"TOKENS": tokens, "TILE": a.tile, "DTYPE": a.dtype, "REPS": a.reps, "PROFILE": a.profile,
+              "FLOAT": not a.no_float, "FLOAT_MAX": a.float_max,
+              "FLOAT_ALLOC_MAX": 256}
+    rows = run(a.runtime, params, a.heap)
+    if a.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    print("%s, %s cache, %d heads, %d KV heads, head_dim %d, tile %d; MACs/step = heads*tokens*head_dim*2"
+          % (a.runtime, a.dtype, HEADS, KV_HEADS, HEAD_DIM, a.tile))
+    report(rows, a.profile)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
