@@ -36,8 +36,16 @@ def _load(name):
         raise
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (no usage dump) and exit status 2."""
+
+    def error(self, message):
+        print("%s: error: %s" % (self.prog, message), file=sys.stderr)
+        sys.exit(2)
+
+
 def build_parser():
-    ap = argparse.ArgumentParser(prog="kvedge", description="KV-cache planning and management for microcontrollers")
+    ap = _Parser(prog="kvedge", description="KV-cache planning and management for microcontrollers")
     ap.add_argument("--version", action="version", version="kvedge " + __version__)
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
     for name, help_ in COMMANDS.items():

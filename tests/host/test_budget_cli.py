@@ -206,3 +206,14 @@ def test_entry_point_subprocess(tmp_path):
     ok = subprocess.run(cmd + ["budget", "--preset", "tinyllama-1.1b", "--json", "--heap", "1000000"],
                         capture_output=True, text=True, timeout=60)
     assert ok.returncode == 0 and json.loads(ok.stdout)["kv_cache_bytes"] == 46137344
+
+
+def test_usage_errors_are_one_line_exit_2():
+    import subprocess
+    import sys
+    for args in (["budget", "--preset", "stories260k", "--context", "abc"], ["budget", "--nope"]):
+        p = subprocess.run([sys.executable, "-m", "kvedge_host.cli"] + args, capture_output=True, text=True)
+        assert p.returncode == 2
+        lines = p.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("kvedge budget: error:"), p.stderr
+        assert "Traceback" not in p.stderr
