@@ -13,11 +13,13 @@ def token(seed, pos, layer, kv, i, D):
 
 
 class PoolModel:
-    """Sessions as (seed, length, last use); block needs and LRU reclaim derived from that alone."""
+    """Sessions as [seed, length, last use, cold blocks]; block needs and LRU reclaim derived from that alone.
+    Cold blocks (a ColdTier) are always a session's oldest full blocks; they hold no RAM."""
 
-    def __init__(self, n_blocks, block, max_sessions, session_blocks):
+    def __init__(self, n_blocks, block, max_sessions, session_blocks, records=0):
         self.nb, self.B, self.S, self.MB = n_blocks, block, max_sessions, session_blocks
-        self.sess = {}  # sid -> [seed, length, tick]
+        self.records = records  # cold tier capacity
+        self.sess = {}  # sid -> [seed, length, tick, cold]
         self.tick = 0
         self.pinned = set()  # sessions the pressure callback refuses
         self.alloc_failures = self.reclaims = self.refusals = self.appends_failed = 0
@@ -25,16 +27,33 @@ class PoolModel:
     def blocks(self, n):
         return (n + self.B - 1) // self.B
 
+    def ram_blocks(self, s):
+        return self.blocks(s[1]) - s[3]
+
     def free(self):
-        return self.nb - sum(self.blocks(s[1]) for s in self.sess.values())
+        return self.nb - sum(self.ram_blocks(s) for s in self.sess.values())
 
     def touch(self, sid):
         self.tick += 1
         self.sess[sid][2] = self.tick
 
     def open(self, sid, seed):
-        self.sess[sid] = [seed, 0, 0]
+        self.sess[sid] = [seed, 0, 0, 0]
         self.touch(sid)
+
+    def pressure(self, sid):
+        """No free block for sid: offer LRU sessions holding RAM blocks. Returns (ok, reclaimed sids)."""
+        self.alloc_failures += 1
+        order = sorted((v[2], k) for k, v in self.sess.items() if k != sid and self.ram_blocks(v) > 0)
+        for _, k in order:
+            if k in self.pinned:
+                self.refusals += 1
+                continue
+            del self.sess[k]
+            self.reclaims += 1
+            return True, [k]
+        self.appends_failed += 1
+        return False, []
 
     def append(self, sid):
         """Returns (ok, reclaimed sids) as the pool must behave."""
@@ -44,21 +63,31 @@ class PoolModel:
             return False, []
         gone = []
         if s[1] % self.B == 0 and self.free() == 0:
-            self.alloc_failures += 1
-            order = sorted((v[2], k) for k, v in self.sess.items() if k != sid and v[1] > 0)
-            for _, k in order:
-                if k in self.pinned:
-                    self.refusals += 1
-                    continue
-                del self.sess[k]
-                self.reclaims += 1
-                gone.append(k)
-                break
-            else:
-                self.appends_failed += 1
+            ok, gone = self.pressure(sid)
+            if not ok:
                 return False, []
         s[1] += 1
         self.touch(sid)
+        return True, gone
+
+    def spill(self, sid, n):
+        s = self.sess[sid]
+        room = self.records - sum(v[3] for v in self.sess.values())
+        moved = min(n, s[1] // self.B - s[3], room)
+        s[3] += moved
+        return moved
+
+    def fetch(self, sid):
+        """Page-in: one block per cold block, each under the append pressure rules. Returns (ok, gone)."""
+        s = self.sess[sid]
+        gone = []
+        while s[3]:
+            if self.free() == 0:
+                ok, g = self.pressure(sid)
+                gone += g
+                if not ok:
+                    return False, gone
+            s[3] -= 1
         return True, gone
 
     def waste(self):
@@ -69,9 +98,9 @@ def check_rows(pool, model, sid, buf):
     """Every row of a session reads back exactly (f32 pool)."""
     cfg = pool.cfg
     D, H = cfg.head_dim, cfg.kv_heads
-    seed, n = model.sess[sid][0], model.sess[sid][1]
+    seed, n, cold = model.sess[sid][0], model.sess[sid][1], model.sess[sid][3]
     assert pool.length(sid) == n, (sid, pool.length(sid), n)
-    for p in range(n):
+    for p in range(cold * model.B, n):
         for layer in range(cfg.layers):
             for kv in (0, 1):
                 for h in range(H):
@@ -91,6 +120,7 @@ def check_all(pool, model, buf):
     assert (pool.alloc_failures, pool.reclaims, pool.refusals, pool.appends_failed) == (
         model.alloc_failures, model.reclaims, model.refusals, model.appends_failed)
     for sid in open_ids:
+        assert pool.scold[pool._handle(sid)] == model.sess[sid][3], sid
         check_rows(pool, model, sid, buf)
 
 
@@ -141,6 +171,7 @@ def op_reset(pool, model, sid, seed):
     pool.reset(sid)
     model.sess[sid][0] = seed
     model.sess[sid][1] = 0
+    model.sess[sid][3] = 0
     model.touch(sid)
 
 
@@ -171,7 +202,12 @@ def reference_attention(cfg, seed, n, layer, q, out):
             out[h * D + i] = a / l
 
 
-def op_attend(pool, model, sid, q, out, want):
+def op_spill(tier, model, sid, n):
+    assert tier.spill(sid, n) == model.spill(sid, n)
+
+
+def op_attend(pool, model, sid, q, out, want, tier=None):
+    """Attention over a session (through the tier if given: cold blocks are paged in first)."""
     seed, n = model.sess[sid][0], model.sess[sid][1]
     if n == 0:
         try:
@@ -179,6 +215,16 @@ def op_attend(pool, model, sid, q, out, want):
         except ValueError:
             return
         raise AssertionError("attending an empty session did not raise")
+    if tier is not None:
+        ok, gone = model.fetch(sid)
+        try:
+            tier.fetch(sid)
+        except CacheFullError:
+            assert not ok, "pool could not page in a session the model can"
+            return
+        assert ok, "pool paged in a session the model cannot"
+        for k in gone:
+            assert not pool.is_open(k), k
     pool.attend(sid, 0, q, out)
     model.touch(sid)
     reference_attention(pool.cfg, seed, n, 0, q, want)
