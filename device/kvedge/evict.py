@@ -130,6 +130,11 @@ class H2O:
             sc[s] = 0
         self.observed = (self.observed + 1) & CAP
 
+    def nbytes(self):
+        """RAM the policy adds beside the cache: two int32 arrays of one entry per slot (this step's scores
+        and the accumulators; one int per slot covers every layer and head, since they are summed)."""
+        return 4 * (len(self.scores) + len(self.acc))
+
     def score_of(self, pos):
         """Accumulated attention of a cached position (Q16 units)."""
         return self.acc[self.cache.slot_of(pos)]

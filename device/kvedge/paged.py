@@ -384,6 +384,12 @@ class PagedPool:
                 n += self.B - self.slen[i] % self.B
         return n
 
+    def meta_bytes(self):
+        """RAM of the pool's bookkeeping beside the arena: block tables, per-session and per-block arrays,
+        and the slot list of one attention step (the Attention scratch is not counted)."""
+        S, NB = self.S, self.NB
+        return 4 * (S * self.MB + 5 * S + self.MB * self.B) + 2 * S + 2 * 2 * NB
+
     def stats(self):
         c = self.cache
         return {

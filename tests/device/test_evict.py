@@ -241,3 +241,8 @@ def test_stats_line_extends_the_cache_line():
     d = json.loads(line)
     assert d == pol.stats()
     assert d["evictions"] == 3 and d["tokens_cached"] == 6 and d["h2o_score_max"] > 0
+
+
+def test_nbytes_is_two_int_arrays_per_slot():
+    c = KVCache(CacheConfig(3, 4, 2, 8, 20, "i8", align=0))
+    assert H2O(c, recent=2).nbytes() == 2 * 4 * 20

@@ -76,6 +76,8 @@ def _pressure_scenario():
     ks, vs = _rows(cfg)
     seeds = {}
     ids = []
+    q = _query(cfg)
+    early = {}
     for k in range(6):
         sid = pool.open()
         ids.append(sid)
@@ -83,25 +85,36 @@ def _pressure_scenario():
         for p in range(2):
             rows_for(cfg, seeds[sid], p, ks, vs)
             pool.append(sid, ks, vs)
+        if k in (2, 3):  # before the pressure that reclaims sessions 0 and 1
+            early[sid] = zeros("f", len(q))
+            pool.attend(sid, 0, q, early[sid])
     pool.check()
-    return pool, ids, seeds, asked
+    return pool, ids, seeds, asked, early
+
+
+def _query(cfg):
+    n = cfg.heads * cfg.head_dim
+    q = zeros("f", n)
+    rng = Rng(7)
+    for i in range(n):
+        q[i] = rng.gauss()
+    return q
 
 
 def test_pressure_reclaims_lru_and_survivors_are_unchanged():
-    pool, ids, seeds, asked = _pressure_scenario()
+    pool, ids, seeds, asked, early = _pressure_scenario()
     assert asked == ids[:2], (asked, ids)
     assert [pool.is_open(s) for s in ids] == [False, False, True, True, True, True]
     st = pool.stats()
     assert (st["alloc_failures"], st["reclaims"], st["refusals"], st["blocks_free"]) == (2, 2, 0, 0)
     cfg = pool.cfg
     n = cfg.heads * cfg.head_dim
-    q = zeros("f", n)
-    rng = Rng(7)
-    for i in range(n):
-        q[i] = rng.gauss()
+    q = _query(cfg)
     out, want = zeros("f", n), zeros("f", n)
     for sid in ids[2:]:
         pool.attend(sid, 0, q, out)
+        if sid in early:  # to the bit: the reclaims around it changed nothing
+            assert list(out) == list(early[sid]), sid
         reference_attention(cfg, seeds[sid], 2, 0, q, want)
         for i in range(n):
             assert abs(out[i] - want[i]) <= 1e-5 * (1 + abs(want[i])), (sid, i)
@@ -289,3 +302,10 @@ def test_cycles_allocate_nothing_under_heap_lock():
     _cycle(pool, kc, vc, ksc, vsc, 6)
     under_heap_lock(_cycle, pool, kc, vc, ksc, vsc, 6)
     assert pool.nfree == 4
+
+
+def test_meta_bytes_counts_the_bookkeeping_arrays():
+    pool = PagedPool(CacheConfig(1, 2, 1, 8, 32, "i8", align=0), 4, sessions=3, session_blocks=5)
+    arrays = (pool.table, pool.sid, pool.slen, pool.snb, pool.scold, pool.stick, pool.asked, pool.ranked,
+              pool.owner, pool.free, pool.slots)
+    assert pool.meta_bytes() == sum(len(bytes(a)) for a in arrays) == 4 * (15 + 15 + 20) + 6 + 32

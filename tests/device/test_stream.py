@@ -9,7 +9,7 @@ from kvedge.errors import CacheFullError
 from kvedge.evict import H2O
 from kvedge.paged import PagedPool
 from kvedge.stream import Stream
-from _support import Rng, raises, message
+from _support import Rng, raises, message, under_heap_lock
 from _cacheref import value, f32
 
 
@@ -146,6 +146,37 @@ def test_pool_session_stream_resets_like_a_fresh_session():
     line = st.stats_json()
     assert line.endswith(',"stream_tokens":23,"stream_segment":3,"stream_cap":12,"resets_every":4,'
                          '"resets_marker":0,"resets_forced":0}')
+
+
+def _q8_stream(st, n, kc, vc, ks, vs):
+    for g in range(n):
+        kc[0] = g % 100
+        st.start_token(g % 11 == 10)
+        st.write_q8(0, kc, ks, vc, vs)
+
+
+def test_pool_session_stream_on_the_integer_path():
+    cfg = CacheConfig(1, 2, 1, 8, 16, "i8", align=0)
+    pool = PagedPool(cfg, 4, sessions=2, session_blocks=3)
+    st = Stream(pool, session=pool.open())
+    kc, vc = zeros("b", 8), zeros("b", 8)
+    ks, vs = zeros("H", 1), zeros("H", 1)
+    ks[0] = vs[0] = 0x2000
+    _q8_stream(st, 100, kc, vc, ks, vs)
+    # a marker every 11 tokens comes before the 12-token cap: never forced; the last segment starts at 98
+    assert st.resets_marker == 9 and st.resets_forced == 0 and st.cached() == 2
+    for p in range(st.cached()):
+        slot = pool.slot_of(st.sid, p)
+        assert pool.cache.arena[pool.cache.DATA + slot * pool.cache.prow] == 98 + p
+    pool.check()
+    if need_lock():
+        under_heap_lock(_q8_stream, st, 200, kc, vc, ks, vs)
+        pool.check()
+
+
+def need_lock():
+    from kvedge import compat
+    return compat.HAS_HEAP_LOCK
 
 
 def test_bad_stream_config():
