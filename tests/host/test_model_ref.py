@@ -207,3 +207,34 @@ def test_seeded_sampling_matches_llama2c(capfd):
     out = capfd.readouterr().out
     assert out.startswith("Once upon a time, there was a big roof. The fox was ready to look for people inside. "
                           "He saw a big rock near a big tree. The roof was very sm")
+
+
+def test_h2o_policy_through_the_device_model(tinyfiles, capfd):
+    from kvedge.evict import H2O
+    for intp in (False, True):
+        m = Llama(tinyfiles["f32"], kv={"align": 0, "dtype": "i8", "max_tokens": 40}, int_attention=intp,
+                  policy=lambda c: H2O(c, budget=12, recent=6))
+        for t in range(30):
+            m.forward(3 + t * 7 % 300)
+        assert m.cache.n_cached == 12 and m.cache.stats()["evictions"] == 18
+        assert max(m.policy.acc) > 0  # the attention step fed the policy's scores
+        m.close()
+    assert cli(["generate", "--model", tinyfiles["f32"], "--steps", "30", "--h2o", "10", "--kv-dtype", "i8"]) == 0
+    assert "evictions 20" in capfd.readouterr().err
+
+
+@have_stories
+def test_stories260k_runs_in_an_rp2040_heap_with_streamed_int8_weights(tmp_path, capfd):
+    # 215 KB heap: int8 weights stay in the file (scales in RAM), an i8 ring cache of 4 sinks + 92 tokens,
+    # the package as .mpy (as deployed); the start-up plan passes and the greedy text is the documented one
+    q = str(tmp_path / "stories260K.i8.bin")
+    checkpoint.convert_to_i8(STORIES, q)
+    assert cli(["generate", "--model", q, "--tokenizer", TOK512, "--steps", "160", "--runtime", "unix",
+                "--board", "rp2040", "--stream", "--kv-dtype", "i8", "--window", "92", "--sinks", "4",
+                "--mpy"]) == 0
+    out, err = capfd.readouterr()
+    assert out.startswith(EXPECTED[:100]) and "evictions 64;" in err, (out, err)
+    # the same run without streaming is refused before anything large is allocated
+    assert cli(["generate", "--model", q, "--tokenizer", TOK512, "--steps", "8", "--runtime", "unix",
+                "--board", "rp2040", "--kv-dtype", "i8", "--mpy"]) == 2
+    assert "BudgetError" in capfd.readouterr().err

@@ -78,12 +78,17 @@ class Llama:
     attention  factory(cache, tile=...) -> object with step(layer, q, out); default kvedge.attention
     int_attention  "auto" (integer path of kvedge.attention for i8/i4 caches when viper kernels run it),
                True (integer path whenever the cache is i8/i4) or False (float path always)
+    policy     eviction policy factory(cache) -> object with `scores` (array('i') per slot, filled by the
+               attention step) and observe() (called once per token), e.g.
+               lambda c: kvedge.evict.H2O(c, budget=128, recent=64); counted in the plan as 8 bytes a slot
     """
 
     def __init__(self, path, kv=None, budget=None, workspace=0, stream=False, tile=32, attention=None,
-                 int_attention="auto"):
+                 int_attention="auto", policy=None):
         cfg, wdtype = read_config(path)
         ccfg = cache_config(cfg, kv)
+        if policy is not None:
+            workspace += 8 * ccfg.slots + 256  # a policy's per-slot scores and accumulators
         self.plan = plan(cfg, wdtype, ccfg, stream, tile, workspace)
         if budget is not None and self.plan["total"] > budget:
             p = self.plan
@@ -94,6 +99,8 @@ class Llama:
         self.k = kernels.get()
         self.w = Weights(path, stream)
         self.cache = KVCache(ccfg)
+        self.policy = policy(self.cache) if policy is not None else None
+        self.scores = self.policy.scores if self.policy is not None else None
         self.att = (attention or _default_attention)(self.cache, tile=tile)
         quantized = ccfg.dtype in ("i8", "i4") and hasattr(self.att, "step_q8")
         if int_attention == "auto":
@@ -145,8 +152,10 @@ class Llama:
             from kvedge.attention import quantize_query, dequantize_output
             h = self.cfg.n_heads
             quantize_query(q, self.qc, self.qs, h)
-            self.att.step_q8(layer, self.qc, self.qs, self.oq, self.oe)
+            self.att.step_q8(layer, self.qc, self.qs, self.oq, self.oe, self.scores)
             dequantize_output(self.oq, self.oe, out, h)
+        elif self.scores is not None:
+            self.att.step(layer, q, out, self.scores)
         else:
             self.att.step(layer, q, out)
 
@@ -219,6 +228,8 @@ class Llama:
             self._prep(hb, h)
             self._mv(w.w2[l], hb, xb)
             k.mv_add(x, xb, d)
+        if self.policy is not None:
+            self.policy.observe()
         self._rmsnorm(x, x, w.rms_final, d)
         self._prep(x, d)
         self._mv(w.wcls, x, self.logits)

@@ -34,10 +34,11 @@ def _writer():
 
 
 def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=None, budget=None, workspace=0,
-         stream=False, kernel="auto", tile=32, peak=False):
+         stream=False, kernel="auto", tile=32, peak=False, h2o=0):
     """Returns the stats dict it prints. Raises BudgetError before allocating when the run does not fit
     (the tokenizer is counted in the plan's workspace). peak=True collects garbage after every token to
-    measure the live heap's peak (slower)."""
+    measure the live heap's peak (slower). h2o=N evicts heavy hitters to hold N tokens (half of them the most
+    recent; kvedge.evict.H2O)."""
     import gc
     from kvedge import compat
     from kvedge.model.llama import Llama, generate
@@ -48,8 +49,14 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
     base = compat.mem_alloc()
     from kvedge.model.checkpoint import read_config
     vocab = read_config(model)[0].vocab_size
+    policy = None
+    if h2o:
+        from kvedge.evict import H2O
+
+        def policy(cache):
+            return H2O(cache, budget=h2o, recent=h2o // 2)
     m = Llama(model, kv=kv, budget=budget, workspace=workspace + Tokenizer.nbytes(tokenizer, vocab) + RUN_OVERHEAD,
-              stream=stream, tile=tile)
+              stream=stream, tile=tile, policy=policy)
     tok = Tokenizer.load(tokenizer, m.cfg.vocab_size)
     ids = tok.encode(prompt)
     w = _writer()
