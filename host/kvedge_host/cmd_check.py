@@ -169,7 +169,7 @@ def case_inputs(c):
                 V[p] = np.reshape(buf, (KVH, D))
     qb = [0.0] * (H * D)
     g.fill(qb, 0, H * D, D, False)
-    return K, V, np.reshape(qb, (H, D))
+    return K, V, np.reshape(qb, (H, D)) * c.get("qscale", 1.0)
 
 
 def reference(c, wrong_mapping=False):
