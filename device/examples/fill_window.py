@@ -7,6 +7,7 @@
 # when tokens % every != 0, else 1 + tokens // every + 1) and a "final" line. Returns the Workload so the
 # caller (or a later `mpremote exec`) can read w.cache.stats().
 from array import array
+import gc
 import time
 
 from kvedge.cache import KVCache
@@ -16,6 +17,7 @@ from kvedge.telemetry import Telemetry
 
 class Workload:
     def __init__(self, layers=4, heads=4, kv_heads=2, head_dim=32, window=56, sinks=8, dtype="f16"):
+        gc.collect()  # the arena is one block: give it the tidiest heap we can
         cfg = CacheConfig(layers, heads, kv_heads, head_dim, sinks + window, dtype=dtype, window=window,
                           sinks=sinks)
         self.cache = KVCache(cfg)

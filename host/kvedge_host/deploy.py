@@ -196,13 +196,30 @@ print('KVVERSION', kvedge.__version__)
 CONFIG_NAME = "kvedge_plan.json"
 
 
-def check_version(port, resume=True):
-    """Import the package afresh on the board; returns its __version__."""
-    out = mpremote(port, ["exec", _CHECK], resume=resume)
+# With .mpy: the viper kernels are machine code for one architecture; a board of another one refuses them.
+_CHECK_NATIVE = """
+try:
+    import kvedge.kernels_viper
+    print('KVNATIVE ok')
+except Exception as e:
+    print('KVNATIVE %s: %s' % (type(e).__name__, e))
+"""
+
+
+def check_version(port, resume=True, native=False, march=None):
+    """Import the package afresh on the board; returns its __version__. With native=True also import the
+    viper kernels (raises DeployError when the board refuses their machine code)."""
+    out = mpremote(port, ["exec", _CHECK + (_CHECK_NATIVE if native else "")], resume=resume)
+    version = None
     for line in out.splitlines():
         if line.startswith("KVVERSION "):
-            return line.split(" ", 1)[1].strip()
-    raise DeployError("the board did not report kvedge.__version__:\n" + out[-2000:])
+            version = line.split(" ", 1)[1].strip()
+        elif line.startswith("KVNATIVE ") and line.strip() != "KVNATIVE ok":
+            raise DeployError("the board cannot load the viper kernels compiled for -march=%s (%s): is --board "
+                              "right for this chip?" % (march, line[9:].strip()))
+    if version is None:
+        raise DeployError("the board did not report kvedge.__version__:\n" + out[-2000:])
+    return version
 
 
 def deploy(port, board, mpy=False, config=None, extra=(), resume=True, echo=None):
@@ -227,7 +244,7 @@ def deploy(port, board, mpy=False, config=None, extra=(), resume=True, echo=None
                 raise DeployError("no such file: %s" % x)
             pairs.append((os.path.abspath(x), os.path.basename(x)))
         res = sync(port, pairs, ["kvedge"], resume=resume, echo=echo)
-    version = check_version(port, resume=resume)
+    version = check_version(port, resume=resume, native=mpy, march=prof.get("mpy_march"))
     if version != __version__:
         raise DeployError("the board imports kvedge %s, expected %s" % (version, __version__))
     res["version"] = version

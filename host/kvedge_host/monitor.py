@@ -112,7 +112,9 @@ class Monitor:
             n = seq - last["seq"] - 1
             self.counts["lost"] += n
             self._alert("lost", "%d sample(s) lost before seq %d" % (n, seq))
-        elif self._recent.get(seq) == canon:
+        elif self._recent.get(seq) == canon and (seq > 1 or last["seq"] == 1):
+            # the same line again. A repeated seq 1 after later lines is a restarted board whose first line
+            # happens to be identical (t_ms 0, empty cache), not a duplicate.
             self.counts["duplicates"] += 1
             return None
         else:

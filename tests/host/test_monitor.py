@@ -1,0 +1,189 @@
+"""kvedge monitor: sample accounting (seq gaps, repeats, board restarts), alerts, CSV, plot, and robustness:
+garbage bytes, partial and overlong lines, invalid JSON, other output, a port that vanishes and comes back
+(a raw pty, and a virtual board killed and started again)."""
+import csv
+import json
+import os
+import pty
+import shutil
+import threading
+import time
+import tty
+
+from kvedge import telemetry
+from kvedge_host.monitor import CSV_FIELDS, Monitor, plot
+from kvedge_host.paths import DEVICE
+from kvedge_host.sim import SimProcess
+
+from _boardkit import kvedge, kvedge_bg, processes_in, wait_until
+
+
+def _line(seq, used=100, total=1000, alloc=0, heap=50000, t_ms=None, event="tick", seen=None):
+    d = {"seq": seq, "t_ms": seq * 10 if t_ms is None else t_ms, "event": event, "total_bytes": total,
+         "used_bytes": used, "peak_bytes": used, "tokens_seen": seq if seen is None else seen,
+         "tokens_cached": seq, "evictions": 0, "alloc_failures": alloc, "heap_free": heap,
+         "heap_largest": None, "tok_s": 1.5}
+    return (telemetry.PREFIX + json.dumps(d, separators=(",", ":")) + "\r\n").encode()
+
+
+def _rows(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_garbage_partial_lines_and_invalid_json_are_survived(tmp_path):
+    m = Monitor(csv_path=str(tmp_path / "s.csv"))
+    stream = (b"\x00\xff\xfe boot noise\r\n" + _line(1) + b"hello from the program\r\n" + b"OK" + _line(2)
+              + b"KVSTATS {broken json\r\n" + b"KVSTATS " + b"{" + b"x" * 20000 + b"\r\n"
+              + _line(3)[:25] + b"\r\n" + _line(4) + b"\xc3\x28 invalid utf-8\r\n" + _line(5))
+    for i in range(0, len(stream), 7):          # arbitrary chunking: lines arrive in pieces
+        m.feed(stream[i:i + 7])
+    assert [s["seq"] for s in m.samples] == [1, 2, 4, 5]
+    assert m.counts["lost"] == 1                 # seq 3 was truncated: counted, not invented
+    assert m.counts["bad_lines"] == 3            # broken JSON, the overlong line, the truncated one
+    assert m.counts["other_lines"] >= 3 and "hello from the program" in m.other
+    m.feed(_line(6)[:30])
+    m.end_of_stream()                            # port gone mid-line: the piece is dropped, not glued on
+    m.feed(_line(7))
+    assert [s["seq"] for s in m.samples] == [1, 2, 4, 5, 7]
+    m.close()
+    rows = _rows(tmp_path / "s.csv")
+    assert list(rows[0].keys()) == CSV_FIELDS
+    assert [int(r["seq"]) for r in rows] == [1, 2, 4, 5, 7]
+    assert rows[-1]["heap_largest"] == "" and rows[-1]["cache_pct"] == "10.0"
+
+
+def test_repeats_are_dropped_and_restarts_start_a_session():
+    m = Monitor()
+    for b in (_line(1), _line(2), _line(2), _line(3), _line(1, t_ms=5), _line(2, t_ms=15)):
+        m.feed(b)
+    assert m.counts["duplicates"] == 1 and m.counts["lost"] == 0
+    assert m.counts["sessions"] == 2
+    assert [(s["session"], s["seq"]) for s in m.samples] == [(1, 1), (1, 2), (1, 3), (2, 1), (2, 2)]
+    # a board that restarts prints the very same first line (t_ms 0, empty cache): a new session, not a repeat
+    m.feed(_line(1, t_ms=5))
+    assert m.counts["sessions"] == 3 and m.counts["duplicates"] == 1
+    m.feed(_line(1, t_ms=5))
+    assert m.counts["sessions"] == 3 and m.counts["duplicates"] == 2
+
+
+def test_alerts_cache_threshold_alloc_failures_heap_falling():
+    got = []
+    m = Monitor(alert_pct=90, heap_fall=4, on_alert=lambda k, msg: got.append(k))
+    m.feed(_line(1, used=500) + _line(2, used=950) + _line(3, used=960))
+    assert got == ["cache"]                      # once per crossing, not once per sample
+    m.feed(_line(4, used=100) + _line(5, used=999))
+    assert got == ["cache", "cache"]
+    m.feed(_line(6, used=100, alloc=1) + _line(7, used=100, alloc=1) + _line(8, used=100, alloc=3))
+    assert got.count("alloc") == 2
+    m.feed(_line(9, heap=40000) + _line(10, heap=39000) + _line(11, heap=38000) + _line(12, heap=37000))
+    assert got.count("heap") == 1
+    m.feed(_line(13, heap=36000))
+    assert got.count("heap") == 1
+    m.feed(_line(20))
+    assert "lost" in got and m.counts["lost"] == 6
+
+
+def test_plot_draws_a_png(tmp_path):
+    m = Monitor()
+    for i in range(1, 30):
+        m.feed(_line(i, used=min(1000, 40 * i), heap=50000 - 10 * i))
+    m.feed(_line(1, t_ms=0))
+    plot(m, str(tmp_path / "t.png"))
+    with open(tmp_path / "t.png", "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def _new_port(link):
+    master, slave = pty.openpty()
+    tty.setraw(slave)
+    tmp = link + ".tmp"
+    os.symlink(os.ttyname(slave), tmp)
+    os.replace(tmp, link)
+    return master, slave
+
+
+def test_port_vanishing_and_returning_on_a_raw_pty(tmp_path):
+    link = str(tmp_path / "port")
+    master, slave = _new_port(link)
+    m = Monitor(csv_path=str(tmp_path / "r.csv"))
+    stop = threading.Event()
+    th = threading.Thread(target=m.run, args=(link,), kwargs={"should_stop": stop.is_set, "retry_s": 0.1})
+    th.start()
+    try:
+        os.write(master, _line(1) + b"junk\r\n" + _line(2) + _line(3)[:20])
+        assert wait_until(lambda: m.counts["samples"] == 2, 30)
+        os.close(master)                          # the port vanishes (board unplugged)
+        os.close(slave)
+        os.unlink(link)
+        assert wait_until(lambda: m.counts["disconnects"] == 1, 30)
+        time.sleep(0.5)                           # the monitor keeps polling for the port
+        assert th.is_alive()
+        master, slave = _new_port(link)           # ... and it comes back
+        os.write(master, _line(3) + _line(4))
+        assert wait_until(lambda: m.counts["samples"] == 4, 30), m.counts
+    finally:
+        stop.set()
+        th.join(30)
+        os.close(master)
+        os.close(slave)
+    assert m.counts["connects"] == 2 and m.counts["lost"] == 0 and m.counts["sessions"] == 1
+    assert [int(r["seq"]) for r in _rows(tmp_path / "r.csv")] == [1, 2, 3, 4]
+
+
+def _board_fs(root, tokens, every):
+    fs = os.path.join(root, "fs")
+    shutil.copytree(os.path.join(DEVICE, "kvedge"), os.path.join(fs, "kvedge"),
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(os.path.join(DEVICE, "examples", "fill_window.py"), fs)
+    with open(os.path.join(fs, "main.py"), "w") as f:
+        f.write("import fill_window\nw = fill_window.run(tokens=%d, every=%d, delay_ms=10)\n" % (tokens, every))
+    return fs
+
+
+def test_monitor_survives_a_virtual_board_killed_and_started_again(tmp_path):
+    tokens, every = 60, 5
+    per_boot = 2 + tokens // every               # start, ticks, final
+    fs = _board_fs(str(tmp_path), tokens, every)
+    link, out = str(tmp_path / "port"), str(tmp_path / "m.csv")
+    sim = SimProcess("rp2040", fs=fs, link=link)       # main.py runs the workload at boot
+    mon = kvedge_bg("monitor", "--port", link, "--csv", out, "--samples", 2 * per_boot, "--duration", 240,
+                    "--plain")
+    try:
+        assert wait_until(lambda: os.path.exists(out) and len(_rows(out)) >= per_boot, 120)
+        sim.kill()                                     # the board disappears outright
+        assert wait_until(lambda: not processes_in(fs), 30)
+        time.sleep(1.5)
+        assert mon.poll() is None, "the monitor must keep running without its port"
+        sim = SimProcess("rp2040", fs=fs, link=link)   # ... and comes back: main.py runs again
+        stdout, stderr = mon.communicate(timeout=180)
+    finally:
+        sim.kill()
+        if mon.poll() is None:
+            mon.kill()
+            mon.communicate()
+    assert mon.returncode == 0, stderr
+    rows = _rows(out)
+    assert [(int(r["session"]), int(r["seq"])) for r in rows] == \
+        [(1, i) for i in range(1, per_boot + 1)] + [(2, i) for i in range(1, per_boot + 1)]
+    assert rows[-1]["event"] == "final" and int(rows[-1]["tokens_seen"]) == tokens
+    assert "lost /" in stdout or "lost " + link in stdout
+    assert "session 2: board restarted" in stdout
+    assert "%d samples in 2 session(s), 0 lost, 0 duplicated" % (2 * per_boot) in stdout
+    assert wait_until(lambda: not processes_in(fs), 30)
+
+
+def test_cli_waits_for_a_missing_port_and_stops_on_duration(tmp_path):
+    t0 = time.monotonic()
+    p = kvedge("monitor", "--port", str(tmp_path / "nosuch"), "--duration", "1.5", "--plain",
+               "--csv", str(tmp_path / "e.csv"), "--plot", str(tmp_path / "e.png"), timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert time.monotonic() - t0 < 60
+    assert "waiting for" in p.stdout and "0 samples" in p.stdout
+    assert _rows(tmp_path / "e.csv") == [] and os.path.getsize(tmp_path / "e.png") > 0
+
+
+def test_cli_bad_arguments_are_one_line_errors(tmp_path):
+    for args in (["--alert-pct", "0"], ["--samples", "0"], ["--duration", "-1"]):
+        p = kvedge("monitor", "--port", str(tmp_path / "x"), *args, timeout=60)
+        assert p.returncode == 2 and p.stderr.startswith("kvedge monitor: error: "), (args, p.stderr)
