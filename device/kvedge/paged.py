@@ -74,7 +74,7 @@ class PagedPool:
         self.alloc_failures = 0
         self.reclaims = 0
         self.refusals = 0
-        self.appends_failed = 0
+        self.appends_failed = 0  # appends (and tier page-ins) that found no block even after pressure
         self.opened = 0
         self.closed = 0
 
@@ -112,7 +112,8 @@ class PagedPool:
             self.stick[best] = n
 
     def open(self):
-        """A new empty session; returns its id (an int > 0, never reused while the pool lives... until 2**30)."""
+        """A new empty session; returns its id: an int > 0, not reused until the ids wrap at 2**30, so a stale
+        id of a closed or reclaimed session raises KeyError instead of reaching another session's data."""
         for i in range(self.S):
             if self.sid[i] == 0:
                 break
