@@ -1,6 +1,7 @@
 """Run seeded attention cases on a runtime and compare the outputs with an independent numpy reference.
 
-The device code is one script (kvedge_host/check_device.py) run by `run_script` on the chosen runtime; it
+The device code is one script (kvedge_host/check_device.py) run by `run_script` on the chosen runtime (or on a
+board through mpremote with --port, after `kvedge deploy`); it
 prints one JSON line per case and path. The host draws the same inputs (check_device.Gen), computes numpy
 attention over the positions the cache must hold (numref), and checks every output:
 
@@ -15,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 
@@ -40,7 +42,8 @@ SHAPES = [
 def add_arguments(p):
     p.add_argument("--runtime", choices=RUNTIMES + ("all",), default="cpython",
                    help="where the device code runs (all = cpython, unix, wasm)")
-    p.add_argument("--port", help="a board's serial port (needs `kvedge deploy`; not available yet)")
+    p.add_argument("--port", help="run on the board at this serial port (or `kvedge sim`'s) instead of "
+                                  "--runtime; deploy kvedge there first (`kvedge deploy --port PORT`)")
     p.add_argument("--cases", type=int, default=0, metavar="N",
                    help="random cases drawn from --seed, added to the standard set (default 0)")
     p.add_argument("--seed", type=int, default=1, help="seed of every input (default 1)")
@@ -108,9 +111,15 @@ def device_script(cases):
 
 def run_script(runtime, code, port=None, timeout=900):
     """Run device code on `runtime` (or a board at `port`); returns (exit status, output)."""
-    if port:
-        from .cli import UserError
-        raise UserError("--port needs the deploy issue (kvedge deploy/mpremote runner); not available yet")
+    if port:  # a board (or `kvedge sim`) with kvedge deployed: `mpremote connect PORT resume run SCRIPT`
+        from . import deploy
+        with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+            f.write(code)
+            script = f.name
+        try:
+            return 0, deploy.mpremote(port, ["run", script], timeout=timeout)
+        finally:
+            os.unlink(script)
     if runtime == "cpython":
         env = dict(os.environ)
         env["PYTHONPATH"] = DEVICE
@@ -224,7 +233,15 @@ def compare(c, rec, ref, first_int=None):
 
 def check_runtime(runtime, cases, port=None, wrong_mapping=False):
     """Run the cases on one runtime; returns result rows (errors are failing rows)."""
-    rc, text = run_script(runtime, device_script(cases), port)
+    if port:  # a board's heap is small: one short script per case, so each run starts with a tidy heap
+        rc, parts = 0, []
+        for c in cases:
+            r, t = run_script(runtime, device_script([c]), port)
+            rc = rc or r
+            parts.append(t if c is cases[-1] else t.replace('{"done":true}', ""))
+        text = "\n".join(parts)
+    else:
+        rc, text = run_script(runtime, device_script(cases), port)
     by_name = {c["name"]: c for c in cases}
     refs = {}
     first_int = {}
@@ -278,6 +295,8 @@ def run(a):
         if not cases:
             raise ValueError("no case name contains %r" % a.only)
     runtimes = RUNTIMES if a.runtime == "all" else (a.runtime,)
+    if a.port:
+        runtimes = ("port " + os.path.basename(a.port),)
     rows = []
     for rt in runtimes:
         rows += check_runtime(rt, cases, a.port, a.wrong_mapping)

@@ -67,3 +67,21 @@ def test_device_errors_and_crashes_are_failures():
     rows = cmd_check.parse_output(1, '{"case":"x","error":"ValueError: boom"}\nTraceback...')
     assert rows[0]["error"] == "ValueError: boom"
     assert "before finishing" in rows[-1]["error"]
+
+
+def test_check_on_a_virtual_board_through_mpremote(tmp_path):
+    # --port: the device script runs on a board (here `kvedge sim`'s unix-port board) through mpremote
+    from kvedge_host.sim import VirtualBoard
+    vb = VirtualBoard("unix", fs=str(tmp_path / "fs"))
+    vb.start()
+    try:
+        p = subprocess.run([sys.executable, "-m", "kvedge_host.cli", "deploy", "--port", vb.port, "--board", "unix",
+                            "-q"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300,
+                           env=dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT + "/host", ROOT + "/device"])))
+        assert p.returncode == 0, p.stdout.decode() + p.stderr.decode()
+        rc, out, err = _kvedge("--port", vb.port, "--only", "gqa8", "--json")
+        rows = json.loads(out)
+        assert rc == 0 and rows and all(r["ok"] for r in rows), (rc, out[-2000:], err[-2000:])
+        assert {r["path"] for r in rows} >= {"float", "int viper", "int native", "int plain"}
+    finally:
+        vb.stop()
