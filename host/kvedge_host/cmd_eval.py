@@ -20,6 +20,7 @@ def add_arguments(p):
     p.add_argument("--tokens", type=int, default=0, help="length of the evaluated text (default: the model's "
                    "trained context)")
     p.add_argument("--seed", type=int, default=42, help="seed of the sampled text (default 42)")
+    p.add_argument("--samples", type=int, default=1, help="texts to pool (seeds SEED, SEED+1, ...; default 1)")
     p.add_argument("--window", type=int, default=128, help="slots of the window / sinks+window / H2O rows "
                    "(default 128)")
     p.add_argument("--sinks", type=int, default=4, help="attention sinks (default 4)")
@@ -79,8 +80,10 @@ def run(args):
     def progress(name):
         if not quiet:
             print("  running %s ..." % name, file=sys.stderr)
+    if args.samples < 1:
+        raise UserError("--samples must be >= 1")
     res = quality.evaluate(args.model, tokens, args.seed, args.window, args.sinks, args.only, args.align,
-                           progress)
+                           progress, args.samples)
     out = {"model": os.path.basename(args.model), "quality": res}
     if args.long:
         out["long"] = quality.evaluate_long(args.model, args.contexts, args.seed, (args.window, cfg.seq_len),
@@ -89,8 +92,9 @@ def run(args):
         print(json.dumps(out, sort_keys=True))
         return 0
     sys.stderr.flush()
-    print("%s: %d tokens sampled from the model (seed %d, temperature 1), teacher-forced per cache strategy"
-          % (out["model"], tokens, args.seed))
+    print("%s: %d text%s of %d tokens sampled from the model (seed %s, temperature 1), teacher-forced per cache "
+          "strategy" % (out["model"], args.samples, "s" if args.samples > 1 else "", tokens,
+                        args.seed if args.samples == 1 else "%d..%d" % (args.seed, args.seed + args.samples - 1)))
     print(table(res))
     if args.long:
         lr = out["long"]

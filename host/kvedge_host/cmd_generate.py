@@ -54,6 +54,8 @@ def _kv(args):
             kv[name] = v
     if args.window and "max_tokens" not in kv:
         kv["max_tokens"] = args.sinks + args.window
+    if args.h2o and "max_tokens" not in kv:
+        kv["max_tokens"] = args.h2o  # the arena holds exactly what H2O keeps
     return kv
 
 

@@ -189,13 +189,15 @@ def h2o_policy(slots, recent=None, sinks=0):
     return lambda cache: H2O(cache, budget=slots, recent=recent, sinks=sinks)
 
 
-def evaluate(path, tokens=512, seed=42, window=128, sinks=4, only=None, align=0, progress=None):
-    """The quality table: list of rows (dict: name, ppl, kl, top1, peak_bytes, arena_bytes, config)."""
-    ids = sample_text(path, tokens, seed)
+def evaluate(path, tokens=512, seed=42, window=128, sinks=4, only=None, align=0, progress=None, samples=1):
+    """The quality table: rows (dict: name, ppl, kl, top1, peak_bytes, arena_bytes, config). With samples > 1
+    the texts of seeds seed, seed+1, ... are all teacher-forced and their positions pooled (one perplexity
+    over every predicted token), which steadies figures that one 512-token text leaves noisy."""
+    texts = [sample_text(path, tokens, seed + i) for i in range(samples)]
     rows = []
-    base = None
     todo = strategies(tokens, window, sinks)
     todo.append(("H2O %d slots (%d recent)" % (window, window // 2), None))
+    bases = []
     for name, kv in todo:
         if only and not any(o in name for o in only) and name != "f32":
             continue
@@ -204,20 +206,23 @@ def evaluate(path, tokens=512, seed=42, window=128, sinks=4, only=None, align=0,
             if pol is None:
                 rows.append({"name": name, "missing": "needs kvedge's H2O policy (issue 5)"})
                 continue
-            kv = {"dtype": "f32"}
+            kv = {"dtype": "f32", "max_tokens": window}  # an arena of the same budget; H2O chooses who stays
         else:
             pol = None
         kv = dict(kv, align=align)
         if progress:
             progress(name)
-        logits, st = teacher_force(path, ids, kv, pol)
-        if base is None:
-            base = logits
-        r = summarize(*score(ids, logits, base))
+        parts = []
+        for i, ids in enumerate(texts):
+            logits, st = teacher_force(path, ids, kv, pol)
+            if len(bases) <= i:
+                bases.append(logits)
+            parts.append(score(ids, logits, bases[i]))
+        r = summarize(*[np.concatenate([p[j] for p in parts]) for j in range(3)])
         r.update(name=name, peak_bytes=st["peak_bytes"], arena_bytes=st["total_bytes"],
                  evictions=st["evictions"], config=st["config"])
         rows.append(r)
-    return {"tokens": tokens, "seed": seed, "rows": rows}
+    return {"tokens": tokens, "seed": seed, "samples": samples, "rows": rows}
 
 
 def evaluate_long(path, contexts=3, seed=42, windows=(128, 512), sinks=4, align=0, progress=None):

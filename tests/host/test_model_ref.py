@@ -179,7 +179,8 @@ def test_unix_port_heap_peak_within_plan():
 
 @have_stories
 def test_i8_and_i4_cache_perplexity_cost_is_small():
-    res = quality.evaluate(STORIES, 512, seed=42, only=["i8", "i4 KIVI"])
+    # four 512-token texts pooled (one text alone is noisy: i4 ranges +0.1 % .. +1.3 % over seeds)
+    res = quality.evaluate(STORIES, 512, seed=1, only=["i8", "i4 KIVI"], samples=4)
     rows = {r["name"]: r for r in res["rows"]}
     base = rows["f32"]["ppl"]
     assert rows["i8"]["ppl"] <= base * 1.005, rows
