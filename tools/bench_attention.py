@@ -3,7 +3,7 @@
 for the integer path with each kernel kind (plain, native, viper) and the float path, and heap bytes per step.
 
   .venv/bin/python tools/bench_attention.py [--tokens 64,256,1024] [--tile 32] [--dtype i8] [--profile]
-                                            [--runtime unix|cpython] [--markdown]
+                                            [--runtime unix|cpython] [--rounds 5] [--reps 5] [--json]
 
 Shape (issue 4): 8 heads, 2 KV heads, head_dim 64, one layer, an i8 cache filled with pre-quantized rows.
 MACs per step = heads * tokens * head_dim * 2 (q.k and the weighted sum of v). Times are the best of

@@ -2,7 +2,7 @@
 """KV cache micro-benchmark: microseconds and heap bytes per append and per read, per dtype, and the cache's
 bookkeeping beyond its arena.
 
-  .venv/bin/python tools/bench_cache.py [--runtime unix|cpython|both] [--shape d64|stories|both] [--markdown]
+  .venv/bin/python tools/bench_cache.py [--runtime unix|cpython|both] [--shape d64|stories|both] [--json]
 
 The device code below runs on the MicroPython unix port (heap -X heapsize=8M: a measurement, not a board
 test) and optionally on CPython. Bytes are gc.mem_alloc() deltas (MicroPython only; "-" on CPython):
