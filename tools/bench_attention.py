@@ -11,7 +11,9 @@ MACs per step = heads * tokens * head_dim * 2 (q.k and the weighted sum of v). T
 (the float path's only up to 256 tokens: it allocates a boxed float per multiply-add).
 --profile counts each kernel's calls in one step, then times each kernel alone (its first call of the
 step, replayed on copies of its arguments): kernel time per step = calls x time per call; the rest of the
-step is Python-level work in attention.step_q8 (per tile and per head bookkeeping)."""
+step is Python-level work in attention.step_q8 (per tile and per head bookkeeping). Replayed kernels ran
+1.3-1.8x slower than inside a step here, so the profile gives proportions between kernels; for the
+Python-level share compare steps with different --tile values (per-tile overhead) instead."""
 import argparse
 import json
 import os
@@ -272,7 +274,8 @@ def report(rows, profile):
     if not profile:
         return
     print("\nWhere a step's time goes: kernel time = calls x (one call replayed alone on a full tile); the rest is "
-          "Python-level work in attention.step_q8 (per tile and per head):")
+          "Python-level work in attention.step_q8 (per tile and per head). Replays measured 1.3-1.8x slower than "
+          "the same kernels inside a step on the unix port: read the kernels' proportions, not the split.")
     lines = ["| path | tokens | step us | kernel us | Python-level us | kernel MAC/us | kernel calls | "
              "per kernel: us per step / calls |", "|---|---|---|---|---|---|---|---|"]
     for r in steps:
