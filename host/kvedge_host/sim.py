@@ -34,8 +34,9 @@ FRIENDLY_PROMPT = b">>> "
 SOFT_REBOOT = b"MPY: soft reboot\r\n"
 _BUFFER_LIMIT = 1 << 16  # relay stops reading a side whose output is not being taken beyond this
 
-# The interpreter is started through this shim so it dies with the relay thread that started it
-# (PR_SET_PDEATHSIG survives exec): no MicroPython is left running if the simulator is killed.
+# The interpreter is started through this shim so it dies with the thread that started it (PR_SET_PDEATHSIG
+# survives exec; it fires when that thread ends, and the relay restarts the interpreter if the board is still
+# running): no MicroPython is left running if the simulator is killed.
 _SHIM = ("import ctypes, os, signal, sys\n"
          "try:\n"
          "    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)\n"

@@ -94,6 +94,20 @@ def test_plot_draws_a_png(tmp_path):
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
+def test_live_view_renders_before_and_after_samples():
+    from rich.console import Console
+    from kvedge_host.monitor import render
+    m = Monitor()
+    con = Console(width=100, record=True, file=open(os.devnull, "w"))
+    con.print(render(m))
+    assert "no cache stats yet" in con.export_text()
+    m.feed(b"some program output\r\n" + _line(1, used=950) + _line(2, used=960, alloc=1))
+    con.print(render(m))
+    text = con.export_text()
+    assert "960 / 1000 bytes (96.0%)" in text and "alloc failures: 1" in text
+    assert "cache" in text and "some program output" in text
+
+
 def _new_port(link):
     master, slave = pty.openpty()
     tty.setraw(slave)
