@@ -123,11 +123,13 @@ def att_scores_i8(arena, q, tile):
         a = (s >> 10) * m + (((s & 1023) * m) >> 10)  # s * m / 2**10 without passing 2**30
         x = (a >> 11) * B
         y = (a & 2047) * B
-        r = 28 - eq - e
+        r = 28 - eq - e  # u = a * B * 2**-r = x * 2**(11 - r) + y * 2**-r
         if r >= 11:
             u = (x >> (r - 11)) + (y >> r)
-        elif r >= 0 and x < (1 << (18 + r)):
-            u = (x << (11 - r)) + (y >> r)
+        elif r >= 0:
+            u = (x << (11 - r)) + (y >> r) if x < (1 << (18 + r)) else SAT
+        elif r >= -18 and x < (1 << (18 + r)) and y < (1 << (29 + r)):
+            u = (x << (11 - r)) + (y << -r)  # large scales: still exact while each term is < 2**29
         else:
             u = SAT if a else 0
         if u > SAT:

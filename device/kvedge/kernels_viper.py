@@ -106,8 +106,13 @@ def att_scores_i8(arena, q, tile) -> int:
         u = 0
         if r >= 11:
             u = (x >> (r - 11)) + (y >> r)
-        elif r >= 0 and x < (1 << (18 + r)):
-            u = (x << (11 - r)) + (y >> r)
+        elif r >= 0:
+            if x < (1 << (18 + r)):
+                u = (x << (11 - r)) + (y >> r)
+            else:
+                u = sat
+        elif r >= -18 and x < (1 << (18 + r)) and y < (1 << (29 + r)):
+            u = (x << (11 - r)) + (y << (0 - r))
         elif aa != 0:
             u = sat
         if u > sat:

@@ -200,6 +200,21 @@ def test_integer_path_with_prefix_rows():
     assert naive < kivi and naive >= 0.9, (naive, kivi)
 
 
+def test_integer_path_with_large_query_and_key_scales():
+    # scales whose f16 exponents add up past 28 (q_amax * k_amax ~ 20,000): the scores 353.6 and 176.8 fit
+    c = KVCache(CacheConfig(1, 1, 1, 8, 4, "i8", align=0))
+    c.append([[10.0, 200.0, 0, 0, 0, 0, 0, 0]], [[1.0] * 8])
+    c.append([[5.0, 200.0, 0, 0, 0, 0, 0, 0]], [[-1.0] * 8])
+    q = zeros("f", 8)
+    q[0] = 100.0
+    att = Attention(c)
+    for kind in kernels.available():
+        att.k = kernels.select(kind)
+        out = _int_step(att, c.cfg, q)[0]
+        assert abs(out[0] - 1.0) < 0.01, (kind, out[0])  # all weight on the first token
+    kernels.select()
+
+
 def test_wrong_head_mapping_is_caught():
     # trap 1: the same check, with the reference using h % kv_heads instead of h // group, must fail
     cfg, c, K, V, live, q, att = _case("f32", (8, 2, 8, 30, 0, 0), 50)

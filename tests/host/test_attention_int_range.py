@@ -1,10 +1,9 @@
 """The integer attention path against numpy on the very inputs it sees (the cache's stored rows, read back,
 and the int8 query), so only its fixed-point arithmetic is measured, over a range of query/key magnitudes.
 
-test_large_query_key_scales_do_not_saturate_scores is a known failure (xfail, strict: when the kernels are
-fixed it passes and pytest reports it, so the marker must then be removed): att_scores_i8 saturates every
-nonzero score to +-2**29 when the exponents of the query and key f16 scales add up to more than 28
-(r = 28 - eq - e < 0), whatever the score's size; see the reason below."""
+test_large_query_key_scales_do_not_saturate_scores pins a fixed bug: att_scores_i8 used to saturate every
+nonzero score when the query and key f16 scale exponents added up to more than 28.
+"""
 from array import array
 
 import numpy as np
@@ -67,13 +66,6 @@ def test_integer_arithmetic_matches_numpy_on_the_stored_rows(seed, qmag, kmag, d
     assert numref.cosine(out, ref) >= bound, (numref.cosine(out, ref), numref.max_rel_err(out, ref))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "kernels att_scores_i8 (plain, native, viper): when r = 28 - eq - e < 0 (query and key f16 scale "
-    "exponents eq + e > 28, i.e. q_amax * k_amax >~ 8,000-32,000) every nonzero score saturates to +-2**29 "
-    "although u = a*B*2**-r fits (here 3.3e7 and 1.7e7 in Q16 log2 units, far below 2**29): both tokens "
-    "get the same weight and the output is their mean (0) instead of ~v0 (1). Fix (checked on the plain "
-    "kernel): a branch for -18 <= r < 0 with x < 2**(18 + r) and y < 2**(29 + r): "
-    "u = (x << (11 - r)) + (y << -r); saturate only otherwise."))
 def test_large_query_key_scales_do_not_saturate_scores():
     c = KVCache(CacheConfig(1, 1, 1, 8, 4, "i8", align=0))
     # channel 1 is a large outlier (sets the key scale); q only reads channel 0: scores 353.6 and 176.8
