@@ -2,9 +2,10 @@
 # token and streams its stats with kvedge.telemetry, with ordinary program output interleaved on the port.
 #
 #   import fill_window; w = fill_window.run(tokens=200, every=10)
+#   w = fill_window.run(plan="kvedge_plan.json")   # the cache `kvedge plan --out` chose (sent by kvedge deploy)
 #
-# Emits a "start" line, one "tick" line every `every` tokens (deterministic count: 2 + tokens // every lines
-# when tokens % every != 0, else 1 + tokens // every + 1) and a "final" line. Returns the Workload so the
+# Emits a "start" line, one "tick" line every `every` tokens and a "final" line (2 + tokens // every lines), plus
+# a "reset" line each time a cache without a window fills up and is reset. Returns the Workload so the
 # caller (or a later `mpremote exec`) can read w.cache.stats().
 from array import array
 import gc
@@ -12,19 +13,32 @@ import time
 
 from kvedge.cache import KVCache
 from kvedge.config import CacheConfig
+from kvedge.errors import CacheFullError
 from kvedge.telemetry import Telemetry
 
 
+def config(layers=4, heads=4, kv_heads=2, head_dim=32, window=56, sinks=8, dtype="f16", max_tokens=None):
+    if max_tokens is None:
+        max_tokens = sinks + window if window else 64
+    return CacheConfig(layers, heads, kv_heads, head_dim, max_tokens, dtype=dtype, window=window, sinks=sinks)
+
+
+def load_plan(path):
+    # a device config JSON from `kvedge plan --out`: "cache" -> CacheConfig, "budget_bytes" -> the refusal line
+    import json
+    with open(path) as f:
+        doc = json.load(f)
+    return CacheConfig.from_dict(doc["cache"]), doc.get("budget_bytes")
+
+
 class Workload:
-    def __init__(self, layers=4, heads=4, kv_heads=2, head_dim=32, window=56, sinks=8, dtype="f16"):
+    def __init__(self, cfg, budget=None):
         gc.collect()  # the arena is one block: give it the tidiest heap we can
-        cfg = CacheConfig(layers, heads, kv_heads, head_dim, sinks + window, dtype=dtype, window=window,
-                          sinks=sinks)
-        self.cache = KVCache(cfg)
+        self.cache = KVCache(cfg, budget)
         self.telemetry = Telemetry(self.cache)
-        n = kv_heads * head_dim
-        self.k = [array("f", [0.0] * n) for _ in range(layers)]
-        self.v = [array("f", [0.0] * n) for _ in range(layers)]
+        n = cfg.kv_heads * cfg.head_dim
+        self.k = [array("f", [0.0] * n) for _ in range(cfg.layers)]
+        self.v = [array("f", [0.0] * n) for _ in range(cfg.layers)]
 
     def step(self, t):
         # deterministic, distinct rows per token and layer (values stay small: exact in f16)
@@ -33,11 +47,20 @@ class Workload:
             for i in range(len(k)):
                 k[i] = ((t * 7 + layer * 3 + i) % 17 - 8) * 0.125
                 v[i] = ((t * 5 + layer + i * 3) % 13 - 6) * 0.25
-        self.cache.append(self.k, self.v)
+        try:
+            self.cache.append(self.k, self.v)
+        except CacheFullError:
+            # no window and full: a reset point (trap 8), reported on the stream, then carry on
+            self.telemetry.emit("reset")
+            self.cache.reset()
+            self.cache.append(self.k, self.v)
 
 
-def run(tokens=200, every=10, delay_ms=0, chatter=True, **cfg):
-    w = Workload(**cfg)
+def run(tokens=200, every=10, delay_ms=0, chatter=True, plan=None, **cfg):
+    if plan:
+        w = Workload(*load_plan(plan))
+    else:
+        w = Workload(config(**cfg))
     w.telemetry.emit("start")
     for t in range(tokens):
         w.step(t)

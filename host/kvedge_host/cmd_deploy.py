@@ -12,6 +12,8 @@ def add_arguments(p):
     p.add_argument("--board", default="rp2040", help="board profile: its mpy-cross -march (%s)"
                    % ", ".join(boards.names()))
     p.add_argument("--mpy", action="store_true", help="send .mpy files compiled with mpy-cross -march=BOARD'S")
+    p.add_argument("--march", help="override the profile's mpy-cross -march (e.g. x64: a virtual board with a "
+                   "chip's heap)")
     p.add_argument("--config", metavar="PLAN.json", help="device config JSON from `kvedge plan`, sent as "
                    + CONFIG_NAME)
     p.add_argument("--extra", metavar="FILE", action="append", default=[],
@@ -23,10 +25,12 @@ def add_arguments(p):
 
 def run(args):
     echo = None if args.quiet else print
+    if args.march and not args.mpy:
+        raise ValueError("--march only makes sense with --mpy")
     res = deploy(args.port, args.board, mpy=args.mpy, config=args.config, extra=args.extra,
-                 resume=not args.soft_reset, echo=echo)
+                 resume=not args.soft_reset, echo=echo, march=args.march)
     print("deployed kvedge %s to %s (%s): %d sent, %d unchanged, %d removed"
-          % (res["version"], args.port, ".mpy for " + boards.load(args.board)["mpy_march"] if args.mpy else ".py",
+          % (res["version"], args.port, ".mpy for " + (args.march or boards.load(args.board)["mpy_march"]) if args.mpy else ".py",
              len(res["sent"]), len(res["unchanged"]), len(res["removed"])))
     sys.stdout.flush()
     return 0

@@ -222,16 +222,17 @@ def check_version(port, resume=True, native=False, march=None):
     return version
 
 
-def deploy(port, board, mpy=False, config=None, extra=(), resume=True, echo=None):
+def deploy(port, board, mpy=False, config=None, extra=(), resume=True, echo=None, march=None):
     """Copy device/kvedge (as .mpy for the board's -march when mpy=True) and optionally a plan JSON (as
     kvedge_plan.json) and extra files (to the board's top folder), skipping unchanged files; then import kvedge
     on the board and check __version__. Returns the sync result plus "version"."""
     from kvedge import __version__
     prof = boards.load(board)
+    march = march or prof.get("mpy_march")
     pairs = device_sources()
     with tempfile.TemporaryDirectory(prefix="kvedge-mpy-") as build:
         if mpy:
-            pairs = compile_mpy(pairs, prof.get("mpy_march"), build)
+            pairs = compile_mpy(pairs, march, build)
         if config:
             with open(config) as f:
                 try:
@@ -244,7 +245,7 @@ def deploy(port, board, mpy=False, config=None, extra=(), resume=True, echo=None
                 raise DeployError("no such file: %s" % x)
             pairs.append((os.path.abspath(x), os.path.basename(x)))
         res = sync(port, pairs, ["kvedge"], resume=resume, echo=echo)
-    version = check_version(port, resume=resume, native=mpy, march=prof.get("mpy_march"))
+    version = check_version(port, resume=resume, native=mpy, march=march)
     if version != __version__:
         raise DeployError("the board imports kvedge %s, expected %s" % (version, __version__))
     res["version"] = version

@@ -116,6 +116,14 @@ def test_mpy_for_another_chip_is_refused_clearly(x64):
     assert p.returncode == 2, p.stdout + p.stderr
     assert p.stderr.startswith("kvedge deploy: error: the board cannot load the viper kernels compiled for "
                                "-march=armv6m"), p.stderr
+    # an rp2040 heap model with the host's machine code: --march overrides the profile's
+    p = kvedge("deploy", "--port", x64.port, "--board", "rp2040", "--mpy", "--march", "x64")
+    _summary(p)
+    assert "(.mpy for x64)" in p.stdout
+    # bytecode-only .mpy files are the same for every arch; the native-code ones are not
+    assert "sent      kvedge/kernels_viper.mpy" in p.stdout
+    p = kvedge("deploy", "--port", x64.port, "--board", "rp2040", "--march", "x64")
+    assert p.returncode == 2 and "--march only makes sense with --mpy" in p.stderr
 
 
 def test_package_json_lists_every_device_file():
