@@ -28,6 +28,8 @@ def add_arguments(p):
     p.add_argument("--prefix", type=int, default=0, help="first tokens kept at f32")
     p.add_argument("--h2o", type=int, default=0, metavar="SLOTS", help="heavy-hitter eviction: hold SLOTS "
                    "tokens, half of them the most recent (kvedge.evict.H2O; not with --window)")
+    p.add_argument("--stats-ms", type=int, default=0, metavar="MS", help="also write KVSTATS lines (kvedge "
+                   "monitor's stream) every MS milliseconds; they go to stderr here, to the port on a board")
     p.add_argument("--align", type=int, default=0, help="row alignment in bytes (default 0)")
     p.add_argument("--stream", action="store_true", help="read weight rows from the file instead of RAM")
     p.add_argument("--kernels", default="auto", choices=("auto", "viper", "native", "plain"))
@@ -79,7 +81,7 @@ def run(args):
         budget, workspace = heap, prof.get("workspace_bytes", 0)
     call = dict(model=os.path.abspath(args.model), tokenizer=os.path.abspath(tok), prompt=args.prompt,
                 steps=args.steps, temperature=args.temperature, seed=args.seed, kv=_kv(args), budget=budget,
-                workspace=workspace or 0, stream=args.stream, kernel=args.kernels, h2o=args.h2o)
+                workspace=workspace or 0, stream=args.stream, kernel=args.kernels, h2o=args.h2o, stats_ms=args.stats_ms)
     if args.runtime == "cpython":
         if DEVICE not in sys.path:
             sys.path.insert(0, DEVICE)
@@ -93,6 +95,7 @@ def run(args):
             devrun.main(**call)
         finally:
             sys.stdout = real
+        _split_stats(buf.getvalue())
         _summary(buf.getvalue())
         return 0
     from . import runtimes
@@ -107,11 +110,27 @@ def run(args):
         folders = [pkg] + sorted({os.path.dirname(call["model"]), os.path.dirname(call["tokenizer"])})
         rc, out = runtimes.run_code(args.runtime, code, heap, folders, timeout=3600)
     text, _, tail = out.partition("\n" + MARK)
-    sys.stdout.write(text + "\n")
+    sys.stdout.write(_split_stats(text) + "\n")
     if rc != 0 or not tail:
         raise UserError("%s run failed (exit %s): %s" % (args.runtime, rc, out.strip().splitlines()[-1:]))
     _summary(MARK + tail)
     return 0
+
+
+def _split_stats(text):
+    """The generated text with the KVSTATS lines taken out (they are printed to stderr)."""
+    from kvedge.telemetry import PREFIX
+    if PREFIX not in text:
+        return text
+    keep = []
+    for chunk in text.split(PREFIX):
+        if not keep:
+            keep.append(chunk)
+            continue
+        line, nl, rest = chunk.partition("\n")
+        print(PREFIX + line, file=sys.stderr)
+        keep.append(rest)
+    return "".join(keep)
 
 
 def _compile_mpy(dest):

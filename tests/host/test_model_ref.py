@@ -239,3 +239,17 @@ def test_stories260k_runs_in_an_rp2040_heap_with_streamed_int8_weights(tmp_path,
     assert cli(["generate", "--model", q, "--tokenizer", TOK512, "--steps", "8", "--runtime", "unix",
                 "--board", "rp2040", "--kv-dtype", "i8", "--mpy"]) == 2
     assert "BudgetError" in capfd.readouterr().err
+
+
+def test_generate_stats_stream_for_the_monitor(tinyfiles, capfd):
+    from kvedge.telemetry import parse
+    assert cli(["generate", "--model", tinyfiles["f32"], "--steps", "20", "--stats-ms", "0", "--runtime", "unix",
+                "--window", "8", "--sinks", "2"]) == 0
+    assert "KVSTATS" not in capfd.readouterr().err
+    assert cli(["generate", "--model", tinyfiles["f32"], "--steps", "20", "--stats-ms", "1", "--runtime", "unix",
+                "--window", "8", "--sinks", "2"]) == 0
+    out, err = capfd.readouterr()
+    assert "KVSTATS" not in out
+    samples = [parse(line) for line in err.splitlines() if line.startswith("KVSTATS")]
+    assert samples[0]["event"] == "start" and samples[-1]["event"] == "final"
+    assert samples[-1]["tokens_seen"] == 20 and samples[-1]["evictions"] == 10

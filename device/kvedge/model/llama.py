@@ -109,6 +109,8 @@ class Llama:
             raise ValueError("the integer attention path needs an i8 or i4 cache and kvedge.attention")
         self.int_attention = bool(int_attention)
         if self.int_attention:
+            from kvedge.attention import quantize_query, dequantize_output
+            self._qquery, self._dqout = quantize_query, dequantize_output
             self.qc = zeros("b", cfg.dim)
             self.qs = zeros("H", cfg.n_heads)
             self.oq = zeros("i", cfg.dim)
@@ -149,11 +151,10 @@ class Llama:
     def _attend(self, layer, q, out):
         # The one seam between the model and the attention loop.
         if self.int_attention:
-            from kvedge.attention import quantize_query, dequantize_output
             h = self.cfg.n_heads
-            quantize_query(q, self.qc, self.qs, h)
+            self._qquery(q, self.qc, self.qs, h)
             self.att.step_q8(layer, self.qc, self.qs, self.oq, self.oe, self.scores)
-            dequantize_output(self.oq, self.oe, out, h)
+            self._dqout(self.oq, self.oe, out, h)
         elif self.scores is not None:
             self.att.step(layer, q, out, self.scores)
         else:

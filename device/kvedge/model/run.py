@@ -34,11 +34,12 @@ def _writer():
 
 
 def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=None, budget=None, workspace=0,
-         stream=False, kernel="auto", tile=32, peak=False, h2o=0):
+         stream=False, kernel="auto", tile=32, peak=False, h2o=0, stats_ms=0):
     """Returns the stats dict it prints. Raises BudgetError before allocating when the run does not fit
     (the tokenizer is counted in the plan's workspace). peak=True collects garbage after every token to
     measure the live heap's peak (slower). h2o=N evicts heavy hitters to hold N tokens (half of them the most
-    recent; kvedge.evict.H2O)."""
+    recent; kvedge.evict.H2O). stats_ms > 0 writes kvedge.telemetry's KVSTATS lines (start, every stats_ms
+    during generation, final) between the pieces, for `kvedge monitor`."""
     import gc
     from kvedge import compat
     from kvedge.model.llama import Llama, generate
@@ -60,6 +61,16 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
     tok = Tokenizer.load(tokenizer, m.cfg.vocab_size)
     ids = tok.encode(prompt)
     w = _writer()
+    tele = None
+    if stats_ms > 0:
+        from kvedge.telemetry import Telemetry
+        tele = Telemetry(m.policy if m.policy is not None else m.cache, interval_ms=stats_ms)
+        tele.emit("start")
+        text = w
+
+        def w(b):
+            text(b)
+            tele.tick()
     top = [0]
     if peak and base >= 0:
         raw = w
@@ -73,6 +84,8 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
     t0 = _ms()
     out = generate(m, tok, Sampler(m.cfg.vocab_size, temperature, seed), ids, steps, w)
     ms = _elapsed(t0)
+    if tele is not None:
+        tele.emit("final")
     gc.collect()
     after = compat.mem_alloc()
     st = m.cache.stats()
