@@ -84,7 +84,7 @@ def test_convert_refuses_overwrite_and_bad_input(tinyfiles, capsys):
     assert "already a kvedge int8 file" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("runtime", ["cpython", "unix"])
+@pytest.mark.parametrize("runtime", ["cpython", "unix", "wasm"])
 def test_generate_command_on_tiny(tinyfiles, capfd, runtime):
     for model in (tinyfiles["f32"], tinyfiles["i8"]):
         assert cli(["generate", "--model", model, "--steps", "12", "--prompt", "the cat",
