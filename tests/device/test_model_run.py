@@ -115,3 +115,26 @@ def test_window_cache_runs_past_its_slots():
         m.forward(1 + i)
     assert m.cache.n_seen == 12 and m.cache.n_cached == 5
     m.close()
+
+
+def test_bad_checkpoints_and_tokens_are_refused_precisely():
+    f = _files()
+    bad = tmp_path("kvedge_tiny_bad.bin")
+    with open(f["f32"], "rb") as src:
+        head = src.read(4000)
+    with open(bad, "wb") as out:
+        out.write(head)  # a truncated file: the header promises more
+    e = raises(checkpoint.CheckpointError, Llama, bad, {"align": 0, "max_tokens": 4}, None, 0, False, 32,
+               RefAttention)
+    assert "the header needs" in str(e)
+    with open(bad, "wb") as out:
+        out.write(b"KVW8" + b"\x07\x00\x00\x00" + head[:28])
+    e = raises(checkpoint.CheckpointError, checkpoint.read_config, bad)
+    assert "version 7" in str(e)
+    raises(checkpoint.CheckpointError, checkpoint.convert_to_i8, f["i8"], bad)
+    m = _model()
+    m.forward(1)
+    raises(ValueError, m.forward, 48)  # outside the 48-token vocabulary
+    raises(ValueError, m.forward, -1)
+    assert m.cache.n_seen == 1  # nothing happened
+    m.close()

@@ -24,13 +24,11 @@ EXPECTED = ("Once upon a time, there was a little girl named Lily. She loved to 
 
 @pytest.fixture(scope="module")
 def tinyfiles(tmp_path_factory):
+    from kvedge_host import tinyckpt
     d = tmp_path_factory.mktemp("tiny")
-    p = str(d / "tiny.bin")
-    tiny.write_checkpoint(p, seed=3)
+    p, t = tinyckpt.write(str(d), seed=3)
     q = str(d / "tiny_i8.bin")
     assert cli(["convert", p, "-o", q]) == 0
-    t = str(d / "tok512.bin")  # named like the real one so `generate` finds it beside the model
-    tiny.write_tokenizer(t, tiny.DEFAULT["vocab_size"])
     return {"f32": p, "i8": q, "tok": t, "dir": str(d)}
 
 
