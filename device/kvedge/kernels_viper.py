@@ -197,6 +197,8 @@ def att_wsum_i8(arena, tile, acc) -> int:
         wt += int(tl[16 + 5 * T + j])
         j += 1
     wt <<= 7
+    wb = 16 + 5 * T  # weights and V row offsets: bases hoisted out of the loops
+    vb = 16 + 3 * T
     big = 0
     i = 0
     while i < D:
@@ -206,7 +208,7 @@ def att_wsum_i8(arena, tile, acc) -> int:
         s -= wt
         j = 0
         while j < nt:
-            s += int(tl[16 + 5 * T + j]) * (int(a[int(tl[16 + 3 * T + j]) + i]) ^ 128)
+            s += int(tl[wb + j]) * (int(a[int(tl[vb + j]) + i]) ^ 128)
             j += 1
         o[i] = s
         if s < 0:
@@ -266,19 +268,19 @@ def att_div_q10(acc, out, tile) -> int:
         if a < 0:
             neg = 1
             a = 0 - a
+        # restoring division of a * 2**10 by ls, one bit at a time: r stays below 2 * ls <= 2**29
         q = 0
-        r = a
-        while r >= ls:  # a // ls: the quotient is small (|a| / ls <= 2**9)
-            r -= ls
-            q += 1
-        k = 0
-        while k < 10:
+        r = 0
+        k = 39
+        while k >= 0:
             r <<= 1
+            if k >= 10:
+                r |= (a >> (k - 10)) & 1
             q <<= 1
             if r >= ls:
                 r -= ls
-                q += 1
-            k += 1
+                q |= 1
+            k -= 1
         if neg:
             q = 0 - q
         dst[qo + i] = q
