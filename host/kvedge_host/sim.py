@@ -98,6 +98,13 @@ class VirtualBoard:
         self._reset_req.set()
 
     def stop(self):
+        # The link goes first, while our pty still holds its number: once the pty is closed the kernel may give
+        # /dev/pts/N to someone else, and a monitor reopening the link must not land on their terminal.
+        if self.link and os.path.islink(self.link) and os.readlink(self.link) == self.port:
+            try:
+                os.unlink(self.link)
+            except OSError:
+                pass
         self._stop.set()
         if self._thread is not None:
             self._thread.join(10)
@@ -109,11 +116,6 @@ class VirtualBoard:
                 except OSError:
                     pass
         self._ma = self._mb = self._sb = None
-        if self.link and os.path.islink(self.link) and os.readlink(self.link) == self.port:
-            try:
-                os.unlink(self.link)
-            except OSError:
-                pass
 
     def __enter__(self):
         self.start()
@@ -306,7 +308,9 @@ class SimProcess:
         return port
 
     def kill(self, sig=signal.SIGKILL):
-        """Kill the simulator outright (its interpreter dies with it): the port vanishes."""
+        """Kill the simulator outright (its interpreter dies with it): the port vanishes. After SIGKILL the
+        --link symlink is left dangling, and the kernel may soon give its /dev/pts number to another program:
+        to make a port vanish for a reader of the link, use stop() (SIGTERM: the link goes first)."""
         if self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, sig)

@@ -165,7 +165,9 @@ def test_monitor_survives_a_virtual_board_killed_and_started_again(tmp_path):
                     "--plain")
     try:
         assert wait_until(lambda: os.path.exists(out) and len(_rows(out)) >= per_boot, 120)
-        sim.kill()                                     # the board disappears outright
+        # the board disappears: SIGTERM, so the link goes before its /dev/pts number can be reused by another
+        # program (after SIGKILL a dangling link could lead the monitor to someone else's terminal)
+        sim.stop()
         assert wait_until(lambda: not processes_in(fs), 30)
         time.sleep(1.5)
         assert mon.poll() is None, "the monitor must keep running without its port"
