@@ -127,9 +127,9 @@ def test_port_vanishing_and_returning_on_a_raw_pty(tmp_path):
     try:
         os.write(master, _line(1) + b"junk\r\n" + _line(2) + _line(3)[:20])
         assert wait_until(lambda: m.counts["samples"] == 2, 30)
-        os.close(master)                          # the port vanishes (board unplugged)
+        os.unlink(link)                           # the port vanishes (board unplugged); the link goes first so
+        os.close(master)                          # a reused /dev/pts number cannot catch the monitor
         os.close(slave)
-        os.unlink(link)
         assert wait_until(lambda: m.counts["disconnects"] == 1, 30)
         time.sleep(0.5)                           # the monitor keeps polling for the port
         assert th.is_alive()
