@@ -280,6 +280,9 @@ def render(mon):
     t.add_row("tokens", "seen %s, cached %s, %s tok/s" % (_fmt(last.get("tokens_seen")),
                                                          _fmt(last.get("tokens_cached")), _fmt(last.get("tok_s"))))
     t.add_row("evictions", "%s   alloc failures: %s" % (_fmt(last.get("evictions")), _fmt(last.get("alloc_failures"))))
+    rates = _rates(mon.samples)
+    if rates:
+        t.add_row("rates", "%.1f tokens/s, %.1f evictions/s over the last %d samples" % rates)
     t.add_row("stream", "seq %s, event %s, %s" % (_fmt(last.get("seq")), _fmt(last.get("event")),
                                                   ", ".join("%s %d" % kv for kv in mon.counts.items())))
     alerts = Text()
@@ -288,6 +291,24 @@ def render(mon):
     other = Text("\n".join(mon.other), style="dim")
     return Group(Panel(t, title="kvedge monitor"), Panel(alerts or Text("none", style="dim"), title="alerts"),
                  Panel(other, title="other output"))
+
+
+def _rates(rows, n=10):
+    """(tokens/s, evictions/s, samples) over the last n samples of the current session, by the device clock."""
+    if len(rows) < 2:
+        return None
+    sess = rows[-1]["session"]
+    win = [r for r in rows[-n:] if r["session"] == sess]
+    if len(win) < 2:
+        return None
+    a, b = win[0], win[-1]
+    try:
+        dt = (b["t_ms"] - a["t_ms"]) / 1000.0
+        if dt <= 0:
+            return None
+        return ((b["tokens_seen"] - a["tokens_seen"]) / dt, (b["evictions"] - a["evictions"]) / dt, len(win))
+    except (TypeError, KeyError):
+        return None
 
 
 def _fmt(v):

@@ -106,6 +106,7 @@ def test_live_view_renders_before_and_after_samples():
     text = con.export_text()
     assert "960 / 1000 bytes (96.0%)" in text and "alloc failures: 1" in text
     assert "cache" in text and "some program output" in text
+    assert "100.0 tokens/s, 0.0 evictions/s over the last 2 samples" in text   # 1 token per 10 ms
 
 
 def _new_port(link):
