@@ -3,7 +3,6 @@ filesystem, soft resets like a board, main.py at boot, nothing left running afte
 import os
 import signal
 
-
 from kvedge_host import boards
 from kvedge_host.sim import SimProcess, VirtualBoard
 
