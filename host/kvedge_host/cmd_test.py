@@ -37,9 +37,11 @@ def test_pairs():
 
 
 def run_suite(port, board="rp2040", files=None, only=None, mpy=False, circuitpython=False, timeout=900,
-              echo=None):
+              echo=None, hard_reset=None):
     """Deploy, send the tests, run each file after a soft reset. Returns the same dict as
-    runtimes.run_device_tests: passed, failed, skipped, lines, ok."""
+    runtimes.run_device_tests: passed, failed, skipped, lines, ok.
+
+    hard_reset: called after a file timed out (a virtual board cannot be interrupted by Ctrl-C)."""
     deploy(port, board, mpy=mpy)
     sync(port, test_pairs(), [BOARD_DIR])
     total = {"passed": 0, "failed": 0, "skipped": 0, "lines": []}
@@ -51,6 +53,8 @@ def run_suite(port, board="rp2040", files=None, only=None, mpy=False, circuitpyt
             out, rc = mpremote(port, ["exec", code], resume=False, timeout=timeout), 0
         except DeployError as e:
             out, rc = str(e), 1
+            if hard_reset and "timed out" in out:
+                hard_reset()
         m = None
         for line in out.splitlines():
             if echo:
@@ -86,7 +90,8 @@ def run(args):
         try:
             port = vb.start()
             print("virtual %s board on %s (heap %d bytes)" % (board, port, vb.heap), flush=True)
-            res = run_suite(port, board, files, args.tests, args.mpy, args.circuitpython, args.timeout, echo)
+            res = run_suite(port, board, files, args.tests, args.mpy, args.circuitpython, args.timeout, echo,
+                            hard_reset=vb.reset)
         finally:
             vb.stop()
             shutil.rmtree(fs, ignore_errors=True)
