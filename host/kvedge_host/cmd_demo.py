@@ -1,0 +1,269 @@
+"""The whole story on a virtual board: plan the cache for a model, deploy, generate on the board with the cache
+shown live, and a summary.
+
+1. the model: --model, else ../shared/models/stories260K.bin, else a small random model written here (said so);
+2. its weights converted to int8 (kvedge convert);
+3. a virtual board (kvedge sim) with the board profile's heap; the package deployed as .mpy (kvedge deploy),
+   with the weights and tokenizer on the board's filesystem;
+4. the board's own footprint measured on it (the interpreter's heap taken by importing the runner), then the
+   planning loop (kvedge plan) with that footprint as workspace: it picks the cache and where the weights live;
+5. generation on the board from the plan's cache config, while the monitor reads the stats stream off the same
+   port (CSV in the work folder); then tokens/s, peak cache bytes, evictions and heap against the plan."""
+import json
+import os
+import shutil
+import tempfile
+import time
+
+from . import boards
+from .cli import UserError
+from .paths import SHARED_MODELS
+
+# Runner modules a generation imports on the board: what their code costs is measured there, not guessed.
+_FOOTPRINT = """
+import gc
+gc.collect()
+f0 = gc.mem_free()
+import kvedge.model.run, kvedge.model.llama, kvedge.model.tokenizer, kvedge.model.sampler, kvedge.model.checkpoint
+import kvedge.cache, kvedge.attention, kvedge.telemetry, kvedge.evict
+from kvedge import kernels
+kernels.get()
+gc.collect()
+print('KVFOOTPRINT %d %d %s' % (f0 - gc.mem_free(), gc.mem_free(), kernels.kind()))
+"""
+
+_SHAPE = ("layers", "heads", "kv_heads", "head_dim")
+
+
+def add_arguments(p):
+    p.add_argument("--board", default="rp2040", help="board profile whose heap the virtual board gets")
+    p.add_argument("--model", help="llama2.c .bin checkpoint (default: ../shared/models/stories260K.bin)")
+    p.add_argument("--tokenizer", help="its tokenizer (default: tok512.bin beside the model)")
+    p.add_argument("--tiny", action="store_true", help="use a small random model written here")
+    p.add_argument("--prompt", default="", help="prompt text (default: generate from BOS)")
+    p.add_argument("--steps", type=int, default=256, help="tokens to generate (default 256)")
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--stats-ms", type=int, default=250, help="stats line interval on the board")
+    p.add_argument("--workdir", help="keep the work files here (default: a temporary folder)")
+    p.add_argument("--plain", action="store_true", help="print progress lines instead of the live view")
+    p.add_argument("--timeout", type=float, default=600, help="seconds to wait for the generation")
+
+
+def _model(a, work, say):
+    if a.tiny or (not a.model and not os.path.exists(os.path.join(SHARED_MODELS, "stories260K.bin"))):
+        from .tinyckpt import write
+        model, tok = write(os.path.join(work, "tiny"))
+        why = "--tiny" if a.tiny else "../shared/models/stories260K.bin is absent"
+        say("model: a small random llama2.c model written here (%s): its text is not language" % why)
+        return model, tok
+    model = a.model or os.path.join(SHARED_MODELS, "stories260K.bin")
+    tok = a.tokenizer or os.path.join(os.path.dirname(os.path.abspath(model)), "tok512.bin")
+    for f in (model, tok):
+        if not os.path.isfile(f):
+            raise UserError("%s: no such file" % f)
+    say("model: %s (%s)" % (model, "--model" if a.model else "the shared stories260K checkpoint"))
+    return model, tok
+
+
+def _mpremote(port, args, resume=True, timeout=300):
+    from .deploy import mpremote
+    return mpremote(port, args, resume=resume, timeout=timeout)
+
+
+def run(a):
+    from kvedge.model.checkpoint import convert_to_i8, read_config
+    from kvedge.model.run import RUN_OVERHEAD
+    from kvedge.model.tokenizer import Tokenizer
+    from .deploy import deploy
+    from .sim import VirtualBoard
+
+    prof = boards.load(a.board)
+    if a.steps < 1:
+        raise UserError("--steps must be positive, got %d" % a.steps)
+    work = os.path.abspath(a.workdir) if a.workdir else tempfile.mkdtemp(prefix="kvedge-demo-")
+    os.makedirs(work, exist_ok=True)
+
+    def say(msg):
+        print("demo: " + msg, flush=True)
+
+    try:
+        model, tok = _model(a, work, say)
+        weights = os.path.join(work, "model.i8.bin")
+        cfg, nbytes = convert_to_i8(model, weights)
+        shutil.copyfile(tok, os.path.join(work, "tok.bin"))
+        say("weights converted to int8: %s bytes (kvedge convert)" % format(nbytes, ","))
+        fs = os.path.join(work, "fs")
+        with VirtualBoard(a.board, fs=fs) as vb:
+            say("virtual %s on %s: MicroPython unix port, heap %s bytes (kvedge sim)"
+                % (a.board, vb.port, format(vb.heap, ",")))
+            # the virtual board's CPU is this machine's: its .mpy files are x64 (a real board gets mpy_march)
+            res = deploy(vb.port, a.board, mpy=True, extra=(weights, os.path.join(work, "tok.bin")), march="x64")
+            say("deployed kvedge %s as .mpy (-march=x64 for the virtual board; a real %s takes -march=%s), "
+                "weights and tokenizer (kvedge deploy --mpy)" % (res["version"], a.board, prof["mpy_march"]))
+            out = _mpremote(vb.port, ["exec", _FOOTPRINT], resume=False)
+            line = [ln for ln in out.splitlines() if ln.startswith("KVFOOTPRINT ")]
+            if not line:
+                raise UserError("the board did not report its footprint:\n" + out[-1500:])
+            code, free, kind = line[0].split()[1:4]
+            code = int(code)
+            tok_bytes = Tokenizer.nbytes(tok, cfg.vocab_size)
+            workspace = prof.get("workspace_bytes", 0) + code + tok_bytes + RUN_OVERHEAD
+            say("measured on the board: the runner's code takes %s bytes of heap (%s kernels); workspace for "
+                "the plan = board %s + code %s + tokenizer %s + loop %s = %s bytes" % (
+                    format(code, ","), kind, format(prof.get("workspace_bytes", 0), ","), format(code, ","),
+                    format(tok_bytes, ","), format(RUN_OVERHEAD, ","), format(workspace, ",")))
+            plan, kv, stream, h2o = _plan_loop(model, weights, a.board, vb.heap, workspace,
+                                               prof.get("workspace_bytes", 0) + code + tok_bytes + RUN_OVERHEAD,
+                                               os.path.join(work, "plan.json"), say)
+            code_run = ("from kvedge.model import run\n"
+                        "run.main('model.i8.bin', 'tok.bin', prompt=%r, steps=%d, temperature=%r, seed=%d, kv=%r, "
+                        "budget=%d, workspace=%d, stream=%r, h2o=%d, stats_ms=%d)\n" % (
+                            a.prompt, a.steps, a.temperature, a.seed, kv, vb.heap,
+                            prof.get("workspace_bytes", 0) + code, stream, h2o, a.stats_ms))
+            # a fresh interpreter (as after a reset), started and left running: the monitor takes the port
+            _mpremote(vb.port, ["exec", "--no-follow", code_run], resume=False)
+            text, summary, mon = _watch(vb.port, os.path.join(work, "stats.csv"), a.plain, a.timeout)
+        _report(text, summary, mon, plan)
+        if a.workdir:
+            say("work files (plan.json, stats.csv, the board's filesystem) kept in %s" % work)
+        return 0
+    finally:
+        if not a.workdir:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _plan_loop(model, weights, board, heap, workspace, run_workspace, plan_path, say):
+    """The source document's loop: plan (kvedge plan), recompute the need with the runner's own account
+    (kvedge.model.llama.plan: Python objects, scratch, streaming buffers, policy arrays on top of the budget
+    formulas), and when it is over the heap plan again with that difference reserved; at most four rounds."""
+    from kvedge.config import CacheConfig
+    from kvedge.model.checkpoint import read_config
+    from kvedge.model import llama
+    from .cli import main as cli_main
+    cfg, wdtype = read_config(weights)
+    extra = 0
+    for round_ in range(4):
+        say("planning round %d (kvedge plan --weights-dtype i8 --align 0 --workspace %d):"
+            % (round_ + 1, workspace + extra))
+        rc = cli_main(["plan", "--model", model, "--board", board, "--weights-dtype", "i8", "--align", "0",
+                       "--workspace", str(workspace + extra), "--kv-dtype", "i8", "--top", "6", "--out", plan_path])
+        if rc != 0:
+            raise UserError("no cache configuration fits %s with this model" % board)
+        with open(plan_path) as f:
+            plan = json.load(f)
+        kv = {k: v for k, v in plan["cache"].items() if k not in _SHAPE}
+        stream = plan["weights"]["place"] != "heap"
+        pol = plan.get("policy") or {}
+        h2o = pol.get("budget", 0) if pol.get("kind") == "h2o" else 0
+        ccfg = llama.cache_config(cfg, kv)
+        need = llama.plan(cfg, wdtype, ccfg, stream, 32, run_workspace + ((8 * ccfg.slots + 256) if h2o else 0))
+        say("the runner's account of \"%s\": weights %s + kv %s + activations %s + workspace %s = %s bytes "
+            "for a %s-byte heap" % (plan["strategy"], format(need["weights"], ","), format(need["kv"], ","),
+                                    format(need["activations"], ","), format(need["workspace"], ","),
+                                    format(need["total"], ","), format(heap, ",")))
+        if need["total"] <= heap:
+            return plan, kv, stream, h2o
+        extra += need["total"] - plan["total_bytes"]
+        say("over by %s bytes: planning again with that reserved" % format(need["total"] - heap, ","))
+    raise UserError("the plan and the runner's account did not converge in four rounds")
+
+
+class _Capture:
+    """What the board prints besides stats lines: the generated text, errors, and the #KVEDGE summary."""
+
+    def __init__(self):
+        self.text = []
+        self.summary = None
+        self.error = []
+
+    def line(self, raw):
+        from kvedge import telemetry
+        if self.summary is not None:
+            return  # the board is back at its prompt
+        i = raw.find(telemetry.PREFIX)
+        body = raw if i < 0 else raw[:i]  # text written just before a stats line shares its line
+        if body.startswith("#KVEDGE "):
+            try:
+                self.summary = json.loads(body[8:])
+            except ValueError:
+                self.error.append(body)
+            return
+        if "Error" in body or "Traceback" in body:
+            self.error.append(body)
+        # a stats line ends the line it lands in; the text itself had no newline there
+        self.text.append(body if i >= 0 else body + "\n")
+
+
+def _watch(port, csv_path, plain, timeout):
+    from .monitor import Monitor, render
+    cap = _Capture()
+    notes = []
+    mon = Monitor(csv_path=csv_path, on_note=notes.append)
+    feed_line = mon.line
+
+    def line(text):
+        cap.line(text)
+        return feed_line(text)
+
+    mon.line = line
+    t_end = time.monotonic() + timeout
+
+    def stop():
+        return cap.summary is not None or bool(cap.error and "Error" in cap.error[-1]) \
+            or time.monotonic() > t_end
+
+    if plain:
+        last = [0]
+
+        def tick():
+            n = mon.counts["samples"]
+            if n != last[0] and mon.samples:
+                last[0] = n
+                s = mon.samples[-1]
+                print("demo: cache %s/%s bytes, %s tokens seen, %s cached, %s evictions, heap free %s, %s tok/s"
+                      % (s.get("used_bytes"), s.get("total_bytes"), s.get("tokens_seen"), s.get("tokens_cached"),
+                         s.get("evictions"), s.get("heap_free"), s.get("tok_s")), flush=True)
+        mon.run(port, should_stop=stop, on_tick=tick, retry_s=0.2)
+    else:
+        from rich.console import Group
+        from rich.live import Live
+        from rich.panel import Panel
+        from rich.text import Text
+
+        def view():
+            tail = "".join(cap.text)[-600:]
+            return Group(render(mon), Panel(Text(tail), title="generated on the board"))
+        with Live(view(), refresh_per_second=4) as live:
+            mon.run(port, should_stop=stop, on_tick=lambda: live.update(view()), retry_s=0.2)
+    mon.close()
+    if cap.summary is None:
+        msg = cap.error[-1] if cap.error else "no summary within %gs" % timeout
+        raise UserError("the generation on the board did not finish: %s" % msg.strip())
+    return "".join(cap.text), cap.summary, mon
+
+
+def _report(text, s, mon, plan):
+    from rich.console import Console
+    from rich.table import Table
+    print()
+    print(text.strip())
+    print()
+    t = Table(title="demo summary (figures printed by the board)")
+    t.add_column("item")
+    t.add_column("value", justify="right")
+    rows = [
+        ("tokens (prompt + generated)", "%d (%d generated)" % (s["tokens"], s["generated"])),
+        ("speed", "%.1f tokens/s (%s kernels, %s weights)" % (s["tok_s"], s["kernels"], s["weights"])),
+        ("KV cache", "%s, %s bytes" % (s["kv_dtype"], format(s["cache_bytes"], ","))),
+        ("peak cache bytes", format(s["peak_bytes"], ",")),
+        ("evictions", format(s["evictions"], ",")),
+        ("heap taken by the run", "%s bytes (the plan's %s also counts the code and a margin)" % (
+            format(s["heap_used"], ","), format(s["plan_total"], ","))),
+        ("stats samples", mon.summary()),
+        ("alerts", "; ".join(m for _, _, m in mon.alerts) or "none"),
+        ("strategy", plan["strategy"]),
+    ]
+    for k, v in rows:
+        t.add_row(k, v)
+    Console().print(t)

@@ -1,0 +1,39 @@
+"""The main job end to end on a virtual rp2040: plan, deploy, generate on the board, monitor, summary."""
+import csv
+import os
+import re
+
+import pytest
+
+from kvedge_host.paths import SHARED_MODELS
+
+from _boardkit import kvedge
+
+STORIES = os.path.join(SHARED_MODELS, "stories260K.bin")
+
+
+def _summary(out):
+    m = re.search(r"tokens \(prompt \+ generated\)\s*│\s*(\d+) \((\d+) generated\)", out)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def test_demo_with_a_model_it_writes_itself(tmp_path):
+    p = kvedge("demo", "--tiny", "--plain", "--steps", "40", "--workdir", tmp_path, timeout=600)
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr
+    assert "a small random llama2.c model written here (--tiny)" in p.stdout
+    assert _summary(p.stdout)[1] == 40
+    with open(tmp_path / "stats.csv") as f:
+        seqs = [int(r["seq"]) for r in csv.DictReader(f)]
+    assert seqs and seqs == list(range(1, len(seqs) + 1))  # every stats line arrived, once
+
+
+@pytest.mark.skipif(not os.path.exists(STORIES), reason="../shared/models/stories260K.bin is absent")
+def test_demo_generates_the_known_story_on_an_rp2040_heap(tmp_path):
+    p = kvedge("demo", "--plain", "--steps", "120", "--workdir", tmp_path, timeout=600)
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr
+    assert "Once upon a time, there was a little girl named Lily. She loved to play outside in the park." in p.stdout
+    assert "heap 215,040 bytes" in p.stdout
+    # the runner's own account fits the board's heap, and the cache it chose evicted to stay inside it
+    rounds = re.findall(r"= ([\d,]+) bytes for a 215,040-byte heap", p.stdout)
+    assert rounds and int(rounds[-1].replace(",", "")) <= 215040
+    assert re.search(r"evictions\s*│\s*[1-9]", p.stdout)
