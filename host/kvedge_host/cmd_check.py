@@ -49,6 +49,10 @@ def add_arguments(p):
     p.add_argument("--seed", type=int, default=1, help="seed of every input (default 1)")
     p.add_argument("--only", metavar="TEXT", help="only cases whose name contains TEXT")
     p.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
+    p.add_argument("--model", metavar="PATH", help="also the model case: logits of the device forward pass of "
+                   "this llama2.c checkpoint (f32 or kvedge int8) against the numpy reference")
+    p.add_argument("--positions", type=int, default=64, help="positions of the model case (default 64)")
+    p.add_argument("--kv-dtype", default="f32", help="cache dtype of the model case (default f32: 1e-4)")
     # hidden: use a wrong GQA head mapping in the reference, to show the check catches trap 1
     p.add_argument("--wrong-mapping", action="store_true", help=__import__("argparse").SUPPRESS)
 
@@ -286,6 +290,59 @@ def _table(rows, title):
     Console(width=max(140, Console().width)).print(t)
 
 
+# The model case: teacher-forced tokens through kvedge.model.llama on the runtime; logits back as raw float32.
+_MODEL_SCRIPT = """
+import binascii
+from kvedge.model.llama import Llama
+m = Llama(%r, kv={'align': 0, 'dtype': %r, 'max_tokens': %d})
+for t in %r:
+    print('LOGITS ' + binascii.hexlify(bytes(m.forward(t))).decode())
+m.close()
+print('DONE')
+"""
+MODEL_TOL = {"f32": 1e-4, "f16": 2e-2, "i8": 5e-2, "i4": 0.25}  # max abs logit error allowed per cache dtype
+
+
+def model_tokens(vocab, n, seed):
+    """BOS then a deterministic pseudo-random token sequence (teacher forcing: any tokens will do)."""
+    toks, x = [1], seed * 7919 + 13
+    while len(toks) < n:
+        x = (x * 48271) % 2147483647
+        toks.append(3 + x % (vocab - 3))
+    return toks
+
+
+def check_model(runtime, path, positions, kv_dtype, seed=1):
+    """Rows comparing the device forward pass on `runtime` with kvedge_host.llama_ref at every position."""
+    from . import llama_ref
+    from .cli import UserError
+    if not os.path.isfile(path):
+        raise UserError("%s: no such file" % path)
+    ref = llama_ref.RefModel(path)
+    toks = model_tokens(ref.cfg.vocab_size, positions, seed)
+    code = _MODEL_SCRIPT % (os.path.abspath(path), kv_dtype, max(positions, 1), toks)
+    if runtime == "cpython":
+        rc, out = run_script("cpython", code)
+    else:
+        from . import runtimes
+        rc, out = runtimes.run_code(runtime, code, HEAP, [DEVICE, os.path.dirname(os.path.abspath(path))], 1800)
+    got = [np.frombuffer(bytes.fromhex(ln[7:].strip()), dtype="<f4").astype(np.float64)
+           for ln in out.splitlines() if ln.startswith("LOGITS ")]
+    name = "model:%s" % os.path.basename(path)
+    if rc != 0 or len(got) != len(toks):
+        return [{"runtime": runtime, "case": name, "dtype": kv_dtype, "path": "forward", "max_abs_err": float("nan"),
+                 "rel_err": float("nan"), "cosine": float("nan"), "ok": False,
+                 "criterion": "device run failed: " + (out.strip().splitlines() or ["no output"])[-1][:80]}]
+    want = np.array([ref.forward(t) for t in toks])
+    got = np.array(got)
+    err = float(np.abs(got - want).max())
+    cos = float(min(np.dot(g, w) / (np.linalg.norm(g) * np.linalg.norm(w)) for g, w in zip(got, want)))
+    tol = MODEL_TOL.get(kv_dtype, 1e-4)
+    return [{"runtime": runtime, "case": "%s x%d positions" % (name, len(toks)), "dtype": kv_dtype,
+             "path": "forward", "max_abs_err": err, "rel_err": err / float(np.abs(want).max()), "cosine": cos,
+             "criterion": "max abs logit error <= %g at every position" % tol, "ok": err <= tol}]
+
+
 def run(a):
     if a.cases < 0:
         raise ValueError("--cases must be >= 0, got %d" % a.cases)
@@ -300,6 +357,11 @@ def run(a):
     rows = []
     for rt in runtimes:
         rows += check_runtime(rt, cases, a.port, a.wrong_mapping)
+        if a.model:
+            if a.port:
+                from .cli import UserError
+                raise UserError("--model runs on cpython, unix or wasm (a board's model case is kvedge generate)")
+            rows += check_model(rt, a.model, a.positions, a.kv_dtype, a.seed)
     failed = sum(1 for r in rows if not r["ok"])
     if a.json:
         clean = [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()} for r in rows]

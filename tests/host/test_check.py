@@ -85,3 +85,25 @@ def test_check_on_a_virtual_board_through_mpremote(tmp_path):
         assert {r["path"] for r in rows} >= {"float", "int viper", "int native", "int plain"}
     finally:
         vb.stop()
+
+
+def test_check_model_case_logits_match_numpy(tmp_path, capsys):
+    # the model case on a model the test writes: device forward pass vs kvedge_host.llama_ref at every position
+    from kvedge_host import cli, cmd_check, tinyckpt
+    model, _ = tinyckpt.write(str(tmp_path))
+    for rt in ("cpython", "unix"):
+        rows = cmd_check.check_model(rt, model, 24, "f32")
+        assert len(rows) == 1 and rows[0]["ok"], rows
+        assert rows[0]["max_abs_err"] <= 1e-4
+    # the comparison can fail: a second model's logits are not the first's
+    other, _ = tinyckpt.write(str(tmp_path / "other"), seed=2)
+    ref_rows = cmd_check.check_model("cpython", model, 8, "f32")
+    assert ref_rows[0]["ok"]
+    import numpy as np
+    from kvedge_host import llama_ref
+    toks = cmd_check.model_tokens(llama_ref.RefModel(model).cfg.vocab_size, 8, 1)
+    a = np.array([llama_ref.RefModel(model).forward(t) for t in toks][:1])
+    b = np.array([llama_ref.RefModel(other).forward(t) for t in toks][:1])
+    assert np.abs(a - b).max() > 1e-2
+    assert cli.main(["check", "--only", "gqa4-h8kv2-d64-w32s8-f32", "--model", model, "--positions", "16"]) == 0
+    assert "model:tiny.bin x16 positions" in capsys.readouterr().out
