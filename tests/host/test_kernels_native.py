@@ -1,0 +1,10 @@
+"""kernels_native.py is generated from kernels_plain.py (tools/gen_native_kernels.py): they must agree."""
+import subprocess
+import sys
+
+from kvedge_host.paths import TOOLS
+
+
+def test_native_kernels_are_the_plain_ones_regenerated():
+    p = subprocess.run([sys.executable, TOOLS + "/gen_native_kernels.py", "--check"])
+    assert p.returncode == 0, "device/kvedge/kernels_native.py is stale: run tools/gen_native_kernels.py"
