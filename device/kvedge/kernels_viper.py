@@ -328,5 +328,130 @@ def att_fill_i8(slots, tile, geo) -> int:
     return nt
 
 
-# Row conversions for f32 and i4 rows run once per row per step: the native versions serve here.
-from kvedge.kernels_native import att_conv_f32, att_conv_i4  # noqa: E402,F401
+# f32 rows (the prefix, i4's residual) are few: the native conversion serves here.
+from kvedge.kernels_native import att_conv_f32  # noqa: E402,F401
+
+
+@micropython.viper
+def att_conv_i4(arena, tile, scratch, conv) -> int:
+    """kernels_plain.att_conv_i4 (see there) on raw pointers: i4 rows -> int8 codes and power-of-two scales."""
+    a = ptr8(arena)  # noqa: F821
+    tl = ptr32(tile)  # noqa: F821
+    sc = ptr8(scratch)  # noqa: F821
+    cv = ptr32(conv)  # noqa: F821
+    sbit = 1
+    sbit <<= 31
+    hi = 0 - sbit
+    nt = int(tl[0])
+    D = int(tl[1])
+    T = int(tl[3])
+    kivi = int(tl[11])
+    kv = 0
+    while kv < 2:
+        ro = 16 + 3 * T * kv
+        j = 0
+        while j < nt:
+            src = int(tl[ro + j])
+            mo = int(tl[ro + T + j])
+            emax = 0
+            i = 0
+            while i < D:
+                mi = mo
+                if kv == 0 and kivi:
+                    mi = mo + 4 * i
+                h = int(a[mi]) | (int(a[mi + 1]) << 8)
+                se = (h >> 10) & 31
+                sm = h & 1023
+                if se != 0:
+                    sm += 1024
+                else:
+                    se = 1
+                h = int(a[mi + 2]) | (int(a[mi + 3]) << 8)
+                ze = (h >> 10) & 31
+                zm = h & 1023
+                if ze != 0:
+                    zm += 1024
+                else:
+                    ze = 1
+                if h & 0x8000:
+                    zm = 0 - zm
+                q = (int(a[src + (i >> 1)]) >> (4 * (i & 1))) & 15
+                ec = se
+                top = ze
+                if ze < se:
+                    ec = ze
+                    top = se
+                if ec < top - 14:
+                    ec = top - 14
+                zs = ze - ec
+                v = 0
+                if zs >= 0:
+                    v = zm << zs
+                else:
+                    v = zm >> (0 - zs)
+                if se >= ec:
+                    v += (q * sm) << (se - ec)
+                else:
+                    v += (q * sm) >> (ec - se)
+                cv[i] = v
+                cv[D + i] = ec
+                if ec > emax:
+                    emax = ec
+                i += 1
+            big = 0
+            i = 0
+            while i < D:  # every channel to the row's largest exponent
+                v = int(cv[i])
+                if v & sbit:
+                    v |= hi
+                sh = emax - int(cv[D + i])
+                if sh < 31:
+                    v = v >> sh
+                elif v >= 0:
+                    v = 0
+                else:
+                    v = 0 - 1
+                cv[i] = v
+                if v < 0:
+                    v = 0 - v
+                if v > big:
+                    big = v
+                i += 1
+            sh = 0
+            while (big >> sh) > 127:
+                sh += 1
+            half = (1 << sh) >> 1
+            co = (kv * T + j) * D
+            i = 0
+            while i < D:
+                v = int(cv[i])
+                if v & sbit:
+                    v |= hi
+                c = 0
+                if v < 0:
+                    c = 0 - ((half - v) >> sh)
+                else:
+                    c = (v + half) >> sh
+                if c > 127:
+                    c = 127
+                elif c < -127:
+                    c = -127
+                sc[co + i] = c & 255
+                i += 1
+            b = 0
+            if big != 0:
+                k = emax - 25 + sh
+                if k > 15:
+                    k = 15
+                if k >= -14:
+                    b = (k + 15) << 10
+                elif k >= -24:
+                    b = 1 << (k + 24)
+            mo2 = 2 * T * D + 2 * T * kv + 2 * j
+            sc[mo2] = b & 255
+            sc[mo2 + 1] = b >> 8
+            tl[ro + j] = co
+            tl[ro + T + j] = mo2
+            j += 1
+        kv += 1
+    return 0
