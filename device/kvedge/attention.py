@@ -19,7 +19,7 @@ from . import kernels, quant
 from .compat import zeros
 from .budget import I4, I8
 from .kernels_plain import (T_N, T_D, T_QOFF, T_T, T_B, T_EQ, T_M, T_WS, T_EVMAX, T_TMAX, T_EVT, T_HDR, T_KIVI,
-                           T_LSUM, T_SH, T_CORR, SAT)
+                           T_LSUM, T_SH, T_CORR)
 
 LOG2E = 1.4426950408889634
 MAX_TILE = 64  # keeps a tile's weighted V sum within 2**28

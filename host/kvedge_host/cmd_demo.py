@@ -72,7 +72,7 @@ def _mpremote(port, args, resume=True, timeout=300):
 
 
 def run(a):
-    from kvedge.model.checkpoint import convert_to_i8, read_config
+    from kvedge.model.checkpoint import convert_to_i8
     from kvedge.model.run import RUN_OVERHEAD
     from kvedge.model.tokenizer import Tokenizer
     from .deploy import deploy
@@ -137,7 +137,6 @@ def _plan_loop(model, weights, board, heap, workspace, run_workspace, plan_path,
     """The source document's loop: plan (kvedge plan), recompute the need with the runner's own account
     (kvedge.model.llama.plan: Python objects, scratch, streaming buffers, policy arrays on top of the budget
     formulas), and when it is over the heap plan again with that difference reserved; at most four rounds."""
-    from kvedge.config import CacheConfig
     from kvedge.model.checkpoint import read_config
     from kvedge.model import llama
     from .cli import main as cli_main

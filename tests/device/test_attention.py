@@ -1,5 +1,4 @@
 # Tiled online-softmax attention against a naive full-softmax reference (plain Python, every runtime).
-from array import array
 import gc
 import math
 

@@ -7,7 +7,6 @@ nonzero score when the query and key f16 scale exponents added up to more than 2
 from array import array
 
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
