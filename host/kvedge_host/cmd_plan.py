@@ -522,7 +522,8 @@ def run(a):
     if pl.mixed_windows:
         notes.append("the model's per-layer sliding windows are not a single device ring: planned as all-global")
     if not a.flash_tier:
-        notes.append("flash tier not offered (--flash-tier): the device cache has no cold tier to run it yet")
+        notes.append("flash tier not offered (--flash-tier): kvedge.tier keeps idle sessions' blocks on flash, but "
+                     "the device attends only tokens paged back into RAM")
     if table is None:
         notes.append("no --quality table: ranked by the heuristic order (run `kvedge eval --json` to measure)")
     result = {"model": spec.name, "board": tgt["name"], "heap_bytes": tgt["heap_bytes"], "context": context,
