@@ -23,6 +23,7 @@ sys.path[:0] = [os.path.join(ROOT, "host"), os.path.join(ROOT, "device")]
 
 from kvedge_host import runtimes  # noqa: E402
 from kvedge_host.paths import DEVICE  # noqa: E402
+from _benchkit import TIMING  # noqa: E402
 
 # name: layers, heads, kv_heads, head_dim, window, sinks (max_tokens = sinks + window; i4 group 32)
 SHAPES = {
@@ -30,31 +31,11 @@ SHAPES = {
     "stories": (5, 8, 4, 8, 128, 32),  # stories260K's attention shape
 }
 
-DEVICE_CODE = r"""
-import gc
-import time
+DEVICE_CODE = TIMING + r"""
 from array import array
 from kvedge.cache import KVCache
 from kvedge.config import CacheConfig
 
-if hasattr(time, "ticks_us"):
-    def now():
-        return time.ticks_us()
-
-    def since(t0):
-        return time.ticks_diff(time.ticks_us(), t0)
-else:
-    def now():
-        return time.perf_counter()
-
-    def since(t0):
-        return (time.perf_counter() - t0) * 1e6
-
-HAS_MEM = hasattr(gc, "mem_alloc")
-
-
-def mem():
-    return gc.mem_alloc() if HAS_MEM else 0
 
 
 def one_append(c, ks, vs):
