@@ -202,15 +202,19 @@ class I8Matrix:
             out[c] = codes[c0 + c] * s
 
 
-class FileF32Matrix:
-    """f32 rows read from the checkpoint file a chunk at a time into a shared scratch array('f')."""
+class _FileMatrix:
+    """Rows left in the file, read `chunk` rows at a time into a scratch buffer shared by every matrix."""
 
     def __init__(self, f, off, rows, cols, scratch):
         self.f, self.off, self.rows, self.cols, self.scratch = f, off, rows, cols, scratch
         self.chunk = len(scratch) // cols
         if self.chunk < 1:
-            raise CheckpointError("stream scratch of %d floats is smaller than a row of %d" % (len(scratch), cols))
+            raise CheckpointError("stream scratch of %d values is smaller than a row of %d" % (len(scratch), cols))
         self.mvscratch = memoryview(scratch)
+
+
+class FileF32Matrix(_FileMatrix):
+    """f32 rows read from the checkpoint file a chunk at a time into a shared scratch array('f')."""
 
     def mv(self, k, x, xq, xs, acc, out):
         f, cols, buf = self.f, self.cols, self.scratch
@@ -227,19 +231,14 @@ class FileF32Matrix:
         self.f.readinto(out)
 
 
-class FileI8Matrix:
-    """int8 rows streamed from a kvedge int8 file; the per-row scales stay in RAM."""
+class FileI8Matrix(_FileMatrix):
+    """int8 rows streamed from a kvedge int8 file; the per-row scales (stored before the rows) stay in RAM."""
 
     def __init__(self, f, off, rows, cols, scratch):
-        self.f, self.rows, self.cols, self.scratch = f, rows, cols, scratch
+        _FileMatrix.__init__(self, f, off + 4 * rows, rows, cols, scratch)
         self.scales = alloc("f", rows)
         f.seek(off)
         f.readinto(self.scales)
-        self.off = off + 4 * rows
-        self.chunk = len(scratch) // cols
-        if self.chunk < 1:
-            raise CheckpointError("stream scratch of %d bytes is smaller than a row of %d" % (len(scratch), cols))
-        self.mvscratch = memoryview(scratch)
 
     def mv(self, k, x, xq, xs, acc, out):
         f, cols, buf = self.f, self.cols, self.scratch
