@@ -95,6 +95,7 @@ class Attention:
         # float path scratch
         self.row = zeros("f", D)
         self.acc = _float_array(D)
+        self.st = _float_array(2)  # running max and sum of the head being attended
         self.s = zeros("f", tile)
         self.tslot = zeros("i", tile)
         # integer path scratch
@@ -109,9 +110,9 @@ class Attention:
             self.tile[T_D] = D
             self.tile[T_T] = tile
             self.tile[T_KIVI] = 1 if self.kivi else 0
+            self.scratch = self.conv = None
             if self.mixed or self.i4:  # converted rows: codes and scales of one tile, and per-channel ints
-                self.scratch = bytearray(2 * tile * D + 4 * tile)
-                self.conv = zeros("i", 2 * D)
+                self.need_conversion()
             self.layer = self.cur = self.M = self.lsum = self.ws = self.evmax = 0
             self.first = True
             self.iacc = zeros("i", D)
@@ -152,49 +153,77 @@ class Attention:
         if slots is None:
             slots, nslots = c.slot_pos, -1
         n = c.N if nslots < 0 else nslots
-        D = self.D
-        row, acc, s, ts = self.row, self.acc, self.s, self.tslot
+        st, acc = self.st, self.acc
         for h in range(self.heads):
             kvh = h // self.group
-            qo = h * D
-            m = -1e30
-            l = 0.0
-            for i in range(D):
-                acc[i] = 0.0
-            self.cur = 0
-            while True:
-                nt = self._fill(slots, nslots, n)
-                if nt == 0:
-                    break
-                tmax = m
-                for t in range(nt):
-                    c.read_slot(layer, kvh, ts[t], 0, row)
-                    d = 0.0
-                    for i in range(D):
-                        d += q[qo + i] * row[i]
-                    d *= self.scale
-                    s[t] = d
-                    if d > tmax:
-                        tmax = d
-                if tmax > m:  # the maximum grew: rescale what was summed so far
-                    corr = math.exp(m - tmax)
-                    l *= corr
-                    for i in range(D):
-                        acc[i] *= corr
-                    m = tmax
-                for t in range(nt):
-                    w = math.exp(s[t] - m)
-                    l += w
-                    c.read_slot(layer, kvh, ts[t], 1, row)
-                    for i in range(D):
-                        acc[i] += w * row[i]
-            if l == 0.0:
-                raise ValueError("no cached tokens to attend to in layer %d" % layer)
-            inv = 1.0 / l
-            for i in range(D):
-                out[qo + i] = acc[i] * inv
+            qo = h * self.D
+            self.begin(st, 0, acc, 0)
+            self.fold_rows(c, layer, kvh, q, qo, slots, nslots, n, st, 0, acc, 0)
+            inv = self.finish(layer, st, 0, acc, 0, out, qo)
             if scores is not None:
-                self._report_float(layer, kvh, q, qo, m, inv, scores, slots, nslots)
+                self._report_float(layer, kvh, q, qo, st[0], inv, scores, slots, nslots)
+
+    # The running state of one query head is (max st[so], sum st[so+1], output acc[ao:ao+D]); it may live in
+    # the caller's arrays, so that rows from several sources (kvedge.tiered: cold blocks, then the hot ring)
+    # are folded into one online softmax.
+
+    def begin(self, st, so, acc, ao):
+        """Empty running state: nothing attended yet."""
+        st[so] = -1e30
+        st[so + 1] = 0.0
+        for i in range(self.D):
+            acc[ao + i] = 0.0
+
+    def fold_rows(self, c, layer, kvh, q, qo, slots, nslots, n, st, so, acc, ao):
+        """Fold the live rows of `c` (any object with the cache's read_slot) for one query head, a tile at a
+        time: slot_pos-style slots (nslots < 0, -1 = empty) or the slot list slots[0:nslots]."""
+        self.cur = 0
+        while True:
+            nt = self._fill(slots, nslots, n)
+            if nt == 0:
+                break
+            self._fold(c, layer, kvh, q, qo, nt, st, so, acc, ao)
+
+    def _fold(self, c, layer, kvh, q, qo, nt, st, so, acc, ao):
+        """One tile (slots tslot[0:nt]) of the online softmax."""
+        D = self.D
+        row, s, ts = self.row, self.s, self.tslot
+        m = st[so]
+        l = st[so + 1]
+        tmax = m
+        for t in range(nt):
+            c.read_slot(layer, kvh, ts[t], 0, row)
+            d = 0.0
+            for i in range(D):
+                d += q[qo + i] * row[i]
+            d *= self.scale
+            s[t] = d
+            if d > tmax:
+                tmax = d
+        if tmax > m:  # the maximum grew: rescale what was summed so far
+            corr = math.exp(m - tmax)
+            l *= corr
+            for i in range(D):
+                acc[ao + i] *= corr
+            m = tmax
+        for t in range(nt):
+            w = math.exp(s[t] - m)
+            l += w
+            c.read_slot(layer, kvh, ts[t], 1, row)
+            for i in range(D):
+                acc[ao + i] += w * row[i]
+        st[so] = m
+        st[so + 1] = l
+
+    def finish(self, layer, st, so, acc, ao, out, qo):
+        """out[qo:qo+D] = output / sum; returns 1 / sum."""
+        l = st[so + 1]
+        if l == 0.0:
+            raise ValueError("no cached tokens to attend to in layer %d" % layer)
+        inv = 1.0 / l
+        for i in range(self.D):
+            out[qo + i] = acc[ao + i] * inv
+        return inv
 
     def _report_float(self, layer, kvh, q, qo, m, inv, scores, slots, nslots):
         c = self.cache
@@ -226,16 +255,15 @@ class Attention:
     # 1 = i4's f32 residual rows, 2 = rows in the cache dtype. Passes 0 and 1, and i4 rows, are converted
     # tile by tile to int8 codes with a power-of-two scale (kernels att_conv_*) so the path stays integer.
 
-    def _kind(self, s):
-        if s < self.P:
+    def _kind(self, c, s):
+        if s < c.P:
             return 0
-        c = self.cache
-        b = s - self.P
-        if self.kivi and c.res_group[self.layer] == b // self.G and b % self.G < c.res_fill[self.layer]:
+        b = s - c.P
+        if c.kivi and c.res_group[self.layer] == b // c.G and b % c.G < c.res_fill[self.layer]:
             return 1
         return 2
 
-    def _fill_kind(self, slots, nslots, n, kind):
+    def _fill_kind(self, c, slots, nslots, n, kind):
         """Like _fill, but only slots of one kind."""
         ts = self.tslot
         j = self.cur
@@ -246,33 +274,34 @@ class Attention:
             j += 1
             if nslots < 0 and slots[s] < 0:
                 continue
-            if self._kind(s) == kind:
+            if self._kind(c, s) == kind:
                 ts[nt] = s
                 nt += 1
         self.cur = j
         return nt
 
-    def _prep(self, kind, layer, kvh, nt):
-        """Point the tile at the rows of tslot[0:nt]; returns the buffer the att_* kernels must read."""
-        c = self.cache  # one name per line: unpacking 4+ values builds a tuple (an allocation)
-        tile = self.tile
+    def _prep(self, c, kind, layer, kvh, nt):
+        """Point the tile at the rows of tslot[0:nt] of cache c; returns the buffer the att_* kernels must read."""
+        tile = self.tile  # one name per line: unpacking 4+ values builds a tuple (an allocation)
         ts = self.tslot
         T = self.T
         H = c.H
         D = self.D
+        P = c.P
         if kind == 2:
+            i4 = c.cfg.dtype == I4
             B = c.B
             prow = c.prow
             kbase = c.DATA + ((layer * 2) * H + kvh) * B * prow
             vbase = c.DATA + ((layer * 2 + 1) * H + kvh) * B * prow
             for t in range(nt):
-                b = ts[t] - self.P
+                b = ts[t] - P
                 tile[T_HDR + 6 * T + t] = ts[t]
                 tile[T_HDR + t] = kbase + b * prow
                 tile[T_HDR + 3 * T + t] = vbase + b * prow
-                if self.i4:
-                    if self.kivi:
-                        tile[T_HDR + T + t] = c.META + ((layer * H + kvh) * c.NG + b // self.G) * D * 4
+                if i4:
+                    if c.kivi:
+                        tile[T_HDR + T + t] = c.META + ((layer * H + kvh) * c.NG + b // c.G) * D * 4
                     else:
                         tile[T_HDR + T + t] = c.META + ((layer * H + kvh) * B + b) * 4
                     tile[T_HDR + 4 * T + t] = c.VMETA + ((layer * H + kvh) * B + b) * 4
@@ -280,19 +309,19 @@ class Attention:
                     tile[T_HDR + T + t] = c.META + ((layer * 2) * H + kvh) * B * 2 + b * 2
                     tile[T_HDR + 4 * T + t] = c.META + ((layer * 2 + 1) * H + kvh) * B * 2 + b * 2
             tile[T_N] = nt
-            if not self.i4:
+            if not i4:
                 return c.arena
             self.k.att_conv_i4(c.arena, tile, self.scratch, self.conv)
             return self.scratch
         frow = c.frow
         for t in range(nt):
             if kind == 0:
-                n = self.P
+                n = P
                 r = ts[t]
                 base = c.PRE
             else:
-                n = self.G
-                r = (ts[t] - self.P) % self.G
+                n = c.G
+                r = (ts[t] - P) % c.G
                 base = c.RES
             tile[T_HDR + 6 * T + t] = ts[t]
             tile[T_HDR + t] = base + (((layer * 2) * H + kvh) * n + r) * frow
@@ -350,69 +379,117 @@ class Attention:
             raise ValueError("the integer path needs an i8 or i4 cache with head_dim <= 256")
         c = self.cache
         c._check_layer(layer)
+        self._check_q8(qc, qs, out_q, out_exp)
+        if slots is None:
+            slots = c.slot_pos
+            nslots = -1
+        nmax = c.N if nslots < 0 else nslots
+        iacc = self.iacc
+        for i in range(self.D):  # att_div_q10 clears it after each head; an earlier failed call may not have
+            iacc[i] = 0
+        for h in range(self.heads):
+            kvh = h // self.group
+            self.q8_head(h, qs)
+            self.q8_begin()
+            self.q8_rows(c, layer, kvh, qc, slots, nslots, nmax)
+            if self.lsum <= 0:
+                raise ValueError("no cached tokens to attend to in layer %d" % layer)
+            if scores is not None:
+                self._report_int(scores, slots, nslots, nmax, qc, layer, kvh)
+            self.q8_finish(h, out_q, out_exp)
+
+    def _check_q8(self, qc, qs, out_q, out_exp):
         n = self.heads * self.D
         if len(qc) != n or len(out_q) != n:
             raise ValueError("qc and out_q must hold heads*head_dim = %d values" % n)
         if len(qs) != self.heads or len(out_exp) != self.heads:
             raise ValueError("qs and out_exp must hold heads = %d values" % self.heads)
-        if slots is None:
-            slots = c.slot_pos
-            nslots = -1
-        nmax = c.N if nslots < 0 else nslots
+
+    # The integer running state of one query head is M, lsum, ws, evmax, first and iacc[0:D]. step_q8 runs one
+    # head at a time; kvedge.tiered keeps one state per head (q8_save/q8_load, its own iacc per head) so that
+    # each cold block read from flash is folded into every head before the next block is read.
+
+    def q8_head(self, h, qs):
+        """Point the tile at query head h: its offset and its f16 scale (qs[h]) as mantissa and exponent."""
         tile = self.tile
-        iacc = self.iacc
+        qb = qs[h]  # inline: a returned tuple would allocate
+        eq = (qb >> 10) & 31
+        mq = qb & 1023
+        if eq:
+            mq += 1024
+        else:
+            eq = 1
+        tile[T_B] = (mq * self.lam) >> 10
+        tile[T_EQ] = eq
+        tile[T_QOFF] = h * self.D
+
+    def q8_begin(self):
+        self.M = 0
+        self.lsum = 0
+        self.ws = 0
+        self.evmax = 0
+        self.first = True
+
+    def q8_save(self, st, o):
+        """The running state (without iacc) into st[o:o+5]."""
+        st[o] = self.M
+        st[o + 1] = self.lsum
+        st[o + 2] = self.ws
+        st[o + 3] = self.evmax
+        st[o + 4] = 1 if self.first else 0
+
+    def q8_load(self, st, o):
+        self.M = st[o]
+        self.lsum = st[o + 1]
+        self.ws = st[o + 2]
+        self.evmax = st[o + 3]
+        self.first = st[o + 4] != 0
+
+    def q8_rows(self, c, layer, kvh, qc, slots, nslots, nmax):
+        """Fold the live rows of cache c (its slot_pos, or slots[0:nslots]) for the current query head
+        (q8_head) into the running state. c may be another cache than the bound one (same head_dim)."""
+        tile = self.tile
         geo = self.geo
-        D = self.D
         H = c.H
+        P = c.P
+        i4 = c.cfg.dtype == I4
+        mixed = P > 0 or c.kivi
+        tile[T_KIVI] = 1 if c.kivi else 0
         self.layer = layer
-        for i in range(D):  # att_div_q10 clears it after each head; an earlier failed call may not have
-            iacc[i] = 0
-        for h in range(self.heads):
-            kvh = h // self.group
-            qb = qs[h]  # f16 bits: mantissa mq, exponent eq (inline: a returned tuple would allocate)
-            eq = (qb >> 10) & 31
-            mq = qb & 1023
-            if eq:
-                mq += 1024
-            else:
-                eq = 1
-            tile[T_B] = (mq * self.lam) >> 10
-            tile[T_EQ] = eq
-            tile[T_QOFF] = h * D
-            self.M = 0
-            self.lsum = 0
-            self.ws = 0
-            self.evmax = 0
-            self.first = True
-            for kind in range(3):
-                if kind < 2 and not self.mixed:
-                    continue
-                if kind == 2 and not self.i4:  # the hot case: i8 rows, gathered by a kernel
-                    geo[0] = c.DATA + ((layer * 2) * H + kvh) * c.B * c.prow
-                    geo[1] = c.DATA + ((layer * 2 + 1) * H + kvh) * c.B * c.prow
-                    geo[2] = c.META + ((layer * 2) * H + kvh) * c.B * 2
-                    geo[3] = c.META + ((layer * 2 + 1) * H + kvh) * c.B * 2
-                    geo[4] = c.prow
-                    geo[5] = self.P
-                    geo[6] = 0
-                    geo[7] = nmax
-                    geo[8] = 0 if nslots < 0 else 1
-                    while self.k.att_fill_i8(slots, tile, geo):
-                        self._tile_q8(c.arena, qc)
-                    continue
-                self.cur = 0
-                while True:
-                    nt = self._fill_kind(slots, nslots, nmax, kind)
-                    if nt == 0:
-                        break
-                    self._tile_q8(self._prep(kind, layer, kvh, nt), qc)
-            if self.lsum <= 0:
-                raise ValueError("no cached tokens to attend to in layer %d" % layer)
-            tile[T_LSUM] = self.lsum
-            if scores is not None:
-                self._report_int(scores, slots, nslots, nmax, qc, layer, kvh)
-            self.k.att_div_q10(iacc, out_q, tile)  # tile[T_QOFF] == h * D
-            out_exp[h] = self.evmax - 25
+        for kind in range(3):
+            if kind < 2 and not mixed:
+                continue
+            if kind == 2 and not i4:  # the hot case: i8 rows, gathered by a kernel
+                geo[0] = c.DATA + ((layer * 2) * H + kvh) * c.B * c.prow
+                geo[1] = c.DATA + ((layer * 2 + 1) * H + kvh) * c.B * c.prow
+                geo[2] = c.META + ((layer * 2) * H + kvh) * c.B * 2
+                geo[3] = c.META + ((layer * 2 + 1) * H + kvh) * c.B * 2
+                geo[4] = c.prow
+                geo[5] = P
+                geo[6] = 0
+                geo[7] = nmax
+                geo[8] = 0 if nslots < 0 else 1
+                while self.k.att_fill_i8(slots, tile, geo):
+                    self._tile_q8(c.arena, qc)
+                continue
+            self.cur = 0
+            while True:
+                nt = self._fill_kind(c, slots, nslots, nmax, kind)
+                if nt == 0:
+                    break
+                self._tile_q8(self._prep(c, kind, layer, kvh, nt), qc)
+
+    def q8_finish(self, h, out_q, out_exp):
+        """Head h's output: out_q[h*D:(h+1)*D] * 2**out_exp[h]; clears iacc. The caller checked lsum > 0."""
+        self.tile[T_LSUM] = self.lsum
+        self.k.att_div_q10(self.iacc, out_q, self.tile)  # tile[T_QOFF] == h * D
+        out_exp[h] = self.evmax - 25
+
+    def need_conversion(self):
+        """Scratch for rows the i8 kernels cannot read directly (f32, i4): allocated once, if not yet."""
+        if self.scratch is None:
+            self.scratch = bytearray(2 * self.T * self.D + 4 * self.T)
+            self.conv = zeros("i", 2 * self.D)
 
     def _report_int(self, scores, slots, nslots, nmax, qc, layer, kvh):
         """Adds each token's probability in Q16: 2**((U - M)/2**16) / (lsum * 2**ws)."""
@@ -429,8 +506,8 @@ class Attention:
                 nt = self.k.att_fill_i8(slots, tile, geo)
             else:
                 self.cur = 0
-                nt = self._fill_kind(slots, nslots, nmax, kind)
-                src = self._prep(kind, layer, kvh, nt) if nt else c.arena
+                nt = self._fill_kind(c, slots, nslots, nmax, kind)
+                src = self._prep(c, kind, layer, kvh, nt) if nt else c.arena
             while nt:
                 self.k.att_scores_i8(src, qc, tile)
                 for t in range(nt):
@@ -439,9 +516,9 @@ class Attention:
                 if kind == 2 and not self.i4:
                     nt = self.k.att_fill_i8(slots, tile, geo)
                 else:
-                    nt = self._fill_kind(slots, nslots, nmax, kind)
+                    nt = self._fill_kind(c, slots, nslots, nmax, kind)
                     if nt:
-                        src = self._prep(kind, layer, kvh, nt)
+                        src = self._prep(c, kind, layer, kvh, nt)
 
 
 def quantize_query(q, qc, qs, heads):
