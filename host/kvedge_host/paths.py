@@ -11,7 +11,11 @@ BOARDS = os.path.join(ROOT, "boards")
 TESTS_DEVICE = os.path.join(ROOT, "tests", "device")
 TOOLS = os.path.join(ROOT, "tools")
 WASM = os.path.join(TOOLS, "wasm")
-SHARED_MODELS = os.path.join(os.path.dirname(ROOT), "shared", "models")
+# ../shared beside the repository: the real model and the board-like runtimes (a user's clone has none).
+# KVEDGE_SHARED points elsewhere (a git worktree's parent has no shared/; an empty folder hides it).
+SHARED = os.path.abspath(os.environ.get("KVEDGE_SHARED") or os.path.join(os.path.dirname(ROOT), "shared"))
+SHARED_MODELS = os.path.join(SHARED, "models")
+SHARED_RUNTIMES = os.path.join(SHARED, "runtimes")
 
 
 def venv_tool(name):

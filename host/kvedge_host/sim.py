@@ -26,26 +26,13 @@ import threading
 import time
 import tty
 
-from . import boards
+from . import boards, tied
 from .runtimes import micropython_bin
 
 RAW_BANNER = b"raw REPL; CTRL-B to exit"
 FRIENDLY_PROMPT = b">>> "
 SOFT_REBOOT = b"MPY: soft reboot\r\n"
 _BUFFER_LIMIT = 1 << 16  # relay stops reading a side whose output is not being taken beyond this
-
-# The interpreter is started through this shim so it dies with the thread that started it (PR_SET_PDEATHSIG
-# survives exec; it fires when that thread ends, and the relay restarts the interpreter if the board is still
-# running): no MicroPython is left running if the simulator is killed.
-_SHIM = ("import ctypes, os, signal, sys\n"
-         "try:\n"
-         "    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)\n"
-         "except Exception:\n"
-         "    pass\n"
-         "if os.getppid() != int(sys.argv[1]):\n"
-         "    sys.exit(1)\n"
-         "os.execv(sys.argv[2], sys.argv[2:])\n")
-
 
 def default_fs(board):
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -130,14 +117,15 @@ class VirtualBoard:
         # The unix port only switches its terminal to raw mode while it edits a line: a cooked terminal
         # would eat Ctrl-A/C/D, which the raw REPL protocol sends as bytes.
         tty.setraw(sa)
-        cmd = [sys.executable, "-c", _SHIM, str(os.getpid()), micropython_bin(), "-X", "heapsize=%d" % self.heap]
+        # tied: the interpreter dies with the relay thread that started it (the relay restarts it while the
+        # board runs), so no MicroPython is left running if the simulator is killed
+        cmd = [micropython_bin(), "-X", "heapsize=%d" % self.heap]
         if os.path.exists(os.path.join(self.fs, "main.py")):
             cmd += ["-i", "main.py"]
         env = dict(os.environ)
         env["MICROPYPATH"] = ":.frozen:" + os.path.join(self.fs, "lib")
         env.pop("KVEDGE_KERNELS", None)
-        self._child = subprocess.Popen(cmd, stdin=sa, stdout=sa, stderr=sa, cwd=self.fs, env=env,
-                                       start_new_session=True, close_fds=True)
+        self._child = tied.popen(cmd, stdin=sa, stdout=sa, stderr=sa, cwd=self.fs, env=env)
         os.close(sa)
         _set_nonblocking(ma)
         self._ma = ma
@@ -146,18 +134,7 @@ class VirtualBoard:
         self._born = time.monotonic()
 
     def _kill_child(self):
-        c = self._child
-        if c is None:
-            return
-        if c.poll() is None:
-            try:
-                os.killpg(c.pid, signal.SIGKILL)
-            except OSError:
-                c.kill()
-        try:
-            c.wait(10)
-        except subprocess.TimeoutExpired:
-            pass
+        tied.kill(self._child)
 
     def _restart(self, raw):
         if self._ma is not None:
