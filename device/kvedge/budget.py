@@ -337,3 +337,44 @@ def weights_row_buffer_bytes(dim, hidden_dim, dtype=F32, scale_bytes=4):
     if dtype == I8:
         return n + scale_bytes
     return (n + 1) // 2 + scale_bytes
+
+
+# ---- a tiered cache for one sequence (kvedge.tiered): hot ring in RAM, older tokens compressed on flash ----
+
+TIER_HEADER_BYTES = 40  # one copy of the store's header; the file holds two (the newer valid one wins)
+TIER_TAG_BYTES = 16  # before each block (and the sinks' record): its number and checksum
+
+
+def cold_record_bytes(kv_heads, head_dim, block, dtype, align=0):
+    """One layer of one cold block: K and V rows and scales of `block` tokens, laid out as a one-layer KVCache of
+    `block` slots (i4: KIVI, keys per channel over the block, values per token) without its f32 residual."""
+    d = kv_bytes(1, kv_heads, head_dim, block, dtype, align, group=block, detail=True)
+    return d["total"] - d["residual"]
+
+
+def tiered_bytes(layers, heads, kv_heads, head_dim, window, sinks, block, cold_blocks, dtype=I8, cold_dtype=I4,
+                 align=64, cold_align=0, group=QK):
+    """Exact RAM and flash of kvedge.tiered.TieredCache, as a dict:
+
+      ring      the hot KVCache arena: `sinks` f32 slots (its prefix) + `window` slots in `dtype`
+      staging   the one-layer, one-block KVCache (cold dtype) that encodes a block leaving the ring and holds each
+                block read back from flash during attention
+      tables    the tiered object's arrays: one token's K and V in f32 (re-quantizing), and per query head the
+                float path's running max, sum and head_dim accumulators (f64), plus, when the integer path is
+                possible (ring and cold in i8/i4), its 5 state ints and head_dim accumulators (int32)
+      ram       ring + staging + tables
+      record    one layer of one cold block on flash; block = tag + layers records
+      flash     the store file: two headers, the sinks' record (f32, when sinks > 0), cold_blocks block slots
+      cold_tokens, tokens   the cold cap in tokens, and sinks + cold + window"""
+    ring = kv_bytes(layers, kv_heads, head_dim, sinks + window, dtype, align, group, None, prefix=sinks)
+    staging = kv_bytes(1, kv_heads, head_dim, block, cold_dtype, cold_align, group=block)
+    tables = 2 * kv_heads * head_dim * 4 + heads * (2 + head_dim) * 8
+    if dtype in (I8, I4) and cold_dtype in (I8, I4) and head_dim <= 256:
+        tables += heads * (5 + head_dim) * 4
+    record = cold_record_bytes(kv_heads, head_dim, block, cold_dtype, cold_align)
+    blk = TIER_TAG_BYTES + layers * record
+    sink_rec = TIER_TAG_BYTES + 2 * layers * kv_heads * sinks * align_up(row_bytes(head_dim, FULL), align) if sinks \
+        else 0
+    return {"ring": ring, "staging": staging, "tables": tables, "ram": ring + staging + tables, "record": record,
+            "block": blk, "sinks": sink_rec, "flash": 2 * TIER_HEADER_BYTES + sink_rec + cold_blocks * blk,
+            "cold_tokens": cold_blocks * block, "tokens": sinks + cold_blocks * block + window}

@@ -17,3 +17,8 @@ class BudgetError(MemoryError):
 
 class CacheFullError(KVEdgeError):
     """Appending would pass the cache's hard token cap and there is no window to evict into."""
+
+
+class ColdStoreError(KVEdgeError):
+    """A tiered cache's cold store on flash cannot be trusted (foreign, another layout, cut mid-write, damaged):
+    refused whole, never half-read."""

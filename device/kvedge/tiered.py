@@ -1,0 +1,386 @@
+# A tiered KV cache for ONE sequence (SPEC section 3, "Tiers"): the newest tokens in a hot ring in RAM, older
+# ones re-quantized into blocks on flash, and attention over all of them in one online-softmax pass.
+#
+#   sinks   the first S tokens, kept in RAM at f32 for ever (the ring's prefix; also saved on flash once)
+#   ring    the last W tokens in RAM (a KVCache with window W, any cache dtype)
+#   cold    blocks of B older tokens in a file, re-quantized to the cold dtype (i4 KIVI: keys per channel over the
+#           block, values per token; i8; f16; f32), at most C blocks. When the ring is full and a token needs a
+#           slot, the ring's oldest B tokens leave it together as one block (so the ring holds W-B+1..W tokens).
+#   at cap  a full store either drops its oldest block ("drop": the stream goes on with a gap after the sinks)
+#           or takes a reset point ("reset": everything is forgotten, positions start again at 0).
+#
+# Attention (step, step_q8): for each cold block, ONE preallocated staging block (a one-layer KVCache of B slots)
+# is filled from the file with readinto and folded into every query head's running max/sum/output; then the
+# ring's rows are folded and the heads finish. Equal to attention over the concatenated cache; the staging block
+# is the only buffer, and the integer path allocates nothing (the running state lives in arrays made once).
+#
+# The blocks live in a ColdStore (kvedge.coldstore: the file format and its crash safety): a block is committed
+# only after its bytes are on flash, and a reopened store is verified whole or refused. After a reboot the ring
+# is empty (RAM is gone): the sinks come back from the file, and the sequence resumes at position resume_pos,
+# right after the last committed block; tokens that were only in the ring must be fed again if they matter.
+from .attention import Attention
+from .budget import F16, I8, I4, CACHE_DTYPES, tiered_bytes
+from .cache import KVCache
+from .coldstore import ColdStore
+from .compat import zeros
+from .config import CacheConfig
+from .errors import BudgetError
+from . import quant
+
+POLICIES = ("drop", "reset")
+U16 = 0xFFFF
+
+
+class TieredCache:
+    """One sequence: sinks and a hot ring in RAM (`cfg`: a CacheConfig with window W and sinks S = prefix), older
+    tokens in blocks of `block` on flash at `path` (`cold` dtype, at most `cold_blocks` blocks, `at_cap` policy).
+
+    An existing file is reopened (validated whole) unless fresh=True. budget: BudgetError before allocating
+    when the RAM formula exceeds it."""
+
+    def __init__(self, cfg, path, block=16, cold=I4, cold_blocks=32, at_cap="drop", tile=16, cold_align=0,
+                 budget=None, fresh=False):
+        self._validate(cfg, block, cold, cold_blocks, at_cap, cold_align)
+        L, H, D, S, W = cfg.layers, cfg.kv_heads, cfg.head_dim, cfg.sinks, cfg.window
+        size = tiered_bytes(L, cfg.heads, H, D, W, S, block, cold_blocks, cfg.dtype, cold, cfg.align, cold_align,
+                            cfg.group)
+        if size["flash"] >= 1 << 30:
+            raise ValueError("cold store of %d bytes: file offsets must stay below 2**30" % size["flash"])
+        if budget is not None and size["ram"] > budget:
+            raise BudgetError("tiered cache (ring %d + staging %d + tables %d)" % (
+                size["ring"], size["staging"], size["tables"]), size["ram"], budget)
+        self.cfg, self.path, self.size = cfg, path, size
+        self.L, self.H, self.D, self.S, self.W, self.B, self.C = L, H, D, S, W, block, cold_blocks
+        self.heads = cfg.heads
+        self.group = cfg.heads // H
+        self.cold, self.at_cap, self.cold_align = cold, at_cap, cold_align
+        self.ring = KVCache(cfg)
+        self.stg = KVCache(CacheConfig(1, cfg.heads, H, D, block, cold, align=cold_align, group=block))
+        for _ in range(block):  # the staging block's slots are always live: each read refills all of them
+            self.stg.start_token()
+        self.rec = memoryview(self.stg.arena)[self.stg.DATA:]
+        self.rb = len(self.rec)
+        self.att = Attention(self.ring, tile)
+        self.int_ok = self.att.int_ok and cold in (I8, I4)
+        if self.int_ok and cold == I4:
+            self.att.need_conversion()
+        # tables (counted by budget.tiered_bytes)
+        self.kbuf = zeros("f", H * D)
+        self.vbuf = zeros("f", H * D)
+        self.fst = zeros("d", 2 * cfg.heads)
+        self.facc = zeros("d", cfg.heads * D)
+        if self.int_ok:
+            self.ist = zeros("i", 5 * cfg.heads)
+            self.iaccs = [zeros("i", D) for _ in range(cfg.heads)]
+        self.q16 = quant.f16_bits_down(quant.F16_MAX / 127.0)  # i8 scales whose rows fit an f16/i4 cold store
+        self.demoted = self.drops = self.cap_resets = 0
+        lay = (CACHE_DTYPES.index(cold), L, H, D, block, cold_blocks, S, cold_align, self.ring.frow if S else 0)
+        self.store = ColdStore(path, lay, size, self.rec, fresh)
+        st = self.store
+        r = self.ring
+        if st.saved:  # a reopened store: the sinks come back, the sequence resumes after the last block
+            st.load_sinks(memoryview(r.arena)[r.PRE:r.PRE + st.sinks_bytes])
+            for s in range(S):
+                r._occupy(s, s)
+        if st.count or st.k0:
+            r.n_seen = S + (st.k0 + st.count) * block
+
+    @staticmethod
+    def _validate(cfg, block, cold, cold_blocks, at_cap, cold_align):
+        if not isinstance(cfg, CacheConfig):
+            raise TypeError("cfg must be a CacheConfig, got %s" % type(cfg).__name__)
+        for name, x in (("block", block), ("cold_blocks", cold_blocks)):
+            if not isinstance(x, int) or isinstance(x, bool) or x < 1 or x > U16:
+                raise ValueError("%s must be an int in 1..%d, got %r" % (name, U16, x))
+        if cold not in CACHE_DTYPES:
+            raise ValueError("cold dtype must be one of %s, got %r" % (", ".join(CACHE_DTYPES), cold))
+        if at_cap not in POLICIES:
+            raise ValueError("at_cap must be 'drop' or 'reset', got %r" % (at_cap,))
+        if not cfg.window:
+            raise ValueError("a tiered cache needs a hot ring: build its config with window > 0")
+        if cfg.window % block:
+            raise ValueError("window (%d) must be a multiple of block (%d): blocks leave the ring whole"
+                             % (cfg.window, block))
+        if cfg.prefix != cfg.sinks:
+            raise ValueError("sinks stay hot at f32 in a tiered cache: set prefix = sinks (%d), got prefix %d"
+                             % (cfg.sinks, cfg.prefix))
+        if cold == I4 and cfg.head_dim & 1:
+            raise ValueError("head_dim must be even for an i4 cold store, got %d" % cfg.head_dim)
+        for name, x in (("layers", cfg.layers), ("kv_heads", cfg.kv_heads), ("head_dim", cfg.head_dim),
+                        ("sinks", cfg.sinks), ("align", cfg.align)):
+            if x > U16:
+                raise ValueError("%s %d does not fit the cold store's header (<= %d)" % (name, x, U16))
+        if not isinstance(cold_align, int) or isinstance(cold_align, bool) or cold_align < 0 or cold_align > U16:
+            raise ValueError("cold_align must be an int in 0..%d, got %r" % (U16, cold_align))
+
+    @classmethod
+    def from_plan(cls, doc, path, budget=None, fresh=False):
+        """From a `kvedge plan --out` document whose kind is "tiered"."""
+        t = doc.get("tier") or {}
+        if doc.get("kind") != "tiered" or t.get("kind") != "tiered":
+            raise ValueError("plan kind is %r, not 'tiered'" % (doc.get("kind"),))
+        return cls(CacheConfig.from_dict(doc["cache"]), path, t["block"], t["cold_dtype"], t["cold_blocks"],
+                   t["at_cap"], cold_align=t.get("cold_align", 0), budget=budget, fresh=fresh)
+
+    # ---- positions ----
+
+    @property
+    def resume_pos(self):
+        """The next position this cache will give (after a reopen: right after the last committed block)."""
+        return self.ring.n_seen
+
+    def start_token(self):
+        """Reserve the next position; when its ring slot is taken, the ring's oldest block goes to flash first
+        (or, at the cold cap, the oldest cold block is dropped / a reset point is taken). Returns the position."""
+        r = self.ring
+        pos = r.n_seen
+        if pos >= self.S:
+            slot = self.S + (pos - self.S) % self.W
+            if r.slot_pos[slot] >= 0:
+                self._demote(slot)
+        return r.start_token()
+
+    def _demote(self, slot):
+        r = self.ring
+        B = self.B
+        p0 = r.slot_pos[slot]
+        k = (p0 - self.S) // B
+        st = self.store
+        if (p0 - self.S) % B or k != st.k0 + st.count:
+            raise AssertionError("ring slot %d holds position %d, not the start of block %d"
+                                 % (slot, p0, st.k0 + st.count))
+        if st.count == self.C:
+            if self.at_cap == "reset":
+                self.reset()
+                self.cap_resets += 1
+                return
+            st.commit(st.k0 + 1, st.count - 1, st.saved)  # the oldest block is gone for good
+            self.drops += 1
+        try:
+            for layer in range(self.L):
+                self._encode(layer, p0)
+                st.write_record(k, layer)
+        finally:
+            self._stage_ready()
+        sinks = None
+        if self.S and not st.saved:
+            sinks = memoryview(r.arena)[r.PRE:r.PRE + st.sinks_bytes]
+        st.end_block(k, sinks)
+        st.commit(st.k0, st.count + 1, st.saved or sinks is not None)
+        for t in range(B):
+            r.release_slot(slot + t)
+        self.demoted += B
+
+    def _encode(self, layer, p0):
+        """The staging block := tokens p0..p0+B-1 of `layer`, read from the ring and re-quantized (the staging
+        KVCache's own write path: i4 closes its KIVI group on the B-th token)."""
+        r = self.ring
+        st = self.stg
+        st.reset()
+        D = self.D
+        kb = self.kbuf
+        vb = self.vbuf
+        row = self.att.row
+        for t in range(self.B):
+            s = r.slot_of(p0 + t)
+            for h in range(self.H):
+                r.read_slot(layer, h, s, 0, row)
+                for i in range(D):
+                    kb[h * D + i] = row[i]
+                r.read_slot(layer, h, s, 1, row)
+                for i in range(D):
+                    vb[h * D + i] = row[i]
+            st.start_token()
+            st.write(0, kb, vb)
+
+    def _stage_ready(self):
+        st = self.stg
+        if st.n_cached != self.B or st.res_group[0] >= 0:  # an encode did not finish: make it a block again
+            st.reset()
+            for _ in range(self.B):
+                st.start_token()
+
+    def reset(self):
+        """A reset point: forget every token, hot and cold (the empty state is committed to the file)."""
+        self.store.commit(0, 0, False)
+        self.ring.reset()
+
+    # ---- writes ----
+
+    def write(self, layer, k, v):
+        """The current token's K and V for one layer (flat kv_heads*head_dim floats each). Values must also fit the
+        cold dtype (checked now, not when the token leaves the ring)."""
+        r = self.ring
+        if r.cur_slot >= self.S:
+            self.stg._check_rows(k, v)
+        r.write(layer, k, v)
+
+    def write_q8(self, layer, k_codes, k_scales, v_codes, v_scales):
+        """i8 rings: pre-quantized rows (see KVCache.write_q8). Allocates nothing."""
+        if self.cold in (F16, I4) and self.ring.cur_slot >= self.S:
+            for sc in (k_scales, v_scales):
+                for h in range(len(sc)):
+                    if 0 <= sc[h] <= 0xFFFF and (sc[h] & 0x7FFF) > self.q16:
+                        raise ValueError("scale bits %d: 127 * scale exceeds the f16 range of the %s cold store"
+                                         % (sc[h], self.cold))
+        self.ring.write_q8(layer, k_codes, k_scales, v_codes, v_scales)
+
+    def append(self, ks, vs):
+        """A new token with K and V for every layer; every layer is validated before anything moves."""
+        r = self.ring
+        if len(ks) != self.L or len(vs) != self.L:
+            raise ValueError("append needs %d layers of K and V" % self.L)
+        for layer in range(self.L):
+            r._check_rows(ks[layer], vs[layer])
+            if r.n_seen >= self.S:
+                self.stg._check_rows(ks[layer], vs[layer])
+        pos = self.start_token()
+        for layer in range(self.L):
+            r.write(layer, ks[layer], vs[layer])
+        return pos
+
+    # ---- reads ----
+
+    def read(self, layer, head, pos, kv, out):
+        """Dequantized K (kv=0) or V (kv=1) row of position pos, hot or cold, into out[0:head_dim]."""
+        r = self.ring
+        r._check_read(layer, head, kv, out)
+        if pos < 0 or pos >= r.n_seen:
+            raise IndexError("position %d out of range (0..%d)" % (pos, r.n_seen - 1))
+        k = (pos - self.S) // self.B
+        st = self.store
+        if pos >= self.S and st.k0 <= k < st.k0 + st.count:
+            st.load(k, layer)
+            self.stg.read_slot(0, head, (pos - self.S) % self.B, kv, out)
+            return
+        r.read(layer, head, pos, kv, out)
+
+    def positions(self, out):
+        """The live positions in increasing order (sinks, cold blocks, ring) into out; returns their count."""
+        r = self.ring
+        hot = zeros("i", r.N)
+        nh = r.positions(hot)
+        n = 0
+        j = 0
+        while j < nh and hot[j] < self.S:
+            out[n] = hot[j]
+            n += 1
+            j += 1
+        p = self.S + self.store.k0 * self.B
+        for i in range(self.store.count * self.B):
+            out[n] = p + i
+            n += 1
+        while j < nh:
+            out[n] = hot[j]
+            n += 1
+            j += 1
+        return n
+
+    # ---- attention ----
+
+    def step(self, layer, q, out):
+        """Float attention of one layer over sinks, cold blocks and ring: out as Attention.step."""
+        att = self.att
+        r = self.ring
+        st = self.stg
+        att._check(layer, q, out, self.heads * self.D)
+        D = self.D
+        B = self.B
+        fst = self.fst
+        facc = self.facc
+        for h in range(self.heads):
+            att.begin(fst, 2 * h, facc, h * D)
+        cs = self.store
+        for i in range(cs.count):
+            cs.load(cs.k0 + i, layer)
+            for h in range(self.heads):
+                att.fold_rows(st, 0, h // self.group, q, h * D, st.slot_pos, -1, B, fst, 2 * h, facc, h * D)
+        for h in range(self.heads):
+            att.fold_rows(r, layer, h // self.group, q, h * D, r.slot_pos, -1, r.N, fst, 2 * h, facc, h * D)
+            att.finish(layer, fst, 2 * h, facc, h * D, out, h * D)
+
+    def step_q8(self, layer, qc, qs, out_q, out_exp):
+        """Integer attention (i8/i4 ring, i8/i4 cold): out_q * 2**out_exp as Attention.step_q8. Each cold block
+        is read once per layer and folded into every head; allocates nothing; ints stay within +-2**30."""
+        if not self.int_ok:
+            raise ValueError("the integer path needs an i8 or i4 ring and an i8 or i4 cold store")
+        att = self.att
+        r = self.ring
+        st = self.stg
+        r._check_layer(layer)
+        att._check_q8(qc, qs, out_q, out_exp)
+        ist = self.ist
+        accs = self.iaccs
+        D = self.D
+        own = att.iacc
+        try:
+            for h in range(self.heads):
+                att.q8_begin()
+                att.q8_save(ist, 5 * h)
+                a = accs[h]
+                for i in range(D):
+                    a[i] = 0
+            cs = self.store
+            for i in range(cs.count):
+                cs.load(cs.k0 + i, layer)
+                for h in range(self.heads):
+                    att.q8_head(h, qs)
+                    att.q8_load(ist, 5 * h)
+                    att.iacc = accs[h]
+                    att.q8_rows(st, 0, h // self.group, qc, st.slot_pos, -1, self.B)
+                    att.q8_save(ist, 5 * h)
+            for h in range(self.heads):
+                att.q8_head(h, qs)
+                att.q8_load(ist, 5 * h)
+                att.iacc = accs[h]
+                att.q8_rows(r, layer, h // self.group, qc, r.slot_pos, -1, r.N)
+                if att.lsum <= 0:
+                    raise ValueError("no cached tokens to attend to in layer %d" % layer)
+                att.q8_finish(h, out_q, out_exp)
+        finally:
+            att.iacc = own
+
+    # ---- stats ----
+
+    def ram_bytes(self):
+        """RAM the tiered cache holds: ring + staging arenas + its tables (== budget.tiered_bytes()['ram'])."""
+        n = len(self.ring.arena) + len(self.stg.arena) + 4 * (len(self.kbuf) + len(self.vbuf))
+        n += 8 * (len(self.fst) + len(self.facc))
+        if self.int_ok:
+            n += 4 * (len(self.ist) + self.heads * self.D)
+        return n
+
+    def stats(self):
+        r = self.ring
+        st = self.store
+        d = r.stats()
+        d["total_bytes"] = self.size["ram"]
+        d["tokens_cached"] = r.n_cached + st.count * self.B
+        d["evictions"] = r.evictions + self.drops * self.B
+        d["hot_tokens"] = r.n_cached
+        d["cold_tokens"] = st.count * self.B
+        d["cold_cap_tokens"] = self.C * self.B
+        d["flash_bytes"] = st.used()
+        d["flash_capacity"] = self.size["flash"]
+        d["flash_reads"] = st.reads
+        d["flash_writes"] = st.writes
+        d["demoted"] = self.demoted
+        d["cold_drops"] = self.drops
+        d["cold_resets"] = self.cap_resets
+        return d
+
+    def stats_json(self):
+        """The ring's stats line (totals for the whole cache) with the tiers' keys appended, fixed order."""
+        r = self.ring
+        st = self.store
+        return ('{"total_bytes":%d,"used_bytes":%d,"peak_bytes":%d,"padding_bytes":%d,"tokens_seen":%d,'
+                '"tokens_cached":%d,"evictions":%d,"alloc_failures":%d,"hot_tokens":%d,"cold_tokens":%d,'
+                '"cold_cap_tokens":%d,"flash_bytes":%d,"flash_capacity":%d,"flash_reads":%d,"flash_writes":%d,'
+                '"demoted":%d,"cold_drops":%d,"cold_resets":%d}' % (
+                    self.size["ram"], r.used_bytes, r.peak_bytes, r.padding_bytes, r.n_seen,
+                    r.n_cached + st.count * self.B, r.evictions + self.drops * self.B, r.alloc_failures,
+                    r.n_cached, st.count * self.B, self.C * self.B, st.used(), self.size["flash"],
+                    st.reads, st.writes, self.demoted, self.drops, self.cap_resets))
+
+    def close(self):
+        self.store.close()
