@@ -1,10 +1,16 @@
-"""The board profiles in boards/: usable heap, fast and slow memory, flash, and where each figure comes from."""
+"""The board profiles in boards/: usable heap, fast and slow memory, flash, and where each figure comes from.
+
+`kvedge boards` lists them; `kvedge boards NAME` (or `--sources`) shows every figure with its sources: the
+datasheet, documentation page or source file (URL and section), or the command that measured it, and which
+figures are estimates."""
 import json
 
 from . import boards
 
 
 def add_arguments(p):
+    p.add_argument("names", nargs="*", metavar="NAME", help="show these profiles with the source of every figure")
+    p.add_argument("--sources", action="store_true", help="show the source of every figure of every profile")
     p.add_argument("--json", action="store_true", help="print the profiles as a JSON list")
 
 
@@ -12,29 +18,83 @@ def _kib(n):
     return "-" if n is None else "{:,} KiB".format(n // 1024) if n % 1024 == 0 else "{:,} B".format(n)
 
 
-def run(a):
-    profs = [boards.load(n) for n in boards.names()]
-    if a.json:
-        print(json.dumps(profs, indent=2))
-        return 0
-    from rich.console import Console
+def _value(v):
+    if v is None:
+        return "none"
+    if isinstance(v, int) and not isinstance(v, bool):
+        return format(v, ",")
+    return str(v)
+
+
+def _table(profs):
     from rich.table import Table
     t = Table(title="kvedge board profiles (boards/*.json)")
-    for col in ("board", "heap", "fast memory", "slow memory", "flash", "-march"):
+    for col in ("board", "runtime", "heap", "fast memory", "slow memory", "flash", "-march"):
         t.add_column(col, justify="right" if col in ("heap", "flash") else "left")
     for p in profs:
         fast = p.get("fast_memory") or {}
         slow = p.get("slow_memory") or {}
-        t.add_row(p.get("name", "?"), _kib(p["heap_bytes"]),
+        heap = _kib(p["heap_bytes"]) + (" (est.)" if boards.is_estimate(p, "heap_bytes") else "")
+        t.add_row(p.get("name", "?"), p.get("runtime", "micropython"), heap,
                   "%s %s" % (_kib(fast.get("bytes")), fast.get("kind", "")) if fast else "-",
                   "%s %s" % (_kib(slow.get("bytes")), slow.get("kind", "")) if slow else "-",
                   _kib(p.get("flash_bytes")), p["mpy_march"])
+    return t
+
+
+def _summary(c, p):
+    c.print("[bold]%s[/bold]: %s" % (p.get("name", "?"), p.get("title", "")), highlight=False)
+    for n in p.get("notes", []):
+        c.print("  note: " + n, highlight=False, markup=False)
+    figs = boards.figures(p)
+    est = [f for f, _ in figs if boards.is_estimate(p, f)]
+    missing = boards.uncited(p)
+    line = "  sources: %d figures cited from %d sources" % (len(figs) - len(missing), len(p.get("sources", [])))
+    if est:
+        line += "; estimates: " + ", ".join(est)
+    if missing:
+        line += "; NO SOURCE: " + ", ".join(missing)
+    c.print(line + "  (kvedge boards %s)" % p.get("name", "?"), highlight=False, markup=False)
+
+
+def _sources(c, p):
+    c.print("[bold]%s[/bold]: %s" % (p.get("name", "?"), p.get("title", "")), highlight=False)
+    if p.get("base"):
+        c.print("  a variant of %s: figures it does not restate, and their sources, are %s's" % (p["base"], p["base"]),
+                highlight=False, markup=False)
+    by_figure = {}
+    for s in p.get("sources", []):
+        by_figure.setdefault(s["figure"], []).append(s)
+    order = [f for f, _ in boards.figures(p)] + [f for f in by_figure if f not in dict(boards.figures(p))]
+    for fig in order:
+        value = boards.resolve(p, fig)
+        tag = "estimate" if boards.is_estimate(p, fig) else "sourced"
+        if fig not in by_figure:
+            tag = "NO SOURCE"
+        c.print("  %s = %s  [%s]" % (fig, _value(value), tag), highlight=False, markup=False)
+        for s in by_figure.get(fig, []):
+            head = "    - %s%s" % (s["source"], " (estimate)" if s["estimate"] else "")
+            c.print(head, highlight=False, markup=False)
+            for key in ("where", "url", "command", "firmware", "note"):
+                if s.get(key):
+                    c.print("      %s: %s" % (key, s[key]), highlight=False, markup=False, soft_wrap=True)
+
+
+def run(a):
+    names = a.names or boards.names()
+    profs = [boards.load(n) for n in names]
+    if a.json:
+        print(json.dumps(profs, indent=2))
+        return 0
+    from rich.console import Console
     c = Console()
-    c.print(t)
+    if a.names or a.sources:
+        for p in profs:
+            _sources(c, p)
+        return 0
+    c.print(_table(profs))
     for p in profs:
-        c.print("[bold]%s[/bold]: %s" % (p.get("name", "?"), p.get("title", "")), highlight=False)
-        for n in p.get("notes", []):
-            c.print("  note: " + n, highlight=False, markup=False)
-        for s in p.get("sources", []):
-            c.print("  source: " + s, highlight=False, markup=False)
+        _summary(c, p)
+    c.print("Measure a board's own figures: mpremote connect PORT run tools/board_probe.py", highlight=False,
+            markup=False)
     return 0

@@ -143,7 +143,7 @@ def test_boards_lists_profiles_with_sources(capsys):
     assert all(p["sources"] for p in profs)
     assert cli.main(["boards"]) == 0
     out = capsys.readouterr().out
-    assert "rp2040" in out and "source:" in out
+    assert "rp2040" in out and "sources:" in out
 
 
 # ---- bad input: one line, exit 2 ----
