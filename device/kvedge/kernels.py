@@ -38,11 +38,12 @@ def available():
 
 
 def select(kind="auto"):
-    """Choose the kernels; "auto" takes the best available. Returns the kernel module."""
+    """Choose the kernels; "auto" takes the best allowed kind that loads, importing no other (each kind's code
+    costs heap on a board: the viper module alone ~24 KB on Thumb). Returns the kernel module."""
     global _current, _kind
-    kinds = available() if kind == "auto" else [kind]
+    kinds = (_env_allowed() or ALLOWED) if kind == "auto" else [kind]
     for k in kinds:
-        mod = _load(k)
+        mod = _load(k) if k in _MODULES else None
         if mod is not None:
             _current, _kind = mod, k
             return mod
