@@ -125,6 +125,24 @@ def test_layouts_match_budget_formulas():
     assert lay["size"] - 36 - budget.weights_bytes(p, "i8") < 4 * (1 + 7 * 5)
 
 
+def test_weight_buffers_are_allocated_once_at_their_size():
+    # a same-size temporary doubles the peak and leaves a hole per matrix: weights resident in RAM then do not
+    # fit a heap they fit. With collection off, the heap grows by the buffer and a small header, not twice.
+    need("mem_alloc")
+    import gc
+    for tc, n, size in (("b", 11008, 1), ("f", 2000, 4), ("H", 3000, 2)):
+        gc.collect()
+        gc.disable()
+        try:
+            a0 = gc.mem_alloc()
+            a = checkpoint.alloc(tc, n)
+            grown = gc.mem_alloc() - a0
+        finally:
+            gc.enable()
+        assert len(a) == n
+        assert n * size <= grown < n * size + 256, (tc, n, grown)
+
+
 def _mv_cases():
     rng = Rng(3)
     rows, cols = 5, 37

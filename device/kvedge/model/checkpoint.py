@@ -137,11 +137,15 @@ def i8_layout(cfg):
 
 
 def alloc(typecode, n):
-    """An array of n items with undefined contents (to be filled by readinto), allocated once: no temporary
-    of the same size on MicroPython (array(tc, range(n)) sizes itself from len(range))."""
-    if typecode in ("f", "i", "I", "d"):
+    """An array of n items with undefined contents (to be filled by readinto), allocated once at its final
+    size: array(tc, range(n)) sizes itself from len(range), with no temporary. Narrow typecodes: MicroPython
+    stores out-of-range values truncated (the contents are undefined anyway); where that raises (CPython,
+    CircuitPython) a zeroed buffer is copied in instead. A same-size temporary would double the peak and leave
+    a hole per matrix: weights resident in RAM then did not fit a heap they fit."""
+    try:
         return array(typecode, range(n))
-    return array(typecode, bytearray(n * (2 if typecode in ("h", "H") else 1)))
+    except OverflowError:
+        return array(typecode, bytearray(n * (2 if typecode in ("h", "H") else 1)))
 
 
 def zeros(typecode, n):
