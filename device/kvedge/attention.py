@@ -252,15 +252,16 @@ class Attention:
 
     # ---- integer path ----
     # Slots are visited in three passes (the online softmax does not care about order): 0 = f32 prefix rows,
-    # 1 = i4's f32 residual rows, 2 = rows in the cache dtype. Passes 0 and 1, and i4 rows, are converted
-    # tile by tile to int8 codes with a power-of-two scale (kernels att_conv_*) so the path stays integer.
+    # 1 = KIVI's f32 residual rows (see cache.py), 2 = rows in the cache dtype. Passes 0 and 1, and i4 rows, are
+    # converted tile by tile to int8 codes with a power-of-two scale (kernels att_conv_*) so the path stays integer.
 
     def _kind(self, c, s):
         if s < c.P:
             return 0
-        b = s - c.P
-        if c.kivi and c.res_group[self.layer] == b // c.G and b % c.G < c.res_fill[self.layer]:
-            return 1
+        if c.kivi:
+            t = c.slot_pos[s] - c.P  # its place in the quantized region: f32 while in the residual
+            if t >= c.res_lo[self.layer] and t < c.res_hi[self.layer]:
+                return 1
         return 2
 
     def _fill_kind(self, c, slots, nslots, n, kind):
@@ -320,8 +321,8 @@ class Attention:
                 r = ts[t]
                 base = c.PRE
             else:
-                n = c.G
-                r = (ts[t] - P) % c.G
+                n = c.R
+                r = (c.slot_pos[ts[t]] - P) % n
                 base = c.RES
             tile[T_HDR + 6 * T + t] = ts[t]
             tile[T_HDR + t] = base + (((layer * 2) * H + kvh) * n + r) * frow

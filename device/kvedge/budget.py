@@ -9,8 +9,10 @@
 #   padded   a row rounded up to the alignment (trap 7: cache line / DMA burst); align 0 or 1 = no padding.
 #   meta     scales and zero points of quantized rows, stored as IEEE half (2 bytes each) so that integer
 #            code can decode them with shifts and never needs a float.
-#   group    i4 keys are quantized per channel over groups of `group` tokens (KIVI); the newest tokens wait
-#            at full precision (f32) in the residual until their group is complete.
+#   group    i4/i2 keys are quantized per channel over groups of `group` tokens (KIVI).
+#   residual KIVI's sliding residual of R tokens (a multiple of group): the newest R..R+G-1 tokens stay at
+#            full precision (f32); a whole group is quantized when it leaves. Its ring holds R+G-1 rows per
+#            layer, K|V and KV head (the group that leaves is quantized before the next token is written).
 #   prefix   the first `prefix` tokens of a sequence are kept at full precision (f32) for ever (trap 5).
 
 # Storage types of the device cache.
@@ -18,7 +20,10 @@ F32 = "f32"
 F16 = "f16"
 I8 = "i8"
 I4 = "i4"
+I2 = "i2"
 CACHE_DTYPES = (F32, F16, I8, I4)
+LOWBIT = (I4, I2)  # asymmetric codes packed several to a byte, with f16 scale and zero (KIVI)
+CODE_BITS = {I4: 4, I2: 2}
 # llama.cpp block types, for comparing plans with llama.cpp's logs (formulas only, no device storage).
 Q8_0 = "q8_0"
 Q4_0 = "q4_0"
@@ -92,6 +97,10 @@ def row_bytes(head_dim, dtype):
         if head_dim & 1:
             raise ValueError("head_dim must be even for i4 (two values per byte), got %d" % head_dim)
         return head_dim >> 1
+    if dtype == I2:
+        if head_dim & 3:
+            raise ValueError("head_dim must be a multiple of 4 for i2 (four values per byte), got %d" % head_dim)
+        return head_dim >> 2
     if dtype in _BLOCK_BYTES:
         if head_dim % QK:
             raise ValueError("head_dim must be a multiple of %d for %s, got %d" % (QK, dtype, head_dim))
@@ -110,8 +119,8 @@ def kv_bytes_per_token(layers, kv_heads, head_dim, dtype=F16, align=64):
     row = padded_row_bytes(head_dim, dtype, align)
     if dtype == I8:
         row += META_BYTES
-    elif dtype == I4:
-        raise ValueError("i4 has per-group key scales; use kv_bytes() for exact sizes")
+    elif dtype in LOWBIT:
+        raise ValueError("%s has per-group key scales; use kv_bytes() for exact sizes" % dtype)
     return 2 * layers * kv_heads * row
 
 
@@ -119,10 +128,11 @@ def kv_bytes(layers, kv_heads, head_dim, tokens, dtype=F16, align=64, group=QK, 
              detail=False):
     """Exact bytes of a KV cache holding `tokens` token slots per layer.
 
-    `prefix` of those slots are f32 (full-precision prefix). For i4, `residual` (default: group) > 0 selects
-    the KIVI design: per-channel key scales per group of `group` slots (the slots after the prefix must be a
-    whole number of groups) and a full-precision residual of `residual` rows; residual 0 quantizes keys per
-    token like values. With detail=True returns a dict: data, meta, prefix, residual, padding, k, v, total.
+    `prefix` of those slots are f32 (full-precision prefix). For i4 and i2, `residual` R (default: group G;
+    a multiple of G) > 0 selects the KIVI design: per-channel key scales per group of G slots (the slots after
+    the prefix must be a whole number of groups) and a sliding f32 residual ring of R + G - 1 rows; residual 0
+    quantizes keys per token like values. With detail=True returns a dict: data, meta, prefix, residual,
+    padding, k, v, total.
     """
     slots = tokens - prefix
     pairs = layers * kv_heads  # (layer, kv head) pairs; K and V each have one row per pair and slot
@@ -135,13 +145,13 @@ def kv_bytes(layers, kv_heads, head_dim, tokens, dtype=F16, align=64, group=QK, 
     res_rows = 0
     if dtype == I8:
         k_meta = v_meta = pairs * slots * META_BYTES
-    elif dtype == I4:
+    elif dtype in LOWBIT:
         if residual is None:
             residual = group
         v_meta = pairs * slots * 2 * META_BYTES
         if residual:
             k_meta = pairs * ((slots + group - 1) // group) * head_dim * 2 * META_BYTES
-            res_rows = residual
+            res_rows = residual_rows(group, residual)
         else:
             k_meta = v_meta
     pre = 2 * pairs * prefix * pfrow
@@ -155,6 +165,11 @@ def kv_bytes(layers, kv_heads, head_dim, tokens, dtype=F16, align=64, group=QK, 
         "data": data, "meta": k_meta + v_meta, "prefix": pre, "residual": res, "padding": padding,
         "k": half + k_meta, "v": half + v_meta, "total": total,
     }
+
+
+def residual_rows(group, residual):
+    """f32 rows of KIVI's sliding residual per layer, K|V and KV head: R + G - 1 (0 without a residual)."""
+    return residual + group - 1 if residual else 0
 
 
 def cache_slots(max_tokens, window=0, sinks=0):
@@ -176,7 +191,7 @@ def max_tokens_for_budget(budget, layers, kv_heads, head_dim, dtype=F16, align=6
     answer is rounded down to whole groups after the prefix."""
     def need(t):
         return kv_bytes(layers, kv_heads, head_dim, t, dtype, align, group, residual, prefix)
-    step = group if (dtype == I4 and (residual is None or residual)) else 1
+    step = group if (dtype in LOWBIT and (residual is None or residual)) else 1
     lo, hi = 0, (limit - prefix) // step  # counts of steps after the prefix
     if need(prefix) > budget:
         return 0
@@ -297,7 +312,7 @@ def max_context_for_budget(budget, windows, kv_heads, head_dim, dtype=F16, align
     after the prefix."""
     def need(t):
         return kv_bytes_layers(windows, kv_heads, head_dim, t, dtype, align, batch, group, residual, prefix)
-    step = group if (dtype == I4 and (residual is None or residual)) else 1
+    step = group if (dtype in LOWBIT and (residual is None or residual)) else 1
     if limit < prefix or need(prefix) > budget:
         return 0
     lo, hi = 0, (limit - prefix) // step
@@ -312,7 +327,7 @@ def max_context_for_budget(budget, windows, kv_heads, head_dim, dtype=F16, align
 
 def kv_bytes_growth(layers, kv_heads, head_dim, tokens, dtype=F16, align=64, group=QK, residual=None):
     """Exact bytes that `tokens` more cached tokens add to a growing cache of `layers` layers, past the fixed
-    parts (i4's full-precision residual). For i4 pass a multiple of `group`: key scales come per group."""
+    parts (KIVI's full-precision residual). For i4/i2 pass a multiple of `group`: key scales come per group."""
     return (kv_bytes(layers, kv_heads, head_dim, 2 * tokens, dtype, align, group, residual)
             - kv_bytes(layers, kv_heads, head_dim, tokens, dtype, align, group, residual))
 

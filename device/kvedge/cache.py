@@ -3,7 +3,7 @@
 # Arena layout (all sizes from kvedge.budget, so len(arena) == cfg.nbytes() exactly):
 #
 #   PREFIX    f32 rows of the first P positions      [layer][K|V][kv_head][p < P]       padded to align
-#   RESIDUAL  f32 rows of i4's open group (KIVI)     [layer][K|V][kv_head][r < G]       padded to align
+#   RESIDUAL  f32 ring of KIVI's sliding residual    [layer][K|V][kv_head][r < R+G-1]   padded to align
 #   DATA      rows in the cache dtype                [layer][K|V][kv_head][b < B]       padded to align
 #   META      i8:  f16 scale per row                 [layer][K|V][kv_head][b]           2 bytes
 #             i4:  K: f16 scale+zero per channel     [layer][kv_head][group][channel]   4 bytes
@@ -15,10 +15,17 @@
 # positions take slot S + (p - S) % W, overwriting (evicting) the token W positions older. slot_pos[slot] is
 # the logical position a slot holds (-1: empty); it is the truth the attention loop iterates over.
 # An eviction policy (kvedge.evict) may replace the placement; it evicts with evict_slot().
+#
+# KIVI (i4 with residual R > 0): the token at position p >= P is the s-th quantized-region token, s = p - P.
+# Per layer, tokens res_lo <= s < res_hi are f32, in RESIDUAL row s % (R+G-1); res_lo is a multiple of G.
+# Writing s when s - res_lo reaches R+G-1 first quantizes group [res_lo, res_lo+G) into its DATA slots (keys
+# per channel over the group, values per token), so R..R+G-1 of the newest tokens stay exact. Groups line up
+# with DATA slots because G divides the ring W and the sinks after the prefix; W >= R+G keeps a group's
+# tokens cached until it is quantized.
 import struct
 
 from .compat import zeros
-from .budget import FULL, I4, I8, F16, F32, align_up, row_bytes
+from .budget import CODE_BITS, FULL, LOWBIT, I8, F16, F32, align_up, residual_rows, row_bytes
 from .errors import BudgetError, CacheFullError
 from . import quant
 
@@ -39,8 +46,10 @@ class KVCache:
         G = cfg.group
         self.L, self.H, self.D, self.P, self.N, self.B, self.G = L, H, D, P, N, B, G
         self.S, self.W = cfg.sinks, cfg.window
-        self.kivi = cfg.dtype == I4 and cfg.residual > 0
-        self.R = G if self.kivi else 0
+        self.lowbit = cfg.dtype in LOWBIT
+        self.bits = CODE_BITS.get(cfg.dtype, 0)  # bits per code of i4 / i2 rows
+        self.kivi = self.lowbit and cfg.residual > 0
+        self.R = residual_rows(G, cfg.residual) if self.kivi else 0  # rows of the f32 residual ring
         self.NG = B // G if self.kivi else 0
         self.row = row_bytes(D, cfg.dtype)
         self.prow = align_up(self.row, cfg.align)
@@ -53,7 +62,7 @@ class KVCache:
         if cfg.dtype == I8:
             self.VMETA = self.META
             end = self.META + 2 * L * H * B * 2
-        elif cfg.dtype == I4:
+        elif self.lowbit:
             kmeta = L * H * (self.NG * D if self.kivi else B) * 4
             self.VMETA = self.META + kmeta
             end = self.VMETA + L * H * B * 4
@@ -63,8 +72,8 @@ class KVCache:
             raise AssertionError("layout %d != formula %d" % (end, need))
         self.arena = bytearray(need)
         self.slot_pos = zeros("i", N)  # reset() fills it with -1
-        self.res_group = zeros("i", L)  # i4: group whose rows wait in the residual, per layer
-        self.res_fill = zeros("i", L)  # i4: rows of that group written so far, per layer
+        self.res_lo = zeros("i", L)  # KIVI: first f32 residual token (s = pos - P), per layer
+        self.res_hi = zeros("i", L)  # KIVI: one past the newest token written, per layer
         self.group_live = zeros("H", self.NG)  # i4 KIVI: live tokens per group (for used_bytes)
         self._f32 = "<%df" % D
         self._scratch = zeros("f", D)  # one row, for quantizing
@@ -74,7 +83,7 @@ class KVCache:
         row_meta = 0
         if cfg.dtype == I8:
             row_meta = 2 * 2
-        elif cfg.dtype == I4:
+        elif self.lowbit:
             row_meta = 4 if self.kivi else 8
         self.main_slot_bytes = L * H * (2 * self.prow + row_meta)
         self.group_bytes = L * H * D * 4 if self.kivi else 0
@@ -93,8 +102,8 @@ class KVCache:
         for i in range(self.N):
             sp[i] = -1
         for i in range(self.L):
-            self.res_group[i] = -1
-            self.res_fill[i] = 0
+            self.res_lo[i] = 0
+            self.res_hi[i] = 0
         for i in range(self.NG):
             self.group_live[i] = 0
         self.n_seen = 0
@@ -272,7 +281,7 @@ class KVCache:
                     raise TypeError("%s[%d] is not a number: %r" % (name, i, e))
                 if not finite:
                     raise ValueError("%s[%d] is not finite: %r" % (name, i, e))
-                if (dt == F16 or dt == I4) and (e > quant.F16_MAX or e < -quant.F16_MAX):
+                if (dt == F16 or self.lowbit) and (e > quant.F16_MAX or e < -quant.F16_MAX):
                     raise ValueError("%s[%d] = %r is outside the f16 range" % (name, i, e))
             if dt == I8:
                 for h in range(self.H):
@@ -297,7 +306,7 @@ class KVCache:
             return
         b = slot - self.P
         if self.kivi:
-            self._write_residual(layer, b, k, v)
+            self._write_residual(layer, self.slot_pos[slot] - self.P, k, v)
             return
         for h in range(self.H):
             for kv, x in ((K, k), (V, v)):
@@ -313,7 +322,7 @@ class KVCache:
                         moff = self.META + ((layer * self.H + h) * self.B + b) * 4
                     else:
                         moff = self.VMETA + ((layer * self.H + h) * self.B + b) * 4
-                    self._put_i4_row(off, moff, x, h * self.D)
+                    self._put_low_row(off, moff, x, h * self.D)
 
     def write_q8(self, layer, k_codes, k_scales, v_codes, v_scales):
         """i8 caches: store pre-quantized rows (int8 codes, f16 scale bits per KV head). Allocates nothing."""
@@ -399,7 +408,8 @@ class KVCache:
         a[moff] = sb & 0xFF
         a[moff + 1] = sb >> 8
 
-    def _put_i4_row(self, off, moff, x, src):
+    def _put_low_row(self, off, moff, x, src):
+        """One row as asymmetric i4/i2 codes (scale and zero of the row), packed low bits first."""
         D = self.D
         mn = mx = x[src]
         for i in range(1, D):
@@ -408,16 +418,22 @@ class KVCache:
                 mn = e
             if e > mx:
                 mx = e
-        sb, zb = quant.i4_params(mn, mx)
+        bits = self.bits
+        top = (1 << bits) - 1
+        sb, zb = quant.asym_params(mn, mx, top)
         self._put_meta4(moff, sb, zb)
         s = quant.f16_value(sb)
         z = quant.f16_value(zb)
         inv = 1.0 / s if s else 0.0
         a = self.arena
-        for j in range(D >> 1):
-            lo = quant.i4_code(x[src + 2 * j], z, inv)
-            hi = quant.i4_code(x[src + 2 * j + 1], z, inv)
-            a[off + j] = lo | (hi << 4)
+        per = 8 // bits
+        i = 0
+        for j in range(D // per):
+            byte = 0
+            for t in range(per):
+                byte |= quant.asym_code(x[src + i], z, inv, top) << (bits * t)
+                i += 1
+            a[off + j] = byte
 
     def _put_meta4(self, moff, sb, zb):
         a = self.arena
@@ -426,56 +442,58 @@ class KVCache:
         a[moff + 2] = zb & 0xFF
         a[moff + 3] = zb >> 8
 
-    def _write_residual(self, layer, b, k, v):
-        G = self.G
-        r = b % G
-        if r == 0 or self.res_group[layer] != b // G:
-            self.res_group[layer] = b // G
+    def _write_residual(self, layer, s, k, v):
+        """KIVI: token s (= pos - P) into the f32 ring; first quantize the group that leaves the residual."""
+        R = self.R
+        if s >= self.res_hi[layer]:
+            while s - self.res_lo[layer] >= R:
+                self._close_group(layer, self.res_lo[layer])
+                self.res_lo[layer] += self.G
+            self.res_hi[layer] = s + 1
+        r = s % R
         for h in range(self.H):
-            self._put_f32(self.RES + self._rowidx(layer, K, h, G, r) * self.frow, k, h * self.D)
-            self._put_f32(self.RES + self._rowidx(layer, V, h, G, r) * self.frow, v, h * self.D)
-        self.res_fill[layer] = r + 1
-        if r == G - 1:
-            self._close_group(layer, b // G)
+            self._put_f32(self.RES + self._rowidx(layer, K, h, R, r) * self.frow, k, h * self.D)
+            self._put_f32(self.RES + self._rowidx(layer, V, h, R, r) * self.frow, v, h * self.D)
 
-    def _close_group(self, layer, g):
-        """Quantize a complete group from the residual: keys per channel, values per token (KIVI)."""
-        G, D = self.G, self.D
+    def _close_group(self, layer, lo):
+        """Quantize residual tokens lo..lo+G-1 into their DATA slots: keys per channel, values per token."""
+        G, D, R = self.G, self.D, self.R
+        b0 = self._natural_slot(self.P + lo) - self.P  # the group's first DATA row (groups tile the slots)
         rowf = self._scratch
+        a = self.arena
+        top = (1 << self.bits) - 1
+        per = 8 // self.bits
         for h in range(self.H):
             # values: each row on its own
             for r in range(G):
-                self._get_f32(self.RES + self._rowidx(layer, V, h, G, r) * self.frow, rowf)
-                b = g * G + r
-                self._put_i4_row(self.DATA + self._rowidx(layer, V, h, self.B, b) * self.prow,
-                                 self.VMETA + ((layer * self.H + h) * self.B + b) * 4, rowf, 0)
+                self._get_f32(self.RES + self._rowidx(layer, V, h, R, (lo + r) % R) * self.frow, rowf)
+                b = b0 + r
+                self._put_low_row(self.DATA + self._rowidx(layer, V, h, self.B, b) * self.prow,
+                                  self.VMETA + ((layer * self.H + h) * self.B + b) * 4, rowf, 0)
             # keys: one scale and zero per channel over the group's G tokens
-            kres = self.RES + self._rowidx(layer, K, h, G, 0) * self.frow
-            kdata = self.DATA + self._rowidx(layer, K, h, self.B, g * G) * self.prow
-            kmeta = self.META + ((layer * self.H + h) * self.NG + g) * D * 4
-            a = self.arena
+            kres = self.RES + self._rowidx(layer, K, h, R, 0) * self.frow
+            kdata = self.DATA + self._rowidx(layer, K, h, self.B, b0) * self.prow
+            kmeta = self.META + ((layer * self.H + h) * self.NG + b0 // G) * D * 4
             for c in range(D):
-                mn = mx = struct.unpack_from("<f", a, kres + 4 * c)[0]
+                mn = mx = struct.unpack_from("<f", a, kres + (lo % R) * self.frow + 4 * c)[0]
                 for r in range(1, G):
-                    e = struct.unpack_from("<f", a, kres + r * self.frow + 4 * c)[0]
+                    e = struct.unpack_from("<f", a, kres + ((lo + r) % R) * self.frow + 4 * c)[0]
                     if e < mn:
                         mn = e
                     if e > mx:
                         mx = e
-                sb, zb = quant.i4_params(mn, mx)
+                sb, zb = quant.asym_params(mn, mx, top)
                 self._put_meta4(kmeta + 4 * c, sb, zb)
                 s = quant.f16_value(sb)
                 z = quant.f16_value(zb)
                 inv = 1.0 / s if s else 0.0
-                shift = 4 * (c & 1)
-                keep = 0xF0 if shift == 0 else 0x0F
+                shift = self.bits * (c % per)
+                keep = 0xFF ^ (top << shift)
                 for r in range(G):
-                    e = struct.unpack_from("<f", a, kres + r * self.frow + 4 * c)[0]
-                    q = quant.i4_code(e, z, inv)
-                    o = kdata + r * self.prow + (c >> 1)
+                    e = struct.unpack_from("<f", a, kres + ((lo + r) % R) * self.frow + 4 * c)[0]
+                    q = quant.asym_code(e, z, inv, top)
+                    o = kdata + r * self.prow + c // per
                     a[o] = (a[o] & keep) | (q << shift)
-        self.res_group[layer] = -1
-        self.res_fill[layer] = 0
 
     # ---- reads ----
 
@@ -503,10 +521,11 @@ class KVCache:
             self._get_f32(self.PRE + self._rowidx(layer, kv, head, self.P, slot) * self.frow, out)
             return
         b = slot - self.P
-        G = self.G
-        if self.kivi and self.res_group[layer] == b // G and b % G < self.res_fill[layer]:
-            self._get_f32(self.RES + self._rowidx(layer, kv, head, G, b % G) * self.frow, out)
-            return
+        if self.kivi:
+            s = self.slot_pos[slot] - self.P
+            if self.res_lo[layer] <= s < self.res_hi[layer]:
+                self._get_f32(self.RES + self._rowidx(layer, kv, head, self.R, s % self.R) * self.frow, out)
+                return
         off = self.DATA + self._rowidx(layer, kv, head, self.B, b) * self.prow
         dt = self.cfg.dtype
         a = self.arena
@@ -522,24 +541,26 @@ class KVCache:
             for i in range(D):
                 c = a[off + i]
                 out[i] = (c - 256 if c > 127 else c) * s
-        elif kv == V or not self.kivi:
+        else:  # i4 / i2: zero + code * scale; KIVI keys have a scale and zero per channel of the slot's group
+            bits = self.bits
+            per = 8 // bits
+            top = (1 << bits) - 1
+            step = 0
             if kv == V:
                 m = self.VMETA + ((layer * self.H + head) * self.B + b) * 4
+            elif self.kivi:
+                m = self.META + ((layer * self.H + head) * self.NG + b // self.G) * D * 4
+                step = 4
             else:
                 m = self.META + ((layer * self.H + head) * self.B + b) * 4
-            s = quant.f16_value(a[m] | (a[m + 1] << 8))
+            sc = quant.f16_value(a[m] | (a[m + 1] << 8))
             z = quant.f16_value(a[m + 2] | (a[m + 3] << 8))
             for i in range(D):
-                q = (a[off + (i >> 1)] >> (4 * (i & 1))) & 15
-                out[i] = z + q * s
-        else:  # KIVI keys: per-channel scale and zero of the slot's group
-            m = self.META + ((layer * self.H + head) * self.NG + b // G) * D * 4
-            for i in range(D):
-                mi = m + 4 * i
-                s = quant.f16_value(a[mi] | (a[mi + 1] << 8))
-                z = quant.f16_value(a[mi + 2] | (a[mi + 3] << 8))
-                q = (a[off + (i >> 1)] >> (4 * (i & 1))) & 15
-                out[i] = z + q * s
+                if step:
+                    mi = m + step * i
+                    sc = quant.f16_value(a[mi] | (a[mi + 1] << 8))
+                    z = quant.f16_value(a[mi + 2] | (a[mi + 3] << 8))
+                out[i] = z + ((a[off + i // per] >> (bits * (i % per))) & top) * sc
 
     def read_codes(self, layer, head, pos, kv, out):
         """i8 caches: the int8 codes of a row into out (array('b')); returns its f16 scale bits. No allocation."""

@@ -1,5 +1,6 @@
 # A validated KV-cache configuration. Construction either succeeds whole or raises ValueError naming the field.
-from .budget import (F32, I4, CACHE_DTYPES, QK, cache_bytes, cache_slots, check_align, check_dtype, check_int)
+from .budget import (F32, CACHE_DTYPES, LOWBIT, QK, cache_bytes, cache_slots, check_align, check_dtype, check_int,
+                     row_bytes)
 
 _FIELDS = ("layers", "heads", "kv_heads", "head_dim", "max_tokens", "dtype", "window", "sinks", "align",
            "group", "residual", "prefix")
@@ -15,8 +16,9 @@ class CacheConfig:
     sinks        with a window: the first S tokens are kept for ever (StreamingLLM)
     align        each row is padded to a multiple of this many bytes (0 or 1 = no padding)
     group        i4: keys are quantized per channel over groups of this many tokens (KIVI)
-    residual     i4: newest tokens kept at f32 until their group completes; default = group; 0 = naive
-                 per-token key quantization (no residual)
+    residual     i4: KIVI's sliding residual R, a multiple of group (default = group): the newest R..R+G-1
+                 tokens stay at f32 and a whole group is quantized when it leaves; 0 = naive per-token key
+                 quantization (no residual). The quantized part must hold R + G tokens (window >= R + G)
     prefix       the first P tokens stay at f32 for ever (trap 5); with a window they must be sinks (P <= S)
     """
 
@@ -35,14 +37,14 @@ class CacheConfig:
         check_int("prefix", prefix, 0)
         if kv_heads > heads or heads % kv_heads:
             raise ValueError("heads (%d) must be a multiple of kv_heads (%d)" % (heads, kv_heads))
-        if dtype == I4:
-            if head_dim & 1:
-                raise ValueError("head_dim must be even for i4 (two values per byte), got %d" % head_dim)
+        if dtype in LOWBIT:
+            row_bytes(head_dim, dtype)  # raises if head_dim does not pack into whole bytes
             if residual is None:
                 residual = group
             check_int("residual", residual, 0)
-            if residual and residual != group:
-                raise ValueError("residual must be 0 or equal to group (%d) for i4, got %d" % (group, residual))
+            if residual % group:
+                raise ValueError("residual must be 0 or a multiple of group (%d) for %s, got %d"
+                                 % (group, dtype, residual))
         else:
             if residual is None:
                 residual = 0
@@ -60,17 +62,26 @@ class CacheConfig:
                 raise ValueError("sinks (%d) need a window" % sinks)
             if prefix > max_tokens:
                 raise ValueError("prefix (%d) must be <= max_tokens (%d)" % (prefix, max_tokens))
-        if dtype == I4 and residual:
-            # per-channel key groups must tile the quantized slots exactly, ring and sinks separately
+        if dtype in LOWBIT and residual:
+            # per-channel key groups must tile the quantized slots exactly, ring and sinks separately; the
+            # residual's tokens must still be cached when their group is quantized (ring >= R + G)
             if window:
                 if window % group:
-                    raise ValueError("window (%d) must be a multiple of group (%d) for i4" % (window, group))
+                    raise ValueError("window (%d) must be a multiple of group (%d) for %s" % (window, group, dtype))
                 if (sinks - prefix) % group:
-                    raise ValueError("sinks - prefix (%d) must be a multiple of group (%d) for i4; "
-                                     "set prefix = sinks to keep sinks at f32" % (sinks - prefix, group))
-            elif (max_tokens - prefix) % group:
-                raise ValueError("max_tokens - prefix (%d) must be a multiple of group (%d) for i4"
-                                 % (max_tokens - prefix, group))
+                    raise ValueError("sinks - prefix (%d) must be a multiple of group (%d) for %s; "
+                                     "set prefix = sinks to keep sinks at f32" % (sinks - prefix, group, dtype))
+                if window < residual + group:
+                    raise ValueError("window (%d) must be >= residual + group (%d) for %s: the ring must hold "
+                                     "the f32 residual and the group leaving it" % (window, residual + group, dtype))
+            else:
+                if (max_tokens - prefix) % group:
+                    raise ValueError("max_tokens - prefix (%d) must be a multiple of group (%d) for %s"
+                                     % (max_tokens - prefix, group, dtype))
+                if max_tokens - prefix < residual + group:
+                    raise ValueError("max_tokens - prefix (%d) must be >= residual + group (%d) for %s: a "
+                                     "smaller cache never quantizes (use f32)"
+                                     % (max_tokens - prefix, residual + group, dtype))
         self.layers = layers
         self.heads = heads
         self.kv_heads = kv_heads

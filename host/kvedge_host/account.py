@@ -66,15 +66,30 @@ def activations(spec, batch=1):
 
 def kv_per_token(spec, dtype, align, batch=1, group=budget.QK):
     """Bytes one more token adds while every layer still grows (i4: averaged over one key group)."""
-    if dtype == budget.I4:
+    if dtype in budget.LOWBIT:
         g = budget.kv_bytes_growth(spec.layers, spec.kv_heads, spec.head_dim, group, dtype, align, group) * batch
         return g // group if g % group == 0 else g / group
     return budget.kv_bytes_per_token(spec.layers, spec.kv_heads, spec.head_dim, dtype, align) * batch
 
 
-def account(spec, context, kv_dtype, tgt, weights_dtype=None, align=0, batch=1, windows=None, weights_bytes=None):
-    """Every figure of `kvedge budget` as a dict (the --json output)."""
+def check_residual(kv_dtype, residual, group=budget.QK):
+    """KIVI's sliding residual (i4/i2 only): None = the default (one group), else 0 or a multiple of group."""
+    if residual is None:
+        return None
+    if kv_dtype not in budget.LOWBIT:
+        raise UserError("--residual applies to %s caches only, not %s" % (" and ".join(budget.LOWBIT), kv_dtype))
+    if residual < 0 or residual % group or residual > budget.LIMITS["residual"]:
+        raise UserError("--residual must be 0 or a multiple of the key group (%d), at most %d, got %d"
+                        % (group, budget.LIMITS["residual"], residual))
+    return residual
+
+
+def account(spec, context, kv_dtype, tgt, weights_dtype=None, align=0, batch=1, windows=None, weights_bytes=None,
+            residual=None):
+    """Every figure of `kvedge budget` as a dict (the --json output). residual: KIVI's sliding residual of
+    i4/i2 caches (None: one key group; 0: per-token keys, no f32 rows)."""
     check_kv_dtype(kv_dtype)
+    check_residual(kv_dtype, residual)
     check_weights_dtype(weights_dtype)
     budget.check_int("tokens", context)
     budget.check_int("batch", batch)
@@ -84,7 +99,8 @@ def account(spec, context, kv_dtype, tgt, weights_dtype=None, align=0, batch=1, 
         w, wlabel = weights(spec, weights_dtype)
     else:
         w, wlabel = weights_bytes, "given"
-    kv = budget.kv_bytes_layers(windows, spec.kv_heads, spec.head_dim, context, kv_dtype, align, batch, detail=True)
+    kv = budget.kv_bytes_layers(windows, spec.kv_heads, spec.head_dim, context, kv_dtype, align, batch,
+                                residual=residual, detail=True)
     act = activations(spec, batch)
     ws = tgt["workspace_bytes"]
     dep = budget.deployment_bytes(w, kv["total"], act, ws)
@@ -94,7 +110,7 @@ def account(spec, context, kv_dtype, tgt, weights_dtype=None, align=0, batch=1, 
     max_ctx = 0
     if heap > fixed:
         max_ctx = budget.max_context_for_budget(heap - fixed, windows, spec.kv_heads, spec.head_dim, kv_dtype, align,
-                                                batch, limit=limit)
+                                                batch, residual=residual, limit=limit)
     return {
         "model": spec.name, "source": spec.source, "layers": spec.layers, "heads": spec.heads,
         "kv_heads": spec.kv_heads, "head_dim": spec.head_dim, "attention": spec.attention,
@@ -103,7 +119,8 @@ def account(spec, context, kv_dtype, tgt, weights_dtype=None, align=0, batch=1, 
         "weights_dtype": wlabel, "weights_bytes": w,
         "kv_bytes_per_token": kv_per_token(spec, kv_dtype, align, batch),
         "kv_cache_bytes": kv["total"], "k_bytes": kv["k"], "v_bytes": kv["v"],
-        "kv_padding_bytes": kv["padding"], "kv_scale_bytes": kv["meta"],
+        "kv_padding_bytes": kv["padding"], "kv_scale_bytes": kv["meta"], "kv_residual_bytes": kv["residual"],
+        "kv_residual": (budget.QK if residual is None else residual) if kv_dtype in budget.LOWBIT else 0,
         "activation_bytes": act, "workspace_bytes": ws, "total_bytes": dep["total"],
         "board": tgt["name"], "heap_bytes": heap, "headroom_bytes": heap - dep["total"],
         "max_context_tokens": max_ctx, "max_context_capped_by_model": max_ctx == limit and limit > 0,

@@ -33,6 +33,9 @@ def add_arguments(p):
                    help="KV storage: %s (default f16, llama.cpp's default)" % ", ".join(budget.KV_DTYPES))
     p.add_argument("--align", type=int, default=0,
                    help="pad each row to this many bytes: 0 = none, as llama.cpp (default); 64 = the device default")
+    p.add_argument("--residual", type=int, metavar="R",
+                   help="i4/i2: KIVI's sliding residual, the newest R..R+31 tokens kept at f32 (a multiple of the "
+                        "key group 32; default 32; 0 = per-token keys, no f32 rows)")
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     p.add_argument("--plot", metavar="FILE.png", help="draw memory against context per strategy with the heap")
 
@@ -55,7 +58,7 @@ def load_inputs(a):
 def run(a):
     spec, context, tgt = load_inputs(a)
     account.check_kv_dtype(a.kv_dtype)
-    r = account.account(spec, context, a.kv_dtype, tgt, a.weights_dtype, a.align, a.batch)
+    r = account.account(spec, context, a.kv_dtype, tgt, a.weights_dtype, a.align, a.batch, residual=a.residual)
     if a.plot:
         plot(a.plot, spec, r, tgt, a.align, a.batch)
         r["plot"] = a.plot
@@ -90,6 +93,10 @@ def print_table(spec, r):
             ("heap", "heap_bytes"), ("headroom", "headroom_bytes"))
     for label, key in rows:
         t.add_row(label, _b(r[key]))
+        if key == "kv_scale_bytes" and r["kv_residual"]:  # KIVI's hidden cost: R + G - 1 f32 rows per pair
+            t.add_row("  of which f32 residual (R %d: %d rows)"
+                      % (r["kv_residual"], budget.residual_rows(budget.QK, r["kv_residual"])),
+                      _b(r["kv_residual_bytes"]))
     capped = " (the search limit: model context or --context)" if r["max_context_capped_by_model"] else ""
     t.add_row("longest context that fits", "{:,} tokens{}".format(r["max_context_tokens"], capped))
     t.add_row("fits", "yes" if r["fits"] else "[red]no[/red]")

@@ -59,16 +59,24 @@ def add_arguments(p):
 
 # ---- cases ----
 
+def ring(dtype, window):
+    """The window a case uses: KIVI i4 needs a ring of at least its residual and one group (R + G)."""
+    if dtype == "i4" and window:
+        return max(window, 2 * I4_GROUP)
+    return window
+
+
 def make_case(name, heads, kv_heads, head_dim, tokens, window, sinks, layers, tile, dtype, seed, prefix=0):
     """A case dict the device script understands; i4 keeps its sinks at f32 (prefix = sinks, KIVI groups
-    then tile the ring) and uses groups of I4_GROUP tokens."""
+    then tile the ring) and uses groups of I4_GROUP tokens with a sliding residual of one group."""
+    window = ring(dtype, window)
     group, residual = I4_GROUP, 0
     if dtype == "i4":
         prefix = sinks
         residual = I4_GROUP
     max_tokens = sinks + window if window else tokens
     if dtype == "i4" and not window:
-        max_tokens = prefix + -(-(tokens - prefix) // group) * group
+        max_tokens = prefix + max(2 * group, -(-(tokens - prefix) // group) * group)  # >= residual + group
     return {"name": name, "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "tokens": tokens,
             "window": window, "sinks": sinks, "layers": layers, "layer": layers - 1, "tile": tile,
             "dtype": dtype, "seed": seed, "prefix": prefix, "group": group, "residual": residual,
@@ -79,7 +87,8 @@ def standard_cases(seed):
     cases = []
     for i, (sname, H, KVH, D, n, W, S, L, T) in enumerate(SHAPES):
         for j, dt in enumerate(DTYPES):
-            name = "%s-h%dkv%d-d%d-%s-%s" % (sname, H, KVH, D, "w%ds%d" % (W, S) if W else "all", dt)
+            w = ring(dt, W)
+            name = "%s-h%dkv%d-d%d-%s-%s" % (sname, H, KVH, D, "w%ds%d" % (w, S) if w else "all", dt)
             cases.append(make_case(name, H, KVH, D, n, W, S, L, T, dt, seed * 1000 + i * 10 + j))
     # i8 with an f32 prefix (trap 5): the float path reads prefix rows at f32 (no integer path there)
     cases.append(make_case("gqa2-prefix4-i8", 4, 2, 32, 80, 24, 4, 1, 16, "i8", seed * 1000 + 99, prefix=4))
@@ -100,7 +109,8 @@ def random_cases(n, seed):
         S = (0, 1, 2, 4)[g.bits() % 4] if W else 0
         n_tok = 1 + g.bits() % (3 * (S + W) + 1 if W else 48)
         T = (1, 4, 8, 32, 64)[g.bits() % 5]
-        name = "rand%d-h%dkv%d-d%d-%s-%s" % (k, H, kvh, D, "w%ds%d" % (W, S) if W else "all", dt)
+        w = ring(dt, W)
+        name = "rand%d-h%dkv%d-d%d-%s-%s" % (k, H, kvh, D, "w%ds%d" % (w, S) if w else "all", dt)
         out.append(make_case(name, H, kvh, D, n_tok, W, S, 1, T, dt, seed * 1000 + 500 + k))
     return out
 

@@ -23,6 +23,7 @@ DTYPES = (budget.F32, budget.F16, budget.I8, budget.I4)
 SINKS = 4  # StreamingLLM keeps the first 4 tokens
 MIN_WINDOW = 8  # a ring shorter than this is not worth offering
 PREFIX_FRACTION = 0.05  # trap 5: the first ~5 % of the context at full precision
+KIVI_MIN = 2 * budget.QK  # i4's default sliding residual (one group) and the group leaving it: the smallest ring
 # heuristic quality order when no measured table is given (lower = closer to the full f32 cache)
 KIND_GROUP = {"keep": 0, "prefix": 0, "h2o": 1, "sinks": 2, "flash": 3, "window": 4, "shorter": 5}
 DTYPE_RANK = {budget.F32: 0, budget.F16: 1, budget.I8: 2, budget.I4: 3}
@@ -276,7 +277,8 @@ class Planner:
         return c
 
     def _i4_tokens(self, n, prefix=0):
-        return prefix + -(-(n - prefix) // budget.QK) * budget.QK
+        """KIVI slots for n tokens: whole key groups after the prefix, at least the residual and one group."""
+        return prefix + max(KIVI_MIN, -(-(n - prefix) // budget.QK) * budget.QK)
 
     def keep(self, dtype, place):
         C = self.context
@@ -307,8 +309,7 @@ class Planner:
         C = self.context
         step = budget.QK if dtype == budget.I4 else 1
         prefix = sinks if dtype == budget.I4 else 0  # i4 keeps its sinks at f32 (whole key groups in the ring)
-        lo = max(MIN_WINDOW, step)
-        lo = -(-lo // step) * step
+        lo = KIVI_MIN if dtype == budget.I4 else MIN_WINDOW
         hi = min(C - sinks - 1, (self.native_window or C) - 1)
 
         def make(W):
@@ -375,7 +376,7 @@ class Planner:
 
         def make(T):
             return self.cfg(T, dtype)
-        T = self._fit(make, step, hi, step, place)
+        T = self._fit(make, KIVI_MIN if dtype == budget.I4 else 1, hi, step, place)
         if T is None:
             return None
         return self.candidate("shorter", "%s, keep all, context cut to %d" % (dtype, T), make(T), place, T, T)

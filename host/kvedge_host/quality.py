@@ -3,7 +3,7 @@
 The numpy reference forward pass (llama_ref) runs the model; its attention reads K/V back from a real device
 KVCache (kvedge.cache, on CPython) configured with the strategy, so every quantization, prefix, ring and sink
 effect is exactly the device's. Rows are read with cache.read() into a mirror as they are written (and, for
-KIVI i4, again when their group is quantized), so a 512-token run takes seconds, not minutes.
+KIVI, again when their group leaves the f32 residual), so a 512-token run takes seconds, not minutes.
 
 Teacher forcing: a seeded text sampled from the model itself (temperature 1) is fed token by token; at each
 position we record the log-probability of the next token, the logits' KL divergence from the full f32 cache,
@@ -30,10 +30,12 @@ class CachedRef(RefModel):
         d = dict(kv)
         if "max_tokens" not in d:
             d["max_tokens"] = tokens
-            if d.get("dtype") == "i4" and d.get("residual", 1) and not d.get("window"):
-                # KIVI key groups must tile the slots after the prefix: round the cap up to whole groups
+            if d.get("dtype") in ("i4", "i2") and d.get("residual", 1) and not d.get("window"):
+                # KIVI key groups must tile the slots after the prefix (round the cap up to whole groups), and
+                # hold at least the residual and one group
                 g, pre = d.get("group", 32), d.get("prefix", 0)
-                d["max_tokens"] = pre + -(-(tokens - pre) // g) * g
+                r = d.get("residual", g)
+                d["max_tokens"] = pre + max(r + g, -(-(tokens - pre) // g) * g)
         self.ccfg = CacheConfig(c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, **d)
         self.cache = KVCache(self.ccfg)
         self.policy = policy(self.cache) if policy is not None else None
@@ -46,8 +48,10 @@ class CachedRef(RefModel):
         self.row = array("f", [0.0] * c.head_dim)
         self.kbuf = array("f", [0.0] * c.kv_dim)
         self.vbuf = array("f", [0.0] * c.kv_dim)
-        # rows that can change after they are written: KIVI i4 quantizes a whole group when it completes
-        self.reread = self.ccfg.group + 1 if (self.ccfg.dtype == "i4" and self.ccfg.residual) else 1
+        # rows that can change after they are written: KIVI quantizes the oldest group of its residual when a
+        # token arrives with R + G - 1 tokens at f32, so the newest R + G rows are re-read
+        cc = self.ccfg
+        self.reread = cc.residual + cc.group if (cc.dtype in ("i4", "i2") and cc.residual) else 1
 
     def reset(self):
         RefModel.reset(self)

@@ -49,11 +49,26 @@ class RefCache:
         return self.n - len(self.live())
 
 
-def tolerance(cfg, seed, pos, layer, kv, head, i, slot):
-    """Largest |stored - true| the storage type allows for this element (0 = must be exact f32)."""
+def kivi_f32(cfg, n, pos):
+    """KIVI (i4 with residual R > 0): is position pos still at f32 after n tokens since the last reset?
+    The rule, from its definition: the tokens after the prefix are numbered s = pos - P; a whole group of G
+    leaves the residual (is quantized) as soon as R + G tokens would be at f32, so after m = n - P tokens the
+    first G * max(0, (m - R) // G) of them are quantized and the newest R..R+G-1 are exact."""
+    if cfg.dtype not in ("i4", "i2") or not cfg.residual or pos < cfg.prefix:
+        return False
+    G, R = cfg.group, cfg.residual
+    m = n - cfg.prefix
+    return pos - cfg.prefix >= G * max(0, (m - R) // G)
+
+
+def tolerance(cfg, seed, pos, layer, kv, head, i, slot, n=None):
+    """Largest |stored - true| the storage type allows for this element (0 = must be exact f32).
+    n: tokens appended since the last reset (KIVI residual rows are exact)."""
     D = cfg.head_dim
     x = row(seed, pos, layer, kv, cfg.kv_heads * D, D)[head * D:(head + 1) * D]
     if cfg.dtype == "f32" or slot < cfg.prefix:
+        return 0.0
+    if n is not None and kivi_f32(cfg, n, pos):
         return 0.0
     if cfg.dtype == "f16":
         return max(abs(x[i]) * 2.0 ** -11, 2.0 ** -25) * 1.0001
@@ -63,8 +78,7 @@ def tolerance(cfg, seed, pos, layer, kv, head, i, slot):
     # i4: asymmetric, scale = span/15 rounded up to f16, zero rounded down to f16
     if kv == 0 and cfg.residual:
         G = cfg.group
-        b = slot - cfg.prefix
-        first = pos - b % G  # the group's tokens are the G consecutive positions written into it
+        first = pos - (pos - cfg.prefix) % G  # a key group is G consecutive positions after the prefix
         vals = [row(seed, q, layer, kv, cfg.kv_heads * D, D)[head * D + i] for q in range(first, first + G)]
     else:
         vals = x

@@ -38,10 +38,19 @@ def test_i8_scales_and_padding_hand_computed():
 
 def test_i4_kivi_hand_computed():
     # 64 slots: codes 2*64*4 = 512; value scale+zero 64*4 = 256; key scale+zero per channel per group:
-    # 2 groups * 8 channels * 4 = 64; residual 2 * 32 rows * 32 bytes (f32) = 2048
-    assert budget.kv_bytes(1, 1, 8, 64, "i4", align=0, group=32) == 2880
+    # 2 groups * 8 channels * 4 = 64; sliding residual R = 32: R + G - 1 = 63 f32 rows of 32 bytes, K and V:
+    # 2 * 63 * 32 = 4032
+    assert budget.kv_bytes(1, 1, 8, 64, "i4", align=0, group=32) == 512 + 256 + 64 + 4032
+    d = budget.kv_bytes(1, 1, 8, 64, "i4", align=0, group=32, detail=True)
+    assert d["residual"] == 4032 and d["meta"] == 320 and d["data"] == 512
     # a 4-token f32 prefix adds 2 * 4 * 32 = 256
-    assert budget.kv_bytes(1, 1, 8, 68, "i4", align=0, group=32, prefix=4) == 3136
+    assert budget.kv_bytes(1, 1, 8, 68, "i4", align=0, group=32, prefix=4) == 4864 + 256
+    # R = 64 (two groups): 95 rows; group 8 with R = 16: 23 rows and 8 key groups of 8 channels
+    assert budget.kv_bytes(1, 1, 8, 128, "i4", align=0, group=32, residual=64) == 1024 + 512 + 128 + 2 * 95 * 32
+    assert budget.kv_bytes(1, 1, 8, 64, "i4", align=0, group=8, residual=16) == 512 + 256 + 256 + 2 * 23 * 32
+    # padded to 64 bytes: each residual row takes 64 (2 layers, 3 KV heads: 6 pairs)
+    d = budget.kv_bytes(2, 3, 8, 64, "i4", align=64, group=32, detail=True)
+    assert d["residual"] == 6 * 2 * 63 * 64 and d["padding"] == 6 * 2 * (64 * 60 + 63 * 32)
     # naive per-token keys: no residual, both K and V carry a scale+zero per row
     assert budget.kv_bytes(1, 1, 8, 64, "i4", align=0, group=32, residual=0) == 512 + 256 + 256
 
@@ -125,6 +134,10 @@ def test_bad_configs_name_field_and_value():
     _bad("head_dim must be even for i4", dtype="i4", head_dim=7)
     _bad("window (48) must be a multiple of group (32)", dtype="i4", window=48, sinks=0)
     _bad("residual applies to i4 only", dtype="i8", residual=4)
+    _bad("residual must be 0 or a multiple of group (32) for i4, got 48", dtype="i4", residual=48)
+    _bad("window (64) must be >= residual + group (96) for i4", dtype="i4", residual=64, window=64)
+    _bad("max_tokens - prefix (64) must be >= residual + group (96) for i4", dtype="i4", residual=64)
+    _bad("max_tokens - prefix (32) must be >= residual + group (64) for i4", dtype="i4", max_tokens=32)
     e = raises(ValueError, CacheConfig.from_dict, {"layer": 2})
     assert "unknown cache config field 'layer'" in message(e)
     e = raises(ValueError, CacheConfig.from_dict, {"layers": 2})
@@ -132,6 +145,6 @@ def test_bad_configs_name_field_and_value():
 
 
 def test_config_round_trips_through_dict():
-    c = CacheConfig(2, 4, 2, 8, 64, "i4", window=32, sinks=0, group=32, align=0)
+    c = CacheConfig(2, 4, 2, 8, 64, "i4", window=64, sinks=0, group=32, align=0)
     assert CacheConfig.from_dict(c.to_dict()) == c
     assert c.residual == 32

@@ -7,7 +7,7 @@ from kvedge.cache import KVCache
 from kvedge.config import CacheConfig
 from kvedge.errors import BudgetError, CacheFullError
 from _support import Rng, need, raises, message, under_heap_lock
-from _cacheref import RefCache, f32, row, tolerance
+from _cacheref import RefCache, f32, kivi_f32, row, tolerance
 
 
 def _append(c, seed, pos):
@@ -36,7 +36,7 @@ def _check_all(c, ref, seed):
                     c.read(layer, h, p, kv, buf)
                     for i in range(D):
                         want = f32(x[h * D + i])
-                        tol = tolerance(cfg, seed, p, layer, kv, h, i, slot)
+                        tol = tolerance(cfg, seed, p, layer, kv, h, i, slot, ref.n)
                         err = abs(buf[i] - want)
                         assert err <= tol, (cfg, p, layer, kv, h, i, buf[i], want, err, tol)
 
@@ -71,21 +71,40 @@ CONFIGS = [
          group=4, align=0),
     dict(layers=2, heads=2, kv_heads=1, head_dim=4, max_tokens=17, dtype="i4", prefix=1, group=4, align=8),
     dict(layers=1, heads=1, kv_heads=1, head_dim=8, max_tokens=12, dtype="i4", window=6, residual=0, align=0),
+    # KIVI residuals longer than one group: ring with sinks quantized too, and group 2 without a window
+    dict(layers=1, heads=2, kv_heads=1, head_dim=4, max_tokens=22, dtype="i4", window=16, sinks=4, group=4,
+         residual=8, align=16),
+    dict(layers=2, heads=2, kv_heads=2, head_dim=2, max_tokens=26, dtype="i4", prefix=2, group=2, residual=6,
+         align=0),
 ]
+
+
+def _residuals(dt):
+    # (group, residual) pairs: KIVI residuals of 1-3 groups and residual 0 (naive keys) for i4
+    if dt == "i4":
+        return ((8, 0), (8, 8), (8, 16), (8, 24), (32, 32), (1, 5))
+    return ((32, None),)
 
 
 def test_arena_equals_formula_for_every_dtype_and_alignment():
     for dt in ("f32", "f16", "i8", "i4"):
-        for align in (0, 1, 4, 16, 64):
-            for window, sinks, prefix in ((0, 0, 0), (32, 4, 4), (0, 0, 8)):
-                cfg = CacheConfig(2, 2, 1, 8, 64 + prefix, dt, window=window, sinks=sinks, align=align, group=32,
-                                  prefix=prefix)
-                c = KVCache(cfg)
-                assert len(c.arena) == cfg.nbytes() == budget.cache_bytes(cfg)
-                assert c.stats()["total_bytes"] == cfg.nbytes()
-                assert c.stats()["padding_bytes"] == cfg.nbytes(True)["padding"]
-                c = None
-                gc.collect()
+        for group, residual in _residuals(dt):
+            for align in (0, 1, 4, 16, 64):
+                for window, sinks, prefix in ((0, 0, 0), (64, 4, 4), (0, 0, 8), (32, 8, 0)):
+                    if residual and window and window < residual + group:
+                        continue
+                    cfg = CacheConfig(2, 2, 1, 8, 64 + prefix, dt, window=window, sinks=sinks, align=align,
+                                      group=group, residual=residual, prefix=prefix)
+                    c = KVCache(cfg)
+                    assert len(c.arena) == cfg.nbytes() == budget.cache_bytes(cfg)
+                    assert c.stats()["total_bytes"] == cfg.nbytes()
+                    assert c.stats()["padding_bytes"] == cfg.nbytes(True)["padding"]
+                    # the residual's f32 rows are their own region of the layout: R + G - 1 rows per pair
+                    rows = residual + group - 1 if (dt == "i4" and residual) else 0
+                    assert c.DATA - c.RES == 2 * 2 * 1 * rows * budget.align_up(32, align)
+                    assert cfg.nbytes(True)["residual"] == c.DATA - c.RES
+                    c = None
+                    gc.collect()
 
 
 def test_random_operations_match_the_reference_model():
@@ -145,7 +164,7 @@ def test_budget_refusal_before_allocating():
 
 def _state(c):
     return (bytes(c.arena), list(c.slot_pos), c.n_seen, c.n_cached, c.used_bytes, c.evictions,
-            list(c.res_group), list(c.res_fill))
+            list(c.res_lo), list(c.res_hi))
 
 
 def test_bad_input_raises_precisely_and_leaves_state_unchanged():
@@ -232,25 +251,28 @@ def test_i8_error_within_half_a_step_and_prefix_exact():
                     assert abs(buf[i] - x[i]) <= step / 2 * (1 + 1e-5), (p, h, kv, i)
 
 
-def test_i4_kivi_residual_exact_then_quantized_in_place():
-    G = 4
-    cfg = CacheConfig(1, 1, 1, 8, 12, "i4", group=G, align=0)
-    c = KVCache(cfg)
+def test_i4_kivi_sliding_residual_exact_then_quantized_in_place():
+    # the newest R..R+G-1 tokens read back exactly (f32); a group is quantized as it leaves the residual
     buf = array("f", [0.0] * 8)
-    for p in range(12):
-        _append(c, 4, p)
-        # tokens of the open group read back exactly (f32 residual); closed groups are int4
-        open_start = p - p % G if (p + 1) % G else p + 1
-        for q in range(open_start, p + 1):
-            for kv in (0, 1):
-                c.read(0, 0, q, kv, buf)
-                assert list(buf) == [f32(e) for e in row(4, q, 0, kv, 8, 8)]
-    ref = RefCache(12)
-    ref.n = 12
-    _check_all(c, ref, 4)
-    # a closed group really is int4: some values moved, and by no more than half the channel's step
-    c.read(0, 0, 0, 0, buf)
-    assert list(buf) != [f32(e) for e in row(4, 0, 0, 0, 8, 8)]
+    for G, R, sinks, window in ((4, 4, 0, 0), (4, 8, 0, 0), (2, 6, 0, 0), (4, 8, 4, 12)):
+        cfg = CacheConfig(1, 1, 1, 8, 24 if not window else sinks + window, "i4", group=G, residual=R,
+                          window=window, sinks=sinks, align=0)
+        c = KVCache(cfg)
+        ref = RefCache(cfg.max_tokens, window, sinks)
+        for p in range(40 if window else 24):
+            _append(c, 4, p)
+            ref.append()
+            exact = [q for q in ref.live() if kivi_f32(cfg, ref.n, q)]
+            assert R <= len(exact) <= R + G - 1 or ref.n < R + G, (G, R, p, exact)
+            assert exact == list(range(ref.n - len(exact), ref.n))  # the newest ones
+            for q in ref.live():
+                c.read(0, 0, q, 0, buf)
+                same = list(buf) == [f32(e) for e in row(4, q, 0, 0, 8, 8)]
+                # an f32 row is exact; a quantized key row moved (the outlier channel alone forces it)
+                assert same == (q in exact), (G, R, p, q)
+        _check_all(c, ref, 4)
+        c = None
+        gc.collect()
 
 
 def test_used_and_peak_bytes():

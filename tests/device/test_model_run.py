@@ -16,6 +16,10 @@ _PATHS = {}
 def _files():
     need("fs")
     if not _PATHS:
+        # compile the kernels (from .py on the unix port: a large transient) while the heap is in one piece:
+        # writing the checkpoints below leaves it fragmented into blocks of a few KB
+        from kvedge import kernels
+        kernels.get()
         # small enough for a 215 KB heap: GQA 4 heads on 2 KV heads, a 48-token vocabulary
         p = tmp_path("kvedge_tiny.bin")
         tiny.write_checkpoint(p, seed=11, vocab_size=48)

@@ -120,6 +120,28 @@ def test_i4_per_token_and_windows(capsys, tmp_path):
     assert i4["kv_bytes_per_token"] == per_group // 32
 
 
+def test_kivi_residual_rows_are_their_own_line(capsys, stories):
+    # stories260K: 5 layers x 4 KV heads, K and V: 40 f32 rows of 32 bytes per residual slot; R + 31 slots
+    for R in (None, 0, 32, 64):
+        args = ["--model", stories, "--heap", "10000000", "--kv-dtype", "i4"] + ([] if R is None else ["--residual",
+                                                                                                      str(R)])
+        r = run_json(capsys, *args)
+        rows = (32 if R is None else R) + 31 if R != 0 else 0
+        assert r["kv_residual_bytes"] == 40 * 32 * rows
+        assert r["kv_residual"] == (32 if R is None else R)
+        # codes 2 x 20 pairs x 512 x 4; value scale+zero 20 x 512 x 4; keys per channel per group or per row
+        keys = 20 * 16 * 8 * 4 if R != 0 else 20 * 512 * 4
+        assert r["kv_cache_bytes"] == 2 * 20 * 512 * 4 + 20 * 512 * 4 + keys + r["kv_residual_bytes"]
+    assert cli.main(["budget", "--model", stories, "--heap", "10000000", "--kv-dtype", "i4", "--residual",
+                     "64"]) == 0
+    out = capsys.readouterr().out
+    assert "f32 residual" in out and "121,600" in out
+    assert cli.main(["budget", "--model", stories, "--kv-dtype", "i8", "--residual", "32"]) == 2
+    assert "--residual applies to i4" in capsys.readouterr().err
+    assert cli.main(["budget", "--model", stories, "--kv-dtype", "i4", "--residual", "40"]) == 2
+    assert "multiple of the key group (32)" in capsys.readouterr().err
+
+
 def test_table_output(capsys, stories):
     assert cli.main(["budget", "--model", stories, "--board", "rp2040", "--kv-dtype", "i8"]) == 0
     out = capsys.readouterr().out

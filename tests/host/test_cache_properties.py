@@ -22,7 +22,7 @@ from kvedge import quant
 from kvedge.cache import KVCache
 from kvedge.config import CacheConfig
 from kvedge.errors import CacheFullError
-from _cacheref import RefCache, row
+from _cacheref import RefCache, kivi_f32, row
 
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 F16_MAX = 65504.0
@@ -170,26 +170,42 @@ def test_i4_per_row_error_within_half_a_step(xs):
             assert z - s / 2 <= y <= z + 15 * s + s / 2
 
 
+@st.composite
+def kivi_runs(draw):
+    """(G, R, tokens): a group size, a residual of 1-3 groups and R + G * k tokens of 4 channels."""
+    G = draw(st.sampled_from([1, 2, 4]))
+    R = G * draw(st.integers(1, 3))
+    n = R + G * draw(st.integers(1, 3)) + draw(st.integers(0, G - 1))
+    row4 = st.lists(st.floats(-1e4, 1e4, width=32), min_size=4, max_size=4)
+    return G, R, draw(st.lists(row4, min_size=n, max_size=n))
+
+
 @SETTINGS
-@given(st.sampled_from([1, 2, 4]).flatmap(
-    lambda G: st.tuples(st.just(G), st.lists(st.lists(st.floats(-1e4, 1e4, width=32), min_size=4, max_size=4),
-                                             min_size=G, max_size=G))))
-def test_i4_kivi_group_exact_until_complete_then_per_channel_keys(args):
-    G, toks = args
-    c = KVCache(CacheConfig(1, 1, 1, 4, G, "i4", group=G, align=0))
+@given(kivi_runs())
+def test_i4_kivi_sliding_residual_exact_then_per_channel_keys(args):
+    G, R, toks = args
+    n = len(toks)
+    c = KVCache(CacheConfig(1, 1, 1, 4, n + (-n) % G, "i4", group=G, residual=R, align=0))
     out = array("d", [0.0] * 4)
     for p, t in enumerate(toks):
         c.append([t], [t])
-        if p < G - 1:  # the group is open: every row so far reads back exactly (f32 residual)
-            for q in range(p + 1):
-                for kv in (0, 1):
-                    c.read(0, 0, q, kv, out)
-                    assert list(out) == toks[q]
-    for p, t in enumerate(toks):
+        # from the rule: the first G * max(0, (p + 1 - R) // G) tokens are quantized, the newest R..R+G-1 exact
+        lo = G * max(0, (p + 1 - R) // G)
+        assert p + 1 < R or R <= p + 1 - lo <= R + G - 1
+        for q in range(lo, p + 1):
+            for kv in (0, 1):
+                c.read(0, 0, q, kv, out)
+                assert list(out) == toks[q], (G, R, p, q)
+    lo = G * max(0, (n - R) // G)
+    assert lo >= G  # at least one group left the residual
+    for p in range(lo):
+        t = toks[p]
         c.read(0, 0, p, 0, out)  # keys: scale and zero per channel over the group
+        g0 = p - p % G
         for ch in range(4):
-            z, s = _i4_step([toks[r][ch] for r in range(G)])
+            z, s = _i4_step([toks[r][ch] for r in range(g0, g0 + G)])
             assert abs(out[ch] - t[ch]) <= s / 2 * (1 + 2.0 ** -20), (p, ch)
+            assert z - s / 2 <= out[ch] <= z + 15 * s + s / 2
         c.read(0, 0, p, 1, out)  # values: per token
         z, s = _i4_step(t)
         assert all(abs(out[i] - t[i]) <= s / 2 * (1 + 2.0 ** -20) for i in range(4))
@@ -208,13 +224,15 @@ def configs(draw):
     kw = {"align": draw(st.sampled_from([0, 1, 4, 16, 64]))}
     kivi = False
     G = 32
+    R = 0
     if dt == "i4":
         G = draw(st.sampled_from([1, 2, 4]))
         kivi = draw(st.booleans())
-        kw.update(group=G, residual=G if kivi else 0)
+        R = G * draw(st.integers(1, 3)) if kivi else 0  # KIVI's sliding residual: 1-3 groups
+        kw.update(group=G, residual=R)
     if draw(st.booleans()):  # a window with sinks
         if kivi:
-            W = G * draw(st.integers(1, 4))
+            W = R + G * draw(st.integers(1, 3))
             P = draw(st.integers(0, 2))
             S = P + G * draw(st.integers(0, 1))
         else:
@@ -225,7 +243,7 @@ def configs(draw):
         max_tokens = S + W + draw(st.integers(0, 3))
     else:
         P = draw(st.integers(0, 3))
-        max_tokens = P + (G * draw(st.integers(1, 4)) if kivi else draw(st.integers(1, 12)))
+        max_tokens = P + (R + G * draw(st.integers(1, 3)) if kivi else draw(st.integers(1, 12)))
         kw.update(prefix=P)
     return CacheConfig(draw(st.integers(1, 2)), heads, kvh, D, max_tokens, dt, **kw)
 
@@ -273,7 +291,7 @@ class CacheMachine(RuleBasedStateMachine):
             return x, [s / 2 * (1 + 2.0 ** -40)] * D
         if cfg.residual:
             first = pos - (pos - P) % G
-            if first + G > self.ref.n:  # its group is still open: f32 residual
+            if kivi_f32(cfg, self.ref.n, pos):  # still in the sliding f32 residual
                 return x, [0.0] * D
             if kv == 0:
                 tol = []

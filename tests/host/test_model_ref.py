@@ -92,9 +92,11 @@ def test_generate_command_on_tiny(tinyfiles, capfd, runtime):
 
 
 def test_eval_mirror_reads_what_the_cache_holds(tinyfiles):
-    # the eval re-reads only the newest rows (and a KIVI group when it closes): compare with a full re-read
+    # the eval re-reads only the newest rows (and a KIVI group leaving the residual): compare with a full re-read
     ids = [1] + [int(x) for x in np.random.RandomState(0).randint(3, 340, 70)]
     for kv in ({"dtype": "f32"}, {"dtype": "i8", "prefix": 3}, {"dtype": "i4", "group": 32},
+               {"dtype": "i4", "group": 8, "residual": 24},
+               {"dtype": "i4", "group": 4, "residual": 8, "window": 16, "sinks": 6, "prefix": 2, "max_tokens": 22},
                {"dtype": "f16", "window": 24, "sinks": 2, "max_tokens": 26}):
         m = quality.CachedRef(tinyfiles["f32"], dict(kv, align=0), len(ids))
         for t in ids:
