@@ -123,10 +123,10 @@ def test_quantized_types_hand_computed(tmp_path):
     # i8: 64 code bytes + one 2-byte f16 scale per row
     assert kv(s, 100, "i8") == 2 * 22 * 4 * 100 * (64 + 2) == 1161600
     # i4 KIVI at 64 tokens: codes 2*22*4*64*32, value scale+zero 22*4*64*4, key scale+zero per channel per group
-    # 22*4*2*64*4, f32 residual of one group 2*22*4*32*256
-    assert kv(s, 64, "i4") == 360448 + 22528 + 45056 + 1441792 == 1869824
+    # 22*4*2*64*4, sliding f32 residual R = 32: R + G - 1 = 63 rows, 2*22*4*63*256
+    assert kv(s, 64, "i4") == 360448 + 22528 + 45056 + 2838528 == 3266560
     # align 64 pads i4's 32-byte rows to 64
-    assert kv(s, 64, "i4", align=64) == 1869824 + 360448
+    assert kv(s, 64, "i4", align=64) == 3266560 + 360448
 
 
 def test_hf_weights_and_context(tmp_path):
