@@ -12,7 +12,8 @@
 #   group    i4/i2 keys are quantized per channel over groups of `group` tokens (KIVI).
 #   residual KIVI's sliding residual of R tokens (a multiple of group): the newest R..R+G-1 tokens stay at
 #            full precision (f32); a whole group is quantized when it leaves. Its ring holds R+G-1 rows per
-#            layer, K|V and KV head (the group that leaves is quantized before the next token is written).
+#            layer, K|V and KV head (the group that leaves is quantized before the next token is written), or
+#            every slot after the prefix when the cache holds fewer.
 #   prefix   the first `prefix` tokens of a sequence are kept at full precision (f32) for ever (trap 5).
 
 # Storage types of the device cache.
@@ -130,7 +131,8 @@ def kv_bytes(layers, kv_heads, head_dim, tokens, dtype=F16, align=64, group=QK, 
 
     `prefix` of those slots are f32 (full-precision prefix). For i4 and i2, `residual` R (default: group G;
     a multiple of G) > 0 selects the KIVI design: per-channel key scales per group of G slots (the slots after
-    the prefix must be a whole number of groups) and a sliding f32 residual ring of R + G - 1 rows; residual 0
+    the prefix must be a whole number of groups) and a sliding f32 residual ring of min(R + G - 1, tokens -
+    prefix) rows; residual 0
     quantizes keys per token like values. With detail=True returns a dict: data, meta, prefix, residual,
     padding, k, v, total.
     """
@@ -151,7 +153,7 @@ def kv_bytes(layers, kv_heads, head_dim, tokens, dtype=F16, align=64, group=QK, 
         v_meta = pairs * slots * 2 * META_BYTES
         if residual:
             k_meta = pairs * ((slots + group - 1) // group) * head_dim * 2 * META_BYTES
-            res_rows = residual_rows(group, residual)
+            res_rows = residual_rows(group, residual, slots)
         else:
             k_meta = v_meta
     pre = 2 * pairs * prefix * pfrow
@@ -167,9 +169,13 @@ def kv_bytes(layers, kv_heads, head_dim, tokens, dtype=F16, align=64, group=QK, 
     }
 
 
-def residual_rows(group, residual):
-    """f32 rows of KIVI's sliding residual per layer, K|V and KV head: R + G - 1 (0 without a residual)."""
-    return residual + group - 1 if residual else 0
+def residual_rows(group, residual, slots):
+    """f32 rows of KIVI's sliding residual per layer, K|V and KV head: R + G - 1, or all `slots` (after the
+    prefix) of a cache that never holds R + G tokens; 0 without a residual."""
+    if not residual:
+        return 0
+    n = residual + group - 1
+    return n if n < slots else slots
 
 
 def cache_slots(max_tokens, window=0, sinks=0):
@@ -327,9 +333,13 @@ def max_context_for_budget(budget, windows, kv_heads, head_dim, dtype=F16, align
 
 def kv_bytes_growth(layers, kv_heads, head_dim, tokens, dtype=F16, align=64, group=QK, residual=None):
     """Exact bytes that `tokens` more cached tokens add to a growing cache of `layers` layers, past the fixed
-    parts (KIVI's full-precision residual). For i4/i2 pass a multiple of `group`: key scales come per group."""
-    return (kv_bytes(layers, kv_heads, head_dim, 2 * tokens, dtype, align, group, residual)
-            - kv_bytes(layers, kv_heads, head_dim, tokens, dtype, align, group, residual))
+    parts (KIVI's full-precision residual, whole once the cache holds R + G tokens). For i4/i2 pass a multiple of
+    `group`: key scales come per group."""
+    base = tokens
+    if dtype in LOWBIT:
+        base += (group if residual is None else residual) + group
+    return (kv_bytes(layers, kv_heads, head_dim, base + tokens, dtype, align, group, residual)
+            - kv_bytes(layers, kv_heads, head_dim, base, dtype, align, group, residual))
 
 
 # ---- extra arrays a plan places beside the cache ----

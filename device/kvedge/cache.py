@@ -4,6 +4,7 @@
 #
 #   PREFIX    f32 rows of the first P positions      [layer][K|V][kv_head][p < P]       padded to align
 #   RESIDUAL  f32 ring of KIVI's sliding residual    [layer][K|V][kv_head][r < R+G-1]   padded to align
+#             (a cache of B < R+G-1 slots after the prefix: r < B)
 #   DATA      rows in the cache dtype                [layer][K|V][kv_head][b < B]       padded to align
 #   META      i8:  f16 scale per row                 [layer][K|V][kv_head][b]           2 bytes
 #             i4:  K: f16 scale+zero per channel     [layer][kv_head][group][channel]   4 bytes
@@ -21,7 +22,8 @@
 # Writing s when s - res_lo reaches R+G-1 first quantizes group [res_lo, res_lo+G) into its DATA slots (keys
 # per channel over the group, values per token), so R..R+G-1 of the newest tokens stay exact. Groups line up
 # with DATA slots because G divides the ring W and the sinks after the prefix; W >= R+G keeps a group's
-# tokens cached until it is quantized.
+# tokens cached until it is quantized. quantize_residual() quantizes every whole group still waiting (a cache
+# that never holds R+G tokens quantizes only then).
 import struct
 
 from .compat import zeros
@@ -49,7 +51,7 @@ class KVCache:
         self.lowbit = cfg.dtype in LOWBIT
         self.bits = CODE_BITS.get(cfg.dtype, 0)  # bits per code of i4 / i2 rows
         self.kivi = self.lowbit and cfg.residual > 0
-        self.R = residual_rows(G, cfg.residual) if self.kivi else 0  # rows of the f32 residual ring
+        self.R = residual_rows(G, cfg.residual, B) if self.kivi else 0  # rows of the f32 residual ring
         self.NG = B // G if self.kivi else 0
         self.row = row_bytes(D, cfg.dtype)
         self.prow = align_up(self.row, cfg.align)
@@ -454,6 +456,18 @@ class KVCache:
         for h in range(self.H):
             self._put_f32(self.RES + self._rowidx(layer, K, h, R, r) * self.frow, k, h * self.D)
             self._put_f32(self.RES + self._rowidx(layer, V, h, R, r) * self.frow, v, h * self.D)
+
+    def quantize_residual(self):
+        """KIVI: quantize every whole group still waiting at f32 in the residual, in every layer (e.g. before a
+        block's bytes are copied out); a part-filled newest group stays at f32. Returns the groups quantized."""
+        n = 0
+        if self.kivi:
+            for layer in range(self.L):
+                while self.res_hi[layer] - self.res_lo[layer] >= self.G:
+                    self._close_group(layer, self.res_lo[layer])
+                    self.res_lo[layer] += self.G
+                    n += 1
+        return n
 
     def _close_group(self, layer, lo):
         """Quantize residual tokens lo..lo+G-1 into their DATA slots: keys per channel, values per token."""

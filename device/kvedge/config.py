@@ -18,7 +18,8 @@ class CacheConfig:
     group        i4: keys are quantized per channel over groups of this many tokens (KIVI)
     residual     i4: KIVI's sliding residual R, a multiple of group (default = group): the newest R..R+G-1
                  tokens stay at f32 and a whole group is quantized when it leaves; 0 = naive per-token key
-                 quantization (no residual). The quantized part must hold R + G tokens (window >= R + G)
+                 quantization (no residual). A window must hold R + G tokens; a cache of fewer slots keeps
+                 everything at f32 until quantize_residual()
     prefix       the first P tokens stay at f32 for ever (trap 5); with a window they must be sinks (P <= S)
     """
 
@@ -74,14 +75,9 @@ class CacheConfig:
                 if window < residual + group:
                     raise ValueError("window (%d) must be >= residual + group (%d) for %s: the ring must hold "
                                      "the f32 residual and the group leaving it" % (window, residual + group, dtype))
-            else:
-                if (max_tokens - prefix) % group:
-                    raise ValueError("max_tokens - prefix (%d) must be a multiple of group (%d) for %s"
-                                     % (max_tokens - prefix, group, dtype))
-                if max_tokens - prefix < residual + group:
-                    raise ValueError("max_tokens - prefix (%d) must be >= residual + group (%d) for %s: a "
-                                     "smaller cache never quantizes (use f32)"
-                                     % (max_tokens - prefix, residual + group, dtype))
+            elif (max_tokens - prefix) % group:
+                raise ValueError("max_tokens - prefix (%d) must be a multiple of group (%d) for %s"
+                                 % (max_tokens - prefix, group, dtype))
         self.layers = layers
         self.heads = heads
         self.kv_heads = kv_heads

@@ -173,7 +173,7 @@ class TieredCache:
 
     def _encode(self, layer, p0):
         """The staging block := tokens p0..p0+B-1 of `layer`, read from the ring and re-quantized (the staging
-        KVCache's own write path: i4 closes its KIVI group on the B-th token)."""
+        KVCache's own write path; i4 then quantizes its one KIVI group of B tokens: quantize_residual)."""
         r = self.ring
         st = self.stg
         st.reset()
@@ -192,10 +192,11 @@ class TieredCache:
                     vb[h * D + i] = row[i]
             st.start_token()
             st.write(0, kb, vb)
+        st.quantize_residual()
 
     def _stage_ready(self):
         st = self.stg
-        if st.n_cached != self.B or st.res_group[0] >= 0:  # an encode did not finish: make it a block again
+        if st.n_cached != self.B or st.res_hi[0] > st.res_lo[0]:  # an encode did not finish: a block again
             st.reset()
             for _ in range(self.B):
                 st.start_token()

@@ -49,16 +49,21 @@ class RefCache:
         return self.n - len(self.live())
 
 
-def kivi_f32(cfg, n, pos):
-    """KIVI (i4 with residual R > 0): is position pos still at f32 after n tokens since the last reset?
-    The rule, from its definition: the tokens after the prefix are numbered s = pos - P; a whole group of G
-    leaves the residual (is quantized) as soon as R + G tokens would be at f32, so after m = n - P tokens the
-    first G * max(0, (m - R) // G) of them are quantized and the newest R..R+G-1 are exact."""
+def kivi_lo(cfg, n, sealed=0):
+    """KIVI (i4/i2 with residual R > 0): how many tokens after the prefix are quantized after n tokens since
+    the last reset. The rule, from its definition: a whole group of G leaves the residual as soon as R + G tokens
+    would be at f32, so after m = n - P tokens the first G * max(0, (m - R) // G) are quantized and the newest
+    R..R+G-1 are exact. `sealed`: the count quantize_residual() left (every whole group then waiting)."""
+    G, R = cfg.group, cfg.residual
+    lo = G * max(0, (n - cfg.prefix - R) // G)
+    return lo if lo > sealed else sealed
+
+
+def kivi_f32(cfg, n, pos, sealed=0):
+    """Is position pos still at f32 in the KIVI residual after n tokens (see kivi_lo)?"""
     if cfg.dtype not in ("i4", "i2") or not cfg.residual or pos < cfg.prefix:
         return False
-    G, R = cfg.group, cfg.residual
-    m = n - cfg.prefix
-    return pos - cfg.prefix >= G * max(0, (m - R) // G)
+    return pos - cfg.prefix >= kivi_lo(cfg, n, sealed)
 
 
 def tolerance(cfg, seed, pos, layer, kv, head, i, slot, n=None):

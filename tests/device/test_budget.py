@@ -51,6 +51,10 @@ def test_i4_kivi_hand_computed():
     # padded to 64 bytes: each residual row takes 64 (2 layers, 3 KV heads: 6 pairs)
     d = budget.kv_bytes(2, 3, 8, 64, "i4", align=64, group=32, detail=True)
     assert d["residual"] == 6 * 2 * 63 * 64 and d["padding"] == 6 * 2 * (64 * 60 + 63 * 32)
+    # a cache of fewer slots than R + G - 1 after the prefix: its residual ring holds every slot (32 + 4 here)
+    d = budget.kv_bytes(1, 1, 8, 36, "i4", align=0, group=32, prefix=4, detail=True)
+    assert d["residual"] == 2 * 32 * 32 and d["prefix"] == 2 * 4 * 32
+    assert budget.kv_bytes(1, 1, 8, 64, "i4", align=0, group=32, residual=64) == 512 + 256 + 64 + 2 * 64 * 32
     # naive per-token keys: no residual, both K and V carry a scale+zero per row
     assert budget.kv_bytes(1, 1, 8, 64, "i4", align=0, group=32, residual=0) == 512 + 256 + 256
 
@@ -136,8 +140,6 @@ def test_bad_configs_name_field_and_value():
     _bad("residual applies to i4 only", dtype="i8", residual=4)
     _bad("residual must be 0 or a multiple of group (32) for i4, got 48", dtype="i4", residual=48)
     _bad("window (64) must be >= residual + group (96) for i4", dtype="i4", residual=64, window=64)
-    _bad("max_tokens - prefix (64) must be >= residual + group (96) for i4", dtype="i4", residual=64)
-    _bad("max_tokens - prefix (32) must be >= residual + group (64) for i4", dtype="i4", max_tokens=32)
     e = raises(ValueError, CacheConfig.from_dict, {"layer": 2})
     assert "unknown cache config field 'layer'" in message(e)
     e = raises(ValueError, CacheConfig.from_dict, {"layers": 2})

@@ -76,13 +76,16 @@ CONFIGS = [
          residual=8, align=16),
     dict(layers=2, heads=2, kv_heads=2, head_dim=2, max_tokens=26, dtype="i4", prefix=2, group=2, residual=6,
          align=0),
+    # fewer slots than R + G: everything stays at f32
+    dict(layers=1, heads=1, kv_heads=1, head_dim=4, max_tokens=10, dtype="i4", prefix=2, group=4, residual=8,
+         align=4),
 ]
 
 
 def _residuals(dt):
     # (group, residual) pairs: KIVI residuals of 1-3 groups and residual 0 (naive keys) for i4
     if dt == "i4":
-        return ((8, 0), (8, 8), (8, 16), (8, 24), (32, 32), (1, 5))
+        return ((8, 0), (8, 8), (8, 16), (8, 24), (32, 32), (1, 5), (32, 64))
     return ((32, None),)
 
 
@@ -99,8 +102,9 @@ def test_arena_equals_formula_for_every_dtype_and_alignment():
                     assert len(c.arena) == cfg.nbytes() == budget.cache_bytes(cfg)
                     assert c.stats()["total_bytes"] == cfg.nbytes()
                     assert c.stats()["padding_bytes"] == cfg.nbytes(True)["padding"]
-                    # the residual's f32 rows are their own region of the layout: R + G - 1 rows per pair
-                    rows = residual + group - 1 if (dt == "i4" and residual) else 0
+                    # the residual's f32 rows are their own region of the layout: R + G - 1 rows per pair, or
+                    # every slot after the prefix when there are fewer
+                    rows = min(residual + group - 1, cfg.slots - prefix) if (dt == "i4" and residual) else 0
                     assert c.DATA - c.RES == 2 * 2 * 1 * rows * budget.align_up(32, align)
                     assert cfg.nbytes(True)["residual"] == c.DATA - c.RES
                     c = None
@@ -273,6 +277,50 @@ def test_i4_kivi_sliding_residual_exact_then_quantized_in_place():
         _check_all(c, ref, 4)
         c = None
         gc.collect()
+
+
+def test_quantize_residual_seals_whole_groups():
+    # a cache that never holds R + G tokens keeps them at f32 until quantize_residual(), which quantizes the
+    # whole groups waiting (keys per channel over each group) and leaves a part-filled group at f32
+    cfg = CacheConfig(2, 2, 1, 8, 10, "i4", prefix=2, group=4, residual=8, align=0)
+    c = KVCache(cfg)
+    buf = array("f", [0.0] * 8)
+
+    def exact(q):
+        c.read(1, 0, q, 0, buf)
+        return list(buf) == [f32(e) for e in row(6, q, 1, 0, 8, 8)]
+    for p in range(8):
+        _append(c, 6, p)
+    assert all(exact(q) for q in range(8))
+    assert c.quantize_residual() == 2  # one group of 4 (positions 2-5) per layer; 6, 7 stay f32
+    assert [exact(q) for q in range(8)] == [True, True, False, False, False, False, True, True]
+    assert c.quantize_residual() == 0
+    for p in range(8, 10):
+        _append(c, 6, p)
+    assert c.quantize_residual() == 2  # positions 6-9
+    assert [exact(q) for q in range(10)] == [True, True] + [False] * 8
+    ref = RefCache(10)
+    ref.n = 10
+    _check_all_quantized(c, ref, 6)
+    c.reset()
+    assert c.quantize_residual() == 0 and list(c.res_lo) == [0, 0] and list(c.res_hi) == [0, 0]
+
+
+def _check_all_quantized(c, ref, seed):
+    """Every live row within its i4 bound (as if no token were left in the residual)."""
+    cfg = c.cfg
+    D = cfg.head_dim
+    buf = array("f", [0.0] * D)
+    for p in ref.live():
+        slot = c.slot_of(p)
+        for layer in range(cfg.layers):
+            for kv in (0, 1):
+                x = row(seed, p, layer, kv, cfg.kv_heads * D, D)
+                for h in range(cfg.kv_heads):
+                    c.read(layer, h, p, kv, buf)
+                    for i in range(D):
+                        tol = tolerance(cfg, seed, p, layer, kv, h, i, slot)
+                        assert abs(buf[i] - f32(x[h * D + i])) <= tol, (p, layer, kv, h, i)
 
 
 def test_used_and_peak_bytes():

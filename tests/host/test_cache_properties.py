@@ -22,7 +22,7 @@ from kvedge import quant
 from kvedge.cache import KVCache
 from kvedge.config import CacheConfig
 from kvedge.errors import CacheFullError
-from _cacheref import RefCache, kivi_f32, row
+from _cacheref import RefCache, kivi_f32, kivi_lo, row
 
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 F16_MAX = 65504.0
@@ -243,7 +243,7 @@ def configs(draw):
         max_tokens = S + W + draw(st.integers(0, 3))
     else:
         P = draw(st.integers(0, 3))
-        max_tokens = P + (R + G * draw(st.integers(1, 3)) if kivi else draw(st.integers(1, 12)))
+        max_tokens = P + (G * draw(st.integers(1, 3 + R // G)) if kivi else draw(st.integers(1, 12)))
         kw.update(prefix=P)
     return CacheConfig(draw(st.integers(1, 2)), heads, kvh, D, max_tokens, dt, **kw)
 
@@ -262,6 +262,7 @@ class CacheMachine(RuleBasedStateMachine):
         self.appended = 0
         self.evictions = 0
         self.peak = 0
+        self.sealed = 0  # KIVI tokens quantize_residual() quantized since the last reset
         self.out = array("d", [0.0] * cfg.head_dim)
 
     # -- the model --
@@ -291,7 +292,7 @@ class CacheMachine(RuleBasedStateMachine):
             return x, [s / 2 * (1 + 2.0 ** -40)] * D
         if cfg.residual:
             first = pos - (pos - P) % G
-            if kivi_f32(cfg, self.ref.n, pos):  # still in the sliding f32 residual
+            if kivi_f32(cfg, self.ref.n, pos, self.sealed):  # still in the sliding f32 residual
                 return x, [0.0] * D
             if kv == 0:
                 tol = []
@@ -365,6 +366,18 @@ class CacheMachine(RuleBasedStateMachine):
         self.c.reset()
         self.ref.reset()
         self.data = {}
+        self.sealed = 0
+
+    @rule()
+    def quantize_residual(self):
+        cfg = self.cfg
+        kivi = cfg.dtype in ("i4", "i2") and cfg.residual
+        m = self.ref.n - cfg.prefix
+        lo = kivi_lo(cfg, self.ref.n, self.sealed) if kivi and m > 0 else 0
+        whole = (m - lo) // cfg.group if kivi and m > 0 else 0  # whole groups waiting at f32
+        assert self.c.quantize_residual() == whole * cfg.layers
+        if whole:
+            self.sealed = lo + whole * cfg.group
 
     @precondition(lambda self: self.ref.n > 0)
     @rule(data=st.data())
