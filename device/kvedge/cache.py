@@ -74,6 +74,10 @@ class KVCache:
             raise AssertionError("layout %d != formula %d" % (end, need))
         self.arena = bytearray(need)
         self.slot_pos = zeros("i", N)  # reset() fills it with -1
+        self._low = None
+        if self.lowbit:  # i4 / i2 rows: their code lives in kvedge.kivi, loaded only by caches that need it
+            from . import kivi
+            self._low = kivi
         self.res_lo = zeros("i", L)  # KIVI: first f32 residual token (s = pos - P), per layer
         self.res_hi = zeros("i", L)  # KIVI: one past the newest token written, per layer
         self.group_live = zeros("H", self.NG)  # i4 KIVI: live tokens per group (for used_bytes)
@@ -308,7 +312,7 @@ class KVCache:
             return
         b = slot - self.P
         if self.kivi:
-            self._write_residual(layer, self.slot_pos[slot] - self.P, k, v)
+            self._low.write_residual(self, layer, self.slot_pos[slot] - self.P, k, v)
             return
         for h in range(self.H):
             for kv, x in ((K, k), (V, v)):
@@ -324,7 +328,7 @@ class KVCache:
                         moff = self.META + ((layer * self.H + h) * self.B + b) * 4
                     else:
                         moff = self.VMETA + ((layer * self.H + h) * self.B + b) * 4
-                    self._put_low_row(off, moff, x, h * self.D)
+                    self._low.put_row(self, off, moff, x, h * self.D)
 
     def write_q8(self, layer, k_codes, k_scales, v_codes, v_scales):
         """i8 caches: store pre-quantized rows (int8 codes, f16 scale bits per KV head). Allocates nothing."""
@@ -410,104 +414,10 @@ class KVCache:
         a[moff] = sb & 0xFF
         a[moff + 1] = sb >> 8
 
-    def _put_low_row(self, off, moff, x, src):
-        """One row as asymmetric i4/i2 codes (scale and zero of the row), packed low bits first."""
-        D = self.D
-        mn = mx = x[src]
-        for i in range(1, D):
-            e = x[src + i]
-            if e < mn:
-                mn = e
-            if e > mx:
-                mx = e
-        bits = self.bits
-        top = (1 << bits) - 1
-        sb, zb = quant.asym_params(mn, mx, top)
-        self._put_meta4(moff, sb, zb)
-        s = quant.f16_value(sb)
-        z = quant.f16_value(zb)
-        inv = 1.0 / s if s else 0.0
-        a = self.arena
-        per = 8 // bits
-        i = 0
-        for j in range(D // per):
-            byte = 0
-            for t in range(per):
-                byte |= quant.asym_code(x[src + i], z, inv, top) << (bits * t)
-                i += 1
-            a[off + j] = byte
-
-    def _put_meta4(self, moff, sb, zb):
-        a = self.arena
-        a[moff] = sb & 0xFF
-        a[moff + 1] = sb >> 8
-        a[moff + 2] = zb & 0xFF
-        a[moff + 3] = zb >> 8
-
-    def _write_residual(self, layer, s, k, v):
-        """KIVI: token s (= pos - P) into the f32 ring; first quantize the group that leaves the residual."""
-        R = self.R
-        if s >= self.res_hi[layer]:
-            while s - self.res_lo[layer] >= R:
-                self._close_group(layer, self.res_lo[layer])
-                self.res_lo[layer] += self.G
-            self.res_hi[layer] = s + 1
-        r = s % R
-        for h in range(self.H):
-            self._put_f32(self.RES + self._rowidx(layer, K, h, R, r) * self.frow, k, h * self.D)
-            self._put_f32(self.RES + self._rowidx(layer, V, h, R, r) * self.frow, v, h * self.D)
-
     def quantize_residual(self):
         """KIVI: quantize every whole group still waiting at f32 in the residual, in every layer (e.g. before a
         block's bytes are copied out); a part-filled newest group stays at f32. Returns the groups quantized."""
-        n = 0
-        if self.kivi:
-            for layer in range(self.L):
-                while self.res_hi[layer] - self.res_lo[layer] >= self.G:
-                    self._close_group(layer, self.res_lo[layer])
-                    self.res_lo[layer] += self.G
-                    n += 1
-        return n
-
-    def _close_group(self, layer, lo):
-        """Quantize residual tokens lo..lo+G-1 into their DATA slots: keys per channel, values per token."""
-        G, D, R = self.G, self.D, self.R
-        b0 = self._natural_slot(self.P + lo) - self.P  # the group's first DATA row (groups tile the slots)
-        rowf = self._scratch
-        a = self.arena
-        top = (1 << self.bits) - 1
-        per = 8 // self.bits
-        for h in range(self.H):
-            # values: each row on its own
-            for r in range(G):
-                self._get_f32(self.RES + self._rowidx(layer, V, h, R, (lo + r) % R) * self.frow, rowf)
-                b = b0 + r
-                self._put_low_row(self.DATA + self._rowidx(layer, V, h, self.B, b) * self.prow,
-                                  self.VMETA + ((layer * self.H + h) * self.B + b) * 4, rowf, 0)
-            # keys: one scale and zero per channel over the group's G tokens
-            kres = self.RES + self._rowidx(layer, K, h, R, 0) * self.frow
-            kdata = self.DATA + self._rowidx(layer, K, h, self.B, b0) * self.prow
-            kmeta = self.META + ((layer * self.H + h) * self.NG + b0 // G) * D * 4
-            for c in range(D):
-                mn = mx = struct.unpack_from("<f", a, kres + (lo % R) * self.frow + 4 * c)[0]
-                for r in range(1, G):
-                    e = struct.unpack_from("<f", a, kres + ((lo + r) % R) * self.frow + 4 * c)[0]
-                    if e < mn:
-                        mn = e
-                    if e > mx:
-                        mx = e
-                sb, zb = quant.asym_params(mn, mx, top)
-                self._put_meta4(kmeta + 4 * c, sb, zb)
-                s = quant.f16_value(sb)
-                z = quant.f16_value(zb)
-                inv = 1.0 / s if s else 0.0
-                shift = self.bits * (c % per)
-                keep = 0xFF ^ (top << shift)
-                for r in range(G):
-                    e = struct.unpack_from("<f", a, kres + ((lo + r) % R) * self.frow + 4 * c)[0]
-                    q = quant.asym_code(e, z, inv, top)
-                    o = kdata + r * self.prow + c // per
-                    a[o] = (a[o] & keep) | (q << shift)
+        return self._low.quantize_residual(self) if self.kivi else 0
 
     # ---- reads ----
 
@@ -555,26 +465,8 @@ class KVCache:
             for i in range(D):
                 c = a[off + i]
                 out[i] = (c - 256 if c > 127 else c) * s
-        else:  # i4 / i2: zero + code * scale; KIVI keys have a scale and zero per channel of the slot's group
-            bits = self.bits
-            per = 8 // bits
-            top = (1 << bits) - 1
-            step = 0
-            if kv == V:
-                m = self.VMETA + ((layer * self.H + head) * self.B + b) * 4
-            elif self.kivi:
-                m = self.META + ((layer * self.H + head) * self.NG + b // self.G) * D * 4
-                step = 4
-            else:
-                m = self.META + ((layer * self.H + head) * self.B + b) * 4
-            sc = quant.f16_value(a[m] | (a[m + 1] << 8))
-            z = quant.f16_value(a[m + 2] | (a[m + 3] << 8))
-            for i in range(D):
-                if step:
-                    mi = m + step * i
-                    sc = quant.f16_value(a[mi] | (a[mi + 1] << 8))
-                    z = quant.f16_value(a[mi + 2] | (a[mi + 3] << 8))
-                out[i] = z + ((a[off + i // per] >> (bits * (i % per))) & top) * sc
+        else:
+            self._low.read_row(self, layer, head, b, kv, off, out)
 
     def read_codes(self, layer, head, pos, kv, out):
         """i8 caches: the int8 codes of a row into out (array('b')); returns its f16 scale bits. No allocation."""
