@@ -94,8 +94,7 @@ def print_table(spec, r):
     for label, key in rows:
         t.add_row(label, _b(r[key]))
         if key == "kv_scale_bytes" and r["kv_residual"]:  # KIVI's hidden cost: R + G - 1 f32 rows per pair
-            t.add_row("  of which f32 residual (R %d: %d rows)"
-                      % (r["kv_residual"], budget.residual_rows(budget.QK, r["kv_residual"])),
+            t.add_row("  of which f32 residual (R %d + 31 rows)" % r["kv_residual"],
                       _b(r["kv_residual_bytes"]))
     capped = " (the search limit: model context or --context)" if r["max_context_capped_by_model"] else ""
     t.add_row("longest context that fits", "{:,} tokens{}".format(r["max_context_tokens"], capped))
