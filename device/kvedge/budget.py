@@ -366,8 +366,8 @@ def weights_row_buffer_bytes(dim, hidden_dim, dtype=F32, scale_bytes=4):
 
 # ---- a tiered cache for one sequence (kvedge.tiered): hot ring in RAM, older tokens compressed on flash ----
 
-TIER_HEADER_BYTES = 40  # one copy of the store's header; the file holds two (the newer valid one wins)
-TIER_TAG_BYTES = 16  # before each block (and the sinks' record): its number and checksum
+TIER_HEADER_BYTES = 40  # one header file of a cold store; it has two (the newer valid one wins)
+TIER_TAG_BYTES = 16  # after each block (and the sinks' rows): its number and checksum
 
 
 def cold_record_bytes(kv_heads, head_dim, block, dtype, align=0):
@@ -388,8 +388,9 @@ def tiered_bytes(layers, heads, kv_heads, head_dim, window, sinks, block, cold_b
                 float path's running max, sum and head_dim accumulators (f64), plus, when the integer path is
                 possible (ring and cold in i8/i4), its 5 state ints and head_dim accumulators (int32)
       ram       ring + staging + tables
-      record    one layer of one cold block on flash; block = tag + layers records
-      flash     the store file: two headers, the sinks' record (f32, when sinks > 0), cold_blocks block slots
+      record    one layer of one cold block on flash; block = layers records + tag
+      flash     the store's files at most: two headers, the sinks' record (f32, when sinks > 0), and two segment
+                files of cold_blocks blocks each (blocks are only appended; a segment restarts when it is dead)
       cold_tokens, tokens   the cold cap in tokens, and sinks + cold + window"""
     ring = kv_bytes(layers, kv_heads, head_dim, sinks + window, dtype, align, group, None, prefix=sinks)
     staging = kv_bytes(1, kv_heads, head_dim, block, cold_dtype, cold_align, group=block)
@@ -401,5 +402,5 @@ def tiered_bytes(layers, heads, kv_heads, head_dim, window, sinks, block, cold_b
     sink_rec = TIER_TAG_BYTES + 2 * layers * kv_heads * sinks * align_up(row_bytes(head_dim, FULL), align) if sinks \
         else 0
     return {"ring": ring, "staging": staging, "tables": tables, "ram": ring + staging + tables, "record": record,
-            "block": blk, "sinks": sink_rec, "flash": 2 * TIER_HEADER_BYTES + sink_rec + cold_blocks * blk,
+            "block": blk, "sinks": sink_rec, "flash": 2 * TIER_HEADER_BYTES + sink_rec + 2 * cold_blocks * blk,
             "cold_tokens": cold_blocks * block, "tokens": sinks + cold_blocks * block + window}

@@ -1,20 +1,22 @@
-# The cold store of a tiered cache (kvedge.tiered): blocks of re-quantized K/V in one file on flash that a power
+# The cold store of a tiered cache (kvedge.tiered): blocks of re-quantized K/V in files on flash that a power
 # cut can never leave half-read.
 #
-# The file (sizes in kvedge.budget.tiered_bytes):
-#   header A, header B   40 bytes each: layout (cold dtype, layers, kv_heads, head_dim, block, capacity, sinks,
-#                        align, bytes of a sink row) and the committed state (sequence number, first block, block
-#                        count, sinks saved), then Adler-32 of those 36 bytes. Commits alternate between A and B;
-#                        the valid copy with the newer sequence number is the state, so a header torn by a power
-#                        cut leaves the other.
-#   sinks record         tag + the sinks' f32 rows verbatim (written once, before the commit of the first block)
-#   C block slots        tag (block number, sequence, Adler-32 of the block's bytes, tokens) + one record per
-#                        layer (the staging block's bytes verbatim). Block k lives in slot k % C.
-# Commit order: a block's records and tag are written and flushed, then the header that counts it. A block is
-# only written into a slot the committed header does not reference (at the cap the drop is committed first).
-# On opening, every committed block's number and checksum (and the sinks') are verified: the store is reopened
-# whole, or refused with ColdStoreError naming the first bad part. The file is created full size, so running
-# out of flash shows at creation, not mid-stream.
+# Files (PATH is the store's name; sizes in kvedge.budget.tiered_bytes):
+#   PATH.h0, PATH.h1   one 40-byte header each: layout (cold dtype, layers, kv_heads, head_dim, block, capacity C,
+#                      sinks, align, bytes of a sink row), the committed state (sequence number, first live block,
+#                      block count, sinks saved) and Adler-32 of those 36 bytes. Commits alternate between the two
+#                      files; the valid one with the newer sequence number is the state, so a header torn by a
+#                      power cut leaves the other.
+#   PATH.s             the sinks' f32 rows and their tag (written once, before the commit that saves them)
+#   PATH.0, PATH.1     segments: block k is the (k % C)-th block of segment k // C, in file PATH.<(k // C) % 2>;
+#                      a block is one record per layer (the staging block's bytes verbatim) then its tag (block
+#                      number, sequence, Adler-32 of the records, tokens).
+# Only appends: flash file systems (littlefs, MicroPython's default) rewrite everything after a write in the middle
+# of a file, so blocks are appended, the tag last, and a segment file is started afresh when block k % C == 0
+# lands in it: at most C blocks are live, so every block of the segment it held (k // C - 2) is dead by then.
+# Commit order: a block's bytes are written and flushed, then the header that counts it is written (at the cap
+# the drop is committed first). On opening, every committed block's number and checksum (and the sinks') are
+# verified: the store is reopened whole, or refused with ColdStoreError naming the first bad part.
 import struct
 
 from .budget import CACHE_DTYPES, TIER_HEADER_BYTES, TIER_TAG_BYTES
@@ -49,21 +51,26 @@ def _newer(s, t):
     return (s - t) % SEQ_MOD < (SEQ_MOD >> 1)
 
 
+def _open(path, mode):
+    try:
+        return open(path, mode)
+    except OSError:
+        return None
+
+
 class ColdStore:
-    """The file at `path` for `layout` = (cold dtype index, layers, kv_heads, head_dim, block, capacity, sinks,
+    """The files PATH.* for `layout` = (cold dtype index, layers, kv_heads, head_dim, block, capacity, sinks,
     align, sink row bytes); `size` is budget.tiered_bytes(); `rec` the buffer (memoryview) one record is read
-    into and written from. Reopens an existing file (whole, or ColdStoreError) unless fresh=True; else creates
-    it."""
+    into and written from. Reopens an existing store (whole, or ColdStoreError) unless fresh=True; else creates
+    it (refused when the file system reports less free space than `size["flash"]`)."""
 
     def __init__(self, path, layout, size, rec, fresh=False):
         self.path, self.layout, self.rec = path, layout, rec
         self.L, self.B, self.C, self.S = layout[1], layout[4], layout[5], layout[6]
         self.rb = len(rec)
         self.flash = size["flash"]
-        self.sinks_off = 2 * TIER_HEADER_BYTES
         self.sinks_bytes = size["sinks"] - TIER_TAG_BYTES if self.S else 0
         self.sinks_rec = size["sinks"]
-        self.base = self.sinks_off + size["sinks"]
         self.stride = size["block"]
         self.ab = zeros("i", 2)
         self.hdr = bytearray(TIER_HEADER_BYTES)
@@ -71,23 +78,20 @@ class ColdStore:
         self.seq = self.k0 = self.count = 0
         self.saved = False
         self.reads = self.writes = 0
-        self.f = None
-        f = None
-        if not fresh:
-            try:
-                f = open(path, "r+b")
-            except OSError:
-                f = None
-        if f is None:
+        self.segs = [None, None]
+        h = None if fresh else _open(path + ".h0", "rb") or _open(path + ".h1", "rb")
+        if h is None:
             self._create()
             return
-        self.f = f
+        h.close()
         try:
             self._reopen()
         except Exception:
-            self.f = None
-            f.close()
+            self.close()
             raise
+
+    def _name(self, i):
+        return "%s.%d" % (self.path, i)
 
     # ---- headers ----
 
@@ -106,38 +110,46 @@ class ColdStore:
         adler(buf, n, self.ab)
 
     def _create(self):
-        f = open(self.path, "w+b")
-        self.f = f
         try:
-            f.write(self._pack_header(0, 0, 0, False))
-            zero = bytes(64)
-            left = self.flash - TIER_HEADER_BYTES  # reserve the whole file now: a short flash fails here
-            while left:
-                n = left if left < 64 else 64
-                f.write(zero[:n] if n < 64 else zero)
-                left -= n
-            f.flush()
-        except Exception:
-            self.f = None
+            import os
+            d = self.path[:self.path.rfind("/")] or "/" if "/" in self.path else "."
+            st = os.statvfs(d)
+            free = st[1] * st[4]
+        except (ImportError, AttributeError, OSError):
+            free = -1
+        if 0 <= free < self.flash:
+            raise OSError("%s: the cold store needs %d bytes of flash, the file system has %d free"
+                          % (self.path, self.flash, free))
+        for i in (0, 1):
+            self.segs[i] = open(self._name(i), "w+b")
+        self._write_header(1, 0, 0, 0, False)  # copy 1 is the older one: the first commit (seq 1) replaces it
+        self._write_header(0, 0, 0, 0, False)
+
+    def _write_header(self, i, seq, k0, count, saved):
+        f = open("%s.h%d" % (self.path, i), "wb")
+        try:
+            f.write(self._pack_header(seq, k0, count, saved))
+        finally:
             f.close()
-            raise
 
     def commit(self, k0, count, saved):
-        """Write the next header (alternating copies) and flush; only then does the state here follow."""
+        """Write the next header (alternating files), closed = on flash; only then does the state here follow."""
         seq = (self.seq + 1) % SEQ_MOD
-        self.f.seek(TIER_HEADER_BYTES * (seq & 1))
-        self.f.write(self._pack_header(seq, k0, count, saved))
-        self.f.flush()
+        self._write_header(seq & 1, seq, k0, count, saved)
         self.seq = seq
         self.k0 = k0
         self.count = count
         self.saved = saved
 
     def _read_header(self, i):
-        """Header copy i as a dict, or None when it is not a valid header."""
-        f = self.f
-        f.seek(TIER_HEADER_BYTES * i)
-        h = f.read(TIER_HEADER_BYTES)
+        """Header file i as a dict, or None when it is missing or not a valid header."""
+        f = _open("%s.h%d" % (self.path, i), "rb")
+        if f is None:
+            return None
+        try:
+            h = f.read(TIER_HEADER_BYTES + 1)
+        finally:
+            f.close()
         if h is None or len(h) != TIER_HEADER_BYTES or h[:4] != MAGIC:
             return None
         self._sum(h, TIER_HEADER_BYTES - 4)
@@ -168,96 +180,116 @@ class ColdStore:
                          "capacity %d, sinks %d, align %d, sink row %d)" % ((name,) + tuple(got[1:])))
         if h["count"] > self.C or h["k0"] >= SEQ_MOD or (self.S and h["count"] and not h["saved"]):
             self._refuse("its header is inconsistent")
-        if self.f.seek(0, 2) < self.flash:
-            self._refuse("the file is shorter than its layout (%d bytes)" % self.flash)
+        for i in (0, 1):
+            self.segs[i] = _open(self._name(i), "r+b")
         for i in range(h["count"]):
             self._verify_block(h["k0"] + i)
         saved = h["saved"] and self.S > 0
         if saved:
             self._verify_sinks()
+        for i in (0, 1):
+            if self.segs[i] is None:  # never written (or lost with nothing committed in it): start it empty
+                self.segs[i] = open(self._name(i), "w+b")
         self.seq = h["seq"]
         self.k0 = h["k0"]
         self.count = h["count"]
         self.saved = saved
 
-    def _check_tag(self, off, k, what):
-        f = self.f
-        f.seek(off)
-        t = f.read(TIER_TAG_BYTES)
+    def _verify_block(self, k):
+        first = self.S + k * self.B
+        what = "block %d (positions %d-%d)" % (k, first, first + self.B - 1)
+        f = self.segs[(k // self.C) & 1]
+        if f is None:
+            self._refuse("%s: its segment file %s is missing" % (what, self._name((k // self.C) & 1)))
+        f.seek((k % self.C) * self.stride)
+        self.ab[0] = 1
+        self.ab[1] = 0
+        for layer in range(self.L):
+            if f.readinto(self.rec) != self.rb:
+                self._refuse("%s is truncated" % what)
+            adler(self.rec, self.rb, self.ab)
+        self._check_tag(f.read(TIER_TAG_BYTES), k, what)
+
+    def _check_tag(self, t, k, what):
         if t is None or len(t) != TIER_TAG_BYTES:
             self._refuse("%s is truncated" % what)
         tk, _, a, b, _ = struct.unpack(TAG, t)
         if tk != k:
             self._refuse("%s holds block %d, not %d: the store was cut mid-write" % (what, tk, k))
-        return a, b
-
-    def _verify_block(self, k):
-        first = self.S + k * self.B
-        what = "block %d (positions %d-%d)" % (k, first, first + self.B - 1)
-        a, b = self._check_tag(self.base + (k % self.C) * self.stride, k, what)
-        self.ab[0] = 1
-        self.ab[1] = 0
-        for layer in range(self.L):
-            if self.f.readinto(self.rec) != self.rb:
-                self._refuse("%s is truncated" % what)
-            adler(self.rec, self.rb, self.ab)
         if a != self.ab[0] or b != self.ab[1]:
             self._refuse("%s fails its checksum: damaged or cut mid-write" % what)
 
     def _verify_sinks(self):
-        a, b = self._check_tag(self.sinks_off, SINKS_TAG, "the sinks' record")
-        buf = self.f.read(self.sinks_bytes)
+        f = _open(self.path + ".s", "rb")
+        if f is None:
+            self._refuse("the sinks' file %s.s is missing" % self.path)
+        try:
+            buf = f.read(self.sinks_bytes)
+            t = f.read(TIER_TAG_BYTES)
+        finally:
+            f.close()
         if buf is None or len(buf) != self.sinks_bytes:
             self._refuse("the sinks' record is truncated")
         self._sum(buf, len(buf))
-        if a != self.ab[0] or b != self.ab[1]:
-            self._refuse("the sinks' record fails its checksum")
+        self._check_tag(t, SINKS_TAG, "the sinks' record")
 
     # ---- blocks ----
 
-    def _write_tag(self, off, k, ntok):
+    def _pack_tag(self, k, ntok):
         struct.pack_into(TAG, self.tag, 0, k, (self.seq + 1) % SEQ_MOD, self.ab[0], self.ab[1], ntok)
-        self.f.seek(off)
-        self.f.write(self.tag)
+        return self.tag
 
     def write_record(self, k, layer):
-        """Write rec as layer `layer` of block k (not yet committed); layers go in order 0, 1, ..."""
+        """Append rec as layer `layer` of block k (not yet committed); layers go in order 0, 1, ..."""
+        i = (k // self.C) & 1
         if layer == 0:
             self.ab[0] = 1
             self.ab[1] = 0
-        f = self.f
-        f.seek(self.base + (k % self.C) * self.stride + TIER_TAG_BYTES + layer * self.rb)
+            if k % self.C == 0:  # a new segment: the one this file held is dead (at most C blocks are live)
+                self.segs[i].close()
+                self.segs[i] = None
+                self.segs[i] = open(self._name(i), "w+b")
+        f = self.segs[i]
+        f.seek((k % self.C) * self.stride + layer * self.rb)
         f.write(self.rec)
         adler(self.rec, self.rb, self.ab)
 
     def end_block(self, k, sinks=None):
-        """Tag block k (after its L records), save the sinks' rows with the first block, flush. Then commit()."""
-        self._write_tag(self.base + (k % self.C) * self.stride, k, self.B)
+        """Append block k's tag and flush it; with the first block, also write the sinks' rows. Then commit()."""
+        f = self.segs[(k // self.C) & 1]
+        f.write(self._pack_tag(k, self.B))
+        f.flush()
         if sinks is not None:
             self._sum(sinks, self.sinks_bytes)
-            self.f.seek(self.sinks_off + TIER_TAG_BYTES)
-            self.f.write(sinks)
-            self._write_tag(self.sinks_off, SINKS_TAG, self.S)
-        self.f.flush()
+            g = open(self.path + ".s", "wb")
+            try:
+                g.write(sinks)
+                g.write(self._pack_tag(SINKS_TAG, self.S))
+            finally:
+                g.close()
         self.writes += 1
 
     def load(self, k, layer):
         """rec := layer `layer` of block k, read from flash. Allocates nothing."""
-        f = self.f
-        f.seek(self.base + (k % self.C) * self.stride + TIER_TAG_BYTES + layer * self.rb)
+        f = self.segs[(k // self.C) & 1]
+        f.seek((k % self.C) * self.stride + layer * self.rb)
         if f.readinto(self.rec) != self.rb:
             raise OSError("%s: cold block %d is truncated" % (self.path, k))
         self.reads += 1
 
     def load_sinks(self, buf):
-        self.f.seek(self.sinks_off + TIER_TAG_BYTES)
-        self.f.readinto(buf)
+        f = open(self.path + ".s", "rb")
+        try:
+            f.readinto(buf)
+        finally:
+            f.close()
 
     def used(self):
         """Flash bytes holding committed data."""
-        return (self.sinks_rec if self.saved else 0) + self.count * self.stride
+        return 2 * TIER_HEADER_BYTES + (self.sinks_rec if self.saved else 0) + self.count * self.stride
 
     def close(self):
-        if self.f is not None:
-            self.f.close()
-            self.f = None
+        for i in (0, 1):
+            if self.segs[i] is not None:
+                self.segs[i].close()
+                self.segs[i] = None

@@ -3,20 +3,20 @@
 #
 #   sinks   the first S tokens, kept in RAM at f32 for ever (the ring's prefix; also saved on flash once)
 #   ring    the last W tokens in RAM (a KVCache with window W, any cache dtype)
-#   cold    blocks of B older tokens in a file, re-quantized to the cold dtype (i4 KIVI: keys per channel over the
+#   cold    blocks of B older tokens in files, re-quantized to the cold dtype (i4 KIVI: keys per channel over the
 #           block, values per token; i8; f16; f32), at most C blocks. When the ring is full and a token needs a
 #           slot, the ring's oldest B tokens leave it together as one block (so the ring holds W-B+1..W tokens).
 #   at cap  a full store either drops its oldest block ("drop": the stream goes on with a gap after the sinks)
 #           or takes a reset point ("reset": everything is forgotten, positions start again at 0).
 #
 # Attention (step, step_q8): for each cold block, ONE preallocated staging block (a one-layer KVCache of B slots)
-# is filled from the file with readinto and folded into every query head's running max/sum/output; then the
+# is filled from flash with readinto and folded into every query head's running max/sum/output; then the
 # ring's rows are folded and the heads finish. Equal to attention over the concatenated cache; the staging block
 # is the only buffer, and the integer path allocates nothing (the running state lives in arrays made once).
 #
 # The blocks live in a ColdStore (kvedge.coldstore: the file format and its crash safety): a block is committed
 # only after its bytes are on flash, and a reopened store is verified whole or refused. After a reboot the ring
-# is empty (RAM is gone): the sinks come back from the file, and the sequence resumes at position resume_pos,
+# is empty (RAM is gone): the sinks come back from flash, and the sequence resumes at position resume_pos,
 # right after the last committed block; tokens that were only in the ring must be fed again if they matter.
 from .attention import Attention
 from .budget import F16, I8, I4, CACHE_DTYPES, tiered_bytes
@@ -33,9 +33,10 @@ U16 = 0xFFFF
 
 class TieredCache:
     """One sequence: sinks and a hot ring in RAM (`cfg`: a CacheConfig with window W and sinks S = prefix), older
-    tokens in blocks of `block` on flash at `path` (`cold` dtype, at most `cold_blocks` blocks, `at_cap` policy).
+    tokens in blocks of `block` on flash in the files `path`.* (`cold` dtype, at most `cold_blocks` blocks,
+    `at_cap` policy).
 
-    An existing file is reopened (validated whole) unless fresh=True. budget: BudgetError before allocating
+    An existing store is reopened (validated whole) unless fresh=True. budget: BudgetError before allocating
     when the RAM formula exceeds it."""
 
     def __init__(self, cfg, path, block=16, cold=I4, cold_blocks=32, at_cap="drop", tile=16, cold_align=0,
@@ -202,7 +203,7 @@ class TieredCache:
                 st.start_token()
 
     def reset(self):
-        """A reset point: forget every token, hot and cold (the empty state is committed to the file)."""
+        """A reset point: forget every token, hot and cold (the empty state is committed to flash)."""
         self.store.commit(0, 0, False)
         self.ring.reset()
 

@@ -12,7 +12,11 @@ What the board has:
   Build one with stage_package() and build_romfs() (mpremote romfs; viper modules precompiled with mpy-cross);
 - a writable littlefs2 RAM disk in guest RAM outside the heap (12 MiB at 0x21400000), mounted at / and made the
   cwd by MOUNT at the start of every session: the firmware mounts no filesystem itself, and its contents survive
-  soft resets (a new mpremote session) but not a restart of qemu. DISK_MODULE is its board-side code;
+  soft resets (a new mpremote session) but not a restart of qemu, unless `disk_image` backs the board's PSRAM
+  with a host file (then it behaves like flash: it survives qemu being killed at any instruction and started
+  again). DISK_MODULE is its board-side code: mounted with progsize=256 as MicroPython's rp2 and esp32 ports
+  mount their flash, and copying blocks in viper so that reading a file allocates nothing, as with a C block
+  device;
 - `-icount shift=0`: one guest instruction = 1 ns of virtual time, so `time.ticks_us()` counts thousands of
   instructions (1 us = 1000 instructions) and figures are the same on a loaded machine.
 
@@ -35,6 +39,7 @@ ROMFS_MAX = 0x400000
 DISK_ADDR = 0x21400000       # PSRAM after the ROMFS slot, up to 0x21FFFFFF: zero at power-on, not the heap
 DISK_BLOCK = 4096            # a flash sector, as littlefs is used on rp2 and esp32 boards
 DISK_BLOCKS = 3072           # 12 MiB
+PSRAM_BYTES = 16 * 1024 * 1024  # 0x21000000-0x21FFFFFF: qemu's "main RAM" of mps2-an385 (ROMFS slot + RAM disk)
 MARCHES = ("armv6m", "armv7m", "armv7em")   # what the firmware loads (armv7emsp/dp are refused)
 INSTRUCTIONS_PER_US = 1000   # under -icount shift=0
 _IMAGE = re.compile(r"^firmware-heap(\d+)\.elf$")
@@ -46,21 +51,40 @@ DISK_MODULE = """\
 import os
 import uctypes
 import vfs
+import micropython
+
+
+@micropython.viper
+def _get(dst, src, soff: int, n: int):
+    d = ptr8(dst)
+    s = ptr8(src)
+    i = 0
+    while i < n:
+        d[i] = s[soff + i]
+        i += 1
+
+
+@micropython.viper
+def _put(dst, doff: int, src, n: int):
+    d = ptr8(dst)
+    s = ptr8(src)
+    i = 0
+    while i < n:
+        d[doff + i] = s[i]
+        i += 1
 
 
 class RamDisk:
     def __init__(self, addr, bs, n):
         self.bs = bs
         self.n = n
-        self.mem = memoryview(uctypes.bytearray_at(addr, bs * n))
+        self.mem = uctypes.bytearray_at(addr, bs * n)
 
-    def readblocks(self, block, buf, off=0):
-        a = block * self.bs + off
-        buf[:] = self.mem[a:a + len(buf)]
+    def readblocks(self, block, buf, off=0):  # viper copies: no slice objects, nothing allocated
+        _get(buf, self.mem, block * self.bs + off, len(buf))
 
     def writeblocks(self, block, buf, off=0):
-        a = block * self.bs + off
-        self.mem[a:a + len(buf)] = buf
+        _put(self.mem, block * self.bs + off, buf, len(buf))
 
     def ioctl(self, op, arg):
         if op == 4:
@@ -78,10 +102,10 @@ def mount(path="/", addr=%(addr)d, bs=%(bs)d, n=%(n)d):
     if not _mounted:
         bd = RamDisk(addr, bs, n)
         try:
-            fs = vfs.VfsLfs2(bd)
+            fs = vfs.VfsLfs2(bd, progsize=256)
         except OSError:
-            vfs.VfsLfs2.mkfs(bd)
-            fs = vfs.VfsLfs2(bd)
+            vfs.VfsLfs2.mkfs(bd, progsize=256)
+            fs = vfs.VfsLfs2(bd, progsize=256)
         vfs.mount(fs, path)
         _mounted = True
     os.chdir(path)
@@ -235,10 +259,12 @@ class M3Board:
     """One emulated board. start() returns its serial port (a pty); stop() ends qemu.
 
     heap: bytes (default: the board profile's heap_bytes); romfs: image path for /rom; icount: deterministic
-    instruction counting. A board restarted after a timeout (restart()) loses its RAM disk."""
+    instruction counting; disk_image: a host file holding the board's PSRAM (created when missing), so the RAM
+    disk persists across kill and start like flash. Without it a restart (restart()) loses the RAM disk."""
 
-    def __init__(self, board="rp2040", heap=None, romfs=None, icount=True, log=None):
+    def __init__(self, board="rp2040", heap=None, romfs=None, icount=True, log=None, disk_image=None):
         self.board = board
+        self.disk_image = os.path.abspath(disk_image) if disk_image else None
         self.heap = heap_of(board, heap)
         self.firmware = firmware_for(self.heap)
         self.romfs = os.path.abspath(romfs) if romfs else None
@@ -250,8 +276,12 @@ class M3Board:
         self._dir = None
 
     def command(self):
-        cmd = [qemu_exe(), "-machine", MACHINE, "-nographic", "-monitor", "null", "-semihosting",
+        machine = MACHINE + (",memory-backend=psram" if self.disk_image else "")
+        cmd = [qemu_exe(), "-machine", machine, "-nographic", "-monitor", "null", "-semihosting",
                "-serial", "pty", "-kernel", self.firmware]
+        if self.disk_image:  # qemu maps the file: every guest write is in it, whenever qemu dies
+            cmd += ["-object", "memory-backend-file,id=psram,size=%d,mem-path=%s,share=on"
+                    % (PSRAM_BYTES, self.disk_image)]
         if self.icount:
             cmd += ["-icount", "shift=0"]
         if self.romfs:

@@ -13,20 +13,29 @@ from kvedge.errors import BudgetError, ColdStoreError
 from kvedge.tiered import TieredCache
 from _support import Rng, need, raises, message, under_heap_lock
 
-PATH = "_kvedge_tiered_test.bin"
+PATH = "_kvedge_tiered_test"
+FILES = (".h0", ".h1", ".s", ".0", ".1")  # the store's files: two headers, the sinks, two segments
 
 
 def _remove(path=PATH):
     import os
-    try:
-        os.remove(path)
-    except OSError:
-        pass
+    for x in FILES:
+        try:
+            os.remove(path + x)
+        except OSError:
+            pass
 
 
-def _size(path=PATH):
+def _size(path=PATH, files=FILES):
+    """Bytes of the store's files."""
     import os
-    return os.stat(path)[6]
+    n = 0
+    for x in files:
+        try:
+            n += os.stat(path + x)[6]
+        except OSError:
+            pass
+    return n
 
 
 def _token(seed, pos, layer, kb, vb, D):
@@ -57,12 +66,15 @@ def _live(tc):
 
 
 def _exact_rows(seed, D, kvh):
-    kb = zeros("f", kvh * D)
-    vb = zeros("f", kvh * D)
+    """rows(pos, layer, h, kv, out) of the exact inputs; each token is generated once per reference."""
+    memo = {}
 
     def rows(pos, layer, h, kv, out):
-        _token(seed, pos, layer, kb, vb, D)
-        src = kb if kv == 0 else vb
+        t = memo.get((pos, layer))
+        if t is None:
+            t = memo[(pos, layer)] = (zeros("f", kvh * D), zeros("f", kvh * D))
+            _token(seed, pos, layer, t[0], t[1], D)
+        src = t[kv]
         for i in range(D):
             out[i] = src[h * D + i]
     return rows
@@ -263,9 +275,12 @@ def test_ram_and_flash_equal_the_budget_formula():
             assert len(tc.stg.arena) == want["staging"]
             assert tc.ram_bytes() == want["ram"] == tc.stats()["total_bytes"]
             assert tc.rb == want["record"] == budget.cold_record_bytes(2, 8, 8, cold, align)
-            assert _size() == want["flash"] == tc.stats()["flash_capacity"]
-            _feed(tc, 5, 200)  # wraps the cold store: the file never grows
-            assert _size() == want["flash"] and tc.store.used() == want["sinks"] + 6 * want["block"]
+            assert want["flash"] == tc.stats()["flash_capacity"] == 80 + want["sinks"] + 12 * want["block"]
+            _feed(tc, 5, 2 + 16 + 8 * 12)  # 12 blocks demoted: both segments full, 6 blocks live
+            assert _size() == want["flash"] and tc.store.used() == 80 + want["sinks"] + 6 * want["block"]
+            assert _size(files=(".0",)) == _size(files=(".1",)) == 6 * want["block"]
+            _feed(tc, 5, 8 * 6)  # segment 0 restarted for blocks 12-17 and filled again
+            assert _size() == want["flash"] and tc.store.count == 6
         finally:
             tc.close()
             _remove()
@@ -325,13 +340,26 @@ def test_reopen_after_power_off_is_whole():
         _remove()
 
 
-def _flip(off, path=PATH):
-    f = open(path, "r+b")
+def _flip(name, off):
+    f = open(PATH + name, "r+b")
     f.seek(off)
     b = f.read(1)[0]
     f.seek(off)
     f.write(bytes([b ^ 0x5A]))
     f.close()
+
+
+def _write(name, data):
+    f = open(PATH + name, "wb")
+    f.write(data)
+    f.close()
+
+
+def _read(name):
+    f = open(PATH + name, "rb")
+    data = f.read()
+    f.close()
+    return data
 
 
 def _open(**kw):
@@ -342,49 +370,53 @@ def test_damaged_or_foreign_stores_are_refused_never_half_read():
     need("fs")
     _remove()
     tc = _open()
-    _feed(tc, 3, 2 + 8 + 12)  # 3 committed blocks
-    base, stride, seq = tc.store.base, tc.store.stride, tc.store.seq
+    _feed(tc, 3, 2 + 8 + 12)  # 3 committed blocks, all in segment 0
+    stride, seq = tc.store.stride, tc.store.seq
     tc.close()
     # a byte of block 1 damaged: refused, naming the block
-    _flip(base + 1 * stride + 20)
+    _flip(".0", 1 * stride + 20)
     e = raises(ColdStoreError, _open)
     assert "block 1 (positions 6-9)" in message(e) and "checksum" in message(e) and PATH in message(e)
-    _flip(base + 1 * stride + 20)  # repaired: whole again
+    _flip(".0", 1 * stride + 20)  # repaired: whole again
     _open().close()
+    # the sinks damaged
+    _flip(".s", 7)
+    e = raises(ColdStoreError, _open)
+    assert "sinks' record fails its checksum" in message(e)
+    _flip(".s", 7)
     # the newest header torn mid-write: the other copy (one commit older) is the state, and it is whole
-    _flip(budget.TIER_HEADER_BYTES * (seq & 1) + 30)
+    good = _read(".h%d" % (seq & 1))
+    _write(".h%d" % (seq & 1), good[:30])
     tc = _open()
     assert tc.store.seq == seq - 1 and tc.store.count == 2
     tc.close()
     # both headers damaged
-    _flip(budget.TIER_HEADER_BYTES * ((seq + 1) & 1) + 5)
+    _flip(".h%d" % ((seq + 1) & 1), 5)
     e = raises(ColdStoreError, _open)
     assert "no valid header" in message(e)
-    # another layout, a foreign file, a truncated file
-    tc = _open(fresh=True)
-    tc.close()
+    _write(".h%d" % (seq & 1), good)
+    # a block cut short (its tag never landed)
+    data = _read(".0")
+    _write(".0", data[:3 * stride - 3])
+    e = raises(ColdStoreError, _open)
+    assert "block 2 (positions 10-13) is truncated" in message(e)
+    _write(".0", data)
+    _open().close()
+    # another layout, a foreign file
     e = raises(ColdStoreError, TieredCache, _cfg(2, 1, 8, 8, 2, "f32", layers=1), PATH, block=4, cold="i8",
                cold_blocks=4)
     assert "another layout (cold i4" in message(e)
     ring64 = CacheConfig(1, 2, 1, 8, 10, "f32", window=8, sinks=2, prefix=2, align=64)
     e = raises(ColdStoreError, TieredCache, ring64, PATH, block=4, cold="i4", cold_blocks=4)
     assert "sink row 32)" in message(e)  # the sinks' rows on flash are the ring's padded f32 rows
-    f = open(PATH, "wb")
-    f.write(b"hello, not a store" * 10)
-    f.close()
+    _write(".h0", b"hello, not a store" * 10)
+    _write(".h1", b"")
     e = raises(ColdStoreError, _open)
     assert "not a kvedge cold store" in message(e)
     tc = _open(fresh=True)  # fresh=True starts over
-    _feed(tc, 3, 14)
+    assert tc.store.count == 0 and tc.resume_pos == 0
     tc.close()
-    f = open(PATH, "r+b")
-    data = f.read()
-    f.close()
-    f = open(PATH, "wb")
-    f.write(data[:len(data) - 10])
-    f.close()
-    e = raises(ColdStoreError, _open)
-    assert "shorter than its layout" in message(e)
+    _open().close()
     _remove()
 
 
@@ -404,7 +436,7 @@ def test_bad_input_changes_nothing():
     e = raises(BudgetError, TieredCache, cfg, PATH, block=4, budget=100)
     assert "tiered cache" in message(e)
     import os
-    assert PATH not in os.listdir(".")  # refused before anything was allocated or created
+    assert not [n for n in os.listdir(".") if n.startswith(PATH)]  # refused before anything was created
     tc = TieredCache(cfg, PATH, block=4, cold="i4", cold_blocks=2, fresh=True)
     try:
         _feed(tc, 2, 12)
@@ -445,7 +477,7 @@ def test_long_stream_keeps_ram_flat_and_the_store_bounded():
         qc, qs, oq, oe = zeros("b", 32), zeros("H", 4), zeros("i", 32), zeros("i", 4)
         quantize_query(_query(cfg, 9), qc, qs, 4)
         r = Rng(4)
-        flash = _size()
+        flash = tc.size["flash"]
         marks = []
         for t in range(1200):
             tc.start_token()
@@ -461,7 +493,7 @@ def test_long_stream_keeps_ram_flat_and_the_store_bounded():
             if t % 200 == 199:
                 gc.collect()
                 marks.append(mem_alloc())
-                assert tc.stats()["tokens_cached"] <= tc.size["tokens"] and _size() == flash
+                assert tc.stats()["tokens_cached"] <= tc.size["tokens"] and _size() <= flash
         st = tc.stats()
         assert st["tokens_seen"] == 1200 and st["cold_tokens"] == 32 and st["cold_drops"] == (1200 - 18 + 7) // 8 - 4
         assert st["demoted"] == 8 * ((1200 - 18 + 7) // 8)  # a block leaves at tokens 18, 26, 34, ...

@@ -2,9 +2,9 @@
 (every block and the sinks bit-identical to what was committed), or, only when the cut fell inside the file's
 creation, is refused with ColdStoreError. Never half-read.
 
-Every write and flush the store makes is recorded; the file a cut leaves is rebuilt from the log: everything
-flushed before the cut is on flash, and of the writes since the last flush any subset may have landed (each one
-alone missing, all missing, the last one torn halfway)."""
+Every truncation, write, flush and close the store makes is recorded; the files a cut leaves are rebuilt from
+the log: what a file had when it was last flushed or closed is on flash, and of each file's operations since
+then any subset may have landed (each one alone missing, all missing, the last write torn halfway)."""
 import os
 import struct
 import zlib
@@ -21,19 +21,39 @@ HDR_BYTES = budget.TIER_HEADER_BYTES
 
 
 class _Recording:
-    def __init__(self, f, log):
-        self.f, self.log = f, log
+    def __init__(self, f, name, log):
+        self.f, self.name, self.log = f, name, log
 
     def write(self, b):
-        self.log.append(("w", self.f.tell(), bytes(b)))
+        self.log.append(("w", self.name, self.f.tell(), bytes(b)))
         return self.f.write(b)
 
     def flush(self):
-        self.log.append(("f",))
+        self.log.append(("f", self.name))
         return self.f.flush()
+
+    def close(self):
+        self.log.append(("f", self.name))
+        return self.f.close()
 
     def __getattr__(self, name):
         return getattr(self.f, name)
+
+
+def _recording_open(log):
+    real_open = open
+
+    def opener(path, mode):
+        f = real_open(path, mode)
+        name = os.path.basename(path)
+        if "w" in mode:
+            log.append(("t", name))
+        return _Recording(f, name, log)
+    return opener
+
+
+def _is_header(e):
+    return e[0] == "w" and e[1].endswith((".h0", ".h1")) and len(e[3]) == HDR_BYTES
 
 
 def _cfg():
@@ -59,18 +79,23 @@ def _feed(tc, n, seed=3):
 
 
 def _image(log, upto, drop=(), torn=False):
-    """The file after the first `upto` log entries, without the write indexes in `drop`; the last one torn."""
-    img = bytearray()
+    """The files ({name: bytes}) after the first `upto` log entries without the entries in `drop`; the last
+    one torn halfway when it is a write."""
+    files = {}
     for i, e in enumerate(log[:upto]):
-        if e[0] != "w" or i in drop:
+        if i in drop or e[0] == "f":
             continue
-        off, data = e[1], e[2]
+        if e[0] == "t":
+            files[e[1]] = bytearray()
+            continue
+        img = files.setdefault(e[1], bytearray())
+        off, data = e[2], e[3]
         if torn and i == upto - 1:
             data = data[:len(data) // 2]
         if len(img) < off + len(data):
             img.extend(bytes(off + len(data) - len(img)))
         img[off:off + len(data)] = data
-    return bytes(img)
+    return files
 
 
 def _header_state(data):
@@ -79,28 +104,36 @@ def _header_state(data):
 
 
 def _expected(log, upto, drop, torn):
-    """(seq, k0, count) of the newest header write that fully landed, or None."""
-    best = None
+    """(seq, k0, count, saved) of the newest header write that fully landed (and was not truncated away)."""
+    last = {}
     for i, e in enumerate(log[:upto]):
-        if e[0] == "w" and e[1] in (0, HDR_BYTES) and len(e[2]) == HDR_BYTES and i not in drop:
-            if torn and i == upto - 1:
-                continue
-            best = _header_state(e[2])
+        if i in drop:
+            continue
+        if e[0] == "t":
+            last.pop(e[1], None)
+        elif _is_header(e) and not (torn and i == upto - 1):
+            last[e[1]] = _header_state(e[3])
+    best = None
+    for st in last.values():
+        if best is None or coldstore._newer(st[0], best[0]):
+            best = st
     return best
 
 
 def _cuts(log):
-    """(upto, drop, torn) for every cut point: after each entry, with subsets of the unflushed writes."""
-    last_flush = 0
+    """(upto, drop, torn) for every cut point: after each entry, with subsets of the operations not yet flushed
+    or closed in their own file."""
     for upto in range(1, len(log) + 1):
-        if log[upto - 1][0] == "f":
-            last_flush = upto
-            yield upto, (), False
-            continue
-        pending = [i for i in range(last_flush, upto) if log[i][0] == "w"]
+        durable = {}
+        for i, e in enumerate(log[:upto]):
+            if e[0] == "f":
+                durable[e[1]] = i
+        pending = [i for i, e in enumerate(log[:upto]) if e[0] != "f" and i > durable.get(e[1], -1)]
         yield upto, (), False
-        yield upto, (), True
-        yield upto, tuple(pending), False
+        if log[upto - 1][0] == "w":
+            yield upto, (), True
+        if pending:
+            yield upto, tuple(pending), False
         for i in pending:
             yield upto, (i,), False
 
@@ -122,8 +155,7 @@ def _snapshot(tc, k0, count, saved):
 def _record(path, policy, tokens):
     """Run the stream with every write recorded; returns (log, entries of the creation, {seq: committed rows})."""
     log = []
-    real_open = open
-    coldstore.open = lambda p, m: _Recording(real_open(p, m), log)
+    coldstore.open = _recording_open(log)
     try:
         tc = TieredCache(_cfg(), path, block=4, cold="i4", cold_blocks=3, at_cap=policy, fresh=True)
         created = len(log)
@@ -134,10 +166,10 @@ def _record(path, policy, tokens):
             st = tc.store
             # every header written by this token: its state's rows are what the cache reads now, restricted
             # to that state's blocks (a drop's commit precedes the new block's within one token)
-            heads = [e for e in log[seen:] if e[0] == "w" and e[1] in (0, HDR_BYTES) and len(e[2]) == HDR_BYTES]
+            heads = [e for e in log[seen:] if _is_header(e)]
             seen = len(log)
             for e in heads:
-                seq, k0, count, saved = _header_state(e[2])
+                seq, k0, count, saved = _header_state(e[3])
                 assert k0 >= st.k0 and k0 + count <= st.k0 + st.count
                 committed[seq] = _snapshot(tc, k0, count, saved)
         tc.close()
@@ -155,23 +187,25 @@ def test_adler_matches_zlib():
 
 @pytest.mark.parametrize("policy", ["drop", "reset"])
 def test_power_cut_anywhere_reopens_the_last_commit_or_refuses_only_at_creation(tmp_path, policy):
-    log, created, committed = _record(str(tmp_path / "cold.bin"), policy, 2 + 8 + 4 * 9 + 1)
+    log, created, committed = _record(str(tmp_path / "cold"), policy, 2 + 8 + 4 * 9 + 1)
     assert len(committed) >= 8  # sinks, ring, then blocks through a 3-block store: drops, or resets
-    cut_file = str(tmp_path / "cut.bin")
     checked = refused = 0
-    for upto, drop, torn in _cuts(log):
-        with open(cut_file, "wb") as f:
-            f.write(_image(log, upto, drop, torn))
+    for n, (upto, drop, torn) in enumerate(_cuts(log)):
+        cut = tmp_path / ("cut%d" % n)
+        cut.mkdir()
+        for name, data in _image(log, upto, drop, torn).items():
+            (cut / name.replace("cold", "cut")).write_bytes(data)
         want = _expected(log, upto, drop, torn)
         try:
-            tc = TieredCache(_cfg(), cut_file, block=4, cold="i4", cold_blocks=3, at_cap=policy)
+            tc = TieredCache(_cfg(), str(cut / "cut"), block=4, cold="i4", cold_blocks=3, at_cap=policy)
         except ColdStoreError as e:
             assert upto <= created, (upto, drop, torn, str(e))  # only a file whose creation was cut
             refused += 1
             continue
         try:
             st = tc.store
-            assert want is not None and (st.seq, st.k0, st.count, st.saved) == want, (upto, drop, torn)
+            want = want or (0, 0, 0, False)  # no header landed: an empty store starts (nothing was committed)
+            assert (st.seq, st.k0, st.count, st.saved) == want, (upto, drop, torn)
             assert _snapshot(tc, st.k0, st.count, st.saved) == committed[st.seq], (upto, drop, torn)
             if st.count:
                 out = array("f", [0.0] * 32)
@@ -179,5 +213,4 @@ def test_power_cut_anywhere_reopens_the_last_commit_or_refuses_only_at_creation(
             checked += 1
         finally:
             tc.close()
-    assert checked > 100 and refused >= 1, (checked, refused)
-    os.remove(cut_file)
+    assert checked > 100, (checked, refused)
