@@ -1,4 +1,5 @@
-"""Compress until it fits: the planning loop over KV dtype, window, sinks, H2O budget, flash tier and context.
+"""Compress until it fits: the planning loop over KV dtype, window, sinks, H2O budget, a tiered cache (hot ring in
+RAM, older tokens on flash) and context.
 
 Start from the requested deployment (the whole context in --kv-dtype). If it does not fit the heap, try each
 strategy, size it to the largest setting that fits (recomputing with kvedge.budget every time), and rank every
@@ -25,7 +26,10 @@ MIN_WINDOW = 8  # a ring shorter than this is not worth offering
 PREFIX_FRACTION = 0.05  # trap 5: the first ~5 % of the context at full precision
 KIVI_MIN = 2 * budget.QK  # i4's default sliding residual (one group) and the group leaving it: the smallest ring
 # heuristic quality order when no measured table is given (lower = closer to the full f32 cache)
-KIND_GROUP = {"keep": 0, "prefix": 0, "h2o": 1, "sinks": 2, "flash": 3, "window": 4, "shorter": 5}
+KIND_GROUP = {"keep": 0, "prefix": 0, "h2o": 1, "sinks": 2, "tiered": 3, "window": 4, "shorter": 5}
+TIER_BLOCK = 16  # tokens per cold block of a tiered cache (keys quantized per channel over it)
+TIER_COLD = budget.I4  # what the cold blocks hold (KIVI), see docs/tiered.md for the measured alternatives
+TIER_RINGS = (budget.F32, budget.F16, budget.I8)
 DTYPE_RANK = {budget.F32: 0, budget.F16: 1, budget.I8: 2, budget.I4: 3}
 
 
@@ -37,9 +41,11 @@ def add_arguments(p):
                    help="row padding of the device cache (default 64, CacheConfig's default; 0 = none)")
     p.add_argument("--weights-in", default="auto", metavar="WHERE",
                    help="heap, flash (read row by row) or auto: heap unless nothing then fits (default auto)")
-    p.add_argument("--flash-tier", action="store_true",
-                   help="also offer a hot ring in RAM with the older tokens compressed on flash (needs a device "
-                        "cold tier; off by default)")
+    p.add_argument("--no-tiered", action="store_true",
+                   help="leave out the tiered cache (sinks + hot ring in RAM, older tokens i4 on flash; offered on "
+                        "every board with flash)")
+    # before kvedge.tiered the flash tier was opt-in; it is offered by default now and the old flag does nothing
+    p.add_argument("--flash-tier", action="store_true", help=__import__("argparse").SUPPRESS)
     p.add_argument("--quality", metavar="FILE.json", help="quality table written by `kvedge eval --json`")
     p.add_argument("--out", metavar="FILE.json", help="write the chosen configuration as a device config JSON")
     p.add_argument("--pick", type=int, default=1, help="rank of the configuration --out writes (default 1)")
@@ -65,6 +71,8 @@ def _row_kind(row, label):
     cfg = row.get("config") if isinstance(row.get("config"), dict) else None
     if "h2o" in n:
         kind = "h2o"
+    elif isinstance(row.get("tier"), dict) or "tiered" in n:
+        kind = "tiered"  # kvedge.tiered: its config is the hot ring's
     elif cfg is not None:
         kind = ("sinks" if cfg.get("sinks") else "window" if cfg.get("window") else
                 "prefix" if cfg.get("prefix") else "keep")
@@ -126,6 +134,9 @@ def load_quality(path):
         cfg = row.get("config") if isinstance(row.get("config"), dict) else {}
         if cfg.get("window"):
             q["tokens"] = cfg["window"] + cfg.get("sinks", 0)  # the ring size the row was measured at
+        if kind == "tiered":
+            tier = row.get("tier") if isinstance(row.get("tier"), dict) else {}
+            q["cold"] = tier.get("cold_dtype") or (TIER_COLD if "i4" in _norm(label) else None)
         table.append(q)
     if not table:
         raise UserError("%s: no row has kl, ppl or top1 figures" % path)
@@ -135,15 +146,16 @@ def load_quality(path):
 def match_quality(table, cand):
     """The measured row for a candidate, or None. Same kind and dtype first; an eviction strategy (H2O, sinks +
     window, window) measured in another dtype or size still tells its cost (the row's label says what was
-    measured); a flash tier attends every token, the old ones as i8, so it takes i8's cost; the full f32 cache is
-    the reference (cost 0)."""
+    measured); a tiered cache takes the tiered row of its cold dtype measured with the largest ring not above its
+    own (else the smallest), moved to its ring dtype like an eviction row when needed; the full f32 cache is the
+    reference (cost 0)."""
     if table is None:
         return None
     kind, dtype = cand["kind"], cand["cache"]["dtype"]
-    if kind == "flash":
-        kind, dtype = "keep", budget.I8
     if kind == "shorter":
         return None
+    if kind == "tiered":
+        return _tiered_row(table, cand)
     for row in table:
         if row["kind"] == kind and row["dtype"] == dtype:
             return row
@@ -154,6 +166,20 @@ def match_quality(table, cand):
     if kind == "keep" and dtype == budget.F32:
         return {"label": "f32 (reference)", "kind": "keep", "dtype": "f32", "metrics": {"kl": 0.0}}
     return None
+
+
+def _tiered_row(table, cand):
+    ring = cand["cache"]["window"] + cand["cache"]["sinks"]
+    cold = cand["tier"]["cold_dtype"]
+    rows = [r for r in table if r["kind"] == "tiered" and r.get("cold") in (cold, None)]
+    if not rows:
+        return None
+    same = [r for r in rows if r["dtype"] == cand["cache"]["dtype"]] or rows
+    below = [r for r in same if r.get("tokens", 0) <= ring]
+    row = max(below, key=lambda r: r.get("tokens", 0)) if below else min(same, key=lambda r: r.get("tokens", 0))
+    if row["dtype"] != cand["cache"]["dtype"]:
+        return _other_dtype(table, row, cand["cache"]["dtype"])
+    return row
 
 
 def _keep_kl(table, dtype):
@@ -190,6 +216,40 @@ def quality_cost(q):
     return float("%.2g" % x)
 
 
+# ---- what a tiered cache costs per token (measured on the emulated board) ----
+
+TIER_COST_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "tiered_cost.json")
+
+
+def tier_cost(spec, ring_dtype, cold, cold_tokens, path=TIER_COST_FILE):
+    """Instructions per token the cold tokens add (attention over them, flash reads included) and the demotion of
+    blocks (spread over their tokens), from `tools/bench_tiered.py --json` on the emulated Cortex-M3 (the file
+    names its command and firmware). Measured for stories260K's attention shape; other shapes are scaled by
+    layers x heads x head_dim (the work per cold token) and say so. None when no measurement is at hand."""
+    try:
+        with open(path) as f:
+            m = json.load(f)
+    except (OSError, ValueError):
+        return None
+    q8 = ring_dtype in (budget.I8, budget.I4) and cold in (budget.I8, budget.I4)
+    rows = [r for r in m.get("rows", []) if r.get("path") == ("int" if q8 else "float") and r.get("cold") == cold]
+    if not rows:
+        return None
+    r = rows[0]
+    sh = m["shape"]
+    f = (spec.layers * spec.heads * spec.head_dim) / float(sh["layers"] * sh["heads"] * sh["head_dim"])
+    out = {"path": "integer (step_q8)" if q8 else "float (step)",
+           "instructions_per_cold_token": int(r["per_cold_token"] * f),
+           "cold_instructions_per_token": int(r["per_cold_token"] * f * cold_tokens),
+           "demote_instructions_per_token": int(r["demote_per_token"] * f),
+           "measured": "%s on %s (%s kernels): %s" % (m.get("unit", "instructions"), m.get("machine", "?"),
+                                                     m.get("kernels", "?"), m.get("command", "?"))}
+    if abs(f - 1.0) > 1e-9:
+        out["scaled"] = "from %d layers x %d heads x head_dim %d, by %.3g" % (sh["layers"], sh["heads"],
+                                                                          sh["head_dim"], f)
+    return out
+
+
 # ---- sizing ----
 
 def _largest(fits, lo, hi, step=1):
@@ -210,7 +270,7 @@ class Planner:
     def __init__(self, spec, context, tgt, align, weights_dtype, batch):
         self.spec, self.context, self.tgt, self.align, self.batch = spec, context, tgt, align, batch
         self.base_align = align
-        self.flash_tier = False
+        self.tiered_ok = True
         self.heap = tgt["heap_bytes"]
         self.prof = tgt["profile"] or {}
         self.weights_bytes, self.weights_label = account.weights(spec, weights_dtype)
@@ -245,11 +305,13 @@ class Planner:
         return (p.get("flash_bytes") or 0) // 2
 
     def total(self, kv, place, scores=0):
+        """scores: RAM each sequence needs beside its cache arena (H2O's arrays, a tiered cache's staging block
+        and tables)."""
         return self.weights_heap(place) + kv * self.batch + scores * self.batch + self.act + self.ws
 
     def candidate(self, kind, name, cfg, place, tokens, context, policy=None, tier=None, scores=0):
         kv = cfg.nbytes()
-        total = self.total(kv, place, scores)
+        total = self.total(kv, place, scores + (tier["staging_bytes"] + tier["tables_bytes"] if tier else 0))
         if cfg.align != self.base_align:
             name += ", align %d" % cfg.align
         c = {"kind": kind, "strategy": name, "cache": cfg.to_dict(), "kv_bytes": kv, "tokens_kept": tokens,
@@ -258,10 +320,12 @@ class Planner:
                          "heap_bytes": self.weights_heap(place)},
              "activation_bytes": self.act, "workspace_bytes": self.ws, "total_bytes": total,
              "heap_bytes": self.heap, "headroom_bytes": self.heap - total, "fits": total <= self.heap}
-        # what each sequence's KVCache(cfg, budget=...) may use: the heap minus everything else, per sequence
-        c["budget_bytes"] = (self.heap - (total - kv * self.batch)) // self.batch
+        # what each sequence's KVCache(cfg, budget=...) (TieredCache: its ring, staging and tables) may use: the
+        # heap minus everything else, per sequence
+        own = tier["ram_bytes"] if tier else kv
+        c["budget_bytes"] = (self.heap - (total - own * self.batch)) // self.batch
         c["placement"] = self.placement(c)
-        return self._flash_check(c) if place == "flash" else c
+        return self._flash_check(c) if place == "flash" or tier else c
 
     # -- the strategies; each returns a candidate or None, and records what it tried --
 
@@ -342,27 +406,41 @@ class Planner:
                               make(B), place, B, C, policy={"kind": "h2o", "budget": B, "recent": recent},
                               scores=scores(B))
 
-    def flash(self, dtype, place):
-        """Newest tokens in RAM (a ring with sinks), every older token compressed (i8) in a file on flash."""
-        if not self.prof.get("flash_bytes") or self.native_window:
+    def tiered(self, dtype, place):
+        """Sinks (f32) and a hot ring of `dtype` in RAM, every older token of the context re-quantized to i4 (KIVI
+        over blocks of TIER_BLOCK tokens) in a cold store on flash, all attended every step (kvedge.tiered). The
+        ring is the largest that fits beside its staging block and tables; the store holds the rest of the
+        context even right after a block left the ring (then the ring holds W - B + 1 tokens)."""
+        if not self.tiered_ok or not self.prof.get("flash_bytes") or self.native_window:
             return None
-        c = self.window(dtype, place, SINKS)
-        if c is None:
+        C, S, B = self.context, SINKS, TIER_BLOCK
+        hi = (C - S - B) // B * B  # at least one block is cold
+        if hi < B:
             return None
-        s = self.spec
-        cold = budget.kv_bytes(s.layers, s.kv_heads, s.head_dim, self.context, budget.I8, 0) * self.batch
-        room = self.flash_fs_bytes()
-        hot = c["cache"]["window"]
-        c["kind"] = "flash"
-        c["strategy"] = "%s hot ring %d + %d sinks, older tokens i8 on flash" % (dtype, hot, SINKS)
-        c["tokens_kept"] = self.context
-        c["tier"] = {"kind": "flash", "dtype": budget.I8, "cold_bytes": cold, "flash_fs_bytes": room}
-        c["placement"] = self.placement(c)
-        return self._flash_check(c)
+
+        def size(W):
+            return budget.tiered_bytes(self.spec.layers, self.spec.heads, self.spec.kv_heads, self.spec.head_dim,
+                                       W, S, B, -(-(C - S - W + B - 1) // B), dtype, TIER_COLD, self.align, 0)
+
+        def ok(W):
+            z = size(W)
+            return self.total(z["ring"], place, z["staging"] + z["tables"]) <= self.heap
+        W = _largest(ok, B, hi, B)
+        if W is None:
+            return None
+        z = size(W)
+        blocks = z["cold_tokens"] // B
+        tier = {"kind": "tiered", "block": B, "cold_dtype": TIER_COLD, "cold_blocks": blocks, "at_cap": "drop",
+                "cold_align": 0, "ring_bytes": z["ring"], "staging_bytes": z["staging"], "tables_bytes": z["tables"],
+                "ram_bytes": z["ram"], "cold_bytes": blocks * z["block"], "flash_bytes": z["flash"],
+                "cold_tokens": z["cold_tokens"], "cost": tier_cost(self.spec, dtype, TIER_COLD, z["cold_tokens"])}
+        name = "%s hot ring %d + %d f32 sinks, older %d tokens i4 on flash" % (dtype, W, S, z["cold_tokens"])
+        return self.candidate("tiered", name, self.cfg(S + W, dtype, window=W, sinks=S, prefix=S), place, C, C,
+                              policy={"kind": "tiered"}, tier=tier)
 
     def _flash_check(self, c):
         """Weights kept on flash and a cold KV tier must fit the flash a plan may use (flash_fs_bytes)."""
-        need = (self.weights_bytes if c["weights"]["place"] == "flash" else 0) + (c["tier"] or {}).get("cold_bytes", 0)
+        need = (self.weights_bytes if c["weights"]["place"] == "flash" else 0) + (c["tier"] or {}).get("flash_bytes", 0)
         c["flash_bytes"] = need
         room = self.flash_fs_bytes()
         if need > room:
@@ -399,8 +477,8 @@ class Planner:
             found.append(self._note("%s sinks + window%s" % (dt, tag), self.window(dt, place, SINKS)))
             found.append(self._note("%s window%s" % (dt, tag), self.window(dt, place, 0)))
         for dt in dts:
-            if self.flash_tier and dt in (budget.F16, budget.I8):
-                found.append(self._note("%s hot ring + flash tier%s" % (dt, tag), self.flash(dt, place)))
+            if dt in TIER_RINGS and self.tiered_ok:
+                found.append(self._note("%s hot ring + i4 blocks on flash%s" % (dt, tag), self.tiered(dt, place)))
         for dt in dts:
             found.append(self._note("%s, shorter context%s" % (dt, tag), self.shorter(dt, place)))
         return found
@@ -444,10 +522,15 @@ class Planner:
         it; weights that stay on flash are read row by row into a small buffer."""
         fast = (self.prof.get("fast_memory") or {}).get("bytes", self.heap)
         slow = self.prof.get("slow_memory")
+        tier = c.get("tier") or {}
         items = [("activations", self.act, "read and written many times per token"),
                  ("workspace", self.ws, "runtime"),
                  ("h2o scores", c["h2o_score_bytes"] * self.batch, "updated every token"),
-                 ("kv cache", c["kv_bytes"] * self.batch, "written and read every token"),
+                 ("tiered staging block", tier.get("staging_bytes", 0) * self.batch,
+                  "every cold block passes through it each token: keep it in fast memory even when the ring "
+                  "cannot be"),
+                 ("tiered tables", tier.get("tables_bytes", 0) * self.batch, "running softmax state per head"),
+                 ("kv hot ring" if tier else "kv cache", c["kv_bytes"] * self.batch, "written and read every token"),
                  ("weights", c["weights"]["heap_bytes"], "read once per token")]
         out = []
         left = fast
@@ -466,17 +549,18 @@ class Planner:
             else:
                 where = "fast: " + ((self.prof.get("fast_memory") or {}).get("kind") or "heap")
             out.append({"array": name, "bytes": n, "where": where, "why": why})
-        if c.get("tier"):
-            out.append({"array": "cold KV tier", "bytes": c["tier"]["cold_bytes"], "where": "flash file",
-                        "why": "oldest tokens, compressed, read back when attended"})
+        if tier:
+            out.append({"array": "cold KV store", "bytes": tier["flash_bytes"] * self.batch,
+                        "where": "flash files (%d blocks of %d tokens, i4)" % (tier["cold_blocks"], tier["block"]),
+                        "why": "older tokens, re-quantized; every block is read back once per layer and token"})
         return out
 
 
 def rank(cands, table):
     """Measured cost first when a quality table is given; else (and for unmeasured rows) the heuristic: full
-    cache by precision (f32, f16, i8 + prefix, i8, i4 + prefix, i4), then H2O, sinks + window, a flash tier (all
-    tokens, but the old ones read back from flash: slow), window (more tokens kept first within each), then a
-    shorter context; less memory breaks ties."""
+    cache by precision (f32, f16, i8 + prefix, i8, i4 + prefix, i4), then H2O, sinks + window, a tiered cache
+    (every token, the older ones i4 and read back from flash: slower), window (more tokens kept first within
+    each), then a shorter context; less memory breaks ties."""
     for c in cands:
         c["quality"] = match_quality(table, c)
 
@@ -517,14 +601,14 @@ def run(a):
     account.check_size("--top", a.top)
     table = load_quality(a.quality) if a.quality else None
     pl = Planner(spec, context, tgt, a.align, a.weights_dtype, a.batch)
-    pl.flash_tier = a.flash_tier
+    pl.tiered_ok = not a.no_tiered
     ranked = rank(pl.run(a.kv_dtype, a.weights_in), table)
     notes = list(spec.notes)
     if pl.mixed_windows:
         notes.append("the model's per-layer sliding windows are not a single device ring: planned as all-global")
-    if not a.flash_tier:
-        notes.append("flash tier not offered (--flash-tier): kvedge.tier keeps idle sessions' blocks on flash, but "
-                     "the device attends only tokens paged back into RAM")
+    if a.flash_tier:
+        notes.append("--flash-tier is no longer needed: the tiered cache (kvedge.tiered) is offered on every board "
+                     "with flash; --no-tiered leaves it out")
     if table is None:
         notes.append("no --quality table: ranked by the heuristic order (run `kvedge eval --json` to measure)")
     result = {"model": spec.name, "board": tgt["name"], "heap_bytes": tgt["heap_bytes"], "context": context,
@@ -606,6 +690,14 @@ def print_plan(spec, tgt, r, chosen, top):
     for p in chosen["placement"]:
         c.print("  %-18s %14s  %s (%s)" % (p["array"], "{:,}".format(p["bytes"]), p["where"], p["why"]),
                 highlight=False, markup=False)
+    t = chosen.get("tier") or {}
+    if t.get("cost"):
+        k = t["cost"]
+        c.print("  tiered, %s path: the %d cold tokens cost %s instructions per token (%s per cold token, flash "
+                "reads included), moving blocks to flash %s per token; %s%s"
+                % (k["path"], t["cold_tokens"], "{:,}".format(k["cold_instructions_per_token"]),
+                   "{:,}".format(k["instructions_per_cold_token"]), "{:,}".format(k["demote_instructions_per_token"]),
+                   k["measured"], "; scaled " + k["scaled"] if k.get("scaled") else ""), highlight=False, markup=False)
     if r.get("out"):
         c.print("device config written to %s" % r["out"], highlight=False)
     for n in r["notes"]:

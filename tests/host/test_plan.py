@@ -37,6 +37,11 @@ def recompute_total(doc, weights_dtype="i8"):
     else:
         w = budget.weights_row_buffer_bytes(64, 172, weights_dtype)
     scores = budget.h2o_score_bytes(cfg.slots) if (doc["policy"] or {}).get("kind") == "h2o" else 0
+    if (doc["policy"] or {}).get("kind") == "tiered":  # beside the ring: staging block and tables, recomputed
+        t = doc["tier"]
+        z = budget.tiered_bytes(5, 8, 4, 8, cfg.window, cfg.sinks, t["block"], t["cold_blocks"], cfg.dtype,
+                                t["cold_dtype"], cfg.align, t["cold_align"])
+        scores = z["staging"] + z["tables"]
     act = budget.activation_bytes(64, 172, 8, 512)
     return cfg, w + cfg.nbytes() + scores + act + boards.load("rp2350")["workspace_bytes"]
 
@@ -60,11 +65,11 @@ def test_not_fitting_case_gives_feasible_plans_that_recompute(capsys, stories, t
 
 
 def test_trace_shows_the_loop(capsys, stories):
-    r = plan(capsys, "--model", stories, "--board", "rp2350", "--weights-dtype", "i8", "--flash-tier")
+    r = plan(capsys, "--model", stories, "--board", "rp2350", "--weights-dtype", "i8")
     tried = [t["try"] for t in r["trace"]]
     assert tried[0].startswith("requested: f32, keep all 512")
     for s in ("i8, keep all", "i8 + f32 prefix", "f16 H2O", "f16 sinks + window", "f16 window",
-              "i8 hot ring + flash tier", "f32, shorter context"):
+              "i8 hot ring + i4 blocks on flash", "f32, shorter context"):
         assert any(t.startswith(s) for t in tried), s
 
 
@@ -133,13 +138,17 @@ def test_quality_table_reorders(capsys, stories, tmp_path):
         {"strategy": "sinks+window", "dtype": "i8", "kl": 0.01},
         {"strategy": "h2o i8", "kl": 0.2},
         {"strategy": "window f16", "mean_kl": 0.5},
+        {"strategy": "tiered: i8 ring 64 + cold i4", "kl": 0.001, "config": {"dtype": "i8", "window": 60, "sinks": 4},
+         "tier": {"kind": "tiered", "cold_dtype": "i4", "block": 16}},
     ]}))
-    r = plan(capsys, "--model", stories, "--board", "rp2350", "--weights-dtype", "i8", "--quality", str(q),
-             "--flash-tier")
-    # a flash tier attends every token, the old ones as i8: it inherits i8's measured cost and comes first
-    first = r["configurations"][0]
-    assert first["kind"] == "flash" and first["quality"]["metrics"]["kl"] == 0.002
-    rest = [c for c in r["configurations"] if c["kind"] != "flash"]
+    r = plan(capsys, "--model", stories, "--board", "rp2350", "--weights-dtype", "i8", "--quality", str(q))
+    # the measured tiered row (every token kept, the older ones i4 on flash) is the cheapest: it comes first
+    assert r["configurations"][0]["kind"] == "tiered"
+    tiered = dict((c["cache"]["dtype"], c) for c in r["configurations"] if c["kind"] == "tiered")
+    assert tiered["i8"]["quality"]["metrics"]["kl"] == 0.001 and tiered["i8"]["quality"]["tokens"] == 64
+    assert tiered["f32"]["quality"]["estimated"]  # the i8 row moved by f32 - i8: 0.001 - 0.002, floored at 0
+    assert tiered["f32"]["quality"]["metrics"]["kl"] == 0.0
+    rest = [c for c in r["configurations"] if c["kind"] != "tiered"]
     assert rest[0]["kind"] == "sinks"
     sinks = dict((c["cache"]["dtype"], c) for c in rest if c["kind"] == "sinks" and c["cache"]["align"] == 0)
     assert sinks["i8"]["quality"]["metrics"]["kl"] == 0.01  # measured as such
@@ -241,9 +250,10 @@ def test_quality_table_in_kvedge_eval_format(capsys, stories, tmp_path):
         row("i8 + f32 prefix 26", 0.002, dtype="i8", prefix=26), row("i4 KIVI (g32)", 0.05, dtype="i4", residual=32),
         row("i4 per-token keys", 0.9, dtype="i4", residual=0), row("window 128", 0.4, window=128),
         row("sinks 4 + window 124", 0.1, window=124, sinks=4),
-        {"name": "H2O 128 slots", "missing": "needs kvedge's H2O policy (issue 5)"}]}}))
-    r = plan(capsys, "--model", stories, "--board", "rp2350", "--weights-dtype", "i8", "--quality", str(q),
-             "--flash-tier")
+        {"name": "H2O 128 slots", "missing": "needs kvedge's H2O policy (issue 5)"},
+        dict(row("tiered: sinks 4 + f32 ring 128 + cold i4 (b16)", 0.02, window=128, sinks=4, prefix=4),
+             tier={"kind": "tiered", "cold_dtype": "i4", "block": 16, "cold_blocks": 24})]}}))
+    r = plan(capsys, "--model", stories, "--board", "rp2350", "--weights-dtype", "i8", "--quality", str(q))
     by_kind = {}
     for c in r["configurations"]:
         by_kind.setdefault(c["kind"], c)
@@ -254,9 +264,13 @@ def test_quality_table_in_kvedge_eval_format(capsys, stories, tmp_path):
     assert abs(i8_sinks["quality"]["metrics"]["kl"] - 0.103) < 1e-12
     assert by_kind["window"]["quality"]["metrics"]["kl"] in (0.4, 0.403)  # f32 as measured, or i8 = 0.4 + 0.003
     assert by_kind["h2o"]["quality"] is None  # not measured: ranked after every measured row
-    assert by_kind["flash"]["quality"]["label"] == "i8"
+    tiered = [c for c in r["configurations"] if c["kind"] == "tiered"]
+    assert {c["cache"]["dtype"] for c in tiered} == {"f32", "f16", "i8"}
+    for c in tiered:  # the f32-ring row, moved to f16/i8 rings by the full-cache KL difference
+        want = 0.02 + {"f32": 0.0, "f16": 0.0001, "i8": 0.003}[c["cache"]["dtype"]]
+        assert abs(c["quality"]["metrics"]["kl"] - want) < 1e-12 and c["quality"]["tokens"] == 132
     order = [c["kind"] for c in r["configurations"]]
-    assert order.index("flash") < order.index("sinks") < order.index("window") < order.index("h2o")
+    assert order.index("tiered") < order.index("sinks") < order.index("window") < order.index("h2o")
 
 
 def test_batch_counts_every_sequence_and_budget_is_per_cache(capsys, stories):
@@ -269,8 +283,12 @@ def test_batch_counts_every_sequence_and_budget_is_per_cache(capsys, stories):
     for c in r["configurations"]:
         cfg = CacheConfig.from_dict(c["cache"])
         scores = budget.h2o_score_bytes(cfg.slots) if c["kind"] == "h2o" else 0
+        own = cfg.nbytes()  # what KVCache(cfg, budget=...) or TieredCache(..., budget=...) allocates
+        if c["kind"] == "tiered":  # the ring is cfg; staging block and tables beside it, per sequence
+            scores = c["tier"]["staging_bytes"] + c["tier"]["tables_bytes"]
+            own += scores
         assert c["total_bytes"] == w + 3 * (cfg.nbytes() + scores) + act <= heap
-        assert cfg.nbytes() <= c["budget_bytes"] and 3 * c["budget_bytes"] <= heap - w - act
+        assert own <= c["budget_bytes"] and 3 * c["budget_bytes"] <= heap - w - act
 
 
 def test_help_lists_the_commands(capsys):
@@ -281,11 +299,35 @@ def test_help_lists_the_commands(capsys):
         assert name in out
 
 
-def test_flash_tier_only_on_request(capsys, stories):
-    r = plan(capsys, "--model", stories, "--board", "rp2350", "--weights-dtype", "i8")
-    assert "flash" not in set(c["kind"] for c in r["configurations"])
-    assert any("--flash-tier" in n for n in r["notes"])
-    f = plan(capsys, "--model", stories, "--board", "rp2350", "--weights-dtype", "i8", "--flash-tier")
-    tiers = [c for c in f["configurations"] if c["kind"] == "flash"]
-    assert tiers and all(c["tier"]["cold_bytes"] == budget.kv_bytes(5, 4, 8, 512, "i8", 0) for c in tiers)
-    assert all(c["tokens_kept"] == 512 for c in tiers)
+def test_tiered_cache_offered_by_default_and_built_from_the_plan(capsys, stories, tmp_path):
+    from kvedge.tiered import TieredCache
+    out = str(tmp_path / "plan.json")
+    r = plan(capsys, "--model", stories, "--board", "rp2040", "--weights-dtype", "i8")
+    tiers = [c for c in r["configurations"] if c["kind"] == "tiered"]
+    assert tiers and not any("--flash-tier" in n for n in r["notes"])
+    for c in tiers:
+        t, cfg = c["tier"], CacheConfig.from_dict(c["cache"])
+        z = budget.tiered_bytes(5, 8, 4, 8, cfg.window, cfg.sinks, t["block"], t["cold_blocks"], cfg.dtype,
+                                t["cold_dtype"], cfg.align, t["cold_align"])
+        assert (t["ram_bytes"], t["flash_bytes"], c["kv_bytes"]) == (z["ram"], z["flash"], cfg.nbytes())
+        # every token of the context is held even right after a block left the ring (W - B + 1 in the ring)
+        assert c["tokens_kept"] == 512 <= cfg.sinks + t["cold_tokens"] + cfg.window - t["block"] + 1
+        assert c["total_bytes"] <= c["heap_bytes"] and t["ram_bytes"] <= c["budget_bytes"]
+        assert any(p["array"] == "cold KV store" and p["where"].startswith("flash") for p in c["placement"])
+    pick = r["configurations"].index(tiers[0]) + 1
+    plan(capsys, "--model", stories, "--board", "rp2040", "--weights-dtype", "i8", "--out", out, "--pick", str(pick))
+    doc = json.load(open(out))
+    assert doc["kind"] == "tiered"
+    tc = TieredCache.from_plan(doc, str(tmp_path / "cold"), budget=doc["budget_bytes"])
+    try:  # the device builds exactly what was planned
+        assert tc.ram_bytes() == doc["tier"]["ram_bytes"] and len(tc.ring.arena) == doc["kv_bytes"]
+        assert tc.size["flash"] == doc["tier"]["flash_bytes"]
+    finally:
+        tc.close()
+    off = plan(capsys, "--model", stories, "--board", "rp2040", "--weights-dtype", "i8", "--no-tiered")
+    assert "tiered" not in set(c["kind"] for c in off["configurations"])
+    old = plan(capsys, "--model", stories, "--board", "rp2040", "--weights-dtype", "i8", "--flash-tier")
+    assert any("--flash-tier is no longer needed" in n for n in old["notes"])
+    assert [c["strategy"] for c in old["configurations"]] == [c["strategy"] for c in r["configurations"]]
+    unix = plan(capsys, "--model", stories, "--board", "unix", "--weights-dtype", "i8")  # no flash: no tier
+    assert "tiered" not in set(c["kind"] for c in unix["configurations"])
