@@ -6,6 +6,7 @@ from kvedge import budget
 
 from . import boards
 from .cli import UserError
+from .validate import show
 
 KV_DTYPES = budget.KV_DTYPES
 WEIGHT_DTYPES = budget.WEIGHT_DTYPES
@@ -27,10 +28,29 @@ def target(board=None, heap=None, workspace=None):
     return t
 
 
-def check_size(flag, value, minimum=1):
+# The largest value each size flag takes: past these a figure is a typo or a unit error, not a deployment.
+SIZE_LIMITS = {"--context": budget.LIMITS["tokens"], "--heap": 1 << 40, "--workspace": 1 << 40,
+               "--batch": budget.LIMITS["batch"], "--pick": 1 << 20, "--top": 1 << 20,
+               "--align": budget.LIMITS["align"]}
+
+
+def check_size(flag, value, minimum=1, maximum=None):
+    """A size flag's value in minimum..maximum (default SIZE_LIMITS[flag]); one-line error naming the flag."""
+    if maximum is None:
+        maximum = SIZE_LIMITS.get(flag, 1 << 40)
     if value < minimum:
         raise UserError("%s must be %s, got %d" % (flag, "positive" if minimum == 1 else ">= %d" % minimum, value))
+    if value > maximum:
+        raise UserError("%s must be at most %s, got %s" % (flag, format(maximum, ","), show(value)))
     return value
+
+
+def check_align(flag, align):
+    """--align: 0 (no padding), 1, or a power of two up to kvedge.budget.LIMITS["align"]."""
+    check_size(flag, align, 0)
+    if align > 1 and align & (align - 1):
+        raise UserError("%s must be 0, 1 or a power of two, got %d" % (flag, align))
+    return align
 
 
 def check_kv_dtype(dtype):

@@ -6,13 +6,17 @@ profile states it, "source": title, "url": link a user can open, or "command" (+
 "where": section / file:line / tag, "estimate": true when the value is derived rather than read off the source,
 "note": how}. A profile with "base": NAME is a variant (e.g. the same board under CircuitPython): it holds only
 what differs, and the base profile supplies the rest, sources included."""
-import json
 import os
+import re
 
+from . import validate
 from .paths import BOARDS
 
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$")  # a file in boards/, never a path out of it
+_MAX_BYTES = 1 << 40
 
-class BoardError(ValueError):
+
+class BoardError(validate.InputError):
     pass
 
 
@@ -31,14 +35,17 @@ def names():
 
 
 def _read(name):
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise BoardError("unknown board %r (known: %s)" % (name, ", ".join(names())))
     path = os.path.join(BOARDS, name + ".json")
     if not os.path.exists(path):
         raise BoardError("unknown board %r (known: %s)" % (name, ", ".join(names())))
     try:
-        with open(path) as f:
-            prof = json.load(f)
-    except (OSError, ValueError) as e:
-        raise BoardError("%s: cannot read board profile: %s" % (path, e))
+        prof = validate.load_json(path)
+    except validate.InputError as e:
+        msg = str(e)
+        raise BoardError("%s: cannot read board profile: %s" % (path, msg[len(path) + 2:] if msg.startswith(path)
+                                                                 else msg))
     if not isinstance(prof, dict):
         raise BoardError("%s: a board profile is a JSON object" % path)
     return path, prof
@@ -72,9 +79,52 @@ def load(name):
         raise BoardError("%s: runtime must be one of %s, got %r" % (path, ", ".join(RUNTIMES), prof["runtime"]))
     if prof.get("float", "single") not in FLOATS:
         raise BoardError("%s: float must be one of %s, got %r" % (path, ", ".join(FLOATS), prof["float"]))
+    _check_fields(path, prof)
     _check_sources(path, prof)
     _check_values(path, prof)
+    prof["workspace_bytes"] = prof.get("workspace_bytes") or 0  # absent or null: the runtime needs none
     return prof
+
+
+def _bytes(path, key, v, lo=1, optional=False):
+    if v is None and optional:
+        return None
+    try:
+        return validate.whole(path, key, v, lo, _MAX_BYTES)
+    except validate.InputError as e:
+        raise BoardError(str(e))
+
+
+def _memory(path, key, v, optional):
+    """fast_memory / slow_memory: {"kind": text, "bytes": n} (slow_memory may be null)."""
+    if v is None and optional:
+        return
+    if not isinstance(v, dict):
+        raise BoardError("%s: %s is %s, expected an object with \"kind\" and \"bytes\""
+                         % (path, key, validate.show(v)))
+    if "bytes" in v:
+        _bytes(path, key + ".bytes", v["bytes"])
+    if v.get("kind") is not None and not isinstance(v["kind"], str):
+        raise BoardError("%s: %s.kind is %s, expected text" % (path, key, validate.show(v["kind"])))
+
+
+def _check_fields(path, prof):
+    """The figures the tools compute with: whole numbers of bytes in range, memories as objects, text as text
+    (a profile is user input: one may be added to boards/)."""
+    _bytes(path, "heap_bytes", prof["heap_bytes"])
+    for key in ("workspace_bytes", "flash_bytes", "flash_fs_bytes", "sram_bytes"):
+        _bytes(path, key, prof.get(key), 0, optional=True)
+    _memory(path, "fast_memory", prof["fast_memory"], optional=False)
+    _memory(path, "slow_memory", prof.get("slow_memory"), optional=True)
+    if not isinstance(prof["mpy_march"], str) or not re.match(r"^[a-z0-9]+$", prof["mpy_march"]):
+        raise BoardError("%s: mpy_march is %s, expected an mpy-cross -march name such as \"armv6m\""
+                         % (path, validate.show(prof["mpy_march"])))
+    notes = prof.get("notes")
+    if notes is not None and (not isinstance(notes, list) or not all(isinstance(x, str) for x in notes)):
+        raise BoardError("%s: notes is %s, expected a list of text lines" % (path, validate.show(notes)))
+    for key in ("name", "title", "chip"):
+        if prof.get(key) is not None and not isinstance(prof[key], str):
+            raise BoardError("%s: %s is %s, expected text" % (path, key, validate.show(prof[key])))
 
 
 def resolve(prof, figure):

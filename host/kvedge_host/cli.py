@@ -71,9 +71,17 @@ def main(argv=None):
     except BrokenPipeError:
         return 1
     except (UserError, ValueError, OSError, MemoryError) as e:
-        msg = str(e) or type(e).__name__
-        print("kvedge %s: error: %s" % (args.command, msg.splitlines()[0]), file=sys.stderr)
+        print("kvedge %s: error: %s" % (args.command, _one_line(e)), file=sys.stderr)
         return 2
+
+
+def _one_line(e):
+    """The first line of an error's message; an OSError from the system names its file first, as ours do."""
+    if isinstance(e, OSError) and e.filename is not None and e.strerror:
+        msg = "%s: %s" % (e.filename, e.strerror)
+    else:
+        msg = str(e) or type(e).__name__
+    return (msg.strip().splitlines() or [type(e).__name__])[0]
 
 
 if __name__ == "__main__":

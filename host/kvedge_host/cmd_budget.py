@@ -7,7 +7,7 @@ import json
 
 from kvedge import budget
 
-from . import account, models
+from . import account, models, validate
 
 STORAGE_CURVES = ("f32", "f16", "i8", "i4")
 
@@ -41,23 +41,33 @@ def add_arguments(p):
 
 
 def load_inputs(a):
-    """(spec, context, target) from the shared flags, with one-line errors for bad values."""
-    spec = models.load(a.model, a.preset)
+    """(spec, context, target) from the shared flags, with one-line errors for bad values (the flags are
+    checked before the model file is read)."""
     if a.context is not None:
         account.check_size("--context", a.context)
-    context = a.context or spec.context
-    if not context:
-        raise models.ModelError("%s: the model does not say its context length; give --context"
-                                % (a.model or a.preset))
     account.check_size("--batch", a.batch)
     account.check_weights_dtype(a.weights_dtype)
+    if a.heap is not None:
+        account.check_size("--heap", a.heap)
+    if a.workspace is not None:
+        account.check_size("--workspace", a.workspace, 0)
+    spec = models.load(a.model, a.preset)
+    context = a.context or spec.context
+    if not context:
+        raise models.ModelError("%s: the model does not say its context length (no %s); give --context"
+                                % (a.model or a.preset, spec.context_key))
     tgt = account.target(a.board, a.heap, a.workspace)
     return spec, context, tgt
 
 
 def run(a):
-    spec, context, tgt = load_inputs(a)
     account.check_kv_dtype(a.kv_dtype)
+    account.check_align("--align", a.align)
+    if a.plot:
+        validate.out_folder("--plot", a.plot)
+        if not a.plot.lower().endswith(".png"):
+            raise ValueError("%s: --plot writes a PNG file (name it FILE.png)" % a.plot)
+    spec, context, tgt = load_inputs(a)
     r = account.account(spec, context, a.kv_dtype, tgt, a.weights_dtype, a.align, a.batch, residual=a.residual)
     if a.plot:
         plot(a.plot, spec, r, tgt, a.align, a.batch)

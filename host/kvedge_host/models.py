@@ -11,9 +11,23 @@ from typing import List, Optional
 
 from kvedge import budget
 
+from . import validate
+from .validate import InputError
 
-class ModelError(ValueError):
+
+class ModelError(InputError):
     pass
+
+
+# Bounds of a model's shape, checked before anything is built per layer or per token (kvedge.budget.LIMITS
+# where it has one; the others are far past any model that exists).
+MAX_LAYERS = budget.LIMITS["layers"]
+MAX_HEADS = budget.LIMITS["heads"]
+MAX_HEAD_DIM = budget.LIMITS["head_dim"]
+MAX_DIM = 1 << 20
+MAX_HIDDEN = 1 << 22
+MAX_VOCAB = 1 << 24
+MAX_CONTEXT = budget.LIMITS["tokens"]
 
 
 @dataclass
@@ -34,6 +48,7 @@ class ModelSpec:
     weights_file_bytes: Optional[int] = None  # exact tensor bytes when the source holds the weights (GGUF)
     source: str = ""
     notes: List[str] = field(default_factory=list)
+    context_key: str = "context length"  # what the source calls its context (for "give --context")
 
     def windows(self):
         return self.layer_windows or [0] * self.layers
@@ -57,30 +72,11 @@ class ModelSpec:
             len(local), len(w), "/".join(str(x) for x in sorted(set(local))))
 
 
-def _positive(path, key, value):
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ModelError("%s: %s must be an integer, got %r" % (path, key, value))
-    if value <= 0:
-        raise ModelError("%s: %s must be positive, got %d" % (path, key, value))
-    return value
-
-
-def _check_shape(path, spec):
-    for key in ("layers", "heads", "kv_heads", "head_dim", "dim", "hidden_dim"):
-        _positive(path, key, getattr(spec, key))
-    if spec.vocab < 0 or spec.context < 0:
-        raise ModelError("%s: vocab and context must not be negative" % path)
-    if spec.kv_heads > spec.heads or spec.heads % spec.kv_heads:
-        raise ModelError("%s: %d attention heads are not a multiple of %d KV heads"
-                         % (path, spec.heads, spec.kv_heads))
-    if spec.layer_windows and len(spec.layer_windows) != spec.layers:
-        raise ModelError("%s: %d per-layer windows for %d layers" % (path, len(spec.layer_windows), spec.layers))
-    for key, top in (("layers", "layers"), ("heads", "heads"), ("kv_heads", "kv_heads"), ("head_dim", "head_dim")):
-        try:
-            budget.check_int(top, getattr(spec, key))
-        except ValueError as e:
-            raise ModelError("%s: %s" % (path, e))
-    return spec
+def _whole(path, key, value, lo, hi):
+    try:
+        return validate.whole(path, key, value, lo, hi)
+    except InputError as e:
+        raise ModelError(str(e))
 
 
 # ---- Hugging Face config.json ----
@@ -111,110 +107,138 @@ _TORCH_DTYPES = {"float32": "f32", "float": "f32", "float16": "f16", "half": "f1
 
 
 def _get(cfg, key, default=None):
-    if key in cfg and cfg[key] is not None:
-        return cfg[key]
-    for alt in _ALIASES.get(key, ()):
-        if alt in cfg and cfg[alt] is not None:
-            return cfg[alt]
-    return default
+    """(the key the config uses, its value): `key` or one of its aliases; null counts as absent."""
+    for k in (key,) + _ALIASES.get(key, ()):
+        if cfg.get(k) is not None:
+            return k, cfg[k]
+    return key, default
 
 
-def _need(path, cfg, key):
-    v = _get(cfg, key)
+def _field(path, cfg, key, lo, hi, default=None, required=True):
+    """A whole-number field in lo..hi, named as the config names it; absent: `default`, or an error."""
+    used, v = _get(cfg, key)
     if v is None:
-        raise ModelError("%s: missing %s" % (path, key))
-    return _positive(path, key, v)
+        if required:
+            raise ModelError("%s: missing %s" % (path, key))
+        return default
+    return _whole(path, used, v, lo, hi)
 
 
-def _hf_windows(path, cfg, layers):
-    """Per-layer sliding windows of a transformers config (0 = global layer)."""
-    window = cfg.get("sliding_window")
-    if window is None:
-        window = cfg.get("sliding_window_size")  # older Gemma-2 configs
-    if cfg.get("use_sliding_window") is False or not window:
+def _flag(path, cfg, key, default):
+    v = cfg.get(key)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise ModelError("%s: %s is %s, expected true or false" % (path, key, validate.show(v)))
+    return v
+
+
+def _hf_windows(path, cfg, layers, mtype):
+    """Per-layer sliding windows of a transformers config (0 = global layer); `layers` is already bounded."""
+    if not _flag(path, cfg, "use_sliding_window", True):
         return [], "no sliding window"
-    _positive(path, "sliding_window", window)
+    key = "sliding_window" if cfg.get("sliding_window") is not None else "sliding_window_size"  # old Gemma-2
+    window = cfg.get(key)
+    if window is None or (window == 0 and not isinstance(window, bool)):
+        return [], "no sliding window"
+    window = _whole(path, key, window, 1, MAX_CONTEXT)
     types = cfg.get("layer_types")
     if types is not None:
         if not isinstance(types, list) or len(types) != layers:
-            raise ModelError("%s: layer_types must list one entry per layer (%d)" % (path, layers))
+            raise ModelError("%s: layer_types is %s, expected a list of one entry per layer (%d)"
+                             % (path, validate.show(types), layers))
+        for t in types:
+            if not isinstance(t, str):
+                raise ModelError("%s: layer_types holds %s, expected names such as \"sliding_attention\""
+                                 % (path, validate.show(t)))
         return [window if t == "sliding_attention" else 0 for t in types], "layer_types"
-    mtype = cfg.get("model_type", "")
-    if mtype.startswith("qwen") and "max_window_layers" in cfg:
+    if mtype.startswith("qwen") and cfg.get("max_window_layers") is not None:
         # Qwen2/Qwen3 with use_sliding_window true: layers from max_window_layers on use the window
-        first = cfg["max_window_layers"]
+        first = _whole(path, "max_window_layers", cfg["max_window_layers"], 0, MAX_LAYERS)
         return [window if i >= first else 0 for i in range(layers)], "max_window_layers %d" % first
-    pattern = cfg.get("sliding_window_pattern") or cfg.get("_sliding_window_pattern") or _PATTERNS.get(mtype)
+    pattern = _PATTERNS.get(mtype)
+    for key in ("sliding_window_pattern", "_sliding_window_pattern"):
+        if cfg.get(key) is not None:
+            pattern = _whole(path, key, cfg[key], 1, MAX_LAYERS)
+            break
     if pattern:
-        _positive(path, "sliding_window_pattern", pattern)
         return ([window if (i + 1) % pattern else 0 for i in range(layers)],
                 "every %d%s layer global" % (pattern, {2: "nd", 3: "rd"}.get(pattern, "th")))
     return [window] * layers, "every layer"  # Mistral, Phi-3: one window for all layers
 
 
 def from_hf_config(cfg, path="config.json", name=None):
-    """ModelSpec from a parsed transformers config dict."""
+    """ModelSpec from a parsed transformers config dict. Every field is checked (type and range) before it is
+    used; a bad one raises ModelError naming the file, the key as the config spells it, and its value."""
     if not isinstance(cfg, dict):
-        raise ModelError("%s: expected a JSON object, got %s" % (path, type(cfg).__name__))
+        raise ModelError("%s: expected a JSON object, got %s" % (path, validate.show(cfg)))
     if "num_hidden_layers" not in cfg and isinstance(cfg.get("text_config"), dict):
         cfg = cfg["text_config"]  # multimodal wrapper (Gemma-3 4B+, Llava): the text model holds the cache
-    defaults = _MODEL_DEFAULTS.get(cfg.get("model_type", ""), {})
+    mtype = cfg.get("model_type")
+    if mtype is None:
+        mtype = ""
+    elif not isinstance(mtype, str):
+        raise ModelError("%s: model_type is %s, expected a name such as \"llama\"" % (path, validate.show(mtype)))
+    defaults = _MODEL_DEFAULTS.get(mtype, {})
     used = sorted(k for k in defaults if k not in cfg)
     cfg = dict(defaults, **cfg)
     notes = []
     if used:
-        notes.append("transformers defaults for %s: %s" % (cfg.get("model_type"), ", ".join(used)))
-    if cfg.get("kv_lora_rank"):
+        notes.append("transformers defaults for %s: %s" % (mtype, ", ".join(used)))
+    mla = cfg.get("kv_lora_rank")
+    if mla is not None and mla != 0:
         raise ModelError("%s: multi-head latent attention (kv_lora_rank) is not supported" % path)
-    layers = _need(path, cfg, "num_hidden_layers")
-    heads = _need(path, cfg, "num_attention_heads")
-    dim = _need(path, cfg, "hidden_size")
-    kv_heads = _get(cfg, "num_key_value_heads")
+    layers = _field(path, cfg, "num_hidden_layers", 1, MAX_LAYERS)
+    heads = _field(path, cfg, "num_attention_heads", 1, MAX_HEADS)
+    dim = _field(path, cfg, "hidden_size", 1, MAX_DIM)
+    kv_heads = _field(path, cfg, "num_key_value_heads", 1, MAX_HEADS, required=False)
     if kv_heads is None:
         kv_heads = heads
         notes.append("num_key_value_heads absent: MHA")
-    _positive(path, "num_key_value_heads", kv_heads)
-    head_dim = _get(cfg, "head_dim")
+    if kv_heads > heads or heads % kv_heads:
+        raise ModelError("%s: %d attention heads are not a multiple of %d KV heads" % (path, heads, kv_heads))
+    head_dim = _field(path, cfg, "head_dim", 1, MAX_HEAD_DIM, required=False)
     if head_dim is None:
         if dim % heads:
             raise ModelError("%s: hidden_size %d is not a multiple of %d heads and head_dim is absent"
                              % (path, dim, heads))
         head_dim = dim // heads
-    _positive(path, "head_dim", head_dim)
-    hidden = _get(cfg, "intermediate_size")
+    hidden = _field(path, cfg, "intermediate_size", 1, MAX_HIDDEN, required=False)
     if hidden is None:
         hidden = 4 * dim
         notes.append("intermediate_size absent: 4 x hidden_size")
-    _positive(path, "intermediate_size", hidden)
-    vocab = _need(path, cfg, "vocab_size")
-    context = _get(cfg, "max_position_embeddings", 0)
-    if context:
-        _positive(path, "max_position_embeddings", context)
-    tdtype = cfg.get("torch_dtype") or cfg.get("dtype") or "float32"
-    if tdtype not in _TORCH_DTYPES:
-        raise ModelError("%s: unknown torch_dtype %r" % (path, tdtype))
-    windows, how = _hf_windows(path, cfg, layers)
+    vocab = _field(path, cfg, "vocab_size", 1, MAX_VOCAB)
+    ctx_key, _ = _get(cfg, "max_position_embeddings")
+    context = _field(path, cfg, "max_position_embeddings", 1, MAX_CONTEXT, 0, required=False)
+    dkey = "torch_dtype" if cfg.get("torch_dtype") is not None else "dtype"
+    tdtype = cfg.get(dkey)
+    if tdtype is None:
+        tdtype = "float32"
+    if not isinstance(tdtype, str) or tdtype not in _TORCH_DTYPES:
+        raise ModelError("%s: unknown %s %s (expected one of %s)" % (
+            path, dkey, validate.show(tdtype) if not isinstance(tdtype, str) else repr(tdtype),
+            ", ".join(sorted(_TORCH_DTYPES))))
+    shared = _flag(path, cfg, "tie_word_embeddings", False)
+    windows, how = _hf_windows(path, cfg, layers, mtype)
     if windows and any(windows):
         notes.append("sliding window: " + how)
     else:
         windows = []
-    spec = ModelSpec(name or cfg.get("_name_or_path") or os.path.basename(os.path.dirname(os.path.abspath(path)))
-                     or "model", layers, heads, kv_heads, head_dim, dim, hidden, vocab, context,
-                     shared_classifier=bool(cfg.get("tie_word_embeddings", False)), layer_windows=windows,
-                     weights_dtype=_TORCH_DTYPES[tdtype], source="Hugging Face config %s" % path, notes=notes)
-    return _check_shape(path, spec)
+    given = cfg.get("_name_or_path")
+    spec = ModelSpec(name or (given if isinstance(given, str) and given else "")
+                     or os.path.basename(os.path.dirname(os.path.abspath(path))) or "model",
+                     layers, heads, kv_heads, head_dim, dim, hidden, vocab, context,
+                     shared_classifier=shared, layer_windows=windows,
+                     weights_dtype=_TORCH_DTYPES[tdtype], source="Hugging Face config %s" % path, notes=notes,
+                     context_key=ctx_key)
+    return spec
 
 
 def read_hf_config(path):
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as e:
-        raise ModelError("%s: cannot read: %s" % (path, getattr(e, "strerror", None) or e))
-    try:
-        cfg = json.loads(text)
-    except ValueError as e:
-        raise ModelError("%s: not valid JSON: %s" % (path, e))
+        cfg = validate.load_json(path)
+    except InputError as e:
+        raise ModelError(str(e))
     return from_hf_config(cfg, path)
 
 
@@ -234,25 +258,48 @@ def _gguf_value(field_):
     return field_.parts[field_.data[0]].tolist()[0]
 
 
-def _per_layer(path, key, v):
-    """GGUF head counts may be per-layer arrays: accept them when every attention layer agrees."""
+def _per_layer(path, key, v, lo, hi):
+    """GGUF head counts may be per-layer arrays: accept them when every attention layer agrees (0 = a layer
+    without attention)."""
     if isinstance(v, list):
+        for x in v:
+            _whole(path, key, x, 0, hi)
         vals = set(x for x in v if x)
         if len(vals) != 1:
-            raise ModelError("%s: %s differs between layers (%s): not supported" % (path, key, sorted(vals)))
-        return vals.pop()
-    return v
+            raise ModelError("%s: %s differs between layers (%s): not supported" % (
+                path, key, ", ".join(str(x) for x in sorted(vals)[:8]) or "all 0"))
+        v = vals.pop()
+    return _whole(path, key, v, lo, hi)
+
+
+_GGUF_MIN_KV = 8 + 4 + 1  # key length, value type, at least one byte of value (an empty key is not allowed)
+_GGUF_MIN_TENSOR = 8 + 1 + 4 + 8 + 4 + 8  # name length, name, n_dims, one dim, type, offset
+
+
+def _gguf_counts(path, head, size):
+    """Version and the two counts of a GGUF header, checked against the file's size before the reader loops
+    over them (a flipped bit there would otherwise ask for 2**60 entries)."""
+    if len(head) < 24:
+        raise ModelError("%s: truncated or malformed GGUF (header %d of 24 bytes)" % (path, len(head)))
+    version, n_tensors, n_kv = struct.unpack("<IQQ", head[4:24])
+    if version not in (2, 3):
+        raise ModelError("%s: GGUF version %d (this reader knows versions 2 and 3)" % (path, version))
+    if n_kv * _GGUF_MIN_KV + n_tensors * _GGUF_MIN_TENSOR > size - 24:
+        raise ModelError("%s: truncated or malformed GGUF (the header promises %s tensors and %s keys, the file "
+                         "has %s bytes)" % (path, validate.show(n_tensors), validate.show(n_kv), format(size, ",")))
 
 
 def read_gguf(path):
     """ModelSpec from GGUF metadata; the weights are the file's tensors, counted exactly."""
     try:
         with open(path, "rb") as f:
-            magic = f.read(4)
+            head = f.read(24)
+        size = os.path.getsize(path)
     except OSError as e:
         raise ModelError("%s: cannot read: %s" % (path, e.strerror or e))
-    if magic != b"GGUF":
-        raise ModelError("%s: not a GGUF file (magic %r)" % (path, magic))
+    if head[:4] != b"GGUF":
+        raise ModelError("%s: not a GGUF file (magic %r)" % (path, head[:4]))
+    _gguf_counts(path, head, size)
     try:
         from gguf import GGUFReader
         reader = GGUFReader(path, "r")
@@ -260,16 +307,21 @@ def read_gguf(path):
         arch = _gguf_value(arch_field) if arch_field is not None else None
         # decode only the keys used here: a tokenizer's arrays hold 10^5 entries
         meta = {k: _gguf_value(f) for k, f in reader.fields.items()
-                if k.startswith("general.") or (arch and k.startswith(arch + "."))}
+                if k.startswith("general.") or (isinstance(arch, str) and arch and k.startswith(arch + "."))}
         toks = reader.fields.get("tokenizer.ggml.tokens")
         n_tokens = len(toks.data) if toks is not None else None
         tensors = [(t.name, int(t.n_bytes), [int(x) for x in t.shape]) for t in reader.tensors]
     except ModelError:
         raise
     except Exception as e:  # the gguf package raises many types on a short or damaged file
-        raise ModelError("%s: truncated or malformed GGUF (%s: %s)" % (path, type(e).__name__, e))
+        raise ModelError("%s: truncated or malformed GGUF (%s: %s)" % (
+            path, type(e).__name__, (str(e).splitlines() or [""])[0][:200]))
     if not isinstance(arch, str) or not arch:
         raise ModelError("%s: missing general.architecture" % path)
+    weights_bytes = sum(b for _, b, _ in tensors)
+    if weights_bytes > size:
+        raise ModelError("%s: truncated or malformed GGUF (tensors of %s bytes in a %s-byte file)"
+                         % (path, format(weights_bytes, ","), format(size, ",")))
 
     def key(name, default=None, required=False):
         k = "%s.%s" % (arch, name)
@@ -279,98 +331,98 @@ def read_gguf(path):
             raise ModelError("%s: missing %s" % (path, k))
         return default
 
+    def whole(name, v, lo, hi):
+        return _whole(path, "%s.%s" % (arch, name), v, lo, hi)
+
     notes = []
-    layers = _positive(path, arch + ".block_count", key("block_count", required=True))
-    heads = _positive(path, arch + ".attention.head_count",
-                      _per_layer(path, "head_count", key("attention.head_count", required=True)))
-    dim = _positive(path, arch + ".embedding_length", key("embedding_length", required=True))
+    layers = whole("block_count", key("block_count", required=True), 1, MAX_LAYERS)
+    heads = _per_layer(path, arch + ".attention.head_count", key("attention.head_count", required=True), 1,
+                       MAX_HEADS)
+    dim = whole("embedding_length", key("embedding_length", required=True), 1, MAX_DIM)
     kv_heads = key("attention.head_count_kv")
     if kv_heads is None:
         kv_heads = heads
         notes.append("head_count_kv absent: MHA")
-    kv_heads = _positive(path, arch + ".attention.head_count_kv", _per_layer(path, "head_count_kv", kv_heads))
+    kv_heads = _per_layer(path, arch + ".attention.head_count_kv", kv_heads, 1, MAX_HEADS)
+    if kv_heads > heads or heads % kv_heads:
+        raise ModelError("%s: %d attention heads are not a multiple of %d KV heads" % (path, heads, kv_heads))
     k_len = key("attention.key_length")
     if k_len is None:
         if dim % heads:
             raise ModelError("%s: embedding_length %d is not a multiple of %d heads and key_length is absent"
                              % (path, dim, heads))
         k_len = dim // heads
-    _positive(path, arch + ".attention.key_length", k_len)
-    v_len = _positive(path, arch + ".attention.value_length", key("attention.value_length", k_len))
+    k_len = whole("attention.key_length", k_len, 1, MAX_HEAD_DIM)
+    v_len = whole("attention.value_length", key("attention.value_length", k_len), 1, MAX_HEAD_DIM)
     if v_len != k_len:
         raise ModelError("%s: key_length %d != value_length %d: not supported" % (path, k_len, v_len))
     hidden = key("feed_forward_length")
     if isinstance(hidden, list):
-        hidden = max(hidden)
+        hidden = max([whole("feed_forward_length", x, 0, MAX_HIDDEN) for x in hidden] or [None])
     if hidden is None:
         hidden = 4 * dim
         notes.append("feed_forward_length absent: 4 x embedding_length")
-    _positive(path, arch + ".feed_forward_length", hidden)
-    context = key("context_length", 0)
-    if context:
-        _positive(path, arch + ".context_length", context)
-    else:
+    hidden = whole("feed_forward_length", hidden, 1, MAX_HIDDEN)
+    context = key("context_length")
+    if context is None:
+        context = 0
         notes.append("context_length absent: give --context")
+    else:
+        context = whole("context_length", context, 1, MAX_CONTEXT)
     vocab = key("vocab_size")
     if vocab is None:
         emb = [s for n, _, s in tensors if n == "token_embd.weight"]
         vocab = n_tokens if n_tokens else (emb[0][-1] if emb and len(emb[0]) > 1 else 0)
+        vocab = _whole(path, "the vocabulary size (token_embd.weight)", vocab, 0, MAX_VOCAB)
+    else:
+        vocab = whole("vocab_size", vocab, 1, MAX_VOCAB)
     windows = []
     swa = key("attention.sliding_window")
-    if swa:
-        _positive(path, arch + ".attention.sliding_window", swa)
+    if swa is not None and not (swa == 0 and not isinstance(swa, bool)):
+        swa = whole("attention.sliding_window", swa, 1, MAX_CONTEXT)
         pat = key("attention.sliding_window_pattern")
         if isinstance(pat, list):  # one flag per layer: true = sliding
             if len(pat) != layers:
                 raise ModelError("%s: sliding_window_pattern has %d entries for %d layers" % (path, len(pat), layers))
+            for p in pat:
+                if not isinstance(p, (bool, int)) or p not in (0, 1):
+                    raise ModelError("%s: %s.attention.sliding_window_pattern holds %s, expected true or false"
+                                     % (path, arch, validate.show(p)))
             windows = [swa if p else 0 for p in pat]
         else:
-            n = pat or _PATTERNS.get(arch)  # llama.cpp: gemma2 every 2nd, gemma3 every 6th layer global
+            n = _PATTERNS.get(arch)  # llama.cpp: gemma2 every 2nd, gemma3 every 6th layer global
+            if pat is not None:
+                n = whole("attention.sliding_window_pattern", pat, 1, MAX_LAYERS)
             windows = [swa if not n or (i + 1) % n else 0 for i in range(layers)]
         notes.append("sliding window %d" % swa)
     names = set(n for n, _, _ in tensors)
-    spec = ModelSpec(meta.get("general.name") or os.path.basename(path), layers, heads, kv_heads, k_len, dim,
-                     hidden, vocab, context, shared_classifier="output.weight" not in names, layer_windows=windows,
-                     weights_dtype="f16", weights_file_bytes=sum(b for _, b, _ in tensors),
-                     source="GGUF %s (%s, %d tensors)" % (path, arch, len(tensors)), notes=notes)
-    return _check_shape(path, spec)
+    given = meta.get("general.name")
+    spec = ModelSpec(given if isinstance(given, str) and given else os.path.basename(path), layers, heads,
+                     kv_heads, k_len, dim, hidden, vocab, context, shared_classifier="output.weight" not in names,
+                     layer_windows=windows, weights_dtype="f16", weights_file_bytes=weights_bytes,
+                     source="GGUF %s (%s, %d tensors)" % (path, arch, len(tensors)), notes=notes,
+                     context_key=arch + ".context_length")
+    return spec
 
 
 # ---- llama2.c .bin ----
 
 def read_llama2c(path):
-    """Header of a llama2.c .bin checkpoint: seven little-endian int32, then float32 weights."""
+    """Header of a llama2.c .bin checkpoint (seven little-endian int32, then float32 weights) or of a
+    `kvedge convert` int8 file, read and checked by the device's own reader (kvedge.model.checkpoint): the
+    fields' ranges, and the file's size against the size the header implies, exactly."""
+    from kvedge.model.checkpoint import CheckpointError, read_config
     try:
-        with open(path, "rb") as f:
-            head = f.read(28)
-        size = os.path.getsize(path)
+        cfg, dtype = read_config(path)
     except OSError as e:
         raise ModelError("%s: cannot read: %s" % (path, e.strerror or e))
-    if len(head) < 28:
-        raise ModelError("%s: truncated llama2.c header (%d of 28 bytes)" % (path, len(head)))
-    dim, hidden, layers, heads, kv_heads, vocab, seq = struct.unpack("<7i", head)
-    shared = vocab > 0
-    vocab = abs(vocab)
-    for k, v in (("dim", dim), ("hidden_dim", hidden), ("n_layers", layers), ("n_heads", heads),
-                 ("n_kv_heads", kv_heads), ("vocab_size", vocab), ("seq_len", seq)):
-        if v <= 0:
-            raise ModelError("%s: llama2.c header field %s is %d (must be positive)" % (path, k, v))
-    for k, v in (("n_layers", layers), ("n_heads", heads), ("n_kv_heads", kv_heads), ("dim", dim),
-                 ("hidden_dim", hidden), ("vocab_size", vocab), ("seq_len", seq)):
-        if v > (1 << 26):
-            raise ModelError("%s: llama2.c header field %s is %d: absurd (not a llama2.c checkpoint?)" % (path, k, v))
-    if dim % heads or heads % kv_heads:
-        raise ModelError("%s: llama2.c header has dim %d, %d heads, %d KV heads: not divisible"
-                         % (path, dim, heads, kv_heads))
-    # the float32 weights that must follow (see ../shared/models/README.md): the matrices and norms, the two
-    # legacy RoPE tables, and the classifier when it is not shared
-    p = budget.llama_params(dim, hidden, layers, heads, kv_heads, vocab, shared)
-    floats = p["embedding"] + p["matrices"] + p["norms"] + p["classifier"] + seq * (dim // heads)
-    if size < 28 + 4 * floats:
-        raise ModelError("%s: truncated llama2.c checkpoint: %d bytes, the header promises %d"
-                         % (path, size, 28 + 4 * floats))
-    return ModelSpec(os.path.basename(path), layers, heads, kv_heads, dim // heads, dim, hidden, vocab, seq,
-                     shared_classifier=shared, source="llama2.c checkpoint %s (%d bytes)" % (path, size))
+    except CheckpointError as e:
+        raise ModelError(str(e))
+    size = os.path.getsize(path)
+    kind = "llama2.c checkpoint" if dtype == "f32" else "kvedge int8 checkpoint"
+    return ModelSpec(os.path.basename(path), cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.dim,
+                     cfg.hidden_dim, cfg.vocab_size, cfg.seq_len, shared_classifier=cfg.shared_classifier,
+                     weights_dtype=dtype, source="%s %s (%d bytes)" % (kind, path, size), context_key="seq_len")
 
 
 # ---- built-in presets: small models people put on edge devices ----

@@ -188,7 +188,7 @@ def test_bad_files(capsys, tmp_path):
     nc = mf.write_gguf(str(tmp_path / "noctx.gguf"), ctx=None)
     bad(capsys, ["budget", "--model", nc], nc, "give --context")
     z = mf.write_json(tmp_path, "z.json", dict(mf.TINYLLAMA, num_attention_heads=0))
-    bad(capsys, ["budget", "--model", z], z, "num_attention_heads must be positive, got 0")
+    bad(capsys, ["budget", "--model", z], z, "num_attention_heads is 0, expected a whole number 1..16384")
 
 
 def test_bad_sizes_board_and_dtypes(capsys, stories):

@@ -1,0 +1,183 @@
+"""Checks of user input shared by the kvedge commands.
+
+Every check either returns the value or raises InputError (a ValueError) whose message is one line in the user's
+words: the file or the flag first, then the field as the file spells it, the value as the user wrote it, and
+what was expected, e.g. "config.json: num_hidden_layers is 1e+30, expected a whole number 1..4096" or
+"--temperature inf: expected a finite number >= 0". Checks run before anything is built from the value, so
+an absurd size fails at once and in constant memory."""
+import itertools
+import json
+import math
+import os
+import re
+
+JSON_MAX_BYTES = 16 << 20  # a config.json, a quality table or a plan: a few KB; anything near this is not one
+JSON_MAX_DEPTH = 64  # transformers configs nest 3 levels, `kvedge eval --json` 4; Python's parser recurses
+
+# The unix port's -X heapsize: below ~16 KB the interpreter cannot start; 4 GB and up crash it (seen here).
+RUNTIME_HEAP_MIN = 16 << 10
+RUNTIME_HEAP_MAX = 1 << 30
+BYTES_MAX = 1 << 40  # a heap or workspace figure for planning: 1 TiB is past any board
+TOKENS_MAX = 1 << 26  # kvedge.budget.LIMITS["tokens"]
+
+
+class InputError(ValueError):
+    """Bad user input: printed by the CLI as one line, exit status 2."""
+
+
+def show(v, width=40):
+    """A value as the user wrote it in JSON (or on the command line), kept short."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        if abs(v) < 10 ** 15:
+            return str(v)
+        try:
+            return "%.3g" % v
+        except OverflowError:
+            return "a %d-digit number" % len(str(abs(v))) if abs(v) < 10 ** 4000 else "an enormous number"
+    if isinstance(v, float):
+        if v != v:
+            return "NaN"
+        if v in (float("inf"), float("-inf")):
+            return "Infinity" if v > 0 else "-Infinity"
+        return repr(v)
+    if isinstance(v, str):
+        s = json.dumps(v[:width], ensure_ascii=False)
+        return s[:-1] + '..."' if len(v) > width else s
+    if isinstance(v, (list, tuple)):
+        return "[]" if not v else "a list of %d item%s" % (len(v), "" if len(v) == 1 else "s")
+    if isinstance(v, dict):
+        return "{}" if not v else "an object"
+    return type(v).__name__
+
+
+def _num(n):
+    """An int bound with thousands separators when large."""
+    return format(n, ",") if abs(n) >= 100000 else str(n)
+
+
+def _where(where, name):
+    return "%s: %s" % (where, name) if where else name
+
+
+def whole(where, name, v, lo, hi, unit=""):
+    """v must be an int (not a bool, not a float) in lo..hi. `where` is the file (or None for a flag)."""
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise InputError("%s is %s, expected a whole number%s %s..%s" % (
+            _where(where, name), show(v), unit and " of " + unit, _num(lo), _num(hi)))
+    return v
+
+
+def real(where, name, v, lo=None, hi=None, lo_open=False):
+    """v must be a finite int or float (not a bool) within the bounds; returns it as a float."""
+    ok = not isinstance(v, bool) and isinstance(v, (int, float))
+    if ok:
+        try:
+            f = float(v)
+        except OverflowError:
+            ok = False
+        else:
+            ok = math.isfinite(f) and (lo is None or (f > lo if lo_open else f >= lo)) and (hi is None or f <= hi)
+    if not ok:
+        want = "a finite number"
+        if lo is not None and hi is not None:
+            want += " in %s%g, %g]" % ("(" if lo_open else "[", lo, hi)
+        elif lo is not None:
+            want += " %s %g" % (">" if lo_open else ">=", lo)
+        elif hi is not None:
+            want += " <= %g" % hi
+        raise InputError("%s is %s, expected %s" % (_where(where, name), show(v), want))
+    return f
+
+
+# ---- command-line flags: "--flag VALUE: expected ..." ----
+
+def flag_int(flag, v, lo, hi, unit=""):
+    """A --flag's integer value in lo..hi (argparse already made it an int)."""
+    if v is None or not lo <= v <= hi:
+        raise InputError("%s %s: expected a whole number%s %s..%s" % (flag, show(v), unit and " of " + unit,
+                                                                      _num(lo), _num(hi)))
+    return v
+
+
+def flag_real(flag, v, lo=None, hi=None, lo_open=False):
+    """A --flag's float value: finite and within the bounds."""
+    try:
+        return real(None, flag, v, lo, hi, lo_open)
+    except InputError as e:
+        raise InputError("%s %s: %s" % (flag, show(v), str(e).split(", ", 1)[1]))
+
+
+def flag_text(flag, s):
+    """A text flag as UTF-8 bytes. Arguments that were not valid UTF-8 reach Python as lone surrogates
+    (surrogateescape): those are the user's bytes and go through as such (llama2.c encodes its prompt's raw
+    bytes too); any other lone surrogate cannot be encoded and is refused."""
+    try:
+        return s.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError as e:
+        raise InputError("%s: character %d is a lone surrogate (U+%04X), not text" % (
+            flag, e.start, ord(s[e.start])))
+
+
+def out_folder(flag, path):
+    """The folder an output file goes to must exist (checked before any work is done)."""
+    d = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(d):
+        raise InputError("%s: folder %s does not exist" % (path, d))
+    if os.path.isdir(path):
+        raise InputError("%s: is a folder (%s names a file)" % (path, flag))
+    return path
+
+
+def in_file(path, what="file"):
+    """An input file that must exist and be a regular file."""
+    if not os.path.exists(path):
+        raise InputError("%s: no such %s" % (path, what))
+    if os.path.isdir(path):
+        raise InputError("%s: is a folder, expected a %s" % (path, what))
+    return path
+
+
+# ---- JSON files ----
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+def _depth(text):
+    """Deepest nesting of [ and { in JSON text, strings skipped; linear time, no recursion."""
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
+    return max(itertools.accumulate(map(_STEP.__getitem__, brackets)), default=0)
+
+
+def parse_json(path, text, max_depth=JSON_MAX_DEPTH):
+    """Parse JSON text from `path`: nesting is measured before Python's recursive parser sees it."""
+    d = _depth(text)
+    if d > max_depth:
+        raise InputError("%s: JSON nested %d levels deep (at most %d)" % (path, d, max_depth))
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise InputError("%s: JSON nested too deeply" % path)
+    except ValueError as e:
+        raise InputError("%s: not valid JSON: %s" % (path, e))
+
+
+def load_json(path, max_bytes=JSON_MAX_BYTES, max_depth=JSON_MAX_DEPTH):
+    """A JSON file, read with its size and nesting bounded; every failure one line naming the file."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(max_bytes + 1)
+    except OSError as e:
+        raise InputError("%s: cannot read: %s" % (path, e.strerror or e))
+    if len(raw) > max_bytes:
+        raise InputError("%s: larger than %s bytes: not a JSON config" % (path, _num(max_bytes)))
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError("%s: not valid JSON: not UTF-8 text (byte %d)" % (path, e.start))
+    return parse_json(path, text, max_depth)
