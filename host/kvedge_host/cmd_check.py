@@ -51,8 +51,10 @@ def add_arguments(p):
     p.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
     p.add_argument("--model", metavar="PATH", help="also the model case: logits of the device forward pass of "
                    "this llama2.c checkpoint (f32 or kvedge int8) against the numpy reference")
-    p.add_argument("--positions", type=int, default=64, help="positions of the model case (default 64)")
-    p.add_argument("--kv-dtype", default="f32", help="cache dtype of the model case (default f32: 1e-4)")
+    p.add_argument("--positions", type=int, default=64, help="positions of the model case, at most the model's "
+                   "seq_len (default 64, or seq_len when shorter)")
+    p.add_argument("--kv-dtype", default="f32", choices=DTYPES, help="cache dtype of the model case (default f32: "
+                   "1e-4)")
     # hidden: use a wrong GQA head mapping in the reference, to show the check catches trap 1
     p.add_argument("--wrong-mapping", action="store_true", help=__import__("argparse").SUPPRESS)
 
@@ -137,8 +139,15 @@ def run_script(runtime, code, port=None, timeout=900):
     if runtime == "cpython":
         env = dict(os.environ)
         env["PYTHONPATH"] = DEVICE
-        p = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           env=env, timeout=timeout)
+        # a script file, not `-c CODE`: one argument is limited to 128 KB (a long token list is more)
+        with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+            f.write(code)
+            script = f.name
+        try:
+            p = subprocess.run([sys.executable, script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               env=env, timeout=timeout)
+        finally:
+            os.unlink(script)
         return p.returncode, p.stdout.decode("utf-8", "replace")
     from . import runtimes
     try:
@@ -318,7 +327,7 @@ def model_tokens(vocab, n, seed):
     toks, x = [1], seed * 7919 + 13
     while len(toks) < n:
         x = (x * 48271) % 2147483647
-        toks.append(3 + x % (vocab - 3))
+        toks.append(3 + x % (vocab - 3) if vocab > 3 else x % vocab)  # past <unk>, BOS, EOS when there is room
     return toks
 
 
@@ -353,9 +362,30 @@ def check_model(runtime, path, positions, kv_dtype, seed=1):
              "criterion": "max abs logit error <= %g at every position" % tol, "ok": err <= tol}]
 
 
+MAX_CASES = 10000
+MAX_SEED = 1 << 30  # seeds travel to 32-bit boards, where larger ints become heap longs
+
+
+def check_args(a):
+    """Every flag, and the model file, checked before any case runs; fills in the --positions default."""
+    from . import validate
+    from .cli import UserError
+    validate.flag_int("--cases", a.cases, 0, MAX_CASES)
+    validate.flag_int("--seed", a.seed, 0, MAX_SEED)
+    if not a.model:
+        return
+    if a.port:
+        raise UserError("--model runs on cpython, unix or wasm (a board's model case is kvedge generate)")
+    from kvedge.model.checkpoint import read_config
+    validate.in_file(a.model, "checkpoint")
+    cfg, _ = read_config(a.model)  # the header checked, and the file's size against it
+    if a.positions == 64 and cfg.seq_len < 64:
+        a.positions = cfg.seq_len
+    validate.flag_int("--positions", a.positions, 1, cfg.seq_len, "the model's seq_len")
+
+
 def run(a):
-    if a.cases < 0:
-        raise ValueError("--cases must be >= 0, got %d" % a.cases)
+    check_args(a)
     cases = standard_cases(a.seed) + random_cases(a.cases, a.seed)
     if a.only:
         cases = [c for c in cases if a.only in c["name"]]
@@ -368,9 +398,6 @@ def run(a):
     for rt in runtimes:
         rows += check_runtime(rt, cases, a.port, a.wrong_mapping)
         if a.model:
-            if a.port:
-                from .cli import UserError
-                raise UserError("--model runs on cpython, unix or wasm (a board's model case is kvedge generate)")
             rows += check_model(rt, a.model, a.positions, a.kv_dtype, a.seed)
     failed = sum(1 for r in rows if not r["ok"])
     if a.json:

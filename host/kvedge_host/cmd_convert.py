@@ -15,13 +15,16 @@ def add_arguments(p):
 
 def run(args):
     from kvedge.model.checkpoint import convert_to_i8, file_size
-    if not os.path.exists(args.model):
-        raise UserError("%s: no such file" % args.model)
+    from kvedge.model.checkpoint import read_config
+    from . import validate
+    validate.in_file(args.model)
     out = args.output or (args.model[:-4] if args.model.endswith(".bin") else args.model) + ".i8.bin"
     if os.path.abspath(out) == os.path.abspath(args.model):
         raise UserError("output would overwrite the input")
+    validate.out_folder("--output", out)
     if os.path.exists(out) and not args.force:
         raise UserError("%s exists (use --force to overwrite)" % out)
+    read_config(args.model)  # the header checked, and the file's size against it, before writing anything
     tmp = out + ".part"
     try:
         cfg, n = convert_to_i8(args.model, tmp)

@@ -50,6 +50,33 @@ def add_arguments(p):
     p.add_argument("--timeout", type=float, default=600, help="seconds to wait for the generation")
 
 
+def check_args(a):
+    """Flags and the model files checked before the virtual board starts. Returns the prompt as bytes."""
+    from kvedge import budget as kvbudget
+    from . import validate
+    prompt = validate.flag_text("--prompt", a.prompt)
+    validate.flag_int("--steps", a.steps, 1, kvbudget.LIMITS["tokens"])
+    validate.flag_real("--temperature", a.temperature, 0.0)
+    validate.flag_int("--seed", a.seed, 1, (1 << 64) - 1)
+    validate.flag_int("--stats-ms", a.stats_ms, 0, 24 * 3600 * 1000)
+    validate.flag_real("--timeout", a.timeout, 0.0, 7 * 86400.0, lo_open=True)
+    if a.workdir and os.path.exists(a.workdir) and not os.path.isdir(a.workdir):
+        raise UserError("%s: not a folder (--workdir)" % a.workdir)
+    if a.model or a.tokenizer:
+        from kvedge.model.checkpoint import read_config
+        from kvedge.model.tokenizer import Tokenizer
+        model = a.model or os.path.join(SHARED_MODELS, "stories260K.bin")
+        tok = a.tokenizer or os.path.join(os.path.dirname(os.path.abspath(model)), "tok512.bin")
+        validate.in_file(model, "checkpoint")
+        cfg, wdtype = read_config(model)  # the header checked, and the file's size against it
+        if wdtype != "f32":
+            raise UserError("%s: the demo converts an f32 llama2.c checkpoint itself; this is a kvedge int8 file"
+                            % model)
+        validate.in_file(tok, "tokenizer")
+        Tokenizer.load(tok, cfg.vocab_size)
+    return prompt
+
+
 def _model(a, work, say):
     if a.tiny or (not a.model and not os.path.exists(os.path.join(SHARED_MODELS, "stories260K.bin"))):
         from .tinyckpt import write
@@ -79,8 +106,7 @@ def run(a):
     from .sim import VirtualBoard
 
     prof = boards.load(a.board)
-    if a.steps < 1:
-        raise UserError("--steps must be positive, got %d" % a.steps)
+    prompt = check_args(a)
     work = os.path.abspath(a.workdir) if a.workdir else tempfile.mkdtemp(prefix="kvedge-demo-")
     os.makedirs(work, exist_ok=True)
 
@@ -119,7 +145,7 @@ def run(a):
             code_run = ("from kvedge.model import run\n"
                         "run.main('model.i8.bin', 'tok.bin', prompt=%r, steps=%d, temperature=%r, seed=%d, kv=%r, "
                         "budget=%d, workspace=%d, stream=%r, h2o=%d, stats_ms=%d)\n" % (
-                            a.prompt, a.steps, a.temperature, a.seed, kv, vb.heap,
+                            prompt, a.steps, a.temperature, a.seed, kv, vb.heap,
                             prof.get("workspace_bytes", 0) + code, stream, h2o, a.stats_ms))
             # a fresh interpreter (as after a reset), started and left running: the monitor takes the port
             _mpremote(vb.port, ["exec", "--no-follow", code_run], resume=False)

@@ -23,10 +23,31 @@ def add_arguments(p):
     p.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
 
 
-def run(args):
-    echo = None if args.quiet else print
+def check_args(args):
+    """Flags and files checked before the board is contacted."""
+    import os
+    import re
+    from . import validate
     if args.march and not args.mpy:
         raise ValueError("--march only makes sense with --mpy")
+    boards.load(args.board)
+    if args.march is not None and not re.match(r"^[a-z0-9]{1,32}$", args.march):
+        raise ValueError("--march %s: expected an mpy-cross -march name such as armv6m or xtensawin"
+                         % validate.show(args.march))
+    if args.config:
+        doc = validate.load_json(args.config)
+        if not isinstance(doc, dict):
+            raise ValueError("%s: a device config is a JSON object (kvedge plan --out), got %s"
+                             % (args.config, validate.show(doc)))
+    for x in args.extra:
+        validate.in_file(x)
+    if args.port.startswith("/") and not os.path.exists(args.port):
+        raise ValueError("%s: no such port" % args.port)
+
+
+def run(args):
+    echo = None if args.quiet else print
+    check_args(args)
     res = deploy(args.port, args.board, mpy=args.mpy, config=args.config, extra=args.extra,
                  resume=not args.soft_reset, echo=echo, march=args.march)
     print("deployed kvedge %s to %s (%s): %d sent, %d unchanged, %d removed"

@@ -21,9 +21,9 @@ def add_arguments(p):
                    "trained context)")
     p.add_argument("--seed", type=int, default=42, help="seed of the sampled text (default 42)")
     p.add_argument("--samples", type=int, default=1, help="texts to pool (seeds SEED, SEED+1, ...; default 1)")
-    p.add_argument("--window", type=int, default=128, help="slots of the window / sinks+window / H2O rows "
-                   "(default 128)")
-    p.add_argument("--sinks", type=int, default=4, help="attention sinks (default 4)")
+    p.add_argument("--window", type=int, help="slots of the window / sinks+window / H2O rows "
+                   "(default 128, or the text length when shorter)")
+    p.add_argument("--sinks", type=int, help="attention sinks (default 4, fewer when the window is shorter)")
     p.add_argument("--align", type=int, default=0, help="row alignment in bytes for every cache (default 0: "
                    "measure the formats, not the padding)")
     p.add_argument("--only", action="append", help="only strategies whose name contains this (f32 always runs)")
@@ -63,25 +63,50 @@ def long_table(res):
     return "\n".join(lines)
 
 
+MAX_SAMPLES = 256
+MAX_CONTEXTS = 64
+
+
+def check_args(args, cfg):
+    """Every flag against the model before any text is sampled; fills in --window and --sinks defaults.
+    Returns the text length. The text is sampled within the trained context (seq_len): --tokens beyond it
+    would measure a model that never saw such positions (--long does that on purpose)."""
+    from .validate import flag_int
+    tokens = flag_int("--tokens", args.tokens, 2, cfg.seq_len, "the model's seq_len") \
+        if args.tokens else cfg.seq_len
+    if tokens < 2:
+        raise UserError("%s: the model's seq_len is %d: too short to evaluate" % (args.model, cfg.seq_len))
+    flag_int("--samples", args.samples, 1, MAX_SAMPLES)
+    flag_int("--contexts", args.contexts, 1, MAX_CONTEXTS)
+    flag_int("--seed", args.seed, 1, (1 << 63) - args.samples)
+    longest = max(tokens, args.contexts * cfg.seq_len if args.long else 0)
+    if args.window is None:
+        args.window = min(128, longest)
+    flag_int("--window", args.window, 1, longest, "the evaluated text's length")
+    top = min(args.window, cfg.seq_len) if args.long else args.window  # --long also runs a seq_len window
+    if args.sinks is None:
+        args.sinks = min(4, top - 1)
+    flag_int("--sinks", args.sinks, 0, top - 1, "fewer than the window")
+    from .account import check_align
+    check_align("--align", args.align)
+    return tokens
+
+
 def run(args):
     from . import quality
     if not os.path.exists(args.model):
         raise UserError("%s: no such checkpoint (stories260K lives in %s)" % (args.model, SHARED_MODELS))
     from kvedge.model.checkpoint import read_config
-    cfg, wd = read_config(args.model)
+    cfg, wd = read_config(args.model)  # the header checked, and the file's size against it
     if wd != "f32":
         raise UserError("%s: eval needs the f32 llama2.c checkpoint (int8 weights would blur the cache "
                         "comparison)" % args.model)
-    tokens = args.tokens or cfg.seq_len
-    if tokens < 2:
-        raise UserError("--tokens must be >= 2")
+    tokens = check_args(args, cfg)
     quiet = args.json
 
     def progress(name):
         if not quiet:
             print("  running %s ..." % name, file=sys.stderr)
-    if args.samples < 1:
-        raise UserError("--samples must be >= 1")
     res = quality.evaluate(args.model, tokens, args.seed, args.window, args.sinks, args.only, args.align,
                            progress, args.samples)
     out = {"model": os.path.basename(args.model), "quality": res}

@@ -61,17 +61,53 @@ def _kv(args):
     return kv
 
 
-def run(args):
-    tok = _tokenizer(args)
-    for f in (args.model, tok):
-        if not os.path.exists(f):
-            raise UserError("%s: no such file" % f)
-    if args.steps < 1:
-        raise UserError("--steps must be >= 1")
-    if args.seed < 1:
-        raise UserError("--seed must be a positive integer")
+MAX_STATS_MS = 24 * 3600 * 1000
+
+
+def check_args(args, tok):
+    """Every flag and both files checked on the host before anything runs (on a MicroPython port a bad value
+    would otherwise surface as the port's own error, or not at all). Returns (ModelConfig, prompt bytes)."""
+    from kvedge import budget as kvbudget
+    from kvedge.model.checkpoint import read_config
+    from kvedge.model.llama import cache_config
+    from kvedge.model.tokenizer import Tokenizer
+    from . import validate
+    from .account import check_align
+    validate.in_file(args.model, "checkpoint")
+    prompt = validate.flag_text("--prompt", args.prompt)
+    validate.flag_int("--steps", args.steps, 1, kvbudget.LIMITS["tokens"])
+    validate.flag_real("--temperature", args.temperature, 0.0)
+    validate.flag_int("--seed", args.seed, 1, (1 << 64) - 1)
+    for flag in ("--max-tokens", "--window", "--sinks", "--prefix", "--h2o"):
+        validate.flag_int(flag, getattr(args, flag[2:].replace("-", "_")), 0, kvbudget.LIMITS["max_tokens"])
+    validate.flag_int("--stats-ms", args.stats_ms, 0, MAX_STATS_MS)
+    check_align("--align", args.align)
+    if args.heap:
+        validate.flag_int("--heap", args.heap, validate.RUNTIME_HEAP_MIN, validate.RUNTIME_HEAP_MAX,
+                          "bytes a MicroPython port can start with")
     if args.h2o and args.window:
         raise UserError("--h2o replaces the ring buffer: use it without --window")
+    if args.mpy and args.runtime != "unix":
+        raise UserError("--mpy is for the unix port")
+    cfg, _ = read_config(args.model)  # the header checked, and the file's size against it
+    try:
+        ccfg = cache_config(cfg, _kv(args))
+    except ValueError as e:
+        raise UserError("%s: the cache settings (--max-tokens, --window, --sinks, --prefix, --align, --h2o) do "
+                        "not fit this model: %s" % (args.model, e))
+    most = max(cfg.seq_len, args.steps)
+    if ccfg.slots > most:  # slots no run of --steps positions can fill: memory taken for nothing
+        raise UserError("%s: a cache of %d slots (--max-tokens, --window + --sinks or --h2o) is more than this "
+                        "run can fill: at most %d (the larger of --steps and the model's seq_len %d)"
+                        % (args.model, ccfg.slots, most, cfg.seq_len))
+    validate.in_file(tok, "tokenizer")
+    Tokenizer.load(tok, cfg.vocab_size)  # raises TokenizerError naming the file
+    return cfg, prompt
+
+
+def run(args):
+    tok = _tokenizer(args)
+    cfg, prompt = check_args(args, tok)
     budget = workspace = None
     heap = args.heap or 8 * 1024 * 1024
     if args.board:
@@ -79,7 +115,7 @@ def run(args):
         prof = boards.load(args.board)
         heap = prof["heap_bytes"]
         budget, workspace = heap, prof.get("workspace_bytes", 0)
-    call = dict(model=os.path.abspath(args.model), tokenizer=os.path.abspath(tok), prompt=args.prompt,
+    call = dict(model=os.path.abspath(args.model), tokenizer=os.path.abspath(tok), prompt=prompt,
                 steps=args.steps, temperature=args.temperature, seed=args.seed, kv=_kv(args), budget=budget,
                 workspace=workspace or 0, stream=args.stream, kernel=args.kernels, h2o=args.h2o, stats_ms=args.stats_ms)
     if args.runtime == "cpython":
@@ -104,8 +140,6 @@ def run(args):
     with tempfile.TemporaryDirectory(prefix="kvedge_mpy_") as tmp:
         pkg = DEVICE
         if args.mpy:
-            if args.runtime != "unix":
-                raise UserError("--mpy is for the unix port")
             pkg = _compile_mpy(tmp)
         folders = [pkg] + sorted({os.path.dirname(call["model"]), os.path.dirname(call["tokenizer"])})
         rc, out = runtimes.run_code(args.runtime, code, heap, folders, timeout=3600)

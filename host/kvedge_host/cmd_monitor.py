@@ -19,11 +19,26 @@ def add_arguments(p):
                    "(the default when stdout is not a terminal)")
 
 
+MAX_BAUD = 10_000_000
+
+
+def check_args(args):
+    """Every flag checked before the port is opened (a NaN duration would never end the watch)."""
+    from . import validate
+    if args.duration is not None:
+        validate.flag_real("--duration", args.duration, 0.0, 10.0 * 365 * 86400, lo_open=True)
+    if args.samples is not None:
+        validate.flag_int("--samples", args.samples, 1, 1 << 62)
+    validate.flag_int("--baud", args.baud, 1, MAX_BAUD)
+    validate.flag_real("--alert-pct", args.alert_pct, 0.0, 100.0, lo_open=True)
+    if args.csv:
+        validate.out_folder("--csv", args.csv)
+    if args.plot:
+        validate.out_folder("--plot", args.plot)
+
+
 def run(args):
-    if args.duration is not None and args.duration <= 0:
-        raise ValueError("--duration must be > 0")
-    if args.samples is not None and args.samples <= 0:
-        raise ValueError("--samples must be > 0")
+    check_args(args)
     live_view = sys.stdout.isatty() and not args.plain
 
     def say(prefix):

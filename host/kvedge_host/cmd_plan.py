@@ -15,7 +15,7 @@ import re
 from kvedge import budget
 from kvedge.config import CacheConfig
 
-from . import account
+from . import account, validate
 from .cli import UserError
 from .cmd_budget import add_model_arguments, load_inputs
 
@@ -95,13 +95,7 @@ def load_quality(path):
     {"rows"|"results"|"strategies": [...]}, or {label: row}.
     A row names its strategy ("strategy", "name" or "label"; optional "kind" and "dtype") and carries any of
     mean KL (kl, mean_kl), perplexity (ppl, perplexity) and top-1 agreement (top1, top1_agreement)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except OSError as e:
-        raise UserError("%s: cannot read: %s" % (path, e.strerror or e))
-    except ValueError as e:
-        raise UserError("%s: not valid JSON: %s" % (path, e))
+    data = validate.load_json(path)
     if isinstance(data, dict) and isinstance(data.get("quality"), dict):
         data = data["quality"]  # `kvedge eval --json`: {"model", "quality": {"tokens", "seed", "rows"}, "long"}
     rows = data
@@ -120,12 +114,14 @@ def load_quality(path):
             raise UserError("%s: a quality row is not an object: %r" % (path, row))
         label = row.get("strategy") or row.get("name") or row.get("label")
         if not label:
-            raise UserError("%s: a quality row has no strategy name: %r" % (path, row))
+            raise UserError("%s: a quality row has no strategy name: %s" % (path, _short(row)))
+        if not isinstance(label, str):
+            raise UserError("%s: a quality row's strategy name is %s, expected text" % (path, validate.show(label)))
         m = {}
         for key, names in _METRICS:
             for n in names:
-                if isinstance(row.get(n), (int, float)) and not isinstance(row.get(n), bool):
-                    m[key] = float(row[n])
+                if n in row:
+                    m[key] = _metric(path, label, n, row[n], key)
                     break
         if not m:
             continue
@@ -133,7 +129,11 @@ def load_quality(path):
         q = {"label": str(label), "kind": kind, "dtype": dtype, "metrics": m}
         cfg = row.get("config") if isinstance(row.get("config"), dict) else {}
         if cfg.get("window"):
-            q["tokens"] = cfg["window"] + cfg.get("sinks", 0)  # the ring size the row was measured at
+            try:  # the ring size the row was measured at
+                q["tokens"] = (validate.whole(None, "config.window", cfg["window"], 1, budget.LIMITS["window"])
+                               + validate.whole(None, "config.sinks", cfg.get("sinks", 0), 0, budget.LIMITS["sinks"]))
+            except validate.InputError as e:
+                raise UserError("%s: row %s: %s" % (path, validate.show(label), e))
         if kind == "tiered":
             tier = row.get("tier") if isinstance(row.get("tier"), dict) else {}
             q["cold"] = tier.get("cold_dtype") or (TIER_COLD if "i4" in _norm(label) else None)
@@ -141,6 +141,24 @@ def load_quality(path):
     if not table:
         raise UserError("%s: no row has kl, ppl or top1 figures" % path)
     return table
+
+
+# What a measured figure can be: KL divergence >= 0, perplexity >= 1, top-1 agreement a fraction.
+_METRIC_RANGE = {"kl": (0.0, None), "ppl": (1.0, None), "top1": (0.0, 1.0)}
+
+
+def _metric(path, label, name, v, key):
+    """A quality figure: a finite number in its range, else an error naming the file and the row."""
+    lo, hi = _METRIC_RANGE[key]
+    try:
+        return validate.real(None, name, v, lo, hi)
+    except validate.InputError as e:
+        raise UserError("%s: row %s: %s" % (path, validate.show(label), e))
+
+
+def _short(row):
+    s = json.dumps(row, default=str)
+    return s if len(s) <= 80 else s[:77] + "..."
 
 
 def match_quality(table, cand):
@@ -591,15 +609,17 @@ def device_config(c, spec, tgt):
 
 
 def run(a):
-    spec, context, tgt = load_inputs(a)
     if a.kv_dtype not in DTYPES:
         raise UserError("unknown KV dtype %r for a device cache (choose from %s)" % (a.kv_dtype, ", ".join(DTYPES)))
     if a.weights_in not in ("auto", "heap", "flash"):
         raise UserError("--weights-in must be heap, flash or auto, got %r" % a.weights_in)
-    budget.check_align(a.align)
+    account.check_align("--align", a.align)
     account.check_size("--pick", a.pick)
     account.check_size("--top", a.top)
+    if a.out:
+        validate.out_folder("--out", a.out)
     table = load_quality(a.quality) if a.quality else None
+    spec, context, tgt = load_inputs(a)
     pl = Planner(spec, context, tgt, a.align, a.weights_dtype, a.batch)
     pl.tiered_ok = not a.no_tiered
     ranked = rank(pl.run(a.kv_dtype, a.weights_in), table)
@@ -623,9 +643,6 @@ def run(a):
         result["chosen"] = a.pick
     if a.out and chosen:
         doc = device_config(chosen, spec, tgt)
-        d = os.path.dirname(os.path.abspath(a.out))
-        if not os.path.isdir(d):
-            raise UserError("%s: folder does not exist" % a.out)
         with open(a.out, "w") as f:
             json.dump(doc, f, indent=2)
             f.write("\n")

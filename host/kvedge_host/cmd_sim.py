@@ -20,7 +20,25 @@ def add_arguments(p):
     p.add_argument("--quiet", action="store_true", help="print only the port path")
 
 
+def check_args(args):
+    """Flags checked before an interpreter starts: a heap the unix port refuses would make the board restart
+    for ever; a --link or --fs that cannot be made would fail after it started."""
+    import os
+    from . import validate
+    boards.load(args.board)
+    if args.heap is not None:
+        validate.flag_int("--heap", args.heap, validate.RUNTIME_HEAP_MIN, validate.RUNTIME_HEAP_MAX,
+                          "bytes the MicroPython unix port can start with")
+    if args.fs is not None and os.path.exists(args.fs) and not os.path.isdir(args.fs):
+        raise validate.InputError("%s: not a folder (--fs names the board's filesystem folder)" % args.fs)
+    if args.link is not None:
+        validate.out_folder("--link", args.link)
+        if os.path.exists(args.link) and not os.path.islink(args.link):
+            raise validate.InputError("%s: exists and is not a symlink (--link would replace it)" % args.link)
+
+
 def run(args):
+    check_args(args)
     vb = VirtualBoard(args.board, fs=args.fs, link=args.link, heap=args.heap,
                       log=None if args.quiet else (lambda m: print("kvedge sim: " + m, file=sys.stderr, flush=True)))
     done = threading.Event()

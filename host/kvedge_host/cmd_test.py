@@ -76,7 +76,19 @@ def run_suite(port, board="rp2040", files=None, only=None, mpy=False, circuitpyt
     return total
 
 
+def check_args(args):
+    """Flags checked before a board is contacted or a virtual one started."""
+    from . import validate
+    validate.flag_real("--timeout", args.timeout, 0.0, 7 * 86400.0, lo_open=True)
+    for b in (args.sim, args.board):
+        if b is not None:
+            boards.load(b)
+    if args.port and args.port.startswith("/") and not os.path.exists(args.port):
+        raise ValueError("%s: no such port" % args.port)
+
+
 def run(args):
+    check_args(args)
     files = runtimes.test_files(args.filter)
     if not files:
         raise ValueError("no test file matches %s" % ", ".join(args.filter or []))

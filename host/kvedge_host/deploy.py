@@ -5,7 +5,6 @@ A sync compares what the board holds with what should be there, by SHA-256 compu
 folders it manages (so switching between .py and .mpy never leaves a .py shadowing its .mpy) in one chained
 mpremote call. Boards whose firmware has no hashlib report no hashes; then every file is sent."""
 import hashlib
-import json
 import os
 import subprocess
 import tempfile
@@ -234,11 +233,8 @@ def deploy(port, board, mpy=False, config=None, extra=(), resume=True, echo=None
         if mpy:
             pairs = compile_mpy(pairs, march, build)
         if config:
-            with open(config) as f:
-                try:
-                    json.load(f)
-                except ValueError as e:
-                    raise DeployError("%s is not JSON: %s" % (config, e))
+            from .validate import load_json
+            load_json(config)  # one-line error naming the file: unreadable, not JSON, nested too deeply
             pairs.append((os.path.abspath(config), CONFIG_NAME))
         for x in extra:
             if not os.path.isfile(x):

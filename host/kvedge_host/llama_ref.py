@@ -27,9 +27,9 @@ def _read_f32(raw, cfg):
 
     def take(*shape):
         n = int(np.prod(shape))
+        if at[0] + n > len(buf):
+            raise ValueError("checkpoint is truncated: %d floats, the header needs more" % len(buf))
         a = buf[at[0]:at[0] + n].reshape(shape)
-        if a.size != n:
-            raise ValueError("checkpoint is truncated")
         at[0] += n
         return a
     c = cfg
@@ -39,6 +39,8 @@ def _read_f32(raw, cfg):
          "w2": take(L, d, h), "w3": take(L, h, d), "rms_final": take(d)}
     take(c.seq_len * c.head_dim)  # legacy RoPE tables
     t["wcls"] = t["emb"] if c.shared else take(c.vocab_size, d)
+    if at[0] != len(buf):  # llama2.c writes nothing after the last tensor
+        raise ValueError("checkpoint has %d floats after its last tensor" % (len(buf) - at[0]))
     return t
 
 
@@ -71,8 +73,18 @@ def _read_i8(raw, cfg):
 
 
 def load(path):
+    """(RefConfig, tensors) of a checkpoint; a ValueError naming the file when it is not what its header says."""
+    try:
+        return _load(path)
+    except ValueError as e:
+        raise ValueError("%s: %s" % (path, e))
+
+
+def _load(path):
     with open(path, "rb") as f:
         raw = f.read()
+    if len(raw) < HEADER.size:
+        raise ValueError("truncated header: %d of %d bytes" % (len(raw), HEADER.size))
     if raw[:4] == b"KVW8":
         cfg = RefConfig(*HEADER.unpack_from(raw, 8))
         return cfg, _read_i8(raw, cfg)

@@ -50,6 +50,7 @@ class Monitor:
         self.connected = False
         self.port_state = "not opened"
         self._buf = bytearray()
+        self._skipping = False  # inside a line already counted as overlong: drop up to its newline
         self._last = None
         self._recent = collections.OrderedDict()  # seq -> canonical JSON, this session: tells repeats from resets
         self._armed = {"cache": True, "heap": True}
@@ -63,26 +64,41 @@ class Monitor:
 
     # -- input --------------------------------------------------------------------------------------------
     def feed(self, data):
-        """Bytes from the port, in any chunking. Returns the samples accepted from them."""
+        """Bytes from the port, in any chunking. Returns the samples accepted from them.
+
+        A line longer than MAX_LINE is one bad line however it arrives: its bytes are dropped up to its
+        newline (not held, and not counted again for every MAX_LINE of it)."""
         new = []
+        if self._skipping:
+            i = data.find(b"\n")
+            if i < 0:
+                return new
+            data = data[i + 1:]
+            self._skipping = False
         self._buf += data
         while True:
             i = self._buf.find(b"\n")
             if i < 0:
                 break
-            line = bytes(self._buf[:i])
+            line = bytes(self._buf[:i]) if i <= MAX_LINE else None
             del self._buf[:i + 1]
+            if line is None:
+                self.counts["bad_lines"] += 1
+                continue
             s = self.line(line.decode("utf-8", "replace"))
             if s is not None:
                 new.append(s)
         if len(self._buf) > MAX_LINE:
             self.counts["bad_lines"] += 1
             del self._buf[:]
+            self._skipping = True
         return new
 
     def end_of_stream(self):
         """The port went away: a partial line cannot be completed by a new connection."""
-        if self._buf.strip():
+        if self._skipping:
+            self._skipping = False  # the overlong line was counted when it passed MAX_LINE
+        elif self._buf.strip():
             if telemetry.PREFIX.encode() in self._buf:
                 self.counts["bad_lines"] += 1
             else:

@@ -63,11 +63,11 @@ def _where(where, name):
     return "%s: %s" % (where, name) if where else name
 
 
-def whole(where, name, v, lo, hi, unit=""):
+def whole(where, name, v, lo, hi):
     """v must be an int (not a bool, not a float) in lo..hi. `where` is the file (or None for a flag)."""
     if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-        raise InputError("%s is %s, expected a whole number%s %s..%s" % (
-            _where(where, name), show(v), unit and " of " + unit, _num(lo), _num(hi)))
+        raise InputError("%s is %s, expected a whole number %s..%s" % (_where(where, name), show(v), _num(lo),
+                                                                      _num(hi)))
     return v
 
 
@@ -95,11 +95,12 @@ def real(where, name, v, lo=None, hi=None, lo_open=False):
 
 # ---- command-line flags: "--flag VALUE: expected ..." ----
 
-def flag_int(flag, v, lo, hi, unit=""):
-    """A --flag's integer value in lo..hi (argparse already made it an int)."""
+def flag_int(flag, v, lo, hi, why=""):
+    """A --flag's integer value in lo..hi (argparse already made it an int); `why` says where a bound comes
+    from, e.g. "the model's seq_len"."""
     if v is None or not lo <= v <= hi:
-        raise InputError("%s %s: expected a whole number%s %s..%s" % (flag, show(v), unit and " of " + unit,
-                                                                      _num(lo), _num(hi)))
+        raise InputError("%s %s: expected a whole number %s..%s%s" % (flag, show(v), _num(lo), _num(hi),
+                                                                     " (%s)" % why if why else ""))
     return v
 
 
@@ -126,7 +127,7 @@ def out_folder(flag, path):
     """The folder an output file goes to must exist (checked before any work is done)."""
     d = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(d):
-        raise InputError("%s: folder %s does not exist" % (path, d))
+        raise InputError("%s: folder does not exist (%s)" % (path, d))
     if os.path.isdir(path):
         raise InputError("%s: is a folder (%s names a file)" % (path, flag))
     return path

@@ -81,7 +81,7 @@ def test_plan_json_travels_and_bad_json_is_refused(rp2040, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     p = kvedge("deploy", "--port", rp2040.port, "--board", "rp2040", "--config", bad)
-    assert p.returncode == 2 and p.stderr.startswith("kvedge deploy: error: ") and "not JSON" in p.stderr
+    assert p.returncode == 2 and p.stderr.startswith("kvedge deploy: error: ") and "not valid JSON" in p.stderr
 
 
 def test_mpy_deploy_runs_the_compiled_viper_kernels(x64, tmp_path):
