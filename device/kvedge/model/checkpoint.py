@@ -23,11 +23,10 @@ class CheckpointError(ValueError):
     """A checkpoint file is malformed: wrong magic, impossible header, wrong length."""
 
 
-# Largest value of each header field: kvedge.budget.LIMITS for the shape, 2**24 for the vocabulary and the
-# context (far past any llama2.c model; keeps every size computed from them exact and small).
-_MAX = {"dim": MAX_COLS, "hidden_dim": MAX_COLS, "n_layers": 4096, "n_heads": 16384, "n_kv_heads": 16384,
-        "vocab_size": 1 << 24, "seq_len": 1 << 24}
-MIN_VOCAB = 3  # <unk>, BOS (id 1, the first token of every run) and EOS (id 2)
+# Largest value of each header field (kvedge.budget.LIMITS for the shape; 2**24 tokens of vocabulary and
+# context, far past any llama2.c model). vocab_size is at least 3: <unk>, BOS (id 1, every run's first
+# token) and EOS (id 2); negative when the classifier is not shared.
+_MAX = (MAX_COLS, MAX_COLS, 4096, 16384, 16384, 1 << 24, 1 << 24)
 
 
 class ModelConfig:
@@ -35,15 +34,15 @@ class ModelConfig:
 
     def __init__(self, dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len):
         vals = (dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len)
-        for name, v in zip(FIELDS, vals):
+        for i in range(7):
+            v = vals[i]
             lo = 1
-            if name == "vocab_size":
-                v = -v if isinstance(v, int) and v < 0 else v  # negative: the classifier is not shared
-                lo = MIN_VOCAB
-            if not isinstance(v, int) or isinstance(v, bool) or v < lo or v > _MAX[name]:
-                raise CheckpointError("header field %s is %r, expected %d..%d%s" % (
-                    name, vals[FIELDS.index(name)], lo, _MAX[name],
-                    " (negative when the classifier is not shared)" if name == "vocab_size" else ""))
+            if i == 5:
+                lo = 3
+                if isinstance(v, int) and v < 0:
+                    v = -v
+            if not isinstance(v, int) or isinstance(v, bool) or v < lo or v > _MAX[i]:
+                raise CheckpointError("header field %s is %r, expected %d..%d" % (FIELDS[i], vals[i], lo, _MAX[i]))
         if dim % n_heads:
             raise CheckpointError("dim %d is not a multiple of n_heads %d" % (dim, n_heads))
         if n_heads % n_kv_heads:
@@ -145,29 +144,22 @@ def i8_layout(cfg):
     return lay
 
 
-def f32_file_bytes(cfg):
-    """The exact length of a llama2.c checkpoint with this header, in O(1) (no per-layer tables).
+def file_bytes(cfg, dtype):
+    """The exact length of a checkpoint with this header, in O(1) (no per-layer tables). dtype 'f32': a
+    llama2.c file, 'i8': kvedge's int8 file (what convert_to_i8 writes).
 
     llama2.c's run.c (memory_map_weights) maps, after the 28-byte header: the embedding, per-layer norms and
     matrices, the final norm, two legacy RoPE tables of seq_len * head_dim / 2 floats each, and the classifier
     only when vocab_size is negative; its export.py writes exactly that and nothing after it. A longer file is
     not one this header describes (a changed header, or two files joined), so the length must match exactly."""
-    d, h, kv = cfg.dim, cfg.hidden_dim, cfg.kv_dim
-    per_layer = 2 * d + d * d + 2 * kv * d + d * d + 3 * h * d
-    floats = cfg.vocab_size * d + cfg.n_layers * per_layer + d + cfg.seq_len * cfg.head_dim
-    if not cfg.shared_classifier:
-        floats += cfg.vocab_size * d
-    return HEADER_BYTES + 4 * floats
-
-
-def i8_file_bytes(cfg):
-    """The exact length of a kvedge int8 file with this header (what convert_to_i8 writes), in O(1)."""
-    d, h, kv, m = cfg.dim, cfg.hidden_dim, cfg.kv_dim, i8_matrix_bytes
-    per_layer = 4 * 2 * d + 2 * m(d, d) + 2 * m(kv, d) + 2 * m(h, d) + m(d, h)
-    n = I8_HEADER_BYTES + m(cfg.vocab_size, d) + cfg.n_layers * per_layer + 4 * d
-    if not cfg.shared_classifier:
-        n += m(cfg.vocab_size, d)
-    return n
+    d, h, kv, v = cfg.dim, cfg.hidden_dim, cfg.kv_dim, cfg.vocab_size
+    if dtype == "f32":
+        n = HEADER_BYTES + 4 * (v * d + cfg.n_layers * (2 * d + 2 * d * d + 2 * kv * d + 3 * h * d) + d
+                                + cfg.seq_len * cfg.head_dim)
+        return n if cfg.shared_classifier else n + 4 * v * d
+    m = i8_matrix_bytes
+    n = I8_HEADER_BYTES + m(v, d) + cfg.n_layers * (8 * d + 2 * m(d, d) + 2 * m(kv, d) + 2 * m(h, d) + m(d, h)) + 4 * d
+    return n if cfg.shared_classifier else n + m(v, d)
 
 
 def alloc(typecode, n):
@@ -193,29 +185,24 @@ def zeros(typecode, n):
 
 def read_config(path):
     """(ModelConfig, weights dtype 'f32' or 'i8') of a checkpoint file, after checking its header and that
-    its length is exactly what the header implies (f32_file_bytes / i8_file_bytes). Every CheckpointError
-    names the file."""
+    its length is exactly what the header implies (file_bytes). Every CheckpointError names the file."""
     with open(path, "rb") as f:
         head = f.read(I8_HEADER_BYTES)
     dtype = "f32"
     try:
         if head[:4] == MAGIC_I8:
             dtype = "i8"
-            if len(head) < 8:
-                raise CheckpointError("truncated kvedge int8 header: %d of %d bytes" % (len(head), I8_HEADER_BYTES))
-            ver = struct.unpack("<i", head[4:8])[0]
+            ver = struct.unpack("<i", head[4:8])[0] if len(head) >= 8 else VERSION_I8
             if ver != VERSION_I8:
                 raise CheckpointError("kvedge int8 file version %d, expected %d" % (ver, VERSION_I8))
-            cfg = parse_header(head[8:])
-        else:
-            cfg = parse_header(head)
+            head = head[8:]
+        cfg = parse_header(head)
     except CheckpointError as e:
-        raise CheckpointError("%s: %s" % (path, e.args[0] if e.args else e))
+        raise CheckpointError("%s: %s" % (path, e.args[0]))
     size = file_size(path)
-    need = f32_file_bytes(cfg) if dtype == "f32" else i8_file_bytes(cfg)
+    need = file_bytes(cfg, dtype)
     if size != need:
-        raise CheckpointError("%s: %d bytes, the header needs %d (%s)" % (
-            path, size, need, "truncated" if size < need else "%d bytes after the last tensor" % (size - need)))
+        raise CheckpointError("%s: %d bytes, the header needs %d" % (path, size, need))
     return cfg, dtype
 
 
