@@ -58,11 +58,17 @@ def build_parser():
     return ap
 
 
-def main(argv=None):
-    ap = build_parser()
+def main(argv=None, parser=None):
+    """Run one command; returns its exit status. `parser` (from build_parser()) may be reused across calls by
+    a caller that runs many commands in one process (the CLI fuzzer): building one costs ~15 ms."""
+    ap = parser or build_parser()
     args = ap.parse_args(argv)
     if not getattr(args, "_mod", None):
         ap.print_help()
+        return 2
+    empty = _empty_value(args)
+    if empty:
+        print("kvedge %s: error: %s: an empty value" % (args.command, empty), file=sys.stderr)
         return 2
     try:
         return args._mod.run(args) or 0
@@ -75,6 +81,18 @@ def main(argv=None):
         return 2
 
 
+_MAY_BE_EMPTY = ("prompt", "only")  # text, not names: "" is a value (an empty prompt, a filter matching all)
+
+
+def _empty_value(args):
+    """The flag given an empty string where a file, a board or a name is expected (argparse takes "" as a
+    value, and commands would read it as "not given"), or None."""
+    for name, v in sorted(vars(args).items()):
+        if v == "" and name not in _MAY_BE_EMPTY and not name.startswith("_"):
+            return ("--" + name.replace("_", "-")) if name != "model" or args.command != "convert" else "MODEL"
+    return None
+
+
 def _one_line(e):
     """The first line of an error's message; an OSError from the system names its file first, as ours do."""
     if isinstance(e, OSError) and e.filename is not None and e.strerror:
@@ -85,4 +103,7 @@ def _one_line(e):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m kvedge_host.cli`: run the package's module, not this __main__ copy, so that UserError raised by
+    # the commands (imported from kvedge_host.cli) is the class main() catches
+    from kvedge_host import cli as _cli
+    sys.exit(_cli.main())

@@ -378,7 +378,8 @@ def check_args(a):
         raise UserError("--model runs on cpython, unix or wasm (a board's model case is kvedge generate)")
     from kvedge.model.checkpoint import read_config
     validate.in_file(a.model, "checkpoint")
-    cfg, _ = read_config(a.model)  # the header checked, and the file's size against it
+    cfg, wdtype = read_config(a.model)  # the header checked, and the file's size against it
+    validate.finite_weights(a.model, cfg, wdtype)
     if a.positions == 64 and cfg.seq_len < 64:
         a.positions = cfg.seq_len
     validate.flag_int("--positions", a.positions, 1, cfg.seq_len, "the model's seq_len")

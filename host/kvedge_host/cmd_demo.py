@@ -60,6 +60,8 @@ def check_args(a):
     validate.flag_int("--seed", a.seed, 1, (1 << 64) - 1)
     validate.flag_int("--stats-ms", a.stats_ms, 0, 24 * 3600 * 1000)
     validate.flag_real("--timeout", a.timeout, 0.0, 7 * 86400.0, lo_open=True)
+    if a.workdir == "":
+        raise UserError("--workdir: an empty folder name")
     if a.workdir and os.path.exists(a.workdir) and not os.path.isdir(a.workdir):
         raise UserError("%s: not a folder (--workdir)" % a.workdir)
     if a.model or a.tokenizer:
@@ -72,6 +74,7 @@ def check_args(a):
         if wdtype != "f32":
             raise UserError("%s: the demo converts an f32 llama2.c checkpoint itself; this is a kvedge int8 file"
                             % model)
+        validate.finite_weights(model, cfg, wdtype)
         validate.in_file(tok, "tokenizer")
         Tokenizer.load(tok, cfg.vocab_size)
     return prompt

@@ -102,6 +102,8 @@ def run(args):
         raise UserError("%s: eval needs the f32 llama2.c checkpoint (int8 weights would blur the cache "
                         "comparison)" % args.model)
     tokens = check_args(args, cfg)
+    from .validate import finite_weights
+    finite_weights(args.model, cfg, wd)
     quiet = args.json
 
     def progress(name):

@@ -89,7 +89,8 @@ def check_args(args, tok):
         raise UserError("--h2o replaces the ring buffer: use it without --window")
     if args.mpy and args.runtime != "unix":
         raise UserError("--mpy is for the unix port")
-    cfg, _ = read_config(args.model)  # the header checked, and the file's size against it
+    cfg, wdtype = read_config(args.model)  # the header checked, and the file's size against it
+    validate.finite_weights(args.model, cfg, wdtype)
     try:
         ccfg = cache_config(cfg, _kv(args))
     except ValueError as e:

@@ -364,11 +364,14 @@ class Planner:
 
     def keep(self, dtype, place):
         C = self.context
-        if self.native_window:
-            W = self.native_window
-            cfg = self.cfg(C, dtype, window=W)
-            return self.candidate("keep", "%s, model window %d" % (dtype, W), cfg, place, W, C,
-                                  policy={"kind": "ring"})
+        W = self.native_window
+        if W and dtype == budget.I4:
+            W = self._i4_tokens(W)  # i4 key groups tile the ring: whole groups, at least the model's window
+        if W and W <= C:
+            name = "%s, model window %d" % (dtype, self.native_window)
+            if W != self.native_window:
+                name += " (ring %d: whole key groups)" % W
+            return self.candidate("keep", name, self.cfg(C, dtype, window=W), place, W, C, policy={"kind": "ring"})
         n = self._i4_tokens(C) if dtype == budget.I4 else C
         return self.candidate("keep", "%s, keep all %d" % (dtype, n), self.cfg(n, dtype), place, n, n)
 

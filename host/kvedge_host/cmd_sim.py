@@ -29,6 +29,8 @@ def check_args(args):
     if args.heap is not None:
         validate.flag_int("--heap", args.heap, validate.RUNTIME_HEAP_MIN, validate.RUNTIME_HEAP_MAX,
                           "bytes the MicroPython unix port can start with")
+    if args.fs == "":
+        raise validate.InputError("--fs: an empty folder name")
     if args.fs is not None and os.path.exists(args.fs) and not os.path.isdir(args.fs):
         raise validate.InputError("%s: not a folder (--fs names the board's filesystem folder)" % args.fs)
     if args.link is not None:

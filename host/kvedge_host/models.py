@@ -311,6 +311,7 @@ def read_gguf(path):
         toks = reader.fields.get("tokenizer.ggml.tokens")
         n_tokens = len(toks.data) if toks is not None else None
         tensors = [(t.name, int(t.n_bytes), [int(x) for x in t.shape]) for t in reader.tensors]
+        data_end = max([int(t.data_offset) + int(t.n_bytes) for t in reader.tensors] or [0])
     except ModelError:
         raise
     except Exception as e:  # the gguf package raises many types on a short or damaged file
@@ -319,9 +320,9 @@ def read_gguf(path):
     if not isinstance(arch, str) or not arch:
         raise ModelError("%s: missing general.architecture" % path)
     weights_bytes = sum(b for _, b, _ in tensors)
-    if weights_bytes > size:
-        raise ModelError("%s: truncated or malformed GGUF (tensors of %s bytes in a %s-byte file)"
-                         % (path, format(weights_bytes, ","), format(size, ",")))
+    if data_end > size:
+        raise ModelError("%s: truncated or malformed GGUF (its tensors end at byte %s of a %s-byte file)"
+                         % (path, format(data_end, ","), format(size, ",")))
 
     def key(name, default=None, required=False):
         k = "%s.%s" % (arch, name)

@@ -10,6 +10,7 @@ import json
 import math
 import os
 import re
+import stat
 
 JSON_MAX_BYTES = 16 << 20  # a config.json, a quality table or a plan: a few KB; anything near this is not one
 JSON_MAX_DEPTH = 64  # transformers configs nest 3 levels, `kvedge eval --json` 4; Python's parser recurses
@@ -125,6 +126,8 @@ def flag_text(flag, s):
 
 def out_folder(flag, path):
     """The folder an output file goes to must exist (checked before any work is done)."""
+    if not path:
+        raise InputError("%s: an empty file name" % flag)
     d = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(d):
         raise InputError("%s: folder does not exist (%s)" % (path, d))
@@ -155,6 +158,22 @@ def _depth(text):
     return max(itertools.accumulate(map(_STEP.__getitem__, brackets)), default=0)
 
 
+def _read_at_most(f, limit):
+    """Up to `limit` bytes of a file, without allocating `limit` up front (read(n) does) and without reading
+    for ever from a device such as /dev/zero."""
+    st = os.fstat(f.fileno())
+    if stat.S_ISREG(st.st_mode) and st.st_size < limit:
+        return f.read()
+    parts, n = [], 0
+    while n < limit:
+        b = f.read(min(1 << 16, limit - n))
+        if not b:
+            break
+        parts.append(b)
+        n += len(b)
+    return b"".join(parts)
+
+
 def parse_json(path, text, max_depth=JSON_MAX_DEPTH):
     """Parse JSON text from `path`: nesting is measured before Python's recursive parser sees it."""
     d = _depth(text)
@@ -172,7 +191,7 @@ def load_json(path, max_bytes=JSON_MAX_BYTES, max_depth=JSON_MAX_DEPTH):
     """A JSON file, read with its size and nesting bounded; every failure one line naming the file."""
     try:
         with open(path, "rb") as f:
-            raw = f.read(max_bytes + 1)
+            raw = _read_at_most(f, max_bytes + 1)
     except OSError as e:
         raise InputError("%s: cannot read: %s" % (path, e.strerror or e))
     if len(raw) > max_bytes:
@@ -182,3 +201,42 @@ def load_json(path, max_bytes=JSON_MAX_BYTES, max_depth=JSON_MAX_DEPTH):
     except UnicodeDecodeError as e:
         raise InputError("%s: not valid JSON: not UTF-8 text (byte %d)" % (path, e.start))
     return parse_json(path, text, max_depth)
+
+
+# ---- checkpoint values ----
+
+def finite_weights(path, cfg, dtype, chunk=1 << 20):
+    """Every float a checkpoint holds (f32 weights; an int8 file's scales and norms) must be finite: a NaN or
+    an infinity there is a damaged file, and it would only surface later as NaN text or a failed cache
+    write. Read with numpy in chunks (memory stays small whatever the file's size). The header and the
+    file's length are checked before (kvedge.model.checkpoint.read_config)."""
+    import numpy as np
+    from kvedge.model import checkpoint as ck
+    data = np.memmap(path, dtype=np.uint8, mode="r")
+    if dtype == "f32":  # everything but the legacy RoPE tables, which no reader uses (llama2.c skips them)
+        rope = ck.f32_layout(cfg)["rms_final"] + 4 * cfg.dim
+        spans = [(ck.HEADER_BYTES, rope), (rope + 4 * cfg.seq_len * cfg.head_dim, len(data))]
+    else:  # per-row scales before each matrix's codes, and the norm vectors
+        lay = ck.i8_layout(cfg)
+        spans = []
+        d, h, kv = cfg.dim, cfg.hidden_dim, cfg.kv_dim
+        rows = {"embedding": cfg.vocab_size, "wcls": cfg.vocab_size, "wq": d, "wk": kv, "wv": kv, "wo": d,
+                "w1": h, "w2": d, "w3": h}
+        for name, n in rows.items():
+            offs = lay[name]
+            for o in (offs if isinstance(offs, list) else [offs] if offs is not None else []):
+                spans.append((o, o + 4 * n))
+        for name in ("rms_att", "rms_ffn", "rms_final"):
+            offs = lay[name]
+            for o in (offs if isinstance(offs, list) else [offs]):
+                spans.append((o, o + 4 * d))
+    for a, b in spans:
+        for lo in range(a, b, 4 * chunk):
+            hi = min(b, lo + 4 * chunk)
+            x = np.frombuffer(data[lo:hi], dtype="<f4")
+            bad = ~np.isfinite(x)
+            if bad.any():
+                at = lo + 4 * int(np.argmax(bad))
+                raise InputError("%s: the float at byte %s is %s: a damaged checkpoint" % (
+                    path, format(at, ","), show(float(x[(at - lo) // 4]))))
+    del data

@@ -150,6 +150,11 @@ def test_mip_install_from_package_json(rp2040):
 
 
 def test_unreachable_port_is_one_line_error(tmp_path):
-    p = kvedge("deploy", "--port", str(tmp_path / "nosuch"), "--board", "rp2040", timeout=120)
+    missing = str(tmp_path / "nosuch")
+    p = kvedge("deploy", "--port", missing, "--board", "rp2040", timeout=120)
+    assert p.returncode == 2 and p.stderr.strip() == "kvedge deploy: error: %s: no such port" % missing, p.stderr
+    notaport = tmp_path / "notaport"  # there, but not a serial device: mpremote itself fails
+    notaport.write_bytes(b"")
+    p = kvedge("deploy", "--port", notaport, "--board", "rp2040", timeout=120)
     assert p.returncode == 2 and p.stderr.startswith("kvedge deploy: error: mpremote failed"), p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
