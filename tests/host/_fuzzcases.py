@@ -796,43 +796,52 @@ def _ranked_by_measure(out):
 BOARD_VALUES = [DELETE, 0, -1, 1e30, 10 ** 30, "x", None, [], {}, True, NAN, 1.5, 2 ** 41]
 
 
-def board_expect(p):
-    """(heap_bytes, workspace_bytes) of a valid board profile, or Bad(key)."""
-    def size(key, lo, optional):
-        v = p.get(key)
+def board_expect(p, base, key):
+    """(heap_bytes, workspace_bytes) of a valid board profile, or Bad(key). A profile cites a source for each
+    figure (kvedge_host.boards): a cited figure changed, or deleted, no longer matches its citation."""
+    def size(k, lo, optional):
+        v = p.get(k)
         if v is None and optional:
             return None
         if not _is_int(v) or not lo <= v <= 1 << 40:
-            raise Bad(key)
+            raise Bad(k)
         return v
-    for key in ("heap_bytes", "mpy_march", "fast_memory"):
-        if key not in p:
-            raise Bad(key)
+    for k in ("heap_bytes", "mpy_march", "fast_memory"):
+        if k not in p:
+            raise Bad(k)
+    if p.get("runtime", "micropython") not in ("micropython", "circuitpython"):
+        raise Bad("runtime")
+    if p.get("float", "single") not in ("single", "double", "single30"):
+        raise Bad("float")
     heap = size("heap_bytes", 1, False)
-    ws = size("workspace_bytes", 0, True)
-    size("flash_bytes", 0, True)
-    size("flash_fs_bytes", 0, True)
-    for key, optional in (("fast_memory", False), ("slow_memory", True)):
-        m = p.get(key)
+    for k in ("workspace_bytes", "flash_bytes", "flash_fs_bytes", "sram_bytes"):
+        size(k, 0, True)
+    for k, optional in (("fast_memory", False), ("slow_memory", True)):
+        m = p.get(k)
         if m is None and optional:
             continue
         if not isinstance(m, dict):
-            raise Bad(key)
+            raise Bad(k)
         if "bytes" in m and (not _is_int(m["bytes"]) or not 1 <= m["bytes"] <= 1 << 40):
-            raise Bad(key)
+            raise Bad(k)
         if m.get("kind") is not None and not isinstance(m["kind"], str):
-            raise Bad(key)
+            raise Bad(k)
     if not isinstance(p["mpy_march"], str) or not p["mpy_march"].isalnum() or p["mpy_march"] != \
-            p["mpy_march"].lower():
+            p["mpy_march"].lower() or not p["mpy_march"].isascii():
         raise Bad("mpy_march")
-    for key in ("notes", "sources"):
-        v = p.get(key)
-        if v is not None and (not isinstance(v, list) or not all(isinstance(x, str) for x in v)):
-            raise Bad(key)
-    for key in ("name", "title"):
-        if p.get(key) is not None and not isinstance(p[key], str):
-            raise Bad(key)
-    return heap, ws or 0
+    v = p.get("notes")
+    if v is not None and (not isinstance(v, list) or not all(isinstance(x, str) for x in v)):
+        raise Bad("notes")
+    for k in ("name", "title", "chip"):
+        if p.get(k) is not None and not isinstance(p[k], str):
+            raise Bad(k)
+    srcs = p.get("sources", [])
+    if not isinstance(srcs, list):
+        raise Bad("sources")
+    cited = set(s["figure"].split(".")[0] for s in srcs)
+    if key in cited and (key not in p or p[key] != base[key] or type(p[key]) is not type(base[key])):
+        raise Bad(key)
+    return heap, p.get("workspace_bytes") or 0
 
 
 def board_cases(tmp, boards_dir):
@@ -853,7 +862,7 @@ def board_cases(tmp, boards_dir):
             tag = "board profile %s=%s" % (key, show_value(v))
             path = os.path.join(tmp, name + ".json")
             try:
-                heap, ws = board_expect(prof)
+                heap, ws = board_expect(prof, base, key)
             except Bad as e:
                 cases.append(Case(tag, ["budget", "--preset", "stories260k", "--board", name], ERROR, [path, e.key]))
                 continue
