@@ -79,6 +79,12 @@ def main(argv=None, parser=None):
     except (UserError, ValueError, OSError, MemoryError) as e:
         print("kvedge %s: error: %s" % (args.command, _one_line(e)), file=sys.stderr)
         return 2
+    except RuntimeError as e:
+        from .runtimes import RuntimeMissing  # a runtime the command needs is not installed: say which
+        if not isinstance(e, RuntimeMissing):
+            raise
+        print("kvedge %s: error: %s" % (args.command, _one_line(e)), file=sys.stderr)
+        return 2
 
 
 _MAY_BE_EMPTY = ("prompt", "only")  # text, not names: "" is a value (an empty prompt, a filter matching all)

@@ -52,6 +52,10 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
     from kvedge.model.checkpoint import read_config
     vocab = read_config(model)[0].vocab_size
     policy = None
+    if stats_ms > 0:
+        # imported before the model's buffers are allocated: its code needs a contiguous block, which a heap
+        # the plan filled to within a kilobyte may no longer have afterwards (seen on the rp2040 heap)
+        from kvedge.telemetry import Telemetry
     if h2o:
         from kvedge.evict import H2O
 
@@ -64,7 +68,6 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
     w = _writer()
     tele = None
     if stats_ms > 0:
-        from kvedge.telemetry import Telemetry
         tele = Telemetry(m.policy if m.policy is not None else m.cache, interval_ms=stats_ms)
         tele.emit("start")
         text = w
