@@ -922,7 +922,8 @@ def flag_cases(ck, tmp):
         ("budget", ["--model", m, "--json"], [("--context", _int_in(1, T)), ("--heap", _int_in(1, 1 << 40)),
                                              ("--workspace", _int_in(0, 1 << 40)), ("--batch", _int_in(1, 1 << 16)),
                                              ("--align", lambda s: s in ("0", "1")), ("--kv-dtype", name),
-                                             ("--weights-dtype", name), ("--board", name), ("--plot", path_bad)]),
+                                             ("--weights-dtype", name), ("--board", name), ("--plot", path_bad),
+                                             ("--residual", _never)]),  # --kv-dtype f16: no residual at all
         ("plan", ["--model", m, "--json"], [("--context", _int_in(1, T)), ("--heap", _int_in(1, 1 << 40)),
                                            ("--batch", _int_in(1, 1 << 16)), ("--pick", _int_in(1, 1 << 20)),
                                            ("--top", _int_in(1, 1 << 20)), ("--align", lambda s: s in ("0", "1")),
