@@ -24,7 +24,9 @@ def run(args):
     validate.out_folder("--output", out)
     if os.path.exists(out) and not args.force:
         raise UserError("%s exists (use --force to overwrite)" % out)
-    read_config(args.model)  # the header checked, and the file's size against it, before writing anything
+    cfg, wdtype = read_config(args.model)  # the header checked, and the file's size against it
+    if wdtype == "f32":  # NaN or infinity cannot be quantized: refused here, before anything is written
+        validate.finite_weights(args.model, cfg, wdtype)
     tmp = out + ".part"
     try:
         cfg, n = convert_to_i8(args.model, tmp)
