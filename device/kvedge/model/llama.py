@@ -53,13 +53,20 @@ def object_bytes(cfg, ccfg, tile=32):
     return 2048 + 320 * (7 * cfg.n_layers + 2) + 4 * ccfg.slots + 256 * tile
 
 
-def plan(cfg, wdtype, ccfg, stream=False, tile=32, workspace=0):
+def plan(cfg, wdtype, ccfg, stream=False, tile=32, workspace=0, int_forward=False):
     """The run's memory account (kvedge.budget.deployment_bytes): weights resident in RAM, KV arena,
-    activations + model scratch, and workspace = the runtime's share (caller) + this run's Python objects."""
+    activations + model scratch, and workspace = the runtime's share (caller) + this run's Python objects.
+    int_forward: the integer forward pass's buffers and tables (kvedge.model.intpath) instead of the float
+    path's scratch."""
     act = _budget.activation_bytes(cfg.dim, cfg.hidden_dim, cfg.n_heads, cfg.vocab_size, tile,
                                    head_dim=cfg.head_dim)
-    return _budget.deployment_bytes(resident_bytes(cfg, wdtype, stream), ccfg.nbytes(), act +
-                                    scratch_bytes(cfg, wdtype), workspace + object_bytes(cfg, ccfg, tile))
+    if int_forward:
+        from kvedge.model.intpath import scratch_bytes as int_scratch
+        scratch = int_scratch(cfg, stream)
+    else:
+        scratch = scratch_bytes(cfg, wdtype)
+    return _budget.deployment_bytes(resident_bytes(cfg, wdtype, stream), ccfg.nbytes(), act + scratch,
+                                    workspace + object_bytes(cfg, ccfg, tile))
 
 
 def _default_attention(cache, tile):
@@ -84,12 +91,19 @@ class Llama:
     """
 
     def __init__(self, path, kv=None, budget=None, workspace=0, stream=False, tile=32, attention=None,
-                 int_attention="auto", policy=None):
+                 int_attention="auto", policy=None, int_forward=False):
         cfg, wdtype = read_config(path)
         ccfg = cache_config(cfg, kv)
+        if int_forward:
+            if wdtype != "i8":
+                raise ValueError("the integer forward pass needs int8 weights (kvedge convert)")
+            if ccfg.dtype != "i8":
+                raise ValueError("the integer forward pass needs an i8 cache, not %s" % ccfg.dtype)
+            if attention is not None:
+                raise ValueError("the integer forward pass runs kvedge.attention's integer path")
         if policy is not None:
             workspace += 8 * ccfg.slots + 256  # a policy's per-slot scores and accumulators
-        self.plan = plan(cfg, wdtype, ccfg, stream, tile, workspace)
+        self.plan = plan(cfg, wdtype, ccfg, stream, tile, workspace, int_forward)
         if budget is not None and self.plan["total"] > budget:
             p = self.plan
             raise BudgetError("model run (weights %d + kv %d + activations %d + workspace %d)" % (
@@ -97,14 +111,25 @@ class Llama:
         self.cfg = cfg
         self.wdtype = wdtype
         self.k = kernels.get()
-        self.w = Weights(path, stream)
+        self.intp = None
+        if int_forward:
+            from kvedge.model.intpath import IntWeights
+            self.w = IntWeights(path, stream)
+        else:
+            self.w = Weights(path, stream)
         self.cache = KVCache(ccfg)
         self.policy = policy(self.cache) if policy is not None else None
         self.scores = self.policy.scores if self.policy is not None else None
         self.att = (attention or _default_attention)(self.cache, tile=tile)
+        if int_forward:
+            from kvedge.model.intpath import IntPath
+            self.int_attention = True
+            self.intp = IntPath(self, self.w)
+            self.logits = self.intp.logits
+            return
         quantized = ccfg.dtype in ("i8", "i4") and hasattr(self.att, "step_q8")
         if int_attention == "auto":
-            int_attention = quantized and kernels.kind() == "viper"
+            int_attention = quantized and kernels.kind() in ("asm", "viper")
         elif int_attention and not quantized:
             raise ValueError("the integer attention path needs an i8 or i4 cache and kvedge.attention")
         self.int_attention = bool(int_attention)
@@ -201,6 +226,8 @@ class Llama:
         cfg = self.cfg
         if token < 0 or token >= cfg.vocab_size:
             raise ValueError("token %d outside the vocabulary of %d" % (token, cfg.vocab_size))
+        if self.intp is not None:
+            return self.intp.forward(token)
         w = self.w
         k = self.k
         d, h, kvd = cfg.dim, cfg.hidden_dim, cfg.kv_dim
@@ -243,6 +270,9 @@ def generate(model, tokenizer, sampler, prompt_ids, steps, emit=None):
     from kvedge.errors import CacheFullError
     if not prompt_ids:
         raise ValueError("prompt_ids must hold at least one token (BOS)")
+    flogits = None
+    if getattr(model, "intp", None) is not None and sampler.temperature:
+        flogits = zeros("f", model.cfg.vocab_size)  # sampling with a temperature needs float logits
     out = []
     token = prompt_ids[0]
     pos = 0
@@ -253,6 +283,8 @@ def generate(model, tokenizer, sampler, prompt_ids, steps, emit=None):
             break
         if pos < len(prompt_ids) - 1:
             nxt = prompt_ids[pos + 1]
+        elif flogits is not None:
+            nxt = sampler.sample(model.intp.float_logits(flogits))
         else:
             nxt = sampler.sample(logits)
         pos += 1

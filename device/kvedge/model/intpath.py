@@ -1,0 +1,526 @@
+# The integer forward pass of a llama2.c model with int8 weights: no float in the decode loop, no allocation
+# once warm, the same bits with every kernel kind (kvedge.kernels: q_* kernels).
+#
+# Number formats (value = integer * 2**exponent; exponents are Python ints kept here, never in the kernels):
+#   residual x        array('i'), exponent RES_EXP, |x| <= VMAX (saturating adds)
+#   matvec inputs     codes in array('i') with a scale mantissa xm (< 2**15): value = c * xm * 2**xe,
+#                     c = round(C * z / max|z|) through a reciprocal computed once per vector, C as large as
+#                     the int32 dot product allows (code_max: 15 bits for dim 64): the int8 weights' kernels
+#                     cost the same, and the activations lose almost nothing (int8 codes lost ~as much as
+#                     the i8 cache and flipped llama2.c's greedy text on stories260K)
+#   weights           offset-binary bytes (code + 128), rows of wq|wk|wv and of w1|w3 fused; per row one word
+#                     (15-bit mantissa << 8 | shift to the group's largest exponent) from the file's f32 scale
+#   RMSNorm           gain * sqrt(n) in 15-bit mantissas; 1 / sqrt(sum x^2 + n eps) from an integer square root,
+#                     folded into the codes' scale (it multiplies every element alike)
+#   RoPE              phases pos * f mod 1 turn in Q28 (exact in 14-bit pieces), sin/cos from a quarter-wave
+#                     table (Q14); the rotation in int32 with floor multiplications
+#   SwiGLU            sigmoid from a Q15 table over [-12, 12] in steps of 1/16, linear interpolation
+#   q, k, v           int8 codes per head with power-of-two f16 scales: the integer attention path and the
+#                     i8 cache's write_q8 take them as they are
+#   logits            array('i') with an exponent; greedy decoding takes the argmax of the integers
+#
+# The scalar steps (a reciprocal, an integer square root) run here once per vector; the O(n) and O(n^2) loops
+# run in the kernels. Tables are computed once at start-up (floats there are fine: nothing is hot).
+import math
+from array import array
+
+from kvedge.compat import zeros, IS_MICROPYTHON
+from kvedge.model.checkpoint import i8_layout, file_size, CheckpointError, alloc
+from kvedge.qkernels_plain import VMAX, P_XM, P_OS, P_ADD, P_RO, P_HDR, P_ROWS, P_COLS, P_WO  # noqa: F401
+
+RES_EXP = -16  # residual stream in Q16: |x| < 8192 with steps of 1.5e-5
+MAX_COLS = 32768  # sum(u * x) with u <= 255, |x| <= 127 stays within 2**30
+SIG_STEPS = 16  # sigmoid table: 16 points per unit over [-12, 12]
+EPS = 1e-5
+
+
+if IS_MICROPYTHON:
+    def _read(f, buf, n):
+        return f.readinto(buf, n)  # the first n bytes: no memoryview slice (an allocation)
+else:
+    def _read(f, buf, n):
+        return f.readinto(memoryview(buf)[:n])
+
+
+def bitlen(a):
+    """Number of bits of a >= 0 (0 for 0), without int.bit_length (MicroPython has none)."""
+    n = 0
+    if a >> 16:
+        a >>= 16
+        n = 16
+    if a >> 8:
+        a >>= 8
+        n += 8
+    if a >> 4:
+        a >>= 4
+        n += 4
+    if a >> 2:
+        a >>= 2
+        n += 2
+    if a >> 1:
+        a >>= 1
+        n += 1
+    return n + a
+
+
+def isqrt(v):
+    """floor(sqrt(v)) for 2**28 <= v < 2**30 (Newton from above)."""
+    y = 1 << 15
+    while True:
+        z = (y + v // y) >> 1
+        if z >= y:
+            return y
+        y = z
+
+
+def mantissa(x):
+    """(m, e) with x ~ m * 2**e and 2**14 <= m < 2**15 (m = 0 for x = 0); x >= 0, at start-up only."""
+    if x <= 0:
+        return 0, 0
+    f, e = math.frexp(x)
+    m = int(f * 32768 + 0.5)
+    if m >= 32768:
+        m >>= 1
+        e += 1
+    return m, e - 15
+
+
+def rope_turns(hd):
+    """q_angles' frequencies: [pairs, then per pair the turns per position in Q36 as (Q28 part, 8 more bits)]
+    of llama2.c's f32 frequencies 10000**(-2i/hd)."""
+    half = hd // 2
+    fq = zeros("i", 1 + 2 * half)
+    fq[0] = half
+    for i in range(half):
+        fr = array("f", [1.0 / math.pow(10000.0, (2 * i) / hd)])[0]
+        t = fr / (2 * math.pi) * (1 << 28)
+        hi = int(t)
+        lo = int((t - hi) * 256 + 0.5)
+        if lo == 256:
+            hi += 1
+            lo = 0
+        fq[1 + 2 * i] = hi
+        fq[2 + 2 * i] = lo
+    return fq
+
+
+def sin_table():
+    """sin over a quarter turn in Q14 at 256 steps, plus a repeated end point for interpolation."""
+    t = zeros("H", 258)
+    for i in range(257):
+        t[i] = int(16384 * math.sin(i * math.pi / 512) + 0.5)
+    t[257] = t[256]
+    return t
+
+
+def sigmoid_table():
+    t = zeros("H", 12 * 2 * SIG_STEPS + 1)
+    for k in range(len(t)):
+        y = int(32768 / (1.0 + math.exp(-(k - 12 * SIG_STEPS) / SIG_STEPS)) + 0.5)
+        t[k] = 32767 if y > 32767 else y
+    return t
+
+
+def quantize(k, z, codes, n, A, ez, C, ip):
+    """Codes of z[0:n] (max |z| = A, exponent ez) within +-C into codes (kernel k.q_quant); the scale goes to
+    ip[4] (mantissa xm) and ip[5] (exponent xe): z * 2**ez ~ code * xm * 2**xe.
+
+    c = round(C * z / A) through a reciprocal: R = C * 2**K / A' (rounded up) with A' = A normalized to 15 bits
+    and K = 29 - bitlen(C), so that |z'| * R < 2**30; then z ~ c * 2**K / R = c * xm * 2**-j, xm = 2**28 / R."""
+    if A == 0:
+        ip[0] = 0
+        ip[1] = 0
+        ip[2] = 1
+        ip[3] = 0
+        k.q_quant(z, codes, n, ip)
+        ip[4] = 0
+        ip[5] = 0
+        return
+    s = bitlen(A) - 15
+    An = A >> s if s >= 0 else A << -s
+    j = bitlen(C) - 1
+    K = 28 - j
+    R = ((C << K) + An - 1) // An  # rounded up: the maximum gets code C exactly
+    ip[0] = s
+    ip[1] = R
+    ip[2] = K
+    ip[3] = C
+    k.q_quant(z, codes, n, ip)
+    xm = ((1 << 29) // R + 1) >> 1
+    ip[4] = xm if xm < 32768 else 32767
+    ip[5] = ez + s - j
+
+
+def code_max(cols):
+    """Largest matvec input code for rows of `cols` int8 weights: sum(u * x) with u <= 255 stays below 2**30
+    (offset-binary rows), at most 15 bits. Wider codes than int8 cost nothing in the kernels and remove the
+    activations' quantization error almost entirely."""
+    c = ((1 << 30) - 1) // (255 * cols)
+    return c if c < 32767 else 32767
+
+
+def scratch_bytes(cfg, stream=False):
+    """Bytes of IntPath's buffers and tables beside kvedge.budget.activation_bytes, plus what IntWeights keeps
+    beyond the int8 weights' own account (a q_mv parameter header per fused matrix group)."""
+    d, h, kvd, H, KV = cfg.dim, cfg.hidden_dim, cfg.kv_dim, cfg.n_heads, cfg.n_kv_heads
+    nq = d + 2 * kvd
+    n = 4 * d + 4 * max(2 * h, nq, d) + 4 * max(d, h) + 4 * cfg.vocab_size  # x, z, xq, logits
+    n += nq + 2 * (H + 2 * KV) + 4 * d + 4 * H + 4 * 16  # codes, scales, attention output, parameters
+    n += 4 * (1 + cfg.head_dim) + 2 * 258 + 2 * (24 * SIG_STEPS + 1) + 4 * cfg.head_dim  # tables, cos/sin
+    groups = 4 * cfg.n_layers + (1 if cfg.shared_classifier else 2)
+    return n + 4 * P_HDR * groups + 6 * 32  # + the memoryviews of q, k, v codes and scales
+
+
+class IntMatrix:
+    """Offset-binary int8 rows (in RAM, or streamed from the file a chunk at a time) and a q_mv parameter block
+    whose row words cover every row of a fused group; `exp` is the group's output exponent before the input
+    scale (value of q_mv's result = y * 2**(exp + xe + os))."""
+
+    def __init__(self, rows, cols):
+        self.rows, self.cols = rows, cols
+        self.p = zeros("i", P_HDR + rows)
+        self.p[P_ROWS] = rows
+        self.p[P_COLS] = cols
+        self.codes = None  # in RAM: bytearray rows*cols
+        self.parts = []  # streamed: (file offset of the codes, first row, rows)
+        self.exp = 0
+
+    def set_scales(self, scales):
+        """Row words from the f32 row scales (array('f') of self.rows)."""
+        E = None
+        mant = zeros("i", self.rows)
+        exps = zeros("i", self.rows)
+        for r in range(self.rows):
+            m, e = mantissa(scales[r])
+            mant[r] = m
+            exps[r] = e
+            if m and (E is None or e > E):
+                E = e
+        if E is None:
+            E = 0
+        for r in range(self.rows):
+            sh = E - exps[r] if mant[r] else 31
+            self.p[P_HDR + r] = (mant[r] << 8) | (sh if sh < 31 else 31)
+        self.exp = 30 + E
+
+
+class IntWeights:
+    """A kvedge int8 file read for the integer path: embedding (= classifier when shared), per layer wqkv, wo,
+    w13, w2, and the norm gains. stream=True leaves the matrices in the file (chunk rows at a time)."""
+
+    def __init__(self, path, stream=False, chunk_bytes=0):
+        from kvedge.model.checkpoint import read_config
+        cfg, dtype = read_config(path)
+        if dtype != "i8":
+            raise CheckpointError("%s: the integer forward pass needs int8 weights (kvedge convert)" % path)
+        if cfg.dim > MAX_COLS or cfg.hidden_dim > MAX_COLS:
+            raise CheckpointError("dim/hidden_dim above %d would overflow the integer path" % MAX_COLS)
+        lay = i8_layout(cfg)
+        if file_size(path) < lay["size"]:
+            raise CheckpointError("%s: %d bytes, the header needs %d" % (path, file_size(path), lay["size"]))
+        self.cfg, self.stream = cfg, stream
+        d, h, kv, L = cfg.dim, cfg.hidden_dim, cfg.kv_dim, cfg.n_layers
+        f = open(path, "rb")
+        self._file = f
+        if stream:
+            self.scratch = bytearray(chunk_bytes or 16 * (h if h > d else d))
+        try:
+            self.emb = self._group(f, [lay["embedding"]], [cfg.vocab_size], d)
+            self.wcls = self.emb if lay["wcls"] is None else self._group(f, [lay["wcls"]], [cfg.vocab_size], d)
+            self.wqkv, self.wo, self.w13, self.w2 = [], [], [], []
+            for l in range(L):
+                self.wqkv.append(self._group(f, [lay["wq"][l], lay["wk"][l], lay["wv"][l]], [d, kv, kv], d))
+                self.wo.append(self._group(f, [lay["wo"][l]], [d], d))
+                self.w13.append(self._group(f, [lay["w1"][l], lay["w3"][l]], [h, h], d))
+                self.w2.append(self._group(f, [lay["w2"][l]], [d], h))
+            self.g_att = [self._gain(f, o, d) for o in lay["rms_att"]]
+            self.g_ffn = [self._gain(f, o, d) for o in lay["rms_ffn"]]
+            self.g_final = self._gain(f, lay["rms_final"], d)
+        finally:
+            if not stream:
+                f.close()
+                self._file = None
+
+    def close(self):
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def _group(self, f, offs, rows, cols):
+        from kvedge import kernels
+        n = 0
+        for r in rows:
+            n += r
+        m = IntMatrix(n, cols)
+        scales = alloc("f", n)
+        at = 0
+        for o, r in zip(offs, rows):
+            f.seek(o)
+            f.readinto(memoryview(scales)[at:at + r])
+            at += r
+        m.set_scales(scales)
+        del scales
+        if self.stream:
+            at = 0
+            for o, r in zip(offs, rows):
+                m.parts.append((o + 4 * r, at, r))
+                at += r
+            return m
+        m.codes = bytearray(n * cols)
+        mv = memoryview(m.codes)
+        at = 0
+        for o, r in zip(offs, rows):
+            f.seek(o + 4 * r)
+            f.readinto(mv[at * cols:(at + r) * cols])
+            at += r
+        kernels.qget().q_xor80(m.codes, n * cols)
+        return m
+
+    def _gain(self, f, off, n):
+        """RMSNorm weights times sqrt(n) as 15-bit mantissas with one exponent: (array('i'), exponent)."""
+        g = alloc("f", n)
+        f.seek(off)
+        f.readinto(g)
+        root = math.sqrt(n)
+        big = 0.0
+        for i in range(n):
+            a = abs(g[i]) * root
+            if a > big:
+                big = a
+        m, e = mantissa(big)
+        out = zeros("i", n)
+        if m:
+            sc = math.ldexp(root, -e)
+            for i in range(n):
+                v = int(g[i] * sc + (0.5 if g[i] >= 0 else -0.5))
+                out[i] = 32767 if v > 32767 else (-32767 if v < -32767 else v)
+        return out, e
+
+
+class IntPath:
+    """Buffers, tables and the decode step of the integer forward pass over a model's cache and attention."""
+
+    def __init__(self, model, w):
+        cfg = model.cfg
+        from kvedge import kernels
+        self.m = model
+        self.w = w
+        self.k = kernels.qget()
+        d, h, kvd, hd = cfg.dim, cfg.hidden_dim, cfg.kv_dim, cfg.head_dim
+        self.d, self.h, self.kvd, self.hd = d, h, kvd, hd
+        self.nq = d + 2 * kvd
+        widest = max(d, h)
+        self.x = zeros("i", d)  # residual
+        self.z = zeros("i", max(2 * h, self.nq, d))  # matvec outputs: qkv, h1|h3, attention output
+        self.xq = zeros("i", widest)  # int8 codes of a matvec input
+        self.logits = zeros("i", cfg.vocab_size)
+        self.codes = zeros("b", self.nq)  # q, k, v codes per head
+        self.scales = zeros("H", cfg.n_heads + 2 * cfg.n_kv_heads)
+        mc = memoryview(self.codes)
+        ms = memoryview(self.scales)
+        H, KV = cfg.n_heads, cfg.n_kv_heads
+        self.qc, self.kc, self.vc = mc[:d], mc[d:d + kvd], mc[d + kvd:]
+        self.qs, self.ks, self.vs = ms[:H], ms[H:H + KV], ms[H + KV:]
+        self.oq = zeros("i", d)
+        self.oe = zeros("i", H)
+        self.ip = zeros("i", 8)  # scalar parameters of q_quant / q_normgain / q_swiglu / q_align / q_embed
+        self.hp = zeros("i", 4)
+        self.hp[0] = H + 2 * KV
+        self.hp[1] = hd
+        self.ap = zeros("i", 4)  # q_align: heads, head_dim, -> the common exponent
+        self.ap[0] = H
+        self.ap[1] = hd
+        # RoPE: turns per position in Q28 (llama2.c's f32 frequencies), this position's cos/sin
+        half = hd // 2
+        self.fq = rope_turns(hd)
+        self.sin = sin_table()
+        self.sig = sigmoid_table()
+        self.cs = zeros("i", hd)
+        self.ln = bitlen(d)
+        self.cd = code_max(d)  # matvec input codes: as wide as the dot products allow
+        self.ch = code_max(h)
+        m, e = mantissa(d * EPS)
+        self.epsm, self.epse = m, e
+        self.exp_logits = 0
+        self.xm = 0
+        self.xe = 0
+        if w.stream:
+            self.wbuf = w.scratch
+
+    # ---- scalar steps ----
+
+    def _quant(self, z, n, A, ez, C):
+        quantize(self.k, z, self.xq, n, A, ez, C, self.ip)
+        self.xm = self.ip[4]
+        self.xe = self.ip[5]
+
+    def _norm(self, x, A, g):
+        """RMSNorm of the residual (max |x| = A) with gain g = (mantissas, exponent), quantized into xq."""
+        n = self.d
+        ip = self.ip
+        s1 = bitlen(A) - 15
+        if s1 < 0:
+            s1 = 0
+        ip[0] = n
+        ip[1] = s1
+        ip[2] = self.ln
+        Z = self.k.q_normgain(x, g[0], self.z, ip)
+        ss = ip[3]
+        U = 2 * s1 + self.ln + 2 * RES_EXP  # sum x^2 = ss * 2**U
+        k = self.epse - U  # n * eps in the same units
+        if k >= 0:
+            eu = self.epsm << k if k < 14 else (1 << 29)
+        else:
+            eu = self.epsm >> -k if k > -31 else 0
+        v = (ss >> 1) + (eu >> 1)
+        U += 1
+        if U & 1:
+            v >>= 1
+            U += 1
+        self._quant(self.z, n, Z, 15 + s1 + RES_EXP + g[1], self.cd)
+        if v == 0 or self.xm == 0:
+            self.xm = 0
+            return
+        while v < (1 << 28):
+            v <<= 2
+            U -= 2
+        r = (1 << 29) // isqrt(v)  # 1 / sqrt(sum x^2 + n eps) = r * 2**(-29 - U/2)
+        if r > 32767:
+            r = 32767
+        pr = self.xm * r
+        b = bitlen(pr) - 15
+        self.xm = pr >> b
+        self.xe += b - 29 - (U >> 1)
+
+    def _mv(self, mat, out, os, add):
+        """out (=|+=) mat . xq (scale xm, xe); returns max |out| written. Output exponent: mat.exp + xe + os."""
+        p = mat.p
+        p[P_XM] = self.xm
+        p[P_OS] = os
+        p[P_ADD] = add
+        if mat.codes is not None:
+            p[P_WO] = 0
+            p[P_RO] = 0
+            p[P_ROWS] = mat.rows
+            return self.k.q_mv(mat.codes, self.xq, out, p)
+        return self._mv_stream(mat, out)
+
+    def _mv_stream(self, mat, out):
+        k = self.k
+        f = self.w._file
+        buf = self.wbuf
+        cols = mat.cols
+        chunk = len(buf) // cols
+        p = mat.p
+        p[P_WO] = 0
+        big = 0
+        parts = mat.parts
+        for j in range(len(parts)):
+            part = parts[j]  # (file offset, first row, rows), kept since load
+            off = part[0]
+            r = 0
+            rows = part[2]
+            while r < rows:
+                n = rows - r
+                if n > chunk:
+                    n = chunk
+                f.seek(off + r * cols)
+                _read(f, buf, n * cols)
+                k.q_xor80(buf, n * cols)
+                p[P_RO] = part[1] + r
+                p[P_ROWS] = n
+                b = k.q_mv(buf, self.xq, out, p)
+                if b > big:
+                    big = b
+                r += n
+        return big
+
+    # ---- the decode step ----
+
+    def forward(self, token):
+        """One token at the cache's next position; returns the logits (array('i'), value logits[i] * 2**
+        exp_logits)."""
+        m = self.m
+        k = self.k
+        w = self.w
+        cache = m.cache
+        d = self.d
+        x = self.x
+        z = self.z
+        ip = self.ip
+        pos = cache.start_token()
+        # embedding row into the residual's fixed point
+        sw = w.emb.p[P_HDR + token]
+        ip[1] = sw >> 8
+        ip[2] = RES_EXP - (w.emb.exp - 30 - (sw & 255))
+        if w.emb.codes is not None:
+            ip[0] = token * d
+            A = k.q_embed(w.emb.codes, x, d, ip)
+        else:
+            ip[0] = 0
+            part = w.emb.parts[0]
+            w._file.seek(part[0] + token * d)
+            _read(w._file, self.wbuf, d)
+            k.q_xor80(self.wbuf, d)
+            A = k.q_embed(self.wbuf, x, d, ip)
+        k.q_angles(self.fq, self.sin, self.cs, pos)
+        hp = self.hp
+        for l in range(m.cfg.n_layers):
+            # attention block
+            self._norm(x, A, w.g_att[l])
+            mat = w.wqkv[l]
+            self._mv(mat, z, 0, 0)
+            k.q_rope(z, self.cs, d + self.kvd, self.hd)
+            hp[2] = mat.exp + self.xe
+            k.q_heads(z, self.codes, self.scales, hp)
+            if cache.cur_slot < cache.P:
+                self._write_prefix(l, hp[2])
+            else:
+                cache.write_q8(l, self.kc, self.ks, self.vc, self.vs)
+            m.att.step_q8(l, self.qc, self.qs, self.oq, self.oe, m.scores)
+            B = k.q_align(self.oq, self.oe, d, self.ap)
+            self._quant(self.oq, d, B, self.ap[2], self.cd)
+            mat = w.wo[l]
+            A = self._mv(mat, x, RES_EXP - mat.exp - self.xe, 1)
+            # feed-forward block
+            self._norm(x, A, w.g_ffn[l])
+            mat = w.w13[l]
+            B = self._mv(mat, z, 0, 0)
+            e13 = mat.exp + self.xe
+            s = bitlen(B) - 15
+            if s < 0:
+                s = 0
+            ip[0] = s
+            ip[1] = e13 + s + 12  # to Q8 sigmoid-table steps of 1/16
+            B = k.q_swiglu(z, self.sig, self.h, ip)
+            self._quant(z, self.h, B, 2 * (e13 + s), self.ch)
+            mat = w.w2[l]
+            A = self._mv(mat, x, RES_EXP - mat.exp - self.xe, 1)
+        if m.policy is not None:
+            m.policy.observe()
+        self._norm(x, A, w.g_final)
+        self._mv(w.wcls, self.logits, 0, 0)
+        self.exp_logits = w.wcls.exp + self.xe
+        return self.logits
+
+    def _write_prefix(self, layer, e):
+        """Positions in the cache's f32 prefix take floats: the codes dequantized (allocates; only while the
+        prefix fills)."""
+        kvd = self.kvd
+        hd = self.hd
+        kf = zeros("f", kvd)
+        vf = zeros("f", kvd)
+        from kvedge.quant import f16_value
+        for i in range(kvd):
+            kf[i] = self.kc[i] * f16_value(self.ks[i // hd])
+            vf[i] = self.vc[i] * f16_value(self.vs[i // hd])
+        self.m.cache.write(layer, kf, vf)
+
+    def float_logits(self, out):
+        """The logits as floats into out (array('f')): for sampling with a temperature (allocates a float per
+        value on MicroPython)."""
+        e = self.exp_logits
+        lg = self.logits
+        for i in range(len(lg)):
+            out[i] = math.ldexp(lg[i], e)
+        return out

@@ -1,0 +1,436 @@
+# @micropython.viper kernels of the integer forward pass: same arithmetic as qkernels_plain (see there).
+import micropython
+
+OK = True
+
+# Register-aware: the viper emitter keeps the first locals (parameters first) in registers, only two in .mpy
+# files and one when a function has three or more parameters, so inner loops are unrolled (fewer loop-variable
+# loads and stores per multiply) and hoist what they read into as few locals as possible.
+# Signed int32 values read through ptr32 are sign-extended with (v ^ sb) - sb (sb = 2**31 built at run time):
+# a no-op on 32-bit ports, the extension 64-bit ports need. Sums of products are instead exact modulo 2**32
+# and fixed once per row.
+
+@micropython.viper
+def q_mv(w: ptr8, x: ptr32, out: ptr32, p: ptr32) -> int:  # noqa: F821
+    sb = 1
+    sb <<= 31
+    m32 = sb + sb - 1  # 2**32 - 1 on 64-bit ports, -1 (all ones) on 32-bit ones
+    rows = p[1]
+    cols = p[2]
+    xm = p[3]
+    os = (p[4] ^ sb) - sb
+    add = p[5]
+    ro = p[6]
+    vmax = (1 << 29) - 1
+    sx = 0
+    c = 0
+    while c < cols:
+        sx += x[c]
+        c += 1
+    sx = (((sx << 7) & m32) ^ sb) - sb
+    c8 = cols & (0 - 8)
+    big = 0
+    b = p[0]
+    r = 0
+    while r < rows:
+        wr = ptr8(int(w) + b)  # noqa: F821
+        s = 0
+        c = 0
+        while c < c8:
+            s += (wr[c] * x[c] + wr[c + 1] * x[c + 1] + wr[c + 2] * x[c + 2] + wr[c + 3] * x[c + 3]
+                  + wr[c + 4] * x[c + 4] + wr[c + 5] * x[c + 5] + wr[c + 6] * x[c + 6] + wr[c + 7] * x[c + 7])
+            c += 8
+        while c < cols:
+            s += wr[c] * x[c]
+            c += 1
+        s = (((s - sx) & m32) ^ sb) - sb
+        b += cols
+        sw = p[8 + ro + r]
+        m = sw >> 8
+        t = (s >> 15) * m + (((s & 32767) * m) >> 15)
+        t = (t >> 15) * xm + (((t & 32767) * xm) >> 15)
+        k = (sw & 255) + os
+        if k >= 0:
+            if k > 31:
+                k = 31
+            t = t >> k
+        elif k > -30:
+            lim = vmax >> (0 - k)
+            if t > lim:
+                t = vmax
+            elif t < 0 - lim:
+                t = 0 - vmax
+            else:
+                t = t << (0 - k)
+        elif t > 0:
+            t = vmax
+        elif t < 0:
+            t = 0 - vmax
+        if add:
+            t += (out[ro + r] ^ sb) - sb
+        if t > vmax:
+            t = vmax
+        elif t < 0 - vmax:
+            t = 0 - vmax
+        out[ro + r] = t
+        if t < 0:
+            t = 0 - t
+        if t > big:
+            big = t
+        r += 1
+    return big
+
+
+@micropython.viper
+def q_quant(z: ptr32, codes: ptr32, n: int, p: ptr32) -> int:  # noqa: F821
+    sb = 1
+    sb <<= 31
+    s = (p[0] ^ sb) - sb
+    R = p[1]
+    K = p[2]
+    C = p[3]
+    half = 1 << (K - 1)
+    i = 0
+    while i < n:
+        v = (z[i] ^ sb) - sb
+        neg = v < 0
+        if neg:
+            v = 0 - v
+        if s >= 0:
+            v = v >> s
+        else:
+            v = v << (0 - s)
+        c = (v * R + half) >> K
+        if c > C:
+            c = C
+        if neg:
+            c = 0 - c
+        codes[i] = c
+        i += 1
+    return 0
+
+
+@micropython.viper
+def q_normgain(x: ptr32, g: ptr32, z: ptr32, p: ptr32) -> int:  # noqa: F821
+    sb = 1
+    sb <<= 31
+    n = p[0]
+    s = p[1]
+    ln = p[2]
+    ss = 0
+    big = 0
+    i = 0
+    while i < n:
+        a = (x[i] ^ sb) - sb
+        neg = a < 0
+        if neg:
+            a = 0 - a
+        a = a >> s
+        ss += (a * a) >> ln
+        v = (a * ((g[i] ^ sb) - sb)) >> 15
+        if neg:
+            v = 0 - v
+        z[i] = v
+        if v < 0:
+            v = 0 - v
+        if v > big:
+            big = v
+        i += 1
+    p[3] = ss
+    return big
+
+
+@micropython.viper
+def q_rope(v: ptr32, cs: ptr32, n: int, hd: int) -> int:  # noqa: F821
+    sb = 1
+    sb <<= 31
+    vmax = (1 << 29) - 1
+    half = hd >> 1
+    i = 0
+    j = 0
+    while i < n:
+        c = (cs[2 * j] ^ sb) - sb
+        s = (cs[2 * j + 1] ^ sb) - sb
+        a = (v[i] ^ sb) - sb
+        b = (v[i + 1] ^ sb) - sb
+        x = ((a >> 14) * c + (((a & 16383) * c) >> 14)) - ((b >> 14) * s + (((b & 16383) * s) >> 14))
+        y = ((a >> 14) * s + (((a & 16383) * s) >> 14)) + ((b >> 14) * c + (((b & 16383) * c) >> 14))
+        if x > vmax:
+            x = vmax
+        elif x < 0 - vmax:
+            x = 0 - vmax
+        if y > vmax:
+            y = vmax
+        elif y < 0 - vmax:
+            y = 0 - vmax
+        v[i] = x
+        v[i + 1] = y
+        i += 2
+        j += 1
+        if j == half:
+            j = 0
+    return 0
+
+
+@micropython.viper
+def q_angles(fq: ptr32, tab: ptr16, cs: ptr32, pos: int) -> int:  # noqa: F821
+    p0 = pos & 16383
+    p1 = (pos >> 14) & 16383
+    ph8 = pos >> 8
+    pl8 = pos & 255
+    n = fq[0]
+    i = 0
+    while i < n:
+        f = fq[1 + 2 * i]
+        fl = fq[2 + 2 * i]
+        f0 = f & 16383
+        ph = (p0 * f0 + ((((p1 * f0) + p0 * (f >> 14)) & 16383) << 14)) & 0xFFFFFFF
+        ph = (ph + ((ph8 * fl) & 0xFFFFFFF) + ((pl8 * fl) >> 8)) & 0xFFFFFFF
+        k = 0
+        while k < 2:
+            q = ph >> 26
+            r = ph & 0x3FFFFFF
+            if q & 1:
+                r = 0x4000000 - r
+            j = r >> 18
+            t = int(tab[j])
+            y = t + (((int(tab[j + 1]) - t) * ((r >> 10) & 255)) >> 8)
+            if q & 2:
+                y = 0 - y
+            cs[2 * i + 1 - k] = y
+            ph = (ph + 0x4000000) & 0xFFFFFFF
+            k += 1
+        i += 1
+    return 0
+
+
+@micropython.viper
+def q_swiglu(h: ptr32, tab: ptr16, n: int, p: ptr32) -> int:  # noqa: F821
+    sb = 1
+    sb <<= 31
+    s = p[0]
+    ks = (p[1] ^ sb) - sb
+    lim = 192 << 8
+    big = 0
+    i = 0
+    while i < n:
+        a = ((h[i] ^ sb) - sb) >> s
+        b = ((h[n + i] ^ sb) - sb) >> s
+        t = 0
+        if ks >= 0:
+            lk = lim >> ks
+            if a >= lk:
+                t = lim
+            elif a <= 0 - lk:
+                t = 0 - lim
+            else:
+                t = a << ks
+        elif ks > -31:
+            t = a >> (0 - ks)
+        else:
+            t = a >> 31
+        if t >= lim:
+            t = lim - 1
+        elif t < 0 - lim:
+            t = 0 - lim
+        j = (t >> 8) + 192
+        y = int(tab[j])
+        y += ((int(tab[j + 1]) - y) * (t & 255)) >> 8
+        v = ((a * y) >> 15) * b
+        h[i] = v
+        if v < 0:
+            v = 0 - v
+        if v > big:
+            big = v
+        i += 1
+    return big
+
+
+@micropython.viper
+def q_heads(v: ptr32, codes: ptr8, sc: ptr16, p: ptr32) -> int:  # noqa: F821
+    sb = 1
+    sb <<= 31
+    nseg = p[0]
+    hd = p[1]
+    e = (p[2] ^ sb) - sb
+    o = 0
+    h = 0
+    while h < nseg:
+        amax = 0
+        i = 0
+        while i < hd:
+            a = (v[o + i] ^ sb) - sb
+            if a < 0:
+                a = 0 - a
+            if a > amax:
+                amax = a
+            i += 1
+        b = 0
+        while amax >> b:
+            b += 1
+        sh = b - 15
+        an = 0
+        if sh > 0:
+            an = ((amax - 1) >> sh) + 1
+        else:
+            an = amax << (0 - sh)
+        S = 2
+        if an * 8 <= 2047 * 127:
+            S = 3
+        M = (an * (1 << S) + 126) // 127
+        E = b + e - S + 10
+        bits = 0
+        Mq = 1
+        G = 0
+        if amax == 0:
+            bits = 0
+        elif E >= 31:
+            bits = 0x7BFF
+            Mq = 2047
+            if E < 32:
+                G = S + E - 30
+            else:
+                G = S + 1
+        elif E >= 1:
+            bits = (E << 10) | (M - 1024)
+            Mq = M
+            G = S
+        else:
+            k = 1 - E
+            if k < 31:
+                Mq = (M + (1 << k) - 1) >> k
+            bits = Mq
+            G = S - k
+        sc[h] = bits
+        RM = (1 << 21) // Mq
+        i = 0
+        while i < hd:
+            a = (v[o + i] ^ sb) - sb
+            neg = a < 0
+            if neg:
+                a = 0 - a
+            if sh >= 0:
+                a = a >> sh
+            else:
+                a = a << (0 - sh)
+            if G >= 0:
+                a = a << G
+            elif G > -31:
+                a = a >> (0 - G)
+            else:
+                a = a >> 31
+            c = (a * RM + (1 << 20)) >> 21
+            if c > 127:
+                c = 127
+            if neg:
+                c = 0 - c
+            codes[o + i] = c & 255
+            i += 1
+        o += hd
+        h += 1
+    return 0
+
+
+@micropython.viper
+def q_align(oq: ptr32, oe: ptr32, n: int, p: ptr32) -> int:  # noqa: F821
+    sb = 1
+    sb <<= 31
+    vmax = (1 << 29) - 1
+    heads = p[0]
+    hd = p[1]
+    emax = (oe[0] ^ sb) - sb
+    h = 0
+    while h < heads:
+        e = (oe[h] ^ sb) - sb
+        if e > emax:
+            emax = e
+        h += 1
+    p[2] = emax
+    big = 0
+    o = 0
+    h = 0
+    while h < heads:
+        k = emax - ((oe[h] ^ sb) - sb)
+        if k > 31:
+            k = 31
+        i = 0
+        while i < hd:
+            a = (oq[o + i] ^ sb) - sb
+            neg = a < 0
+            if neg:
+                a = 0 - a
+            a = a >> k
+            if a > vmax:
+                a = vmax
+            if a > big:
+                big = a
+            if neg:
+                a = 0 - a
+            oq[o + i] = a
+            i += 1
+        o += hd
+        h += 1
+    return big
+
+
+@micropython.viper
+def q_embed(w: ptr8, x: ptr32, n: int, p: ptr32) -> int:  # noqa: F821
+    sb = 1
+    sb <<= 31
+    vmax = (1 << 29) - 1
+    wo = p[0]
+    m = p[1]
+    k = (p[2] ^ sb) - sb
+    big = 0
+    i = 0
+    while i < n:
+        t = (int(w[wo + i]) - 128) * m
+        if k >= 0:
+            if k > 31:
+                t = t >> 31
+            else:
+                t = t >> k
+        elif k > -30:
+            lim = vmax >> (0 - k)
+            if t > lim:
+                t = vmax
+            elif t < 0 - lim:
+                t = 0 - vmax
+            else:
+                t = t << (0 - k)
+        elif t > 0:
+            t = vmax
+        elif t < 0:
+            t = 0 - vmax
+        x[i] = t
+        if t < 0:
+            t = 0 - t
+        if t > big:
+            big = t
+        i += 1
+    return big
+
+
+@micropython.viper
+def q_argmax(v: ptr32, n: int) -> int:  # noqa: F821
+    sb = 1
+    sb <<= 31
+    best = 0
+    bv = (v[0] ^ sb) - sb
+    i = 1
+    while i < n:
+        a = (v[i] ^ sb) - sb
+        if a > bv:
+            bv = a
+            best = i
+        i += 1
+    return best
+
+
+@micropython.viper
+def q_xor80(buf: ptr8, n: int) -> int:  # noqa: F821
+    i = 0
+    while i < n:
+        buf[i] = buf[i] ^ 128
+        i += 1
+    return 0

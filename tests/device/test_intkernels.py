@@ -1,0 +1,213 @@
+# The integer forward pass's q_* kernels (kvedge.qkernels_*): each kernel against arithmetic written out
+# independently here (big ints, floats, kvedge.quant's float int8 rows), and every kernel kind bit-identical.
+import math
+from array import array
+
+from _support import Rng
+from kvedge import kernels, quant
+from kvedge.qkernels_plain import VMAX, P_HDR
+from kvedge.model import intpath
+
+
+def _kinds():
+    return kernels.available()
+
+
+def _same_every_kind(name, make, check=None):
+    """Run kernel `name` on fresh copies of make()'s arguments with every kernel kind; the arrays it writes
+    and its result must be identical. Returns the plain kind's (result, args)."""
+    first = None
+    for kind in _kinds():
+        kernels.select(kind)
+        k = kernels.qget()
+        assert kernels.qkind() == kind
+        args = make()
+        r = getattr(k, name)(*args)
+        got = (r, [list(a) if not isinstance(a, int) else a for a in args])
+        if first is None:
+            first = got
+            if check:
+                check(r, args)
+        else:
+            assert got == first, "%s differs: %s" % (name, kind)
+    kernels.select()
+    return first
+
+
+def _floor_shift(v, k):
+    """v * 2**-k rounded down (k >= 0), or v * 2**-k saturated to +-VMAX (k < 0): the q_* shift rule."""
+    if k >= 0:
+        return v // (1 << min(k, 31))
+    y = v * (1 << -k)
+    return VMAX if y > VMAX else (-VMAX if y < -VMAX else y)
+
+
+def test_q_mv_is_the_exact_dot_product_times_two_floor_scalings():
+    rng = Rng(21)
+    for rows, cols, xbits, add, os in ((5, 37, 7, 0, 0), (4, 64, 15, 1, -9), (3, 9, 12, 0, 6), (6, 16, 15, 1, -40)):
+        codes = [rng.randint(-127, 127) for _ in range(rows * cols)]
+        x = [rng.randint(-(1 << xbits) + 1, (1 << xbits) - 1) for _ in range(cols)]
+        words = [(rng.randint(16384, 32767) << 8) | rng.randint(0, 33 if r else 0) for r in range(rows)]
+        xm = rng.randint(8000, 32767)
+        base = [rng.randint(-VMAX, VMAX) for _ in range(rows)]
+
+        def make():
+            w = bytearray(3 + rows * cols)
+            for i in range(rows * cols):
+                w[3 + i] = (codes[i] + 128) & 255  # offset-binary
+            p = array("i", [0] * (P_HDR + 1 + rows))
+            p[0], p[1], p[2], p[3], p[4], p[5], p[6] = 3, rows, cols, xm, os, add, 1
+            for r in range(rows):
+                p[P_HDR + 1 + r] = words[r]
+            return [w, array("i", x), array("i", [0] + base), p]
+
+        def check(r, a):
+            out = a[2]
+            big = 0
+            for j in range(rows):
+                acc = sum(codes[j * cols + c] * x[c] for c in range(cols))
+                t = (acc * (words[j] >> 8)) // 32768
+                t = (t * xm) // 32768
+                y = _floor_shift(t, (words[j] & 255) + os)
+                if add:
+                    y += base[j]
+                y = max(-VMAX, min(VMAX, y))
+                assert out[1 + j] == y, (j, out[1 + j], y)
+                big = max(big, abs(y))
+            assert out[0] == 0 and r == big
+        _same_every_kind("q_mv", make, check)
+
+
+def test_q_quant_codes_are_rounded_fractions_of_the_maximum():
+    rng = Rng(22)
+    for n, amax, C in ((40, 12345, 127), (33, 700, 32767), (20, 3 << 27, 24483), (9, 1, 127)):
+        z = [rng.randint(-amax, amax) for _ in range(n)]
+        z[rng.randint(0, n - 1)] = -amax
+        A = max(abs(v) for v in z)
+        ip = array("i", [0] * 8)
+        codes = array("i", [0] * n)
+        for kind in _kinds():
+            kernels.select(kind)
+            intpath.quantize(kernels.qget(), array("i", z), codes, n, A, -20, C, ip)
+            xm, xe = ip[4], ip[5]
+            got = (list(codes), xm, xe)
+            if kind == _kinds()[0]:
+                ref = got
+                for i in range(n):
+                    assert abs(codes[i] - C * z[i] / A) <= 0.51 + C * 2.0 ** -13, (i, codes[i], C * z[i] / A)
+                    if z[i]:  # the scale gives back z within half a code step
+                        assert abs(codes[i] * xm * 2.0 ** xe - z[i] * 2.0 ** -20) <= \
+                            (0.5 + C * 2.0 ** -12) * xm * 2.0 ** xe, i
+                assert max(abs(c) for c in codes) == C  # the largest value takes the largest code
+            assert got == ref, kind
+    kernels.select()
+
+
+def test_q_heads_gives_the_caches_own_int8_rows():
+    rng = Rng(23)
+    hd = 8
+    for e, mag in ((-20, 1 << 20), (-20, 3), (-30, 1 << 24), (-40, 1 << 10), (-2, 9000)):
+        vals = [rng.randint(-mag, mag) for _ in range(3 * hd)]
+        vals[hd:2 * hd] = [0] * hd  # an all-zero head
+
+        def make():
+            p = array("i", [3, hd, e, 0])
+            return [array("i", vals), array("b", [0] * (3 * hd)), array("H", [0] * 3), p]
+
+        def check(r, a):
+            codes, sc = a[1], a[2]
+            for h in range(3):
+                seg = [v * 2.0 ** e for v in vals[h * hd:(h + 1) * hd]]
+                amax = max(abs(v) for v in seg)
+                want = quant.i8_scale_bits(amax)  # the float cache's scale: smallest half >= amax / 127
+                assert want <= sc[h] <= want + 1, (e, h, sc[h], want)
+                s = quant.f16_value(sc[h])
+                for i in range(hd):
+                    ref = quant.i8_code(seg[i], 1.0 / s) if s else 0
+                    assert abs(codes[h * hd + i] - ref) <= 1, (e, h, i, codes[h * hd + i], ref)
+        _same_every_kind("q_heads", make, check)
+
+
+def test_q_rope_and_angles_rotate_like_floats():
+    rng = Rng(24)
+    hd = 8
+    fq = intpath.rope_turns(hd)
+    freqs = array("f", [1.0 / math.pow(10000.0, 2 * i / hd) for i in range(hd // 2)])  # f32, as llama2.c
+    tab = intpath.sin_table()
+    for pos in (0, 1, 7, 300, 4095, 70000, 3000000):
+        got = _same_every_kind("q_angles", lambda: [fq, tab, array("i", [0] * hd), pos])[1][2]
+        for i in range(hd // 2):
+            a = pos * freqs[i]
+            assert abs(got[2 * i] / 16384 - math.cos(a)) < 1e-4 + a * 1e-9, (pos, i)
+            assert abs(got[2 * i + 1] / 16384 - math.sin(a)) < 1e-4 + a * 1e-9, (pos, i)
+        v = [rng.randint(-VMAX, VMAX) for _ in range(2 * hd)]
+        cs = array("i", got)
+        out = _same_every_kind("q_rope", lambda: [array("i", v), cs, 2 * hd, hd])[1][0]
+        for j in range(0, 2 * hd, 2):
+            c, s = cs[j % hd], cs[j % hd + 1]
+            x = (v[j] * c - v[j + 1] * s) / 16384
+            y = (v[j] * s + v[j + 1] * c) / 16384
+            assert abs(out[j] - max(-VMAX, min(VMAX, x))) <= 2 and abs(out[j + 1] - max(-VMAX, min(VMAX, y))) <= 2
+
+
+def test_q_swiglu_is_silu_times_gate():
+    rng = Rng(25)
+    n = 30
+    tab = intpath.sigmoid_table()
+    for e in (-20, -12, -3):
+        h = [rng.randint(-(20 << -e), 20 << -e) for _ in range(2 * n)]
+        h[0] = 14 << (-e)  # beyond the table (sigmoid ~ 1) and far below it
+        h[1] = -(14 << (-e))
+        big = max(abs(v) for v in h)
+        s = max(0, intpath.bitlen(big) - 15)
+
+        def make():
+            return [array("i", h), tab, n, array("i", [s, e + s + 12, 0, 0])]
+
+        def check(r, a):
+            out = a[0]
+            for i in range(n):
+                x = (h[i] >> s) * 2.0 ** (e + s)
+                g = (h[n + i] >> s) * 2.0 ** (e + s)
+                want = x / (1.0 + math.exp(-x)) * g
+                got = out[i] * 2.0 ** (2 * (e + s))
+                assert abs(got - want) <= 1e-4 * abs(want) + 2e-4 * abs(g) + 2.0 ** (e + s) * (abs(g) + 1), \
+                    (e, i, got, want)
+            assert r == max(abs(v) for v in out[:n])
+        _same_every_kind("q_swiglu", make, check)
+
+
+def test_q_align_embed_argmax_xor80():
+    rng = Rng(26)
+    hd = 4
+    oq = [rng.randint(-(1 << 28), 1 << 28) for _ in range(3 * hd)]
+    oe = [-20, -13, -44]
+
+    def check_align(r, a):
+        q = a[0]
+        for h in range(3):
+            k = min(31, -13 - oe[h])
+            for i in range(hd):
+                v = oq[h * hd + i]
+                want = min(VMAX, abs(v) >> k) * (1 if v >= 0 else -1)
+                assert q[h * hd + i] == want
+        assert a[3][2] == -13 and r == max(abs(v) for v in q)
+    _same_every_kind("q_align", lambda: [array("i", oq), array("i", oe), 3 * hd, array("i", [3, hd, 0, 0])],
+                     check_align)
+    row = [rng.randint(-127, 127) for _ in range(20)]
+    for k in (3, 0, -5, -30, 40):
+        def make():
+            w = bytearray(25)
+            for i in range(20):
+                w[5 + i] = row[i] + 128
+            return [w, array("i", [0] * 20), 20, array("i", [5, 30000, k])]
+
+        def check_embed(r, a):
+            for i in range(20):
+                assert a[1][i] == max(-VMAX, min(VMAX, _floor_shift(row[i] * 30000, k))), (k, i)
+        _same_every_kind("q_embed", make, check_embed)
+    v = [rng.randint(-1000, 1000) for _ in range(50)]
+    v[17] = v[31] = 5000
+    assert _same_every_kind("q_argmax", lambda: [array("i", v), 50])[0] == 17
+    b = bytes(range(256))
+    assert _same_every_kind("q_xor80", lambda: [bytearray(b), 200])[1][0] == [x ^ 128 for x in b[:200]] + list(b[200:])
