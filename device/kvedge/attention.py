@@ -19,7 +19,7 @@ from . import kernels, quant
 from .compat import zeros
 from .budget import I4, I8
 from .kernels_plain import (T_N, T_D, T_QOFF, T_T, T_B, T_EQ, T_M, T_WS, T_EVMAX, T_TMAX, T_EVT, T_HDR, T_KIVI,
-                           T_LSUM, T_SH, T_CORR)
+                           T_LSUM, T_SH, T_CORR, G_M, G_LSUM, G_WS, G_EVMAX, G_FIRST, G_END)
 
 LOG2E = 1.4426950408889634
 MAX_TILE = 64  # keeps a tile's weighted V sum within 2**28
@@ -106,7 +106,7 @@ class Attention:
         self.mixed = self.P > 0 or self.kivi  # rows other than the cache dtype exist
         if self.int_ok:
             self.tile = zeros("i", T_HDR + 7 * tile)
-            self.geo = zeros("i", 9)
+            self.geo = zeros("i", G_END + D)  # row geometry, a head's running state, kernel scratch
             self.tile[T_D] = D
             self.tile[T_T] = tile
             self.tile[T_KIVI] = 1 if self.kivi else 0
@@ -118,6 +118,8 @@ class Attention:
             self.iacc = zeros("i", D)
             self.ipart = zeros("i", D)
             self.exp2 = _exp2_table()
+            self.aux = [None, self.exp2, self.iacc, self.geo]  # att_head_i8's other buffers
+            self.fused = True  # False: drive the i8 tiles from Python (the same results, kept to test that)
             self.lam = int(LOG2E / math.sqrt(D) * 16384 + 0.5)
 
     def kv_head(self, h):
@@ -470,8 +472,11 @@ class Attention:
                 geo[6] = 0
                 geo[7] = nmax
                 geo[8] = 0 if nslots < 0 else 1
-                while self.k.att_fill_i8(slots, tile, geo):
-                    self._tile_q8(c.arena, qc)
+                if self.fused:
+                    self._head_i8(c.arena, qc, slots)
+                else:
+                    while self.k.att_fill_i8(slots, tile, geo):
+                        self._tile_q8(c.arena, qc)
                 continue
             self.cur = 0
             while True:
@@ -479,6 +484,25 @@ class Attention:
                 if nt == 0:
                     break
                 self._tile_q8(self._prep(c, kind, layer, kvh, nt), qc)
+
+    def _head_i8(self, arena, qc, slots):
+        """Every tile of the i8 rows in geo, in one kernel call; the running state crosses over through geo."""
+        geo = self.geo
+        aux = self.aux
+        aux[0] = slots
+        aux[2] = self.iacc  # kvedge.tiered lends each head its own accumulator
+        geo[G_M] = self.M
+        geo[G_LSUM] = self.lsum
+        geo[G_WS] = self.ws
+        geo[G_EVMAX] = self.evmax
+        geo[G_FIRST] = 1 if self.first else 0
+        self.k.att_head_i8(arena, qc, self.tile, aux)
+        aux[0] = None
+        self.M = geo[G_M]
+        self.lsum = geo[G_LSUM]
+        self.ws = geo[G_WS]
+        self.evmax = geo[G_EVMAX]
+        self.first = geo[G_FIRST] != 0
 
     def q8_finish(self, h, out_q, out_exp):
         """Head h's output: out_q[h*D:(h+1)*D] * 2**out_exp[h]; clears iacc. The caller checked lsum > 0."""

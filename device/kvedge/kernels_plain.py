@@ -290,6 +290,84 @@ def att_fill_i8(slots, tile, geo):
     return nt
 
 
+# ---- one query head in one call (att_head_i8): the per-tile kernels above, driven tile by tile ----
+# aux = [slots, exp2 table, accumulator, geo]; geo holds att_fill_i8's geometry (0..8), then the head's running
+# state (G_*), then D words of kernel scratch.
+G_M = 9  # running maximum, sum of weights, weight shift, largest V scale exponent, 1 before the first tile
+G_LSUM = 10
+G_WS = 11
+G_EVMAX = 12
+G_FIRST = 13
+G_END = 16
+LIM = 1 << 28  # overflow guard of the weighted sums (att_wsum_i8)
+
+
+def att_head_i8(arena, q, tile, aux):
+    """Fold every live i8 row of one KV head (geometry in aux[3]) into the query head's running state (aux[3]
+    from G_M) and accumulator (aux[2]), tile after tile: the same operations in the same order as
+    kvedge.attention's tile loop around att_fill_i8, att_scores_i8, att_rescale, att_weights_i8 and
+    att_wsum_i8, in one call. Returns the number of rows folded."""
+    slots = aux[0]
+    exp2 = aux[1]
+    acc = aux[2]
+    geo = aux[3]
+    T = tile[T_T]
+    D = tile[T_D]
+    rows = 0
+    while True:
+        nt = att_fill_i8(slots, tile, geo)
+        if nt == 0:
+            return rows
+        rows += nt
+        att_scores_i8(arena, q, tile)
+        # the running maximum and V scale (kvedge.attention's _tile_q8)
+        tmax = tile[T_TMAX]
+        evt = tile[T_EVT]
+        M = geo[G_M]
+        lsum = geo[G_LSUM]
+        ws = geo[G_WS]
+        evmax = geo[G_EVMAX]
+        sh = 0
+        corr = 16384
+        if evt > evmax:
+            sh = evt - evmax
+            evmax = evt
+        if geo[G_FIRST]:
+            M = tmax
+            geo[G_FIRST] = 0
+        elif tmax > M:
+            d = tmax - M
+            if (d >> 16) >= 15:
+                corr = 0
+            else:
+                i = (d & 0xFFFF) >> 8
+                t0 = exp2[i]
+                corr = (t0 - (((t0 - exp2[i + 1]) * (d & 255)) >> 8)) >> (d >> 16)
+            lsum = (lsum >> 14) * corr + (((lsum & 16383) * corr) >> 14)  # lsum >= 0
+            M = tmax
+        if sh or corr != 16384:
+            tile[T_SH] = sh
+            tile[T_CORR] = corr
+            att_rescale(acc, tile)
+        tile[T_M] = M
+        tile[T_WS] = ws
+        tile[T_EVMAX] = evmax
+        lsum += att_weights_i8(arena, tile, exp2)
+        big = att_wsum_i8(arena, tile, acc)
+        if lsum > big:
+            big = lsum
+        while big > LIM:  # overflow guard: halve the sums and the future weights together
+            for i in range(D):
+                acc[i] >>= 1
+            lsum >>= 1
+            big >>= 1
+            ws += 1
+        geo[G_M] = M
+        geo[G_LSUM] = lsum
+        geo[G_WS] = ws
+        geo[G_EVMAX] = evmax
+
+
 # ---- rows the i8 tile kernels cannot read directly, converted to int8 codes with a power-of-two scale ----
 # f32 rows (the full-precision prefix and i4's residual) and i4 rows are rewritten, a tile at a time, into
 # `scratch` (bytearray): K codes [0, T*D), V codes [T*D, 2*T*D), K scale bits at 2*T*D + 2j, V scale bits at

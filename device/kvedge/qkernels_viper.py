@@ -30,21 +30,23 @@ def q_mv(w: ptr8, x: ptr32, out: ptr32, p: ptr32) -> int:  # noqa: F821
     sx = (((sx << 7) & m32) ^ sb) - sb
     c8 = cols & (0 - 8)
     big = 0
-    b = p[0]
+    wa = int(w) + p[0]  # the row's address, moved one row at a time
+    xa = int(x)
     r = 0
     while r < rows:
-        wr = ptr8(int(w) + b)  # noqa: F821
         s = 0
         c = 0
-        while c < c8:
-            s += (wr[c] * x[c] + wr[c + 1] * x[c + 1] + wr[c + 2] * x[c + 2] + wr[c + 3] * x[c + 3]
-                  + wr[c + 4] * x[c + 4] + wr[c + 5] * x[c + 5] + wr[c + 6] * x[c + 6] + wr[c + 7] * x[c + 7])
+        while c < c8:  # eight products on constant offsets (index arithmetic costs more than the products)
+            u = ptr8(wa + c)  # noqa: F821
+            v = ptr32(xa + 4 * c)  # noqa: F821
+            s += (u[0] * v[0] + u[1] * v[1] + u[2] * v[2] + u[3] * v[3]
+                  + u[4] * v[4] + u[5] * v[5] + u[6] * v[6] + u[7] * v[7])
             c += 8
         while c < cols:
-            s += wr[c] * x[c]
+            s += ptr8(wa)[c] * x[c]  # noqa: F821
             c += 1
+        wa += cols
         s = (((s - sx) & m32) ^ sb) - sb
-        b += cols
         sw = p[8 + ro + r]
         m = sw >> 8
         t = (s >> 15) * m + (((s & 32767) * m) >> 15)
