@@ -16,11 +16,21 @@
 import math
 
 from . import kernels, quant
-from .compat import zeros
+from .compat import zeros, const
 from .budget import I4, I8
 from .kernels_plain import (T_N, T_D, T_QOFF, T_T, T_B, T_EQ, T_M, T_WS, T_EVMAX, T_TMAX, T_EVT, T_HDR, T_KIVI,
-                           T_LSUM, T_SH, T_CORR, G_M, G_LSUM, G_WS, G_EVMAX, G_FIRST, G_END)
+                           T_LSUM, T_SH, T_CORR)
 
+# geo: att_fill_i8's geometry (0..8), then one query head's running state, then D words of scratch for the
+# fused kernels (kernels_viper/asm.att_head_i8). They run every tile of a head in one call with the same
+# operations, in the same order, as the tile loop below (_tile_q8), which is their reference; their other
+# buffers come in aux = [slots, exp2 table, accumulator, geo]. The numbers are literals in those kernels.
+_G_M = const(9)  # running maximum, sum of weights, weight shift, largest V scale exponent, 1 before the first tile
+_G_LSUM = const(10)
+_G_WS = const(11)
+_G_EVMAX = const(12)
+_G_FIRST = const(13)
+_G_END = const(16)
 LOG2E = 1.4426950408889634
 MAX_TILE = 64  # keeps a tile's weighted V sum within 2**28
 _LIM = 1 << 28
@@ -81,6 +91,10 @@ def _divq10(a, l):
 class Attention:
     """Attention over one KVCache, with scratch for tiles of `tile` tokens allocated once."""
 
+    # viper and asm kernels fold a head's i8 tiles in one call (att_head_i8); plain and native ones, and
+    # fused = False, drive the same tiles from Python (_tile_q8): the same results (tested)
+    fused = True
+
     def __init__(self, cache, tile=32):
         cfg = cache.cfg
         if not (1 <= tile <= MAX_TILE):
@@ -106,7 +120,7 @@ class Attention:
         self.mixed = self.P > 0 or self.kivi  # rows other than the cache dtype exist
         if self.int_ok:
             self.tile = zeros("i", T_HDR + 7 * tile)
-            self.geo = zeros("i", G_END + D)  # row geometry, a head's running state, kernel scratch
+            self.geo = zeros("i", _G_END + D)  # row geometry, a head's running state, kernel scratch
             self.tile[T_D] = D
             self.tile[T_T] = tile
             self.tile[T_KIVI] = 1 if self.kivi else 0
@@ -116,10 +130,8 @@ class Attention:
             self.layer = self.cur = self.M = self.lsum = self.ws = self.evmax = 0
             self.first = True
             self.iacc = zeros("i", D)
-            self.ipart = zeros("i", D)
             self.exp2 = _exp2_table()
             self.aux = [None, self.exp2, self.iacc, self.geo]  # att_head_i8's other buffers
-            self.fused = True  # False: drive the i8 tiles from Python (the same results, kept to test that)
             self.lam = int(LOG2E / math.sqrt(D) * 16384 + 0.5)
 
     def kv_head(self, h):
@@ -472,7 +484,7 @@ class Attention:
                 geo[6] = 0
                 geo[7] = nmax
                 geo[8] = 0 if nslots < 0 else 1
-                if self.fused:
+                if self.fused and hasattr(self.k, "att_head_i8"):
                     self._head_i8(c.arena, qc, slots)
                 else:
                     while self.k.att_fill_i8(slots, tile, geo):
@@ -491,18 +503,18 @@ class Attention:
         aux = self.aux
         aux[0] = slots
         aux[2] = self.iacc  # kvedge.tiered lends each head its own accumulator
-        geo[G_M] = self.M
-        geo[G_LSUM] = self.lsum
-        geo[G_WS] = self.ws
-        geo[G_EVMAX] = self.evmax
-        geo[G_FIRST] = 1 if self.first else 0
+        geo[_G_M] = self.M
+        geo[_G_LSUM] = self.lsum
+        geo[_G_WS] = self.ws
+        geo[_G_EVMAX] = self.evmax
+        geo[_G_FIRST] = 1 if self.first else 0
         self.k.att_head_i8(arena, qc, self.tile, aux)
         aux[0] = None
-        self.M = geo[G_M]
-        self.lsum = geo[G_LSUM]
-        self.ws = geo[G_WS]
-        self.evmax = geo[G_EVMAX]
-        self.first = geo[G_FIRST] != 0
+        self.M = geo[_G_M]
+        self.lsum = geo[_G_LSUM]
+        self.ws = geo[_G_WS]
+        self.evmax = geo[_G_EVMAX]
+        self.first = geo[_G_FIRST] != 0
 
     def q8_finish(self, h, out_q, out_exp):
         """Head h's output: out_q[h*D:(h+1)*D] * 2**out_exp[h]; clears iacc. The caller checked lsum > 0."""

@@ -5,18 +5,10 @@
 # CircuitPython board runs) set `kvedge.kernels.ALLOWED = ["plain"]` before building an attention object, or
 # call select("plain"); on ports with os.getenv, KVEDGE_KERNELS=plain does the same.
 # All kinds implement the same functions with the same results (integer kernels are bit-exact).
-#
-# The integer forward pass's kernels (q_*) live in separate modules (qkernels_<kind>), loaded only by the
-# programs that run it: qget() gives those of the selected kind, or of the next kind that loads.
 ALLOWED = ["viper", "native", "plain"]
-ORDER = ("viper", "native", "plain")
 _MODULES = {"viper": "kvedge.kernels_viper", "native": "kvedge.kernels_native", "plain": "kvedge.kernels_plain"}
-_QMODULES = {"viper": "kvedge.qkernels_viper", "native": "kvedge.qkernels_native", "plain": "kvedge.qkernels_plain"}
 _current = None
 _kind = None
-_qcurrent = None
-_qkind = None
-_qfor = None
 
 
 def _env_allowed():
@@ -28,8 +20,8 @@ def _env_allowed():
     return v.split(",") if v else None
 
 
-def _load(kind, modules=_MODULES):
-    name = modules[kind]
+def _load(kind):
+    name = _MODULES[kind]
     try:
         mod = __import__(name)
     except (ImportError, SyntaxError, NameError, AttributeError, TypeError):
@@ -65,21 +57,3 @@ def get():
 def kind():
     get()
     return _kind
-
-
-def qget():
-    """The q_* kernels of the selected kind (when that kind has none that load here, the next kind's)."""
-    global _qcurrent, _qkind, _qfor
-    k = kind()
-    if _qfor != k:
-        for q in ORDER[ORDER.index(k):]:
-            mod = _load(q, _QMODULES)
-            if mod is not None:
-                _qcurrent, _qkind, _qfor = mod, q, k
-                break
-    return _qcurrent
-
-
-def qkind():
-    qget()
-    return _qkind

@@ -459,7 +459,9 @@ def att_conv_i4(arena, tile, scratch, conv) -> int:
 
 @micropython.viper
 def att_head_i8(arena, q, tile, aux) -> int:
-    """kernels_plain.att_head_i8 (see there), in three passes per tile instead of four kernels: (1) gather and
+    """One query head over every i8 row in one call (geo, aux: see kvedge.attention): the same integers as the tile loop of
+    kvedge.attention around att_fill_i8, att_scores_i8, att_rescale, att_weights_i8 and att_wsum_i8, computed
+    in three passes per tile instead of four kernels: (1) gather and
     score each live row, (2) each row's weight, (3) the weighted sum of V, eight dimensions at a time in local
     accumulators over the tile's rows. Keys and values are read offset-binary ((b ^ 128) = value + 128) and
     the 128 * sum corrections are taken off once (per row for scores, per tile for the sum): the same integers

@@ -19,8 +19,8 @@ def _same_every_kind(name, make, check=None):
     first = None
     for kind in _kinds():
         kernels.select(kind)
-        k = kernels.qget()
-        assert kernels.qkind() == kind
+        k, qk = intpath.qkernels()
+        assert qk == kind
         args = make()
         r = getattr(k, name)(*args)
         got = (r, [list(a) if not isinstance(a, int) else a for a in args])
@@ -88,7 +88,7 @@ def test_q_quant_codes_are_rounded_fractions_of_the_maximum():
         codes = array("i", [0] * n)
         for kind in _kinds():
             kernels.select(kind)
-            intpath.quantize(kernels.qget(), array("i", z), codes, n, A, -20, C, ip)
+            intpath.quantize(intpath.qkernels()[0], array("i", z), codes, n, A, -20, C, ip)
             xm, xe = ip[4], ip[5]
             got = (list(codes), xm, xe)
             if kind == _kinds()[0]:

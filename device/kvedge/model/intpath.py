@@ -26,7 +26,18 @@ from array import array
 
 from kvedge.compat import zeros, IS_MICROPYTHON
 from kvedge.model.checkpoint import i8_layout, file_size, CheckpointError, alloc
-from kvedge.qkernels_plain import VMAX, P_XM, P_OS, P_ADD, P_RO, P_HDR, P_ROWS, P_COLS, P_WO  # noqa: F401
+from kvedge.compat import const
+
+# q_mv's parameter block (qkernels_plain.P_*; a host test checks they agree): the layout, not the plain kernels
+VMAX = const((1 << 29) - 1)
+P_WO = const(0)
+P_ROWS = const(1)
+P_COLS = const(2)
+P_XM = const(3)
+P_OS = const(4)
+P_ADD = const(5)
+P_RO = const(6)
+P_HDR = const(8)
 
 RES_EXP = -16  # residual stream in Q16: |x| < 8192 with steps of 1.5e-5
 MAX_COLS = 32768  # sum(u * x) with u <= 255, |x| <= 127 stays within 2**30
@@ -40,6 +51,25 @@ if IS_MICROPYTHON:
 else:
     def _read(f, buf, n):
         return f.readinto(memoryview(buf)[:n])
+
+
+QKINDS = ("viper", "native", "plain")
+
+
+def qkernels():
+    """(module, kind) of the q_* kernels for the selected attention kernels' kind (kvedge.kernels): that kind's
+    qkernels_<kind>, or the next kind's that loads here."""
+    from kvedge import kernels
+    k = kernels.kind()
+    for q in QKINDS[QKINDS.index(k):]:
+        try:
+            mod = __import__("kvedge.qkernels_" + q)
+        except (ImportError, SyntaxError, NameError, AttributeError, TypeError):
+            continue
+        mod = getattr(mod, "qkernels_" + q)
+        if mod.OK:
+            return mod, q
+    raise ValueError("no q_* kernels load here")
 
 
 def bitlen(a):
@@ -247,7 +277,6 @@ class IntWeights:
             self._file = None
 
     def _group(self, f, offs, rows, cols):
-        from kvedge import kernels
         n = 0
         for r in rows:
             n += r
@@ -273,7 +302,7 @@ class IntWeights:
             f.seek(o + 4 * r)
             f.readinto(mv[at * cols:(at + r) * cols])
             at += r
-        kernels.qget().q_xor80(m.codes, n * cols)
+        qkernels()[0].q_xor80(m.codes, n * cols)
         return m
 
     def _gain(self, f, off, n):
@@ -302,10 +331,9 @@ class IntPath:
 
     def __init__(self, model, w):
         cfg = model.cfg
-        from kvedge import kernels
         self.m = model
         self.w = w
-        self.k = kernels.qget()
+        self.k = qkernels()[0]
         d, h, kvd, hd = cfg.dim, cfg.hidden_dim, cfg.kv_dim, cfg.head_dim
         self.d, self.h, self.kvd, self.hd = d, h, kvd, hd
         self.nq = d + 2 * kvd
