@@ -30,7 +30,7 @@ _G_LSUM = const(10)
 _G_WS = const(11)
 _G_EVMAX = const(12)
 _G_FIRST = const(13)
-_G_END = const(16)
+_G_END = const(24)  # geo[14:24]: scratch of the asm kernel; the query from geo[24]
 LOG2E = 1.4426950408889634
 MAX_TILE = 64  # keeps a tile's weighted V sum within 2**28
 _LIM = 1 << 28
@@ -402,6 +402,9 @@ class Attention:
         iacc = self.iacc
         for i in range(self.D):  # att_div_q10 clears it after each head; an earlier failed call may not have
             iacc[i] = 0
+        if scores is None and self.fused and not (self.mixed or self.i4) and hasattr(self.k, "att_head_i8"):
+            self._fast_q8(c, layer, qc, qs, out_q, out_exp, slots, nslots, nmax)
+            return
         for h in range(self.heads):
             kvh = h // self.group
             self.q8_head(h, qs)
@@ -412,6 +415,55 @@ class Attention:
             if scores is not None:
                 self._report_int(scores, slots, nslots, nmax, qc, layer, kvh)
             self.q8_finish(h, out_q, out_exp)
+
+    def _fast_q8(self, c, layer, qc, qs, out_q, out_exp, slots, nslots, nmax):
+        """step_q8's hot case (i8 rows only, no scores): per head one att_head_i8 call and one att_div_q10, the
+        geometry from the layer's bases; the same integers as the general loop (q8_rows), less Python per head."""
+        tile = self.tile
+        geo = self.geo
+        aux = self.aux
+        k = self.k
+        arena = c.arena
+        iacc = self.iacc
+        H = c.H
+        B = c.B
+        prow = c.prow
+        aux[0] = slots
+        aux[2] = iacc
+        tile[T_KIVI] = 0
+        geo[4] = prow
+        geo[5] = c.P
+        geo[7] = nmax
+        geo[8] = 0 if nslots < 0 else 1
+        kb = c.DATA + layer * 2 * H * B * prow  # K rows of the layer; V rows follow, then the scales likewise
+        vb = kb + H * B * prow
+        km = c.META + layer * 4 * H * B
+        vm = km + 2 * H * B
+        for h in range(self.heads):
+            kvh = h // self.group
+            geo[0] = kb + kvh * B * prow
+            geo[1] = vb + kvh * B * prow
+            geo[2] = km + 2 * kvh * B
+            geo[3] = vm + 2 * kvh * B
+            self.q8_head(h, qs)
+            geo[6] = 0
+            geo[_G_M] = 0
+            geo[_G_LSUM] = 0
+            geo[_G_WS] = 0
+            geo[_G_EVMAX] = 0
+            geo[_G_FIRST] = 1
+            k.att_head_i8(arena, qc, tile, aux)
+            lsum = geo[_G_LSUM]
+            if lsum <= 0:
+                raise ValueError("no cached tokens to attend to in layer %d" % layer)
+            tile[T_LSUM] = lsum
+            k.att_div_q10(iacc, out_q, tile)  # tile[T_QOFF] == h * D
+            out_exp[h] = geo[_G_EVMAX] - 25
+        self.M = geo[_G_M]  # the last head's state, as the general loop leaves it
+        self.lsum = geo[_G_LSUM]
+        self.ws = geo[_G_WS]
+        self.evmax = geo[_G_EVMAX]
+        self.first = False
 
     def _check_q8(self, qc, qs, out_q, out_exp):
         n = self.heads * self.D

@@ -1,12 +1,14 @@
-# Inner-loop kernels, chosen once: viper (native machine code with raw pointers, MicroPython only),
-# native (@micropython.native), or plain Python (CPython, CircuitPython, any MicroPython).
+# Inner-loop kernels, chosen once: asm (Thumb inline assembler), viper (native machine code with raw pointers,
+# MicroPython only), native (@micropython.native), or plain Python (CPython, CircuitPython, any MicroPython).
 #
 # The switch: kernels.ALLOWED lists the kinds that may be used, best first. To force the plain path (what a
 # CircuitPython board runs) set `kvedge.kernels.ALLOWED = ["plain"]` before building an attention object, or
 # call select("plain"); on ports with os.getenv, KVEDGE_KERNELS=plain does the same.
 # All kinds implement the same functions with the same results (integer kernels are bit-exact).
-ALLOWED = ["viper", "native", "plain"]
-_MODULES = {"viper": "kvedge.kernels_viper", "native": "kvedge.kernels_native", "plain": "kvedge.kernels_plain"}
+# asm: @micropython.asm_thumb (Arm ports with the inline assembler; Thumb-1 code, so the RP2040 runs it too).
+ALLOWED = ["asm", "viper", "native", "plain"]
+_MODULES = {"asm": "kvedge.kernels_asm", "viper": "kvedge.kernels_viper", "native": "kvedge.kernels_native",
+            "plain": "kvedge.kernels_plain"}
 _current = None
 _kind = None
 
@@ -20,7 +22,17 @@ def _env_allowed():
     return v.split(",") if v else None
 
 
+def thumb():
+    """Whether this port runs Arm Thumb code (sys.implementation._mpy's architecture field: armv6 to armv7emdp),
+    checked before importing the asm kernels: compiling them elsewhere would only fail, after a large parse."""
+    import sys
+    a = (getattr(sys.implementation, "_mpy", 0) >> 10) & 15
+    return 3 <= a <= 8
+
+
 def _load(kind):
+    if kind == "asm" and not thumb():
+        return None
     name = _MODULES[kind]
     try:
         mod = __import__(name)

@@ -497,12 +497,12 @@ def att_head_i8(arena, q, tile, aux) -> int:
     u0 = 16 + 2 * T  # the tile's scores, weights and rows (slot - P)
     w0 = 16 + 5 * T
     b0 = 16 + 6 * T
-    qa = int(gg) + 64  # the query as signed ints at geo[16:16+D], and 128 * its sum
+    qa = int(gg) + 96  # the query as signed ints at geo[24:24+D], and 128 * its sum
     sq = 0
     i = 0
     while i < D:
         v = (int(qq[qo + i]) ^ 128) - 128
-        gg[16 + i] = v
+        gg[24 + i] = v
         sq += v
         i += 1
     sq <<= 7
@@ -534,7 +534,7 @@ def att_head_i8(arena, q, tile, aux) -> int:
                       + (k[4] ^ 128) * g[4] + (k[5] ^ 128) * g[5] + (k[6] ^ 128) * g[6] + (k[7] ^ 128) * g[7])
                 c += 8
             while c < D:
-                s += (int(a[ka - base + c]) ^ 128) * int(gg[16 + c])
+                s += (int(a[ka - base + c]) ^ 128) * int(gg[24 + c])
                 c += 1
             s = (((s - sq) & m32) ^ sbit) - sbit  # exact modulo 2**32 (64-bit ports read q zero-extended)
             km = kmeta + 2 * b

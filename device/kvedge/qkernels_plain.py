@@ -17,6 +17,7 @@ P_XM = 3  # input scale mantissa (< 2**15)
 P_OS = 4  # extra right shift of every row (negative: left, saturating)
 P_ADD = 5  # 1: add into out (the residual connection), 0: store
 P_RO = 6  # first row: index into out and into the row words
+P_SX = 7  # set by q_mv: 128 * sum(x), the offset-binary rows' correction
 P_HDR = 8
 OK = True
 
@@ -36,6 +37,7 @@ def q_mv(w, x, out, p):
     for c in range(cols):
         sx += x[c]
     sx <<= 7
+    p[P_SX] = sx
     big = 0
     b = wo
     for r in range(rows):

@@ -28,6 +28,7 @@ def q_mv(w: ptr8, x: ptr32, out: ptr32, p: ptr32) -> int:  # noqa: F821
         sx += x[c]
         c += 1
     sx = (((sx << 7) & m32) ^ sb) - sb
+    p[7] = sx
     c8 = cols & (0 - 8)
     big = 0
     wa = int(w) + p[0]  # the row's address, moved one row at a time

@@ -163,6 +163,19 @@ def device_sources(pkg=DEVICE_PKG):
     return out
 
 
+# Modules of @micropython.asm_thumb code compile only for Arm's Thumb architectures; elsewhere they are not
+# sent at all (kvedge.kernels falls back to the viper kernels when they are missing).
+THUMB_ONLY = ("kvedge/kernels_asm.py", "kvedge/qkernels_asm.py")
+THUMB_ARCHS = ("armv6m", "armv7m", "armv7em", "armv7emsp", "armv7emdp")
+
+
+def for_arch(sources, march):
+    """The sources a board of `march` can load (None: unknown, keep every file)."""
+    if march is None or march in THUMB_ARCHS:
+        return list(sources)
+    return [(src, remote) for src, remote in sources if remote not in THUMB_ONLY]
+
+
 def compile_mpy(sources, march, build_dir):
     """Compile each source with `mpy-cross -march=ARCH` (viper/native functions become machine code for that
     chip); returns [(host .mpy path, board .mpy path)]."""
@@ -228,7 +241,7 @@ def deploy(port, board, mpy=False, config=None, extra=(), resume=True, echo=None
     from kvedge import __version__
     prof = boards.load(board)
     march = march or prof.get("mpy_march")
-    pairs = device_sources()
+    pairs = for_arch(device_sources(), march)
     with tempfile.TemporaryDirectory(prefix="kvedge-mpy-") as build:
         if mpy:
             pairs = compile_mpy(pairs, march, build)

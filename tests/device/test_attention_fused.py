@@ -23,14 +23,17 @@ def _steps(att, cfg, q, slots=None, nslots=-1):
     qc, qs = zeros("b", n), zeros("H", cfg.heads)
     quantize_query(q, qc, qs, cfg.heads)
     out = []
-    for fused in (True, False):
-        att.fused = fused
-        oq, oe = zeros("i", n), zeros("i", cfg.heads)
-        for layer in range(cfg.layers):
-            att.step_q8(layer, qc, qs, oq, oe, None, slots, nslots)
-        out.append((list(oq), list(oe), att.ws))
-    assert out[0] == out[1]
-    return out[0]
+    for report in (False, True):  # without scores: the fast path; with them: q8_rows around att_head_i8
+        for fused in (True, False):
+            att.fused = fused
+            oq, oe = zeros("i", n), zeros("i", cfg.heads)
+            sc = zeros("i", att.cache.N) if report else None
+            for layer in range(cfg.layers):
+                att.step_q8(layer, qc, qs, oq, oe, sc, slots, nslots)
+            out.append((list(oq), list(oe), att.ws, list(sc) if report else None))
+    assert out[0] == out[1] and out[2] == out[3]
+    assert out[0][:3] == out[2][:3]
+    return out[0][:3]
 
 
 def _check(cfg, n_tokens, seed, tile, kscale=1.0, vgrow=1.0, qscale=1.0, slots=None):

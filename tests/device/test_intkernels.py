@@ -134,19 +134,24 @@ def test_q_rope_and_angles_rotate_like_floats():
     fq = intpath.rope_turns(hd)
     freqs = array("f", [1.0 / math.pow(10000.0, 2 * i / hd) for i in range(hd // 2)])  # f32, as llama2.c
     tab = intpath.sin_table()
-    for pos in (0, 1, 7, 300, 4095, 70000, 3000000):
+    for i in range(hd // 2):  # the table: the frequency in turns per position, to 2**-36
+        q = (fq[1 + 2 * i] << 8) | fq[2 + 2 * i]
+        assert abs(q / 2.0 ** 36 * 2 * math.pi - freqs[i]) <= freqs[i] * 1e-6 + 2.0 ** -34, i
+    for pos in (0, 1, 7, 300, 4095, 70000, 3000000, (1 << 30) - 1):
         got = _same_every_kind("q_angles", lambda: [fq, tab, array("i", [0] * hd), pos])[1][2]
         for i in range(hd // 2):
-            a = pos * freqs[i]
-            assert abs(got[2 * i] / 16384 - math.cos(a)) < 1e-4 + a * 1e-9, (pos, i)
-            assert abs(got[2 * i + 1] / 16384 - math.sin(a)) < 1e-4 + a * 1e-9, (pos, i)
+            # the exact phase of pos steps (big ints), then sin and cos of an angle below 2 pi
+            ph = ((pos * ((fq[1 + 2 * i] << 8) | fq[2 + 2 * i])) >> 8) & 0xFFFFFFF
+            a = ph / 2.0 ** 28 * 2 * math.pi
+            assert abs(got[2 * i] / 16384 - math.cos(a)) < 1e-4, (pos, i)
+            assert abs(got[2 * i + 1] / 16384 - math.sin(a)) < 1e-4, (pos, i)
         v = [rng.randint(-VMAX, VMAX) for _ in range(2 * hd)]
         cs = array("i", got)
         out = _same_every_kind("q_rope", lambda: [array("i", v), cs, 2 * hd, hd])[1][0]
         for j in range(0, 2 * hd, 2):
             c, s = cs[j % hd], cs[j % hd + 1]
-            x = (v[j] * c - v[j + 1] * s) / 16384
-            y = (v[j] * s + v[j + 1] * c) / 16384
+            x = (v[j] * c - v[j + 1] * s) // 16384  # exact big ints (float32 boards would round these)
+            y = (v[j] * s + v[j + 1] * c) // 16384
             assert abs(out[j] - max(-VMAX, min(VMAX, x))) <= 2 and abs(out[j + 1] - max(-VMAX, min(VMAX, y))) <= 2
 
 

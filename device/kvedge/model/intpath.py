@@ -53,7 +53,7 @@ else:
         return f.readinto(memoryview(buf)[:n])
 
 
-QKINDS = ("viper", "native", "plain")
+QKINDS = ("asm", "viper", "native", "plain")
 
 
 def qkernels():
@@ -62,6 +62,8 @@ def qkernels():
     from kvedge import kernels
     k = kernels.kind()
     for q in QKINDS[QKINDS.index(k):]:
+        if q == "asm" and not kernels.thumb():
+            continue
         try:
             mod = __import__("kvedge.qkernels_" + q)
         except (ImportError, SyntaxError, NameError, AttributeError, TypeError):
@@ -115,22 +117,22 @@ def mantissa(x):
     return m, e - 15
 
 
+TURN61 = 366986312910250153  # round(2**61 / (2 * pi)): turns per radian in Q61 (a long int, start-up only)
+
+
 def rope_turns(hd):
     """q_angles' frequencies: [pairs, then per pair the turns per position in Q36 as (Q28 part, 8 more bits)]
-    of llama2.c's f32 frequencies 10000**(-2i/hd)."""
+    of llama2.c's f32 frequencies 10000**(-2i/hd). Integer arithmetic on the float's exact mantissa, so a
+    board computing in float32 gets the same table as CPython (float32 arithmetic would lose 2 of the 28 bits)."""
     half = hd // 2
     fq = zeros("i", 1 + 2 * half)
     fq[0] = half
     for i in range(half):
         fr = array("f", [1.0 / math.pow(10000.0, (2 * i) / hd)])[0]
-        t = fr / (2 * math.pi) * (1 << 28)
-        hi = int(t)
-        lo = int((t - hi) * 256 + 0.5)
-        if lo == 256:
-            hi += 1
-            lo = 0
-        fq[1 + 2 * i] = hi
-        fq[2 + 2 * i] = lo
+        m, e = math.frexp(fr)  # fr = m * 2**e, 0.5 <= m < 1 with 24 significant bits
+        q = (int(m * 16777216) * TURN61 + (1 << (48 - e))) >> (49 - e)  # fr / (2 pi) * 2**36
+        fq[1 + 2 * i] = q >> 8
+        fq[2 + 2 * i] = q & 255
     return fq
 
 
