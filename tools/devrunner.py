@@ -19,6 +19,7 @@ def _emulate_circuitpython():
 
     sys.modules["micropython"] = _CPMicropython
     import kvedge.kernels
+    kvedge.kernels.ALLOWED = ["plain"]  # CircuitPython cannot compile the others: available() lists none
     kvedge.kernels.select("plain")
 
 

@@ -21,16 +21,10 @@ from .budget import I4, I8
 from .kernels_plain import (T_N, T_D, T_QOFF, T_T, T_B, T_EQ, T_M, T_WS, T_EVMAX, T_TMAX, T_EVT, T_HDR, T_KIVI,
                            T_LSUM, T_SH, T_CORR)
 
-# geo: att_fill_i8's geometry (0..8), then one query head's running state, then D words of scratch for the
-# fused kernels (kernels_viper/asm.att_head_i8). They run every tile of a head in one call with the same
-# operations, in the same order, as the tile loop below (_tile_q8), which is their reference; their other
-# buffers come in aux = [slots, exp2 table, accumulator, geo]. The numbers are literals in those kernels.
-_G_M = const(9)  # running maximum, sum of weights, weight shift, largest V scale exponent, 1 before the first tile
-_G_LSUM = const(10)
-_G_WS = const(11)
-_G_EVMAX = const(12)
-_G_FIRST = const(13)
-_G_END = const(24)  # geo[14:24]: scratch of the asm kernel; the query from geo[24]
+# geo: att_fill_i8's geometry (0..8), one query head's running state (9..13) and scratch of the fused kernels
+# (kernels_viper/asm: att_head_i8 and their drivers att_step_i8, att_rows_i8), which run every tile of a head
+# in one call with the same operations, in the same order, as the tile loop below (_tile_q8): their reference.
+_G_END = const(24)
 LOG2E = 1.4426950408889634
 MAX_TILE = 64  # keeps a tile's weighted V sum within 2**28
 _LIM = 1 << 28
@@ -131,7 +125,8 @@ class Attention:
             self.first = True
             self.iacc = zeros("i", D)
             self.exp2 = _exp2_table()
-            self.aux = [None, self.exp2, self.iacc, self.geo]  # att_head_i8's other buffers
+            self.aux = [None, self.exp2, self.iacc, self.geo]  # att_head_i8's other buffers (any kind: self.k
+            # may be swapped after construction)
             self.lam = int(LOG2E / math.sqrt(D) * 16384 + 0.5)
 
     def kv_head(self, h):
@@ -402,9 +397,11 @@ class Attention:
         iacc = self.iacc
         for i in range(self.D):  # att_div_q10 clears it after each head; an earlier failed call may not have
             iacc[i] = 0
-        if scores is None and self.fused and not (self.mixed or self.i4) and hasattr(self.k, "att_head_i8"):
-            self._fast_q8(c, layer, qc, qs, out_q, out_exp, slots, nslots, nmax)
-            return
+        if scores is None and self.fused and not (self.mixed or self.i4):
+            fast = getattr(self.k, "att_step_i8", None)  # kinds with a fused head kernel bring their driver
+            if fast is not None:
+                fast(self, c, layer, qc, qs, out_q, out_exp, slots, nslots)
+                return
         for h in range(self.heads):
             kvh = h // self.group
             self.q8_head(h, qs)
@@ -415,55 +412,6 @@ class Attention:
             if scores is not None:
                 self._report_int(scores, slots, nslots, nmax, qc, layer, kvh)
             self.q8_finish(h, out_q, out_exp)
-
-    def _fast_q8(self, c, layer, qc, qs, out_q, out_exp, slots, nslots, nmax):
-        """step_q8's hot case (i8 rows only, no scores): per head one att_head_i8 call and one att_div_q10, the
-        geometry from the layer's bases; the same integers as the general loop (q8_rows), less Python per head."""
-        tile = self.tile
-        geo = self.geo
-        aux = self.aux
-        k = self.k
-        arena = c.arena
-        iacc = self.iacc
-        H = c.H
-        B = c.B
-        prow = c.prow
-        aux[0] = slots
-        aux[2] = iacc
-        tile[T_KIVI] = 0
-        geo[4] = prow
-        geo[5] = c.P
-        geo[7] = nmax
-        geo[8] = 0 if nslots < 0 else 1
-        kb = c.DATA + layer * 2 * H * B * prow  # K rows of the layer; V rows follow, then the scales likewise
-        vb = kb + H * B * prow
-        km = c.META + layer * 4 * H * B
-        vm = km + 2 * H * B
-        for h in range(self.heads):
-            kvh = h // self.group
-            geo[0] = kb + kvh * B * prow
-            geo[1] = vb + kvh * B * prow
-            geo[2] = km + 2 * kvh * B
-            geo[3] = vm + 2 * kvh * B
-            self.q8_head(h, qs)
-            geo[6] = 0
-            geo[_G_M] = 0
-            geo[_G_LSUM] = 0
-            geo[_G_WS] = 0
-            geo[_G_EVMAX] = 0
-            geo[_G_FIRST] = 1
-            k.att_head_i8(arena, qc, tile, aux)
-            lsum = geo[_G_LSUM]
-            if lsum <= 0:
-                raise ValueError("no cached tokens to attend to in layer %d" % layer)
-            tile[T_LSUM] = lsum
-            k.att_div_q10(iacc, out_q, tile)  # tile[T_QOFF] == h * D
-            out_exp[h] = geo[_G_EVMAX] - 25
-        self.M = geo[_G_M]  # the last head's state, as the general loop leaves it
-        self.lsum = geo[_G_LSUM]
-        self.ws = geo[_G_WS]
-        self.evmax = geo[_G_EVMAX]
-        self.first = False
 
     def _check_q8(self, qc, qs, out_q, out_exp):
         n = self.heads * self.D
@@ -536,8 +484,9 @@ class Attention:
                 geo[6] = 0
                 geo[7] = nmax
                 geo[8] = 0 if nslots < 0 else 1
-                if self.fused and hasattr(self.k, "att_head_i8"):
-                    self._head_i8(c.arena, qc, slots)
+                rows = getattr(self.k, "att_rows_i8", None) if self.fused else None
+                if rows is not None:
+                    rows(self, c.arena, qc, slots)
                 else:
                     while self.k.att_fill_i8(slots, tile, geo):
                         self._tile_q8(c.arena, qc)
@@ -548,25 +497,6 @@ class Attention:
                 if nt == 0:
                     break
                 self._tile_q8(self._prep(c, kind, layer, kvh, nt), qc)
-
-    def _head_i8(self, arena, qc, slots):
-        """Every tile of the i8 rows in geo, in one kernel call; the running state crosses over through geo."""
-        geo = self.geo
-        aux = self.aux
-        aux[0] = slots
-        aux[2] = self.iacc  # kvedge.tiered lends each head its own accumulator
-        geo[_G_M] = self.M
-        geo[_G_LSUM] = self.lsum
-        geo[_G_WS] = self.ws
-        geo[_G_EVMAX] = self.evmax
-        geo[_G_FIRST] = 1 if self.first else 0
-        self.k.att_head_i8(arena, qc, self.tile, aux)
-        aux[0] = None
-        self.M = geo[_G_M]
-        self.lsum = geo[_G_LSUM]
-        self.ws = geo[_G_WS]
-        self.evmax = geo[_G_EVMAX]
-        self.first = geo[_G_FIRST] != 0
 
     def q8_finish(self, h, out_q, out_exp):
         """Head h's output: out_q[h*D:(h+1)*D] * 2**out_exp[h]; clears iacc. The caller checked lsum > 0."""

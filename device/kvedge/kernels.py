@@ -22,16 +22,22 @@ def _env_allowed():
     return v.split(",") if v else None
 
 
-def thumb():
-    """Whether this port runs Arm Thumb code (sys.implementation._mpy's architecture field: armv6 to armv7emdp),
-    checked before importing the asm kernels: compiling them elsewhere would only fail, after a large parse."""
+def arch():
+    """The native-code architecture of this port (sys.implementation._mpy bits 10-13: 0 = none, as on
+    CircuitPython; 2 x64; 3-8 Arm Thumb, armv6 to armv7emdp; 9-10 Xtensa), -1 on CPython."""
     import sys
-    a = (getattr(sys.implementation, "_mpy", 0) >> 10) & 15
-    return 3 <= a <= 8
+    m = getattr(sys.implementation, "_mpy", None)
+    return -1 if m is None else (m >> 10) & 15
+
+
+def thumb():
+    return 3 <= arch() <= 8  # Arm Thumb code: the inline assembler can run here
 
 
 def _load(kind):
-    if kind == "asm" and not thumb():
+    # kinds this port cannot compile are not imported at all: the failed compile of a large module would cost
+    # a parse's worth of heap (and a MemoryError there is not a SyntaxError)
+    if (kind == "asm" and not thumb()) or (kind in ("viper", "native") and arch() == 0):
         return None
     name = _MODULES[kind]
     try:

@@ -723,3 +723,77 @@ def att_head_i8(arena, q, tile, aux) -> int:
         gg[12] = evmax
     gg[6] = j
     return rows
+
+
+# ---- the Python drivers of att_head_i8 (kvedge.attention calls them through its kernel module, so the kind's own
+# att_head_i8 runs: att.k). geo words: 0-8 geometry, 9 M, 10 lsum, 11 ws, 12 evmax, 13 first. ----
+
+def att_rows_i8(att, arena, qc, slots):
+    """attention.q8_rows' i8 case: every tile in one att_head_i8 call; the running state crosses through geo."""
+    geo = att.geo
+    aux = att.aux
+    aux[0] = slots
+    aux[2] = att.iacc  # kvedge.tiered lends each head its own accumulator
+    geo[9] = att.M
+    geo[10] = att.lsum
+    geo[11] = att.ws
+    geo[12] = att.evmax
+    geo[13] = 1 if att.first else 0
+    att.k.att_head_i8(arena, qc, att.tile, aux)
+    aux[0] = None
+    att.M = geo[9]
+    att.lsum = geo[10]
+    att.ws = geo[11]
+    att.evmax = geo[12]
+    att.first = geo[13] != 0
+
+
+def att_step_i8(att, c, layer, qc, qs, out_q, out_exp, slots, nslots):
+    """attention.step_q8's hot case (i8 rows only, no scores): per head one att_head_i8 call and one
+    att_div_q10, the geometry from the layer's bases; the same integers as the general loop (q8_rows)."""
+    tile = att.tile
+    geo = att.geo
+    aux = att.aux
+    k = att.k
+    arena = c.arena
+    iacc = att.iacc
+    H = c.H
+    B = c.B
+    prow = c.prow
+    aux[0] = slots
+    aux[2] = iacc
+    tile[11] = 0  # T_KIVI
+    geo[4] = prow
+    geo[5] = c.P
+    geo[7] = c.N if nslots < 0 else nslots
+    geo[8] = 0 if nslots < 0 else 1
+    kb = c.DATA + layer * 2 * H * B * prow  # K rows of the layer; V rows follow, then the scales likewise
+    vb = kb + H * B * prow
+    km = c.META + layer * 4 * H * B
+    vm = km + 2 * H * B
+    for h in range(att.heads):
+        kvh = h // att.group
+        geo[0] = kb + kvh * B * prow
+        geo[1] = vb + kvh * B * prow
+        geo[2] = km + 2 * kvh * B
+        geo[3] = vm + 2 * kvh * B
+        att.q8_head(h, qs)
+        geo[6] = 0
+        geo[9] = 0
+        geo[10] = 0
+        geo[11] = 0
+        geo[12] = 0
+        geo[13] = 1
+        k.att_head_i8(arena, qc, tile, aux)
+        lsum = geo[10]
+        if lsum <= 0:
+            raise ValueError("no cached tokens to attend to in layer %d" % layer)
+        tile[12] = lsum  # T_LSUM
+        k.att_div_q10(iacc, out_q, tile)  # tile[T_QOFF] == h * D
+        out_exp[h] = geo[12] - 25
+    aux[0] = None
+    att.M = geo[9]  # the last head's state, as the general loop leaves it
+    att.lsum = geo[10]
+    att.ws = geo[11]
+    att.evmax = geo[12]
+    att.first = False

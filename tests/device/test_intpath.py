@@ -29,11 +29,11 @@ def _files():
     return _PATHS
 
 
-def _model(int_forward=True, kv=None, **kw):
+def _model(forward="int", kv=None, **kw):
     from kvedge.model.llama import Llama
     gc.collect()
-    return Llama(_files()["i8"], kv=kv or {"dtype": "i8", "align": 0, "max_tokens": 24}, int_forward=int_forward,
-                 tile=8, **kw)
+    return Llama(_files()["i8"], kv=kv or {"dtype": "i8", "align": 0, "max_tokens": 24}, forward=forward, tile=8,
+                 **kw)
 
 
 def _gap(a, b, ea):
@@ -68,7 +68,7 @@ def test_int_forward_tracks_the_float_path():
     # the float path on the same int8 weights and i8 cache: a float residual stream, int8 activations
     kernels.select("plain")
     a = _model()
-    b = _model(False, int_attention=False)
+    b = _model("float", int_attention=False)
     worst = 0.0
     agree = 0
     for tok in TOKENS:
@@ -167,14 +167,15 @@ def test_int_forward_allocates_nothing_with_a_ring_and_with_h2o():
 
 def test_int_forward_with_an_f32_prefix_and_refusals():
     m = _model(kv={"dtype": "i8", "align": 0, "max_tokens": 12, "prefix": 2})
-    b = _model(False, kv={"dtype": "i8", "align": 0, "max_tokens": 12, "prefix": 2}, int_attention=False)
+    b = _model("float", kv={"dtype": "i8", "align": 0, "max_tokens": 12, "prefix": 2}, int_attention=False)
     for tok in TOKENS[:6]:
         assert _gap(m.forward(tok), b.forward(tok), m.intp.exp_logits) < 0.05
     m.close()
     b.close()
     from kvedge.model.llama import Llama
-    raises(ValueError, Llama, _files()["f32"], {"dtype": "i8"}, None, 0, False, 32, None, "auto", None, True)
-    raises(ValueError, Llama, _files()["i8"], {"dtype": "f32"}, None, 0, False, 32, None, "auto", None, True)
+    raises(ValueError, Llama, _files()["f32"], {"dtype": "i8"}, None, 0, False, 32, None, "auto", None, "int")
+    raises(ValueError, Llama, _files()["i8"], {"dtype": "f32"}, None, 0, False, 32, None, "auto", None, "int")
+    raises(ValueError, Llama, _files()["i8"], {"dtype": "i8"}, None, 0, False, 32, None, "auto", None, "fast")
 
 
 def test_int_forward_generates_greedily_and_with_a_temperature():

@@ -191,8 +191,18 @@ def code_max(cols):
     return c if c < 32767 else 32767
 
 
+def check(wdtype, ccfg, attention):
+    """Refuse, before anything is allocated, what the integer forward pass cannot run."""
+    if wdtype != "i8":
+        raise ValueError("the integer forward pass needs int8 weights (kvedge convert)")
+    if ccfg.dtype != "i8":
+        raise ValueError("the integer forward pass needs an i8 cache, not %s" % ccfg.dtype)
+    if attention is not None:
+        raise ValueError("the integer forward pass runs kvedge.attention's integer path")
+
+
 def scratch_bytes(cfg, stream=False):
-    """Bytes of IntPath's buffers and tables beside kvedge.budget.activation_bytes, plus what IntWeights keeps
+    """Bytes of Forward's buffers and tables beside kvedge.budget.activation_bytes, plus what Weights keeps
     beyond the int8 weights' own account (a q_mv parameter header per fused matrix group)."""
     d, h, kvd, H, KV = cfg.dim, cfg.hidden_dim, cfg.kv_dim, cfg.n_heads, cfg.n_kv_heads
     nq = d + 2 * kvd
@@ -236,7 +246,7 @@ class IntMatrix:
         self.exp = 30 + E
 
 
-class IntWeights:
+class Weights:
     """A kvedge int8 file read for the integer path: embedding (= classifier when shared), per layer wqkv, wo,
     w13, w2, and the norm gains. stream=True leaves the matrices in the file (chunk rows at a time)."""
 
@@ -328,7 +338,7 @@ class IntWeights:
         return out, e
 
 
-class IntPath:
+class Forward:
     """Buffers, tables and the decode step of the integer forward pass over a model's cache and attention."""
 
     def __init__(self, model, w):

@@ -53,20 +53,23 @@ def object_bytes(cfg, ccfg, tile=32):
     return 2048 + 320 * (7 * cfg.n_layers + 2) + 4 * ccfg.slots + 256 * tile
 
 
-def plan(cfg, wdtype, ccfg, stream=False, tile=32, workspace=0, int_forward=False):
+def plan(cfg, wdtype, ccfg, stream=False, tile=32, workspace=0, forward="float"):
     """The run's memory account (kvedge.budget.deployment_bytes): weights resident in RAM, KV arena,
-    activations + model scratch, and workspace = the runtime's share (caller) + this run's Python objects.
-    int_forward: the integer forward pass's buffers and tables (kvedge.model.intpath) instead of the float
-    path's scratch."""
+    activations + model scratch (the forward pass's own: _path(forward).scratch_bytes for the others), and
+    workspace = the runtime's share (caller) + this run's Python objects."""
     act = _budget.activation_bytes(cfg.dim, cfg.hidden_dim, cfg.n_heads, cfg.vocab_size, tile,
                                    head_dim=cfg.head_dim)
-    if int_forward:
-        from kvedge.model.intpath import scratch_bytes as int_scratch
-        scratch = int_scratch(cfg, stream)
-    else:
-        scratch = scratch_bytes(cfg, wdtype)
+    scratch = scratch_bytes(cfg, wdtype) if forward == "float" else _path(forward).scratch_bytes(cfg, stream)
     return _budget.deployment_bytes(resident_bytes(cfg, wdtype, stream), ccfg.nbytes(), act + scratch,
                                     workspace + object_bytes(cfg, ccfg, tile))
+
+
+def _path(forward):
+    """The module of a forward pass other than the float one: "int" (kvedge.model.intpath)."""
+    if forward == "int":
+        from kvedge.model import intpath
+        return intpath
+    raise ValueError("forward must be 'float' or 'int', got %r" % (forward,))
 
 
 def _default_attention(cache, tile):
@@ -83,27 +86,26 @@ class Llama:
     workspace  bytes set aside for the runtime itself (interpreter, stacks, the code), counted in the plan
     stream     leave weight matrices in the file and read them row block by row block (when they do not fit)
     attention  factory(cache, tile=...) -> object with step(layer, q, out); default kvedge.attention
-    int_attention  "auto" (integer path of kvedge.attention for i8/i4 caches when viper kernels run it),
-               True (integer path whenever the cache is i8/i4) or False (float path always)
+    int_attention  "auto" (integer path of kvedge.attention for i8/i4 caches when viper or asm kernels run
+               it), True (integer path whenever the cache is i8/i4) or False (float path always)
     policy     eviction policy factory(cache) -> object with `scores` (array('i') per slot, filled by the
                attention step) and observe() (called once per token), e.g.
                lambda c: kvedge.evict.H2O(c, budget=128, recent=64); counted in the plan as 8 bytes a slot
+    forward    "float" (this module's float pass) or "int" (kvedge.model.intpath: int8 weights, i8 cache, no
+               float and no allocation per token; forward() then returns integer logits, value
+               logits[i] * 2**intp.exp_logits)
     """
 
     def __init__(self, path, kv=None, budget=None, workspace=0, stream=False, tile=32, attention=None,
-                 int_attention="auto", policy=None, int_forward=False):
+                 int_attention="auto", policy=None, forward="float"):
         cfg, wdtype = read_config(path)
         ccfg = cache_config(cfg, kv)
-        if int_forward:
-            if wdtype != "i8":
-                raise ValueError("the integer forward pass needs int8 weights (kvedge convert)")
-            if ccfg.dtype != "i8":
-                raise ValueError("the integer forward pass needs an i8 cache, not %s" % ccfg.dtype)
-            if attention is not None:
-                raise ValueError("the integer forward pass runs kvedge.attention's integer path")
+        alt = None if forward == "float" else _path(forward)
+        if alt is not None:
+            alt.check(wdtype, ccfg, attention)
         if policy is not None:
             workspace += 8 * ccfg.slots + 256  # a policy's per-slot scores and accumulators
-        self.plan = plan(cfg, wdtype, ccfg, stream, tile, workspace, int_forward)
+        self.plan = plan(cfg, wdtype, ccfg, stream, tile, workspace, forward)
         if budget is not None and self.plan["total"] > budget:
             p = self.plan
             raise BudgetError("model run (weights %d + kv %d + activations %d + workspace %d)" % (
@@ -111,20 +113,16 @@ class Llama:
         self.cfg = cfg
         self.wdtype = wdtype
         self.k = kernels.get()
-        self.intp = None
-        if int_forward:
-            from kvedge.model.intpath import IntWeights
-            self.w = IntWeights(path, stream)
-        else:
-            self.w = Weights(path, stream)
+        self.forward_kind = forward
+        self.intp = None  # the other forward pass, when it runs
+        self.w = alt.Weights(path, stream) if alt is not None else Weights(path, stream)
         self.cache = KVCache(ccfg)
         self.policy = policy(self.cache) if policy is not None else None
         self.scores = self.policy.scores if self.policy is not None else None
         self.att = (attention or _default_attention)(self.cache, tile=tile)
-        if int_forward:
-            from kvedge.model.intpath import IntPath
+        if alt is not None:
             self.int_attention = True
-            self.intp = IntPath(self, self.w)
+            self.intp = alt.Forward(self, self.w)
             self.logits = self.intp.logits
             return
         quantized = ccfg.dtype in ("i8", "i4") and hasattr(self.att, "step_q8")
