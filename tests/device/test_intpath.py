@@ -7,7 +7,9 @@ from kvedge.model import llama  # noqa: F401
 gc.collect()
 from kvedge import attention  # noqa: F401,E402
 gc.collect()
-from kvedge.model import intpath  # noqa: F401,E402
+from kvedge.model import intpath  # noqa: E402
+gc.collect()
+intpath.qkernels()  # the q_* kernels too
 gc.collect()
 from _support import need, raises, under_heap_lock  # noqa: E402
 from _model_support import tmp_path  # noqa: E402
