@@ -17,9 +17,9 @@ import math
 
 from . import kernels, quant
 from .compat import zeros, const
-from .budget import I4, I8
+from .budget import I2, I4, I8
 from .kernels_plain import (T_N, T_D, T_QOFF, T_T, T_B, T_EQ, T_M, T_WS, T_EVMAX, T_TMAX, T_EVT, T_HDR, T_KIVI,
-                           T_LSUM, T_SH, T_CORR)
+                           T_LSUM, T_SH, T_CORR, T_QBITS)
 
 # geo: att_fill_i8's geometry (0..8), one query head's running state (9..13) and scratch of the fused kernels
 # (kernels_viper/asm: att_head_i8 and their drivers att_step_i8, att_rows_i8), which run every tile of a head
@@ -107,9 +107,9 @@ class Attention:
         self.s = zeros("f", tile)
         self.tslot = zeros("i", tile)
         # integer path scratch
-        self.int_ok = cfg.dtype in (I8, I4) and D <= 256
+        self.int_ok = cfg.dtype in (I8, I4, I2) and D <= 256
         self.P, self.G = cfg.prefix, cfg.group
-        self.i4 = cfg.dtype == I4
+        self.i4 = cache.lowbit  # i4 or i2 rows: converted to int8 codes a tile at a time
         self.kivi = cache.kivi
         self.mixed = self.P > 0 or self.kivi  # rows other than the cache dtype exist
         if self.int_ok:
@@ -118,6 +118,7 @@ class Attention:
             self.tile[T_D] = D
             self.tile[T_T] = tile
             self.tile[T_KIVI] = 1 if self.kivi else 0
+            self.tile[T_QBITS] = cache.bits or 4
             self.scratch = self.conv = None
             if self.mixed or self.i4:  # converted rows: codes and scales of one tile, and per-channel ints
                 self.need_conversion()
@@ -299,7 +300,7 @@ class Attention:
         D = self.D
         P = c.P
         if kind == 2:
-            i4 = c.cfg.dtype == I4
+            i4 = c.lowbit
             B = c.B
             prow = c.prow
             kbase = c.DATA + ((layer * 2) * H + kvh) * B * prow
@@ -382,11 +383,11 @@ class Attention:
         self.lsum = lsum
 
     def step_q8(self, layer, qc, qs, out_q, out_exp, scores=None, slots=None, nslots=-1):
-        """Integer attention for i8 and i4 caches: qc int8 query codes (heads*head_dim, array('b')), qs f16
+        """Integer attention for i8, i4 and i2 caches: qc int8 query codes (heads*head_dim, array('b')), qs f16
         scale bits per query head; writes out_q (array('i'), heads*head_dim) and out_exp (per head) so that
         the output is out_q * 2**out_exp. Allocates nothing once warm; all ints stay within +-2**30."""
         if not self.int_ok:
-            raise ValueError("the integer path needs an i8 or i4 cache with head_dim <= 256")
+            raise ValueError("the integer path needs an i8, i4 or i2 cache with head_dim <= 256")
         c = self.cache
         c._check_layer(layer)
         self._check_q8(qc, qs, out_q, out_exp)
@@ -467,9 +468,10 @@ class Attention:
         geo = self.geo
         H = c.H
         P = c.P
-        i4 = c.cfg.dtype == I4
+        i4 = c.lowbit
         mixed = P > 0 or c.kivi
         tile[T_KIVI] = 1 if c.kivi else 0
+        tile[T_QBITS] = c.bits or 4
         self.layer = layer
         for kind in range(3):
             if kind < 2 and not mixed:

@@ -11,12 +11,12 @@ class CacheConfig:
 
     layers, heads, kv_heads, head_dim   the model's attention shape (kv_heads divides heads: MHA, GQA, MQA)
     max_tokens   hard cap on cached tokens (trap 8); with a window the cache holds sinks + window <= max_tokens
-    dtype        storage of cached rows: f32, f16, i8, i4
+    dtype        storage of cached rows: f32, f16, i8, i4, i2
     window       0 = keep everything up to max_tokens; W > 0 = ring of the last W tokens
     sinks        with a window: the first S tokens are kept for ever (StreamingLLM)
     align        each row is padded to a multiple of this many bytes (0 or 1 = no padding)
-    group        i4: keys are quantized per channel over groups of this many tokens (KIVI)
-    residual     i4: KIVI's sliding residual R, a multiple of group (default = group): the newest R..R+G-1
+    group        i4/i2: keys are quantized per channel over groups of this many tokens (KIVI)
+    residual     i4/i2: KIVI's sliding residual R, a multiple of group (default = group): the newest R..R+G-1
                  tokens stay at f32 and a whole group is quantized when it leaves; 0 = naive per-token key
                  quantization (no residual). A window must hold R + G tokens; a cache of fewer slots keeps
                  everything at f32 until quantize_residual()
@@ -51,7 +51,7 @@ class CacheConfig:
                 residual = 0
             check_int("residual", residual, 0)
             if residual:
-                raise ValueError("residual applies to i4 only, got %d for %s" % (residual, dtype))
+                raise ValueError("residual applies to i4 and i2 only, got %d for %s" % (residual, dtype))
         if window:
             if sinks + window > max_tokens:
                 raise ValueError("sinks + window (%d) must be <= max_tokens (%d)" % (sinks + window, max_tokens))

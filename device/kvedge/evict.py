@@ -14,7 +14,7 @@
 # One step adds at most heads * 65536 (+ rounding) per layer attended, so `scores` itself stays far below
 # 2**30 as long as observe() is called once per token (heads * layers attended <= 16383 is checked).
 from .compat import zeros
-from .budget import I4
+from .budget import LOWBIT
 from .errors import CacheFullError
 
 CAP = (1 << 30) - 1
@@ -34,9 +34,10 @@ class H2O:
         if cfg.window:
             raise ValueError("H2O replaces the ring buffer: build the cache with window=0 (got window=%d)"
                              % cfg.window)
-        if cfg.dtype == I4 and cfg.residual:
-            raise ValueError("H2O cannot evict single tokens from KIVI i4 groups (keys share per-channel "
-                             "scales over %d tokens): use i4 with residual=0, or i8/f16/f32" % cfg.group)
+        if cfg.dtype in LOWBIT and cfg.residual:
+            raise ValueError("H2O cannot evict single tokens from KIVI %s groups (keys share per-channel "
+                             "scales over %d tokens): use %s with residual=0, or i8/f16/f32"
+                             % (cfg.dtype, cfg.group, cfg.dtype))
         N = cfg.slots
         if budget is None:
             budget = N

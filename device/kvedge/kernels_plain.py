@@ -108,12 +108,13 @@ T_KIVI = 11  # 1 when i4 keys have per-channel scales (meta offset = the group's
 T_LSUM = 12  # running sum of weights (att_div_q10 divides by it)
 T_SH = 13  # att_rescale: right shift of the accumulator (a larger V scale arrived)
 T_CORR = 14  # att_rescale: Q14 factor 2**-(growth of the running max), 16384 = none
+T_QBITS = 15  # att_conv_i4: bits per code of the low-bit rows, 4 (i4) or 2 (i2), packed low bits first
 T_HDR = 16
-SAT = 1 << 29
+SAT = (1 << 29) - 1  # |U| <= SAT: a difference of two scores (M - U) stays below 2**30, a small int
 
 
 def att_scores_i8(arena, q, tile):
-    """U[j] = q . K_j * scales, as log2 of the softmax weight in Q16 (saturating at +-2**29); tile max and
+    """U[j] = q . K_j * scales, as log2 of the softmax weight in Q16 (saturating at +-SAT); tile max and
     the tile's largest V scale exponent go to the header. Every intermediate stays within +-2**30."""
     nt = tile[T_N]
     D = tile[T_D]
@@ -291,7 +292,7 @@ def att_fill_i8(slots, tile, geo):
 
 
 # ---- rows the i8 tile kernels cannot read directly, converted to int8 codes with a power-of-two scale ----
-# f32 rows (the full-precision prefix and i4's residual) and i4 rows are rewritten, a tile at a time, into
+# f32 rows (the full-precision prefix and KIVI's residual) and i4/i2 rows are rewritten, a tile at a time, into
 # `scratch` (bytearray): K codes [0, T*D), V codes [T*D, 2*T*D), K scale bits at 2*T*D + 2j, V scale bits at
 # 2*T*D + 2*T + 2j; the tile's offsets are pointed there, and the att_* kernels then run on scratch.
 
@@ -370,11 +371,15 @@ def att_conv_f32(arena, tile, scratch, conv):
 
 
 def att_conv_i4(arena, tile, scratch, conv):
-    """i4 rows (asymmetric: value = zero + code * scale, per row or per channel) -> int8 codes."""
+    """i4 or i2 rows (asymmetric: value = zero + code * scale, per row or per channel) -> int8 codes."""
     nt = tile[T_N]
     D = tile[T_D]
     T = tile[T_T]
     kivi = tile[T_KIVI]
+    bits = tile[T_QBITS]
+    lg = 1 if bits == 4 else 2  # log2 of the codes per byte
+    msk = (1 << lg) - 1
+    cmax = (1 << bits) - 1  # the largest code
     for kv in range(2):
         ro = T_HDR + 3 * T * kv
         for j in range(nt):
@@ -400,7 +405,7 @@ def att_conv_i4(arena, tile, scratch, conv):
                     ze = 1
                 if h & 0x8000:
                     zm = -zm
-                q = (arena[src + (i >> 1)] >> (4 * (i & 1))) & 15
+                q = (arena[src + (i >> lg)] >> (bits * (i & msk))) & cmax
                 ec = se if se < ze else ze
                 top = se if se > ze else ze
                 if ec < top - 14:  # keep both terms within 2**30; the smaller one loses low bits

@@ -64,7 +64,7 @@ def att_scores_i8(arena, q, tile) -> int:
     T = int(tl[3])
     B = int(tl[4])
     eq = int(tl[5])
-    sat = 1 << 29
+    sat = (1 << 29) - 1  # kernels_plain.SAT
     tmax = 0 - sat
     evt = 0
     # sext(x) = (x ^ 128) - 128: sum (X-128)(Y-128) = sum XY - 128 sum X - 128 sum Y + 2**14 D with X, Y the
@@ -334,7 +334,7 @@ from kvedge.kernels_native import att_conv_f32  # noqa: E402,F401
 
 @micropython.viper
 def att_conv_i4(arena, tile, scratch, conv) -> int:
-    """kernels_plain.att_conv_i4 (see there) on raw pointers: i4 rows -> int8 codes and power-of-two scales."""
+    """kernels_plain.att_conv_i4 (see there) on raw pointers: i4/i2 rows -> int8 codes and power-of-two scales."""
     a = ptr8(arena)  # noqa: F821
     tl = ptr32(tile)  # noqa: F821
     sc = ptr8(scratch)  # noqa: F821
@@ -346,6 +346,12 @@ def att_conv_i4(arena, tile, scratch, conv) -> int:
     D = int(tl[1])
     T = int(tl[3])
     kivi = int(tl[11])
+    bits = int(tl[15])
+    lg = 2
+    if bits == 4:
+        lg = 1
+    msk = (1 << lg) - 1
+    cmax = (1 << bits) - 1  # the largest code
     kv = 0
     while kv < 2:
         ro = 16 + 3 * T * kv
@@ -375,7 +381,7 @@ def att_conv_i4(arena, tile, scratch, conv) -> int:
                     ze = 1
                 if h & 0x8000:
                     zm = 0 - zm
-                q = (int(a[src + (i >> 1)]) >> (4 * (i & 1))) & 15
+                q = (int(a[src + (i >> lg)]) >> (bits * (i & msk))) & cmax
                 ec = se
                 top = ze
                 if ze < se:

@@ -14,7 +14,7 @@
 #
 # Waste is the unfilled part of each session's last block, reported as waste_bytes.
 from .attention import Attention
-from .budget import I4
+from .budget import LOWBIT
 from .cache import KVCache
 from .compat import zeros
 from .errors import CacheFullError
@@ -35,8 +35,9 @@ class PagedPool:
             raise ValueError("a paged pool grows sessions by blocks: build its config with window=0")
         if cfg.prefix:
             raise ValueError("a paged pool keeps no f32 prefix (prefix=%d): slots belong to sessions" % cfg.prefix)
-        if cfg.dtype == I4 and cfg.residual:
-            raise ValueError("KIVI i4 groups span tokens of one sequence: use i4 with residual=0 in a pool")
+        if cfg.dtype in LOWBIT and cfg.residual:
+            raise ValueError("KIVI %s groups span tokens of one sequence: use %s with residual=0 in a pool"
+                             % (cfg.dtype, cfg.dtype))
         for name, x in (("block", block), ("sessions", sessions)):
             if not isinstance(x, int) or isinstance(x, bool) or x < 1:
                 raise ValueError("%s must be an int >= 1, got %r" % (name, x))

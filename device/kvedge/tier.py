@@ -15,7 +15,7 @@
 # a single staging block would need the attention step to expose its running max and sum.)
 import struct
 
-from .budget import F32, F16, I8, I4
+from .budget import F32, F16, I8, I4, I2
 from .compat import zeros
 
 MAGIC = b"KVT1"
@@ -24,7 +24,7 @@ HDR = "<4sHHIIHHHHBBHI"  # magic, version, generation, record bytes, capacity, l
 HDR_BYTES = 32           # block, dtype, 0, align, 0
 TAG = "<iiii"  # generation, session id (0 = free), block index in the session, tokens
 TAG_BYTES = 16
-DTYPES = (F32, F16, I8, I4)
+DTYPES = (F32, F16, I8, I4, I2)  # the header stores the index: append only
 GEN_LIMIT = 0xFFFF
 
 
@@ -79,7 +79,7 @@ class ColdTier:
                 for kv in (0, 1):
                     for h in range(c.H):
                         segs.append((c.META + ((layer * 2 + kv) * c.H + h) * N * 2, B * 2))
-        elif dt == I4:  # residual 0: scale and zero per row, K then V
+        elif dt == I4 or dt == I2:  # residual 0: scale and zero per row, K then V
             for base in (c.META, c.VMETA):
                 for layer in range(c.L):
                     for h in range(c.H):

@@ -57,7 +57,7 @@ def _zeros(code, n):
 def case_config(c):
     from kvedge.config import CacheConfig
     kw = {"window": c["window"], "sinks": c["sinks"], "align": c["align"], "prefix": c["prefix"]}
-    if c["dtype"] == "i4":
+    if c["dtype"] in ("i4", "i2"):
         kw["group"] = c["group"]
         kw["residual"] = c["residual"]
     return CacheConfig(c["layers"], c["heads"], c["kv_heads"], c["head_dim"], c["max_tokens"], c["dtype"], **kw)

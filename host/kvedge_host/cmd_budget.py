@@ -9,7 +9,7 @@ from kvedge import budget
 
 from . import account, models, validate
 
-STORAGE_CURVES = ("f32", "f16", "i8", "i4")
+STORAGE_CURVES = ("f32", "f16", "i8", "i4", "i2")
 
 
 def add_model_arguments(p):
@@ -127,7 +127,9 @@ def curves(spec, r, align, batch, points=120):
     windows = spec.windows()
     out = {}
     for dt in STORAGE_CURVES:
-        if dt == budget.I4 and spec.head_dim & 1:
+        try:
+            budget.row_bytes(spec.head_dim, dt)
+        except ValueError:  # i4 needs an even head_dim, i2 a multiple of 4
             continue
         out["%s, keep all" % dt] = (xs, [fixed + budget.kv_bytes_layers(windows, spec.kv_heads, spec.head_dim, x, dt,
                                                                          align, batch) for x in xs])

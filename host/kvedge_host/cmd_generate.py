@@ -21,7 +21,8 @@ def add_arguments(p):
     p.add_argument("--steps", type=int, default=256, help="positions to run, prompt included (default 256)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--seed", type=int, default=1, help="sampling seed, > 0 (default 1)")
-    p.add_argument("--kv-dtype", default="f32", choices=("f32", "f16", "i8", "i4"), help="cache storage")
+    p.add_argument("--kv-dtype", default="f32", choices=("f32", "f16", "i8", "i4", "i2"),
+                   help="cache storage")
     p.add_argument("--max-tokens", type=int, default=0, help="cache cap (default: the model's context)")
     p.add_argument("--window", type=int, default=0, help="ring window of the last W tokens (0 = none)")
     p.add_argument("--sinks", type=int, default=0, help="tokens kept for ever beside the window")

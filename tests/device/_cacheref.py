@@ -80,7 +80,7 @@ def tolerance(cfg, seed, pos, layer, kv, head, i, slot, n=None):
     if cfg.dtype == "i8":
         amax = max(abs(e) for e in x)
         return amax / 127.0 * (1 + 2.0 ** -10) / 2 + amax * 1e-6
-    # i4: asymmetric, scale = span/15 rounded up to f16, zero rounded down to f16
+    # i4 / i2: asymmetric, scale = span/15 (span/3) rounded up to f16, zero rounded down to f16
     if kv == 0 and cfg.residual:
         G = cfg.group
         first = pos - (pos - cfg.prefix) % G  # a key group is G consecutive positions after the prefix
@@ -89,4 +89,5 @@ def tolerance(cfg, seed, pos, layer, kv, head, i, slot, n=None):
         vals = x
     mn, mx = min(vals), max(vals)
     span = mx - mn + abs(mn) * 2.0 ** -10 + 2.0 ** -24
-    return span / 15.0 * (1 + 2.0 ** -9) / 2 + (abs(mn) + abs(mx)) * 1e-6
+    top = 15.0 if cfg.dtype == "i4" else 3.0
+    return span / top * (1 + 2.0 ** -9) / 2 + (abs(mn) + abs(mx)) * 1e-6

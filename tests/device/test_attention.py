@@ -91,13 +91,13 @@ CASES = [
 def _case(dtype, case, seed, tile=8, residual=4):
     H, KVH, D, n, window, sinks = case
     max_tokens = max(n, window + sinks)
-    if dtype == "i4":  # KIVI group 4: a ring of whole groups, at least residual + group
+    if dtype in ("i4", "i2"):  # KIVI group 4: a ring of whole groups, at least residual + group
         window = max(residual + 4, window - window % 4) if window else 0
         max_tokens = n if not window else max(window + sinks, n)
         if not window:
             max_tokens = (n + 3) // 4 * 4
     kw = dict(window=window, sinks=sinks, align=0)
-    if dtype == "i4":
+    if dtype in ("i4", "i2"):
         kw.update(group=4, prefix=sinks, residual=residual)
     cfg = CacheConfig(1, H, KVH, D, max_tokens, dtype, **kw)
     rng = Rng(seed)
@@ -132,9 +132,9 @@ def test_float_path_f16_within_half_rounding():
         gc.collect()
 
 
-def test_float_path_on_i8_and_i4_caches():
+def test_float_path_on_i8_i4_and_i2_caches():
     for i, case in enumerate(CASES):
-        for dtype, bound in (("i8", 0.999), ("i4", 0.99)):
+        for dtype, bound in (("i8", 0.999), ("i4", 0.99), ("i2", 0.9)):
             cs = _float_case(dtype, case, 30 + i)[1]
             assert cs >= bound, (dtype, case, cs)
             gc.collect()
@@ -187,6 +187,14 @@ def test_integer_path_i4_kivi_with_f32_sinks_and_residual():
             cs = _int_case(case, 45 + i, "i4", residual)
             assert cs >= 0.99, (case, residual, cs)
             gc.collect()
+
+
+def test_integer_path_i2_kivi_and_same_bits_on_every_kernel():
+    # 2-bit rows (four levels per value) through the same conversion to int8 codes as i4
+    for i, case in enumerate(CASES):
+        cs = _int_case(case, 60 + i, "i2", 8 if i % 2 else 4)
+        assert cs >= 0.9, (case, cs)
+        gc.collect()
 
 
 def _int_prefix_case(dtype, residual, seed):
@@ -277,7 +285,7 @@ def test_attention_bad_input():
     assert "layer 1 out of range" in message(e)
     e = raises(ValueError, att.step_q8, 0, zeros("b", 32), zeros("H", 4), zeros("i", 32),
                zeros("i", 4))
-    assert "integer path needs an i8 or i4 cache" in message(e)
+    assert "integer path needs an i8, i4 or i2 cache" in message(e)
     empty = Attention(KVCache(CacheConfig(1, 4, 2, 8, 4, "f32", align=0)))
     e = raises(ValueError, empty.step, 0, q, zeros("f", 32))
     assert "no cached tokens" in message(e)
@@ -298,17 +306,26 @@ def _locked_case(cfg, n_tokens, seed):
     for p in range(n_tokens):
         c.append([_gauss_rows(rng, kv, cfg.head_dim, True) for _ in range(cfg.layers)],
                  [_gauss_rows(rng, kv, cfg.head_dim) for _ in range(cfg.layers)])
+    _locked_steps(c, _gauss_rows(rng, cfg.heads * cfg.head_dim, cfg.head_dim))
+
+
+def _locked_steps(c, q):
+    """step_q8 over every layer of c, warm and then under heap_lock, with every kernel kind: same output."""
+    cfg = c.cfg
     att = Attention(c, tile=32)
     n = cfg.heads * cfg.head_dim
-    q = _gauss_rows(rng, n, cfg.head_dim)
     qc, qs, oq, oe = zeros("b", n), zeros("H", cfg.heads), zeros("i", n), zeros("i", cfg.heads)
     quantize_query(q, qc, qs, cfg.heads)
+    first = None
     for kind in kernels.available():
         att.k = kernels.select(kind)
         _int_steps(att, qc, qs, oq, oe, cfg.layers)  # warm
         before = list(oq)
         under_heap_lock(_int_steps, att, qc, qs, oq, oe, cfg.layers)
         assert list(oq) == before, kind
+        if first is None:
+            first = before
+        assert before == first, kind  # the same bits from every kernel kind
     kernels.select()
 
 
@@ -320,3 +337,33 @@ def test_integer_step_allocates_nothing_up_to_the_cap():
     # i4 (KIVI) with f32 sinks and a sliding f32 residual of 2 groups (20 rows at f32), ring wrapped twice
     _locked_case(CacheConfig(1, 8, 2, 16, 40, "i4", window=32, sinks=4, prefix=4, group=8, residual=16,
                              align=0), 80, 91)
+    gc.collect()
+    # i2 (KIVI) the same way, and i2 with per-token keys filled to its cap
+    _locked_case(CacheConfig(1, 8, 2, 16, 40, "i2", window=32, sinks=4, prefix=4, group=8, residual=16,
+                             align=0), 80, 92)
+    gc.collect()
+    _locked_case(CacheConfig(1, 4, 1, 8, 48, "i2", residual=0, align=0), 48, 93)
+
+
+def test_integer_step_on_extreme_low_bit_rows_allocates_nothing():
+    need("heap_lock")
+    # rows mixing f16's extremes (6e4 beside 1e-4 and subnormal scales): every intermediate of the i4/i2
+    # conversion and the tile kernels stays a small int; on the 32-bit port a larger one would be a heap long,
+    # which heap_lock turns into a MemoryError
+    vals = (60000.0, -60000.0, 1e-4, -3e-5, 2.0 ** -14, 30000.0, -0.5, 0.0, 6e-8, -65000.0)
+    for dt in ("i4", "i2"):
+        for residual in (4, 0):
+            c = KVCache(CacheConfig(1, 4, 1, 8, 24, dt, window=16, group=4, residual=residual, align=0))
+            k = zeros("f", 8)
+            v = zeros("f", 8)
+            for p in range(30):
+                for i in range(8):
+                    k[i] = vals[(i + p) % 10]
+                    v[i] = vals[(3 * i + p) % 10] * 0.5
+                c.append([k], [v])
+            q = zeros("f", 32)
+            for i in range(32):
+                q[i] = vals[i % 10] * 1e-3
+            _locked_steps(c, q)
+            c = None
+            gc.collect()

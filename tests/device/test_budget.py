@@ -59,6 +59,18 @@ def test_i4_kivi_hand_computed():
     assert budget.kv_bytes(1, 1, 8, 64, "i4", align=0, group=32, residual=0) == 512 + 256 + 256
 
 
+def test_i2_kivi_hand_computed():
+    # 64 slots of head_dim 8: codes 2*64*2 = 256 (four per byte); value scale+zero 64*4 = 256; key scale+zero per
+    # channel per group 2*8*4 = 64; residual R = 32: 63 f32 rows of 32 bytes, K and V: 4032
+    assert budget.kv_bytes(1, 1, 8, 64, "i2", align=0, group=32) == 256 + 256 + 64 + 4032
+    # per-token keys: a scale+zero per row for K too, no residual
+    assert budget.kv_bytes(1, 1, 8, 64, "i2", align=0, group=32, residual=0) == 256 + 256 + 256
+    # padded rows: a 2-byte row takes 16 with align 16
+    d = budget.kv_bytes(1, 1, 8, 64, "i2", align=16, group=32, residual=0, detail=True)
+    assert d["data"] == 2 * 64 * 16 and d["padding"] == 2 * 64 * 14
+    raises(ValueError, budget.row_bytes, 6, "i2")
+
+
 def test_padding_is_reported_separately():
     d = budget.kv_bytes(1, 1, 8, 1, "f32", align=64, detail=True)
     assert d["total"] == 128 and d["padding"] == 64
@@ -129,7 +141,7 @@ def test_bad_configs_name_field_and_value():
     _bad("layers must be an integer, got True", layers=True)
     _bad("heads (6) must be a multiple of kv_heads (4)", heads=6, kv_heads=4)
     _bad("heads (2) must be a multiple of kv_heads (4)", heads=2, kv_heads=4)
-    _bad("dtype must be one of f32, f16, i8, i4, got 'f8'", dtype="f8")
+    _bad("dtype must be one of f32, f16, i8, i4, i2, got 'f8'", dtype="f8")
     _bad("max_tokens is absurdly large: 1000000000", max_tokens=1000000000)
     _bad("align must be 0, 1 or a power of two, got 48", align=48)
     _bad("sinks + window (80) must be <= max_tokens (64)", window=76, sinks=4)
@@ -137,7 +149,9 @@ def test_bad_configs_name_field_and_value():
     _bad("prefix (8) must be <= sinks (4)", window=32, sinks=4, prefix=8)
     _bad("head_dim must be even for i4", dtype="i4", head_dim=7)
     _bad("window (48) must be a multiple of group (32)", dtype="i4", window=48, sinks=0)
-    _bad("residual applies to i4 only", dtype="i8", residual=4)
+    _bad("residual applies to i4 and i2 only", dtype="i8", residual=4)
+    _bad("head_dim must be a multiple of 4 for i2", dtype="i2", head_dim=6)
+    _bad("window (48) must be >= residual + group (64) for i2", dtype="i2", window=48, group=16, residual=48)
     _bad("residual must be 0 or a multiple of group (32) for i4, got 48", dtype="i4", residual=48)
     _bad("window (64) must be >= residual + group (96) for i4", dtype="i4", residual=64, window=64)
     e = raises(ValueError, CacheConfig.from_dict, {"layer": 2})

@@ -44,6 +44,7 @@ def _check_all(c, ref, seed):
 def _run(cfg, seed, steps, rng):
     c = KVCache(cfg)
     ref = RefCache(cfg.max_tokens, cfg.window, cfg.sinks)
+    appended = 0
     for _ in range(steps):
         op = rng.randint(0, 19)
         if op == 0:
@@ -52,6 +53,7 @@ def _run(cfg, seed, steps, rng):
         elif ref.can_append():
             _append(c, seed, ref.n)
             ref.append()
+            appended += 1
         else:
             before = bytes(c.arena)
             raises(CacheFullError, _append, c, seed, ref.n)
@@ -59,7 +61,7 @@ def _run(cfg, seed, steps, rng):
         if op == 1 or op == 2:
             _check_all(c, ref, seed)
     _check_all(c, ref, seed)
-    return c, ref
+    return c, ref, appended
 
 
 CONFIGS = [
@@ -79,18 +81,24 @@ CONFIGS = [
     # fewer slots than R + G: everything stays at f32
     dict(layers=1, heads=1, kv_heads=1, head_dim=4, max_tokens=10, dtype="i4", prefix=2, group=4, residual=8,
          align=4),
+    # i2: KIVI with sinks quantized in the ring, a two-group residual without a window, per-token keys
+    dict(layers=1, heads=2, kv_heads=1, head_dim=8, max_tokens=24, dtype="i2", window=16, sinks=4, group=4,
+         residual=4, align=0),
+    dict(layers=2, heads=4, kv_heads=2, head_dim=4, max_tokens=26, dtype="i2", prefix=2, group=4, residual=8,
+         align=8),
+    dict(layers=1, heads=1, kv_heads=1, head_dim=12, max_tokens=12, dtype="i2", window=6, residual=0, align=0),
 ]
 
 
 def _residuals(dt):
-    # (group, residual) pairs: KIVI residuals of 1-3 groups and residual 0 (naive keys) for i4
-    if dt == "i4":
+    # (group, residual) pairs: KIVI residuals of 1-3 groups and residual 0 (naive keys) for i4 and i2
+    if dt in ("i4", "i2"):
         return ((8, 0), (8, 8), (8, 16), (8, 24), (32, 32), (1, 5), (32, 64))
     return ((32, None),)
 
 
 def test_arena_equals_formula_for_every_dtype_and_alignment():
-    for dt in ("f32", "f16", "i8", "i4"):
+    for dt in ("f32", "f16", "i8", "i4", "i2"):
         for group, residual in _residuals(dt):
             for align in (0, 1, 4, 16, 64):
                 for window, sinks, prefix in ((0, 0, 0), (64, 4, 4), (0, 0, 8), (32, 8, 0)):
@@ -104,7 +112,7 @@ def test_arena_equals_formula_for_every_dtype_and_alignment():
                     assert c.stats()["padding_bytes"] == cfg.nbytes(True)["padding"]
                     # the residual's f32 rows are their own region of the layout: R + G - 1 rows per pair, or
                     # every slot after the prefix when there are fewer
-                    rows = min(residual + group - 1, cfg.slots - prefix) if (dt == "i4" and residual) else 0
+                    rows = min(residual + group - 1, cfg.slots - prefix) if (dt in ("i4", "i2") and residual) else 0
                     assert c.DATA - c.RES == 2 * 2 * 1 * rows * budget.align_up(32, align)
                     assert cfg.nbytes(True)["residual"] == c.DATA - c.RES
                     c = None
@@ -117,8 +125,8 @@ def test_random_operations_match_the_reference_model():
     for i, kw in enumerate(CONFIGS):
         cfg = CacheConfig(**kw)
         # at least 3x capacity of appends so rings wrap several times
-        c, ref = _run(cfg, 100 + i, 4 * cfg.slots + 10, rng)
-        assert ref.n > 0
+        c, ref, appended = _run(cfg, 100 + i, 4 * cfg.slots + 10, rng)
+        assert appended > cfg.slots
         if cfg.window:
             assert c.evictions >= ref.evictions()
         gc.collect()

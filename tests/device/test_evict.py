@@ -50,7 +50,7 @@ def _feed(cache, rng, kc, vc, ks, vs):
 def _synthetic_case(decay, sinks, prefix_dtype, steps, seed):
     """Scores from the Rng (heavy for a few positions): the policy's accumulators and victims equal the model's."""
     dt, prefix = prefix_dtype
-    kw = dict(residual=0) if dt == "i4" else {}
+    kw = dict(residual=0) if dt in ("i4", "i2") else {}
     cfg = CacheConfig(1, 2, 1, 4, 12, dt, align=0, prefix=prefix, **kw)
     c = KVCache(cfg)
     pol = H2O(c, budget=10, recent=3, sinks=sinks, decay=decay)
@@ -85,7 +85,7 @@ def _synthetic_case(decay, sinks, prefix_dtype, steps, seed):
 def test_choices_and_scores_match_the_model():
     for decay in (0, 3):
         for sinks in (0, 2):
-            for pd in (("f32", 0), ("i8", 0), ("f16", 1), ("i4", 0)):
+            for pd in (("f32", 0), ("i8", 0), ("f16", 1), ("i4", 0), ("i2", 0)):
                 ev = _synthetic_case(decay, sinks, pd, 60, 11 + decay + sinks)[0]
                 assert any(p % 7 != 3 for p in ev)
                 gc.collect()

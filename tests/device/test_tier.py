@@ -61,6 +61,7 @@ def _query(pool, seed):
 CFGS = [
     dict(layers=2, heads=4, kv_heads=2, head_dim=8, max_tokens=24, dtype="i8", align=16),
     dict(layers=1, heads=2, kv_heads=1, head_dim=8, max_tokens=24, dtype="i4", residual=0, align=0),
+    dict(layers=1, heads=2, kv_heads=1, head_dim=8, max_tokens=24, dtype="i2", residual=0, align=4),
     dict(layers=1, heads=2, kv_heads=2, head_dim=4, max_tokens=24, dtype="f16", align=8),
 ]
 

@@ -45,7 +45,7 @@ def _int_vs_numpy(cache, q, heads, tile=8):
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
 @given(seed=st.integers(0, 10 ** 6), qmag=st.sampled_from([0.01, 0.3, 1.0, 4.0]),
-       kmag=st.sampled_from([0.01, 1.0, 8.0, 30.0]), dtype=st.sampled_from(["i8", "i4"]))
+       kmag=st.sampled_from([0.01, 1.0, 8.0, 30.0]), dtype=st.sampled_from(["i8", "i4", "i2"]))
 def test_integer_arithmetic_matches_numpy_on_the_stored_rows(seed, qmag, kmag, dtype):
     # q amax x k amax well below 127**2 / 2 (no score saturation); V rows within a factor 10 of each other.
     # i4: logits with a standard deviation up to 8 nats. Its rows reach the kernels as int8 codes with one
@@ -54,14 +54,14 @@ def test_integer_arithmetic_matches_numpy_on_the_stored_rows(seed, qmag, kmag, d
     assume(dtype == "i8" or qmag * kmag <= 8)
     rng = np.random.default_rng(seed)
     H, KVH, D, n = 4, 2, 16, 40
-    kw = {"group": 8} if dtype == "i4" else {}
+    kw = {"group": 8} if dtype in ("i4", "i2") else {}
     c = KVCache(CacheConfig(1, H, KVH, D, 40, dtype, align=0, **kw))
     for _ in range(n):
         k = rng.normal(size=KVH * D) * kmag
         v = rng.normal(size=KVH * D) * 10 ** rng.uniform(0, 1)
         c.append([k.tolist()], [v.tolist()])
     out, ref = _int_vs_numpy(c, (rng.normal(size=H * D) * qmag).tolist(), H)
-    bound = 0.999 if dtype == "i8" else 0.995  # i4 rows are converted to int8 codes with a power-of-two scale
+    bound = 0.999 if dtype == "i8" else 0.995  # i4/i2 rows are converted to int8 codes with a power-of-two scale
     assert numref.cosine(out, ref) >= bound, (numref.cosine(out, ref), numref.max_rel_err(out, ref))
 
 

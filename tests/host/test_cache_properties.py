@@ -8,7 +8,9 @@ float16 for IEEE half (round to nearest, ties to even) and the ideal scales of e
   f16    numpy.float16(x), exactly
   i8     |read - x| <= s/2, s = the smallest half >= amax/127 of the row (the scale the cache reports)
   i4     |read - x| <= s/2, z = the largest half <= min, s = the smallest half >= (max - z)/15, over the row
-         (values, residual 0 keys) or over the channel's group of G tokens (KIVI keys)"""
+         (values, residual 0 keys) or over the channel's group of G tokens (KIVI keys)
+  i2     the same with four levels: s = the smallest half >= (max - z)/3
+  KIVI residual: which tokens are still exact comes from the rule (_cacheref.kivi_lo), not from the cache"""
 from array import array
 import math
 
@@ -153,21 +155,28 @@ def test_i8_error_within_half_a_step(xs):
             assert abs(y - x) <= s / 2 * (1 + 2.0 ** -40), (x, y, s)
 
 
-def _i4_step(vals):
+TOP = {"i4": 15, "i2": 3}  # the largest code
+
+
+def _i4_step(vals, top=15):
     z = np_half_down(min(vals))
-    return z, np_half_up((max(vals) - z) / 15.0)
+    return z, np_half_up((max(vals) - z) / float(top))
+
+
+rows_four = st.integers(1, 8).flatmap(lambda n: st.lists(finite32, min_size=4 * n, max_size=4 * n))
 
 
 @SETTINGS
-@given(rows_even)
-def test_i4_per_row_error_within_half_a_step(xs):
-    c, out = _one_row("i4", xs, residual=0)  # residual 0: keys and values quantized per row at once
-    z, s = _i4_step(xs)
+@given(st.sampled_from(["i4", "i2"]), rows_four)
+def test_low_bit_per_row_error_within_half_a_step(dt, xs):
+    top = TOP[dt]
+    c, out = _one_row(dt, xs, residual=0)  # residual 0: keys and values quantized per row at once
+    z, s = _i4_step(xs, top)
     for kv in (0, 1):
         c.read(0, 0, 0, kv, out)
         for x, y in zip(xs, out):
             assert abs(y - x) <= s / 2 * (1 + 2.0 ** -20), (x, y, z, s)
-            assert z - s / 2 <= y <= z + 15 * s + s / 2
+            assert z - s / 2 <= y <= z + top * s + s / 2
 
 
 @st.composite
@@ -181,11 +190,12 @@ def kivi_runs(draw):
 
 
 @SETTINGS
-@given(kivi_runs())
-def test_i4_kivi_sliding_residual_exact_then_per_channel_keys(args):
+@given(st.sampled_from(["i4", "i2"]), kivi_runs())
+def test_kivi_sliding_residual_exact_then_per_channel_keys(dt, args):
     G, R, toks = args
+    top = TOP[dt]
     n = len(toks)
-    c = KVCache(CacheConfig(1, 1, 1, 4, n + (-n) % G, "i4", group=G, residual=R, align=0))
+    c = KVCache(CacheConfig(1, 1, 1, 4, n + (-n) % G, dt, group=G, residual=R, align=0))
     out = array("d", [0.0] * 4)
     for p, t in enumerate(toks):
         c.append([t], [t])
@@ -203,11 +213,11 @@ def test_i4_kivi_sliding_residual_exact_then_per_channel_keys(args):
         c.read(0, 0, p, 0, out)  # keys: scale and zero per channel over the group
         g0 = p - p % G
         for ch in range(4):
-            z, s = _i4_step([toks[r][ch] for r in range(g0, g0 + G)])
+            z, s = _i4_step([toks[r][ch] for r in range(g0, g0 + G)], top)
             assert abs(out[ch] - t[ch]) <= s / 2 * (1 + 2.0 ** -20), (p, ch)
-            assert z - s / 2 <= out[ch] <= z + 15 * s + s / 2
+            assert z - s / 2 <= out[ch] <= z + top * s + s / 2
         c.read(0, 0, p, 1, out)  # values: per token
-        z, s = _i4_step(t)
+        z, s = _i4_step(t, top)
         assert all(abs(out[i] - t[i]) <= s / 2 * (1 + 2.0 ** -20) for i in range(4))
 
 
@@ -215,17 +225,19 @@ def test_i4_kivi_sliding_residual_exact_then_per_channel_keys(args):
 
 @st.composite
 def configs(draw):
-    dt = draw(st.sampled_from(["f32", "f16", "i8", "i4"]))
+    dt = draw(st.sampled_from(["f32", "f16", "i8", "i4", "i2"]))
     kvh = draw(st.integers(1, 2))
     heads = kvh * draw(st.sampled_from([1, 2, 4]))
     D = draw(st.sampled_from([1, 2, 3, 4, 6, 8, 16]))
     if dt == "i4" and D & 1:
         D += 1
+    if dt == "i2":
+        D = 4 * (1 + D // 4)
     kw = {"align": draw(st.sampled_from([0, 1, 4, 16, 64]))}
     kivi = False
     G = 32
     R = 0
-    if dt == "i4":
+    if dt in ("i4", "i2"):
         G = draw(st.sampled_from([1, 2, 4]))
         kivi = draw(st.booleans())
         R = G * draw(st.integers(1, 3)) if kivi else 0  # KIVI's sliding residual: 1-3 groups
@@ -297,10 +309,11 @@ class CacheMachine(RuleBasedStateMachine):
             if kv == 0:
                 tol = []
                 for i in range(D):
-                    _, s = _i4_step([self.data[p]["k"][layer][head * D + i] for p in range(first, first + G)])
+                    _, s = _i4_step([self.data[p]["k"][layer][head * D + i] for p in range(first, first + G)],
+                                    TOP[cfg.dtype])
                     tol.append(s / 2 * (1 + 2.0 ** -20))
                 return x, tol
-        _, s = _i4_step(x)
+        _, s = _i4_step(x, TOP[cfg.dtype])
         return x, [s / 2 * (1 + 2.0 ** -20)] * D
 
     def _state(self):
@@ -443,7 +456,7 @@ class CacheMachine(RuleBasedStateMachine):
         assert s["peak_bytes"] == self.peak
         if not live:
             assert s["used_bytes"] == 0
-        if len(live) == self.cfg.slots and self.cfg.dtype != "i4":
+        if len(live) == self.cfg.slots and self.cfg.dtype not in ("i4", "i2"):
             assert s["used_bytes"] == s["total_bytes"]  # every slot holds a token: the whole arena is in use
 
     def teardown(self):

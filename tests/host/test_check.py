@@ -28,7 +28,7 @@ def test_check_passes_on_every_runtime():
         assert (rt, "float") in seen and (rt, "int plain") in seen, seen
     assert ("unix", "int viper") in seen and ("unix", "int native") in seen
     # every dtype and GQA ratio 1, 2, 4, 8 and MQA is covered
-    assert {r["dtype"] for r in rows} == {"f32", "f16", "i8", "i4"}
+    assert {r["dtype"] for r in rows} == {"f32", "f16", "i8", "i4", "i2"}
     names = {r["case"] for r in rows}
     for part in ("mha-", "gqa2-", "gqa4-", "gqa8-", "mqa-"):
         assert any(n.startswith(part) for n in names), part

@@ -86,8 +86,8 @@ class Llama:
     workspace  bytes set aside for the runtime itself (interpreter, stacks, the code), counted in the plan
     stream     leave weight matrices in the file and read them row block by row block (when they do not fit)
     attention  factory(cache, tile=...) -> object with step(layer, q, out); default kvedge.attention
-    int_attention  "auto" (integer path of kvedge.attention for i8/i4 caches when viper or asm kernels run
-               it), True (integer path whenever the cache is i8/i4) or False (float path always)
+    int_attention  "auto" (integer path of kvedge.attention for i8/i4/i2 caches when viper or asm kernels run
+               it), True (integer path whenever the cache is i8/i4/i2) or False (float path always)
     policy     eviction policy factory(cache) -> object with `scores` (array('i') per slot, filled by the
                attention step) and observe() (called once per token), e.g.
                lambda c: kvedge.evict.H2O(c, budget=128, recent=64); counted in the plan as 8 bytes a slot
@@ -125,11 +125,11 @@ class Llama:
             self.intp = alt.Forward(self, self.w)
             self.logits = self.intp.logits
             return
-        quantized = ccfg.dtype in ("i8", "i4") and hasattr(self.att, "step_q8")
+        quantized = ccfg.dtype in ("i8", "i4", "i2") and hasattr(self.att, "step_q8")
         if int_attention == "auto":
             int_attention = quantized and kernels.kind() in ("asm", "viper")
         elif int_attention and not quantized:
-            raise ValueError("the integer attention path needs an i8 or i4 cache and kvedge.attention")
+            raise ValueError("the integer attention path needs an i8, i4 or i2 cache and kvedge.attention")
         self.int_attention = bool(int_attention)
         if self.int_attention:
             from kvedge.attention import quantize_query, dequantize_output
