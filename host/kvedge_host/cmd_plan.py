@@ -20,7 +20,7 @@ from .cli import UserError
 from .cmd_budget import add_model_arguments, load_inputs
 
 FORMAT = "kvedge-plan/1"
-DTYPES = (budget.F32, budget.F16, budget.I8, budget.I4)
+DTYPES = (budget.F32, budget.F16, budget.I8, budget.I4, budget.I2)
 SINKS = 4  # StreamingLLM keeps the first 4 tokens
 MIN_WINDOW = 8  # a ring shorter than this is not worth offering
 PREFIX_FRACTION = 0.05  # trap 5: the first ~5 % of the context at full precision
@@ -30,7 +30,9 @@ KIND_GROUP = {"keep": 0, "prefix": 0, "h2o": 1, "sinks": 2, "tiered": 3, "window
 TIER_BLOCK = 16  # tokens per cold block of a tiered cache (keys quantized per channel over it)
 TIER_COLD = budget.I4  # what the cold blocks hold (KIVI), see docs/tiered.md for the measured alternatives
 TIER_RINGS = (budget.F32, budget.F16, budget.I8)
-DTYPE_RANK = {budget.F32: 0, budget.F16: 1, budget.I8: 2, budget.I4: 3}
+DTYPE_RANK = {budget.F32: 0, budget.F16: 1, budget.I8: 2, budget.I4: 3, budget.I2: 4}
+# the quality table `--quality` uses when given no file: `kvedge eval --json` on stories260K (the written corpus)
+DEFAULT_QUALITY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "quality-stories260K.json")
 
 
 def add_arguments(p):
@@ -46,7 +48,9 @@ def add_arguments(p):
                         "every board with flash)")
     # before kvedge.tiered the flash tier was opt-in; it is offered by default now and the old flag does nothing
     p.add_argument("--flash-tier", action="store_true", help=__import__("argparse").SUPPRESS)
-    p.add_argument("--quality", metavar="FILE.json", help="quality table written by `kvedge eval --json`")
+    p.add_argument("--quality", metavar="FILE.json", nargs="?", const=DEFAULT_QUALITY,
+                   help="rank by a quality table written by `kvedge eval --json`; without FILE, the stories260K "
+                        "table measured on the written corpus (kvedge_host/data/quality-stories260K.json)")
     p.add_argument("--out", metavar="FILE.json", help="write the chosen configuration as a device config JSON")
     p.add_argument("--pick", type=int, default=1, help="rank of the configuration --out writes (default 1)")
     p.add_argument("--top", type=int, default=12, help="ranked rows to print (default 12)")
@@ -76,15 +80,16 @@ def _row_kind(row, label):
     elif cfg is not None:
         kind = ("sinks" if cfg.get("sinks") else "window" if cfg.get("window") else
                 "prefix" if cfg.get("prefix") else "keep")
-        if cfg.get("dtype") == budget.I4 and cfg.get("residual") == 0:
-            kind = "naive"  # per-token i4 keys: not a layout the planner offers
+        if cfg.get("dtype") in budget.LOWBIT and cfg.get("residual") == 0:
+            kind = "naive"  # per-token i4/i2 keys: not a layout the planner offers
     else:
         kind = ("sinks" if "sink" in n else "window" if "window" in n else "prefix" if "prefix" in n
                 else "naive" if "pertoken" in n else "keep")
     dtype = (cfg or {}).get("dtype") or row.get("dtype")
     if dtype not in DTYPES:
-        m = re.search(r"(f32|f16|i8|i4|int8|int4|fp16|fp32)", _norm(label))
-        dtype = {"int8": "i8", "int4": "i4", "fp16": "f16", "fp32": "f32"}.get(m.group(1), m.group(1)) if m else None
+        m = re.search(r"(f32|f16|i8|i4|i2|int8|int4|int2|fp16|fp32)", _norm(label))
+        dtype = {"int8": "i8", "int4": "i4", "int2": "i2", "fp16": "f16", "fp32": "f32"}.get(m.group(1), m.group(1)) \
+            if m else None
     if dtype is None and kind == "keep":
         dtype = budget.F32
     return kind, dtype
@@ -134,6 +139,10 @@ def load_quality(path):
                                + validate.whole(None, "config.sinks", cfg.get("sinks", 0), 0, budget.LIMITS["sinks"]))
             except validate.InputError as e:
                 raise UserError("%s: row %s: %s" % (path, validate.show(label), e))
+        elif kind == "h2o" and isinstance(cfg.get("max_tokens"), int) and cfg["max_tokens"] > 0:
+            q["tokens"] = cfg["max_tokens"]  # the slots H2O kept
+        if dtype in budget.LOWBIT and isinstance(cfg.get("residual"), int):
+            q["residual"] = cfg["residual"]
         if kind == "tiered":
             tier = row.get("tier") if isinstance(row.get("tier"), dict) else {}
             q["cold"] = tier.get("cold_dtype") or (TIER_COLD if "i4" in _norm(label) else None)
@@ -162,11 +171,12 @@ def _short(row):
 
 
 def match_quality(table, cand):
-    """The measured row for a candidate, or None. Same kind and dtype first; an eviction strategy (H2O, sinks +
-    window, window) measured in another dtype or size still tells its cost (the row's label says what was
-    measured); a tiered cache takes the tiered row of its cold dtype measured with the largest ring not above its
-    own (else the smallest), moved to its ring dtype like an eviction row when needed; the full f32 cache is the
-    reference (cost 0)."""
+    """The measured row for a candidate, or None. Same kind and dtype first (KIVI: the same residual); an
+    eviction strategy (H2O, sinks + window, window) takes the row measured at the most tokens it keeps too (the
+    cost of keeping fewer tokens bounds its own), else the smallest measured size (uncertain), and a row
+    measured in another dtype still tells its cost (the row's label says what was measured); a tiered cache
+    takes the tiered row of its cold dtype measured with the largest ring not above its own (else the smallest),
+    moved to its ring dtype like an eviction row when needed; the full f32 cache is the reference (cost 0)."""
     if table is None:
         return None
     kind, dtype = cand["kind"], cand["cache"]["dtype"]
@@ -174,13 +184,19 @@ def match_quality(table, cand):
         return None
     if kind == "tiered":
         return _tiered_row(table, cand)
-    for row in table:
-        if row["kind"] == kind and row["dtype"] == dtype:
-            return row
     if kind in ("h2o", "sinks", "window"):
-        for row in table:
-            if row["kind"] == kind:
-                return _other_dtype(table, row, dtype)
+        rows = [row for row in table if row["kind"] == kind and row["dtype"] == dtype] or \
+            [row for row in table if row["kind"] == kind]
+        row = _by_size(rows, cand["tokens_kept"])
+        if row is None:
+            return None
+        return row if row["dtype"] == dtype else _other_dtype(table, row, dtype)
+    same = [row for row in table if row["kind"] == kind and row["dtype"] == dtype]
+    for row in same:  # KIVI: the row measured with the candidate's residual first
+        if row.get("residual", cand["cache"].get("residual")) == cand["cache"].get("residual"):
+            return row
+    if same:
+        return same[0]
     if kind == "keep" and dtype == budget.F32:
         return {"label": "f32 (reference)", "kind": "keep", "dtype": "f32", "metrics": {"kl": 0.0}}
     return None
@@ -198,6 +214,17 @@ def _tiered_row(table, cand):
     if row["dtype"] != cand["cache"]["dtype"]:
         return _other_dtype(table, row, cand["cache"]["dtype"])
     return row
+
+
+def _by_size(rows, tokens):
+    """The row measured at the most tokens <= `tokens`; else the one at the fewest, marked uncertain."""
+    sized = [r for r in rows if r.get("tokens")]
+    if not sized:
+        return rows[0] if rows else None
+    below = [r for r in sized if r["tokens"] <= tokens]
+    if below:
+        return max(below, key=lambda r: r["tokens"])
+    return dict(min(sized, key=lambda r: r["tokens"]), uncertain=True)
 
 
 def _keep_kl(table, dtype):
@@ -365,14 +392,14 @@ class Planner:
     def keep(self, dtype, place):
         C = self.context
         W = self.native_window
-        if W and dtype == budget.I4:
+        if W and dtype in budget.LOWBIT:
             W = self._i4_tokens(W)  # i4 key groups tile the ring: whole groups, at least the model's window
         if W and W <= C:
             name = "%s, model window %d" % (dtype, self.native_window)
             if W != self.native_window:
                 name += " (ring %d: whole key groups)" % W
             return self.candidate("keep", name, self.cfg(C, dtype, window=W), place, W, C, policy={"kind": "ring"})
-        n = self._i4_tokens(C) if dtype == budget.I4 else C
+        n = self._i4_tokens(C) if dtype in budget.LOWBIT else C
         return self.candidate("keep", "%s, keep all %d" % (dtype, n), self.cfg(n, dtype), place, n, n)
 
     def prefix(self, dtype, place):
@@ -380,7 +407,7 @@ class Planner:
             return None
         C = self.context
         P = max(1, int(math.ceil(C * PREFIX_FRACTION)))
-        n = self._i4_tokens(C, P) if dtype == budget.I4 else C
+        n = self._i4_tokens(C, P) if dtype in budget.LOWBIT else C
         return self.candidate("prefix", "%s + f32 prefix %d, keep all %d" % (dtype, P, n),
                               self.cfg(n, dtype, prefix=P), place, n, n)
 
@@ -392,9 +419,9 @@ class Planner:
 
     def window(self, dtype, place, sinks):
         C = self.context
-        step = budget.QK if dtype == budget.I4 else 1
-        prefix = sinks if dtype == budget.I4 else 0  # i4 keeps its sinks at f32 (whole key groups in the ring)
-        lo = KIVI_MIN if dtype == budget.I4 else MIN_WINDOW
+        step = budget.QK if dtype in budget.LOWBIT else 1
+        prefix = sinks if dtype in budget.LOWBIT else 0  # i4/i2 keep sinks at f32 (whole key groups in the ring)
+        lo = KIVI_MIN if dtype in budget.LOWBIT else MIN_WINDOW
         hi = min(C - sinks - 1, (self.native_window or C) - 1)
 
         def make(W):
@@ -407,10 +434,10 @@ class Planner:
         return self.candidate(kind, name, make(W), place, sinks + W, C, policy={"kind": "ring"})
 
     def h2o(self, dtype, place):
-        if dtype == budget.I4:
-            return None  # evicting single tokens would break i4's per-channel key groups (KIVI)
+        if dtype in budget.LOWBIT:
+            return None  # evicting single tokens would break KIVI's per-channel key groups
         C = self.context
-        step = budget.QK if dtype == budget.I4 else 1
+        step = budget.QK if dtype in budget.LOWBIT else 1
         lo = -(-max(2 * MIN_WINDOW, step) // step) * step
         hi = min(C - 1, (self.native_window or C) - 1)
 
@@ -470,12 +497,12 @@ class Planner:
         return c
 
     def shorter(self, dtype, place):
-        step = budget.QK if dtype == budget.I4 else 1
+        step = budget.QK if dtype in budget.LOWBIT else 1
         hi = self.context - 1
 
         def make(T):
             return self.cfg(T, dtype)
-        T = self._fit(make, KIVI_MIN if dtype == budget.I4 else 1, hi, step, place)
+        T = self._fit(make, KIVI_MIN if dtype in budget.LOWBIT else 1, hi, step, place)
         if T is None:
             return None
         return self.candidate("shorter", "%s, keep all, context cut to %d" % (dtype, T), make(T), place, T, T)
@@ -490,10 +517,10 @@ class Planner:
         for dt in dts:
             found.append(self._note("%s, keep all%s" % (dt, tag), self.keep(dt, place)))
         for dt in dts:
-            if dt in (budget.I8, budget.I4):
+            if dt in (budget.I8,) + budget.LOWBIT:
                 found.append(self._note("%s + f32 prefix%s" % (dt, tag), self.prefix(dt, place)))
         for dt in dts:
-            if dt != budget.I4:
+            if dt not in budget.LOWBIT:
                 found.append(self._note("%s H2O%s" % (dt, tag), self.h2o(dt, place)))
             found.append(self._note("%s sinks + window%s" % (dt, tag), self.window(dt, place, SINKS)))
             found.append(self._note("%s window%s" % (dt, tag), self.window(dt, place, 0)))
@@ -581,7 +608,8 @@ def rank(cands, table):
     """Measured cost first when a quality table is given; else (and for unmeasured rows) the heuristic: full
     cache by precision (f32, f16, i8 + prefix, i8, i4 + prefix, i4), then H2O, sinks + window, a tiered cache
     (every token, the older ones i4 and read back from flash: slower), window (more tokens kept first within
-    each), then a shorter context; less memory breaks ties."""
+    each), then any i2 cache (2-bit values cost more than evicting tokens on the measured model:
+    docs/quality.md), then a shorter context; less memory breaks ties."""
     for c in cands:
         c["quality"] = match_quality(table, c)
 
@@ -590,6 +618,8 @@ def rank(cands, table):
         measured = (0, quality_cost(q), 1 if q.get("uncertain") else 0) if q else (1, 0.0, 0)
         grp = KIND_GROUP[c["kind"]]
         dt = DTYPE_RANK[c["cache"]["dtype"]]
+        if c["cache"]["dtype"] == budget.I2 and c["kind"] != "shorter":
+            grp = KIND_GROUP["window"] + 0.5
         if grp == 0:
             h = (grp, dt, 0 if c["kind"] == "prefix" else 1, 0)
         else:
@@ -611,6 +641,89 @@ def device_config(c, spec, tgt):
     }
 
 
+def _base_ppl(table):
+    for row in table or ():
+        if row["kind"] == "keep" and row["dtype"] == budget.F32 and "ppl" in row["metrics"]:
+            return row["metrics"]["ppl"]
+    return None
+
+
+def per_strategy(ranked):
+    """The best-ranked configuration of each strategy (kind and dtype), in rank order."""
+    seen = set()
+    out = []
+    for c in ranked:
+        key = (c["kind"], c["cache"]["dtype"])
+        if key not in seen:
+            seen.add(key)
+            out.append(c)
+    return out
+
+
+def run_all_boards(a):
+    """--board all: for every board profile, how many tokens each strategy keeps and at what measured cost."""
+    from . import boards
+    import argparse
+    if a.out:
+        raise UserError("--out writes one board's plan: name the board instead of 'all'")
+    table = load_quality(a.quality) if a.quality else None
+    base = _base_ppl(table)
+    doc = {"quality": a.quality, "boards": {}}
+    for name in boards.names():
+        b = argparse.Namespace(**vars(a))
+        b.board = name
+        spec, context, tgt = load_inputs(b)
+        pl = Planner(spec, context, tgt, a.align, a.weights_dtype, a.batch)
+        pl.tiered_ok = not a.no_tiered
+        best = per_strategy(rank(pl.run(a.kv_dtype, a.weights_in), table))
+        rows = []
+        for c in best:
+            q = c.get("quality") or {}
+            m = q.get("metrics", {})
+            rows.append({"strategy": c["strategy"], "kind": c["kind"], "dtype": c["cache"]["dtype"],
+                         "tokens_kept": c["tokens_kept"], "kv_bytes": c["kv_bytes"], "weights": c["weights"]["place"],
+                         "kl": m.get("kl"), "ppl": m.get("ppl"), "top1": m.get("top1"),
+                         "ppl_vs_f32": (m["ppl"] / base - 1) if (base and "ppl" in m) else None,
+                         "measured_at": q.get("tokens"), "estimated": bool(q.get("estimated") or q.get("uncertain"))})
+        doc["model"], doc["context"] = spec.name, context
+        doc["boards"][name] = {"heap_bytes": tgt["heap_bytes"], "strategies": rows}
+    if a.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        print_all_boards(doc, a.top)
+    return 0
+
+
+def _fmt_cost(r):
+    if r["kl"] is None and r["ppl"] is None:
+        return "-", "-", "-"
+    kl = "%.5f" % r["kl"] if r["kl"] is not None else "-"
+    pp = "%+.2f %%" % (100 * r["ppl_vs_f32"]) if r["ppl_vs_f32"] is not None else "-"
+    t1 = "%.1f %%" % (100 * r["top1"]) if r["top1"] is not None else "-"
+    tail = (" (at %d)" % r["measured_at"]) if r["measured_at"] and r["measured_at"] != r["tokens_kept"] else ""
+    if r["estimated"]:
+        tail += " ~"
+    return kl + tail, pp, t1
+
+
+def print_all_boards(doc, top):
+    """One markdown table per board (the form docs/quality.md keeps)."""
+    print("%s, context %d; quality: %s" % (doc["model"], doc["context"], doc["quality"] or "none (heuristic order)"))
+    for name, b in doc["boards"].items():
+        print()
+        print("### %s (heap %s bytes)" % (name, format(b["heap_bytes"], ",")))
+        print()
+        if not b["strategies"]:
+            print("nothing fits")
+            continue
+        print("| # | strategy | tokens kept | KV bytes | mean KL to f32 | perplexity vs f32 | top-1 | weights |")
+        print("|---:|---|---:|---:|---:|---:|---:|---|")
+        for i, r in enumerate(b["strategies"][:top], 1):
+            kl, pp, t1 = _fmt_cost(r)
+            print("| %d | %s | %s | %s | %s | %s | %s | %s |" % (i, r["strategy"], format(r["tokens_kept"], ","),
+                                                             format(r["kv_bytes"], ","), kl, pp, t1, r["weights"]))
+
+
 def run(a):
     if a.kv_dtype not in DTYPES:
         raise UserError("unknown KV dtype %r for a device cache (choose from %s)" % (a.kv_dtype, ", ".join(DTYPES)))
@@ -619,6 +732,8 @@ def run(a):
     account.check_align("--align", a.align)
     account.check_size("--pick", a.pick)
     account.check_size("--top", a.top)
+    if a.board == "all" and a.heap is None:
+        return run_all_boards(a)
     if a.out:
         validate.out_folder("--out", a.out)
     table = load_quality(a.quality) if a.quality else None
