@@ -1,10 +1,12 @@
 """Quality of every cache strategy on a real checkpoint: perplexity, KL to the full f32 cache, top-1 agreement,
 peak cache bytes.
 
-Teacher-forces a seeded text sampled from the model itself (temperature 1) through a real kvedge KVCache per
-strategy (f32, f16, i8, i8 + f32 prefix, i4 KIVI, i4 with per-token keys, window, sinks + window, H2O when
-kvedge has it). --long adds a stream of 3x the trained context through a full cache, windows and sinks +
-windows, with perplexity per context-length segment."""
+Teacher-forces two kinds of text through a real kvedge KVCache per strategy (f32, f16, i8, i8 + f32 prefix, i4
+and i2 KIVI with sliding residuals of one and two groups, i4/i2 with per-token keys, window, sinks + window, H2O
+when kvedge has it): the written corpus (tests/corpus: short children's stories written for this project, text
+the model never saw) and seeded texts sampled from the model itself (temperature 1). Each kind is pooled over
+its texts. --long adds a stream of 3x the trained context through a full cache, windows and sinks + windows,
+with perplexity per context-length segment."""
 import json
 import os
 import sys
@@ -13,6 +15,8 @@ from .cli import UserError
 from .paths import SHARED_MODELS
 
 DEFAULT_MODEL = os.path.join(SHARED_MODELS, "stories260K.bin")
+KINDS = ("written", "sampled")
+WINDOWS = (64, 128, 256)
 
 
 def add_arguments(p):
@@ -20,10 +24,18 @@ def add_arguments(p):
     p.add_argument("--tokens", type=int, default=0, help="length of the evaluated text (default: the model's "
                    "trained context)")
     p.add_argument("--seed", type=int, default=42, help="seed of the sampled text (default 42)")
-    p.add_argument("--samples", type=int, default=1, help="texts to pool (seeds SEED, SEED+1, ...; default 1)")
-    p.add_argument("--window", type=int, help="slots of the window / sinks+window / H2O rows "
-                   "(default 128, or the text length when shorter)")
-    p.add_argument("--sinks", type=int, help="attention sinks (default 4, fewer when the window is shorter)")
+    p.add_argument("--samples", type=int, default=3, help="sampled texts to pool (seeds SEED, SEED+1, ...; "
+                   "default 3)")
+    p.add_argument("--texts", choices=("both",) + KINDS, default="both",
+                   help="which texts: the written corpus, texts sampled from the model, or both (default)")
+    p.add_argument("--corpus", default=None, metavar="DIR",
+                   help="folder of .txt stories (default: the repository's tests/corpus)")
+    p.add_argument("--tokenizer", default=None, metavar="PATH",
+                   help="tokenizer of the written corpus (default: tok512.bin beside the model)")
+    p.add_argument("--window", metavar="N[,N...]",
+                   help="slots of the window / sinks+window / H2O rows, one or more sizes (default 64,128,256, "
+                        "those that fit the text)")
+    p.add_argument("--sinks", type=int, help="attention sinks (default 4, fewer when a window is shorter)")
     p.add_argument("--align", type=int, default=0, help="row alignment in bytes for every cache (default 0: "
                    "measure the formats, not the padding)")
     p.add_argument("--only", action="append", help="only strategies whose name contains this (f32 always runs)")
@@ -81,15 +93,49 @@ def check_args(args, cfg):
     flag_int("--seed", args.seed, 1, (1 << 63) - args.samples)
     longest = max(tokens, args.contexts * cfg.seq_len if args.long else 0)
     if args.window is None:
-        args.window = min(128, longest)
-    flag_int("--window", args.window, 1, longest, "the evaluated text's length")
-    top = min(args.window, cfg.seq_len) if args.long else args.window  # --long also runs a seq_len window
+        args.window = tuple(w for w in WINDOWS if w <= longest) or (longest,)
+    else:
+        try:
+            args.window = tuple(int(x) for x in args.window.split(","))
+        except ValueError:
+            raise UserError("--window %s: expected sizes separated by commas" % args.window)
+    for w in args.window:
+        flag_int("--window", w, 1, longest, "the evaluated text's length")
+    top = min(min(args.window), cfg.seq_len) if args.long else min(args.window)  # --long also runs seq_len
     if args.sinks is None:
         args.sinks = min(4, top - 1)
     flag_int("--sinks", args.sinks, 0, top - 1, "fewer than the window")
     from .account import check_align
     check_align("--align", args.align)
     return tokens
+
+
+def _written(args, cfg, required):
+    """[(name, ids)] of the written corpus, or None (with a note) when `--texts both` finds no tokenizer."""
+    from . import quality
+    folder = args.corpus or quality.CORPUS
+    tok = args.tokenizer or os.path.join(os.path.dirname(os.path.abspath(args.model)), "tok512.bin")
+    if not os.path.isdir(folder):
+        raise UserError("%s: no such corpus folder" % folder)
+    if not os.path.exists(tok):
+        if not required and not args.tokenizer:
+            print("note: %s is absent: the written corpus is skipped (give --tokenizer)" % tok, file=sys.stderr)
+            return None
+        raise UserError("%s: no tokenizer for the written corpus (give --tokenizer, or --texts sampled)" % tok)
+    try:
+        texts = quality.written_texts(tok, folder, cfg.vocab_size, cfg.seq_len)
+    except (ValueError, OSError) as e:
+        raise UserError("%s: %s" % (tok, e))
+    return texts
+
+
+def _headline(kind, res, args, names=None):
+    if kind == "written":
+        return ("written corpus: %d stories (%s), %s tokens, teacher-forced per cache strategy"
+                % (res["samples"], ", ".join(names), format(res["text_tokens"], ",")))
+    seeds = args.seed if args.samples == 1 else "%d..%d" % (args.seed, args.seed + args.samples - 1)
+    return ("sampled: %d text%s of %d tokens sampled from the model (seed %s, temperature 1), teacher-forced per "
+            "cache strategy" % (res["samples"], "s" if res["samples"] > 1 else "", res["tokens"], seeds))
 
 
 def run(args):
@@ -104,25 +150,38 @@ def run(args):
     tokens = check_args(args, cfg)
     from .validate import finite_weights
     finite_weights(args.model, cfg, wd)
+    kinds = KINDS if args.texts == "both" else (args.texts,)
+    written = _written(args, cfg, args.texts == "written") if "written" in kinds else None
+    if written is None:
+        kinds = tuple(k for k in kinds if k != "written")
     quiet = args.json
 
     def progress(name):
         if not quiet:
             print("  running %s ..." % name, file=sys.stderr)
-    res = quality.evaluate(args.model, tokens, args.seed, args.window, args.sinks, args.only, args.align,
-                           progress, args.samples)
-    out = {"model": os.path.basename(args.model), "quality": res}
+    out = {"model": os.path.basename(args.model), "texts": {}}
+    for kind in kinds:
+        if not quiet:
+            print("%s texts:" % kind, file=sys.stderr)
+        texts = [ids for _, ids in written] if kind == "written" else None
+        out["texts"][kind] = quality.evaluate(args.model, tokens, args.seed, args.window, args.sinks, args.only,
+                                              args.align, progress, args.samples, texts)
+    if written:
+        out["texts"]["written"]["names"] = [n for n, _ in written]
+    out["quality"] = out["texts"][kinds[0]]  # the table `kvedge plan --quality` reads: the written corpus first
     if args.long:
-        out["long"] = quality.evaluate_long(args.model, args.contexts, args.seed, (args.window, cfg.seq_len),
+        out["long"] = quality.evaluate_long(args.model, args.contexts, args.seed, args.window + (cfg.seq_len,),
                                             args.sinks, args.align, progress)
     if args.json:
         print(json.dumps(out, sort_keys=True))
         return 0
     sys.stderr.flush()
-    print("%s: %d text%s of %d tokens sampled from the model (seed %s, temperature 1), teacher-forced per cache "
-          "strategy" % (out["model"], args.samples, "s" if args.samples > 1 else "", tokens,
-                        args.seed if args.samples == 1 else "%d..%d" % (args.seed, args.seed + args.samples - 1)))
-    print(table(res))
+    for i, kind in enumerate(kinds):
+        res = out["texts"][kind]
+        if i:
+            print()
+        print("%s: %s" % (out["model"], _headline(kind, res, args, res.get("names"))))
+        print(table(res))
     if args.long:
         lr = out["long"]
         print()

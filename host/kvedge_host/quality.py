@@ -5,9 +5,12 @@ KVCache (kvedge.cache, on CPython) configured with the strategy, so every quanti
 effect is exactly the device's. Rows are read with cache.read() into a mirror as they are written (and, for
 KIVI, again when their group leaves the f32 residual), so a 512-token run takes seconds, not minutes.
 
-Teacher forcing: a seeded text sampled from the model itself (temperature 1) is fed token by token; at each
-position we record the log-probability of the next token, the logits' KL divergence from the full f32 cache,
-and whether the top-1 token agrees with it."""
+Teacher forcing: a text is fed token by token; at each position we record the log-probability of the next
+token, the logits' KL divergence from the full f32 cache, and whether the top-1 token agrees with it. Two kinds
+of text: stories sampled from the model itself (temperature 1: they flatter every strategy, the model finds its
+own text easy) and the written corpus in tests/corpus (short children's stories written for this project in
+the style the model was trained on, text it never saw)."""
+import os
 from array import array
 
 import numpy as np
@@ -17,8 +20,11 @@ from kvedge.config import CacheConfig
 from kvedge.model.sampler import Sampler
 
 from .llama_ref import RefModel
+from .paths import ROOT, SHARED_MODELS
 
 BOS = 1
+CORPUS = os.path.join(ROOT, "tests", "corpus")
+TOKENIZER = os.path.join(SHARED_MODELS, "tok512.bin")
 
 
 class CachedRef(RefModel):
@@ -48,10 +54,8 @@ class CachedRef(RefModel):
         self.row = array("f", [0.0] * c.head_dim)
         self.kbuf = array("f", [0.0] * c.kv_dim)
         self.vbuf = array("f", [0.0] * c.kv_dim)
-        # rows that can change after they are written: KIVI quantizes the oldest group of its residual when a
-        # token arrives with R + G - 1 tokens at f32, so the newest R + G rows are re-read
-        cc = self.ccfg
-        self.reread = cc.residual + cc.group if (cc.dtype in ("i4", "i2") and cc.residual) else 1
+        # rows that change after they are written: a KIVI group quantized as it leaves the f32 residual (the
+        # cache's res_lo moves past it), re-read then
 
     def reset(self):
         RefModel.reset(self)
@@ -77,13 +81,15 @@ class CachedRef(RefModel):
         for i in range(len(k)):
             self.kbuf[i] = k[i]
             self.vbuf[i] = v[i]
+        lo = cache.res_lo[layer] if cache.kivi else 0
         cache.write(layer, self.kbuf, self.vbuf)
         if layer == 0:
             self.n_live = cache.positions(self.live)
         live = np.frombuffer(self.live, dtype=np.int32, count=self.n_live)
-        # re-read the newest rows (the one just written, and a KIVI group that may just have been quantized)
-        for p in live[-self.reread:]:
-            self._mirror(layer, int(p))
+        self._mirror(layer, pos)  # the row just written
+        if cache.kivi:
+            for s in range(lo, cache.res_lo[layer]):  # a group that left the residual: quantized now
+                self._mirror(layer, cache.P + s)
         if self.policy is None:
             return self.attention(q, self.mk[layer, live], self.mv[layer, live])
         out = self._attend_scored(q, self.mk[layer, live], self.mv[layer, live], live)
@@ -138,6 +144,27 @@ def sample_text(path, tokens, seed, stories=False, temperature=1.0):
     return out[:tokens]
 
 
+def written_texts(tokenizer=TOKENIZER, folder=CORPUS, vocab_size=512, limit=None):
+    """[(name, ids)] of every story in `folder` (*.txt, by name), encoded as llama2.c does (BOS first). A story
+    longer than `limit` tokens (the model's trained context) is refused: cut it, do not truncate silently."""
+    from kvedge.model.tokenizer import Tokenizer
+    tok = Tokenizer.load(tokenizer, vocab_size)  # raises TokenizerError (a ValueError) when the sizes disagree
+    out = []
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith(".txt"):
+            continue
+        with open(os.path.join(folder, name), encoding="utf-8") as f:
+            ids = tok.encode(f.read().strip())
+        if limit and len(ids) > limit:
+            raise ValueError("%s: %d tokens, more than the model's %d-token context" % (name, len(ids), limit))
+        if max(ids) >= vocab_size:
+            raise ValueError("%s: token %d is outside the model's %d-token vocabulary" % (name, max(ids), vocab_size))
+        out.append((name[:-4], ids))
+    if not out:
+        raise ValueError("%s: no .txt stories" % folder)
+    return out
+
+
 def teacher_force(path, ids, kv, policy=None):
     """Logits (float64, [len(ids) - 1, vocab]) predicting ids[1:], and the cache's stats, for one strategy."""
     m = CachedRef(path, kv, len(ids), policy)
@@ -164,21 +191,31 @@ def summarize(nll, kl, agree, sl=slice(None)):
     return {"ppl": float(np.exp(nll[sl].mean())), "kl": float(kl[sl].mean()), "top1": float(agree[sl].mean())}
 
 
+def _sizes(window):
+    return (window,) if isinstance(window, int) else tuple(window)
+
+
 def strategies(tokens, window=128, sinks=4, prefix=None, group=32):
-    """(name, kv dict) of the quality table; every one is sized for `tokens` positions."""
+    """(name, kv dict) of the quality table; every one is sized for `tokens` positions. KIVI rows: keys per
+    channel over groups of `group`, values per token, the newest R..R+G-1 tokens at f32 (residual R). `window`:
+    the ring size of the eviction rows, or several (each is measured)."""
     if prefix is None:
         prefix = max(1, (tokens * 5 + 99) // 100)  # the first ~5 % (trap 5)
-    return [
+    rows = [
         ("f32", {"dtype": "f32"}),
         ("f16", {"dtype": "f16"}),
         ("i8", {"dtype": "i8"}),
         ("i8 + f32 prefix %d" % prefix, {"dtype": "i8", "prefix": prefix}),
-        ("i4 KIVI (g%d)" % group, {"dtype": "i4", "group": group}),
-        ("i4 per-token keys", {"dtype": "i4", "group": group, "residual": 0}),
-        ("window %d" % window, {"dtype": "f32", "window": window, "max_tokens": window}),
-        ("sinks %d + window %d" % (sinks, window - sinks),
-         {"dtype": "f32", "window": window - sinks, "sinks": sinks, "max_tokens": window}),
     ]
+    for dt in ("i4", "i2"):
+        for r in (group, 2 * group):
+            rows.append(("%s KIVI (g%d, R%d)" % (dt, group, r), {"dtype": dt, "group": group, "residual": r}))
+        rows.append(("%s per-token keys" % dt, {"dtype": dt, "group": group, "residual": 0}))
+    for w in _sizes(window):
+        rows.append(("window %d" % w, {"dtype": "f32", "window": w, "max_tokens": w}))
+        rows.append(("sinks %d + window %d" % (sinks, w - sinks),
+                     {"dtype": "f32", "window": w - sinks, "sinks": sinks, "max_tokens": w}))
+    return rows
 
 
 def h2o_policy(slots, recent=None, sinks=0):
@@ -193,24 +230,29 @@ def h2o_policy(slots, recent=None, sinks=0):
     return lambda cache: H2O(cache, budget=slots, recent=recent, sinks=sinks)
 
 
-def evaluate(path, tokens=512, seed=42, window=128, sinks=4, only=None, align=0, progress=None, samples=1):
-    """The quality table: rows (dict: name, ppl, kl, top1, peak_bytes, arena_bytes, config). With samples > 1
-    the texts of seeds seed, seed+1, ... are all teacher-forced and their positions pooled (one perplexity
+def evaluate(path, tokens=512, seed=42, window=128, sinks=4, only=None, align=0, progress=None, samples=1,
+             texts=None):
+    """The quality table: rows (dict: name, ppl, kl, top1, peak_bytes, arena_bytes, config). The texts are
+    `texts` (lists of token ids, BOS first) or, when None, `samples` texts of `tokens` tokens sampled from the
+    model with seeds seed, seed+1, ...; every text is teacher-forced and their positions pooled (one perplexity
     over every predicted token), which steadies figures that one 512-token text leaves noisy."""
-    texts = [sample_text(path, tokens, seed + i) for i in range(samples)]
+    if texts is None:
+        texts = [sample_text(path, tokens, seed + i) for i in range(samples)]
+    tokens = max(len(t) for t in texts)
     rows = []
     todo = strategies(tokens, window, sinks)
-    todo.append(("H2O %d slots (%d recent)" % (window, window // 2), None))
+    for w in _sizes(window):
+        todo.append(("H2O %d slots (%d recent)" % (w, w // 2), w))
     bases = []
     for name, kv in todo:
         if only and not any(o in name for o in only) and name != "f32":
             continue
-        if kv is None:
-            pol = h2o_policy(window)
+        if isinstance(kv, int):
+            pol = h2o_policy(kv)
             if pol is None:
                 rows.append({"name": name, "missing": "needs kvedge's H2O policy (issue 5)"})
                 continue
-            kv = {"dtype": "f32", "max_tokens": window}  # an arena of the same budget; H2O chooses who stays
+            kv = {"dtype": "f32", "max_tokens": kv}  # an arena of the same budget; H2O chooses who stays
         else:
             pol = None
         kv = dict(kv, align=align)
@@ -226,7 +268,8 @@ def evaluate(path, tokens=512, seed=42, window=128, sinks=4, only=None, align=0,
         r.update(name=name, peak_bytes=st["peak_bytes"], arena_bytes=st["total_bytes"],
                  evictions=st["evictions"], config=st["config"])
         rows.append(r)
-    return {"tokens": tokens, "seed": seed, "samples": samples, "rows": rows}
+    return {"tokens": tokens, "seed": seed, "samples": len(texts), "text_tokens": sum(len(t) for t in texts),
+            "rows": rows}
 
 
 def evaluate_long(path, contexts=3, seed=42, windows=(128, 512), sinks=4, align=0, progress=None):

@@ -116,8 +116,10 @@ def test_eval_mirror_reads_what_the_cache_holds(tinyfiles):
 
 
 def test_eval_command_json_on_tiny(tinyfiles, capsys):
-    assert cli(["eval", "--model", tinyfiles["f32"], "--tokens", "40", "--window", "16", "--json"]) == 0
+    assert cli(["eval", "--model", tinyfiles["f32"], "--tokens", "40", "--window", "16", "--json", "--samples", "1",
+                "--texts", "sampled"]) == 0
     res = json.loads(capsys.readouterr().out)
+    assert list(res["texts"]) == ["sampled"] and res["quality"] is not None
     rows = {r["name"]: r for r in res["quality"]["rows"]}
     assert rows["f32"]["kl"] == 0 and rows["f32"]["top1"] == 1
     assert rows["window 16"]["peak_bytes"] < rows["f32"]["peak_bytes"]
