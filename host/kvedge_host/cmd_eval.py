@@ -111,7 +111,8 @@ def check_args(args, cfg):
 
 
 def _written(args, cfg, required):
-    """[(name, ids)] of the written corpus, or None (with a note) when `--texts both` finds no tokenizer."""
+    """[(name, ids)] of the written corpus, or None (with a note) when `--texts both` finds no tokenizer or a model
+    whose context or vocabulary cannot take the stories."""
     from . import quality
     folder = args.corpus or quality.CORPUS
     tok = args.tokenizer or os.path.join(os.path.dirname(os.path.abspath(args.model)), "tok512.bin")
@@ -125,6 +126,9 @@ def _written(args, cfg, required):
     try:
         texts = quality.written_texts(tok, folder, cfg.vocab_size, cfg.seq_len)
     except (ValueError, OSError) as e:
+        if not required:  # another model than the corpus was written for: --texts both measures sampled text
+            print("note: the written corpus is skipped: %s: %s" % (tok, e), file=sys.stderr)
+            return None
         raise UserError("%s: %s" % (tok, e))
     return texts
 
