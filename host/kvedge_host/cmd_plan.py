@@ -407,6 +407,8 @@ class Planner:
             return None
         C = self.context
         P = max(1, int(math.ceil(C * PREFIX_FRACTION)))
+        if dtype in budget.LOWBIT and C - P >= KIVI_MIN:
+            P = C - (C - P) // budget.QK * budget.QK  # whole key groups after the prefix, the context unchanged
         n = self._i4_tokens(C, P) if dtype in budget.LOWBIT else C
         return self.candidate("prefix", "%s + f32 prefix %d, keep all %d" % (dtype, P, n),
                               self.cfg(n, dtype, prefix=P), place, n, n)
