@@ -48,7 +48,7 @@ def test_kivi_residual_and_two_bit_costs_on_the_written_corpus():
     # the written corpus, pooled over its 8 stories (text the model never saw): recent tokens kept exact buy
     # back most of what 2-bit keys lose, and i4 with the sliding residual stays within 0.5 % of f32
     texts = [ids for _, ids in quality.written_texts(TOK512, quality.CORPUS, 512, 512)]
-    res = quality.evaluate(STORIES, only=["i4 KIVI (g32, R32)", "i2 KIVI"], texts=texts)
+    res = quality.evaluate(STORIES, only=["i4 KIVI (g32, R32)", "i2 KIVI", "i2 per-token"], texts=texts)
     rows = {r["name"]: r for r in res["rows"]}
     base = rows["f32"]["ppl"]
     i4 = rows["i4 KIVI (g32, R32)"]
