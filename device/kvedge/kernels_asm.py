@@ -78,6 +78,7 @@ def att_head_i8(r0, r1, r2, r3):
     str(r2, [r6, 64])
     mov(r2, 1)
     lsl(r2, r2, 29)
+    sub(r2, r2, 1)
     neg(r2, r2)
     str(r2, [r6, 60])  # -SAT
     label(P1)
@@ -291,10 +292,12 @@ def att_head_i8(r0, r1, r2, r3):
     beq(USAT)  # aa == 0: u = 0
     label(USATV)
     mov(r5, 1)
-    lsl(r5, r5, 29)  # SAT
+    lsl(r5, r5, 29)
+    sub(r5, r5, 1)  # SAT = 2**29 - 1 (kernels_plain.SAT)
     label(USAT)
     mov(r3, 1)
     lsl(r3, r3, 29)
+    sub(r3, r3, 1)
     cmp(r5, r3)
     ble(UNEG)
     mov(r5, r3)
