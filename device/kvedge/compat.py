@@ -1,5 +1,6 @@
 # Runtime differences in one place: CPython, MicroPython, CircuitPython.
 import sys
+import time
 
 try:
     import micropython
@@ -35,14 +36,106 @@ def mem_free():
     return f() if f else -1
 
 
-_ITEMSIZE = {"b": 1, "B": 1, "h": 2, "H": 2, "i": 4, "I": 4, "f": 4, "d": 8}
+# Largest n for which range(n) fits the typecode (CircuitPython checks; MicroPython would truncate).
+_RANGE_OK = {"b": 128, "B": 256, "h": 32768, "H": 65536}
+
+
+class _Zeros:
+    """n zeros with a known length: array() then allocates its buffer once, at the final size."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __iter__(self):
+        for _ in range(self.n):
+            yield 0
 
 
 def zeros(typecode, n):
-    """array(typecode) of n zeros without a temporary list of n boxed items (heap fragmentation on boards).
+    """array(typecode) of n zeros, allocated once at its final size: no temporary list of n boxed items and no
+    throwaway n-item buffer (either would double the peak on a board's heap).
 
-    MicroPython fills an array from a bytes object's raw memory; CPython can repeat an array instead."""
+    MicroPython: array(typecode, range(n)) sizes the array from len(range) and fills it in C, then the values
+    are cleared by doubling copies through a memoryview (log2(n) small views, no buffer). CPython repeats an
+    array instead."""
     from array import array
     if IS_CPYTHON:
         return array(typecode, [0]) * n
-    return array(typecode, bytes(n * _ITEMSIZE[typecode]))
+    if n > _RANGE_OK.get(typecode, 1 << 30):
+        return array(typecode, _Zeros(n))
+    a = array(typecode, range(n))
+    if n:
+        a[0] = 0
+        mv = memoryview(a)
+        k = 1
+        while k < n:
+            m = k if k < n - k else n - k
+            mv[k:k + m] = mv[0:m]
+            k += m
+    return a
+
+
+def float_array(n):
+    """n zeros as doubles where the runtime stores them ('d'), else as floats: small CircuitPython builds have
+    no 'd' typecode."""
+    try:
+        return zeros("d", n)
+    except (ValueError, KeyError):
+        return zeros("f", n)
+
+
+# Clocks: wrap-safe ticks everywhere. MicroPython (and CircuitPython's unix build) have time.ticks_*;
+# CircuitPython boards have none: supervisor.ticks_ms() (a small int wrapping at 2**29) and time.monotonic_ns()
+# (a long int once uptime passes ~1 s: it allocates, so hot loops must not call it); CPython has monotonic_ns.
+TICKS_PERIOD = const(1 << 29)
+
+
+def make_clock(time_mod, supervisor_mod=None, period=TICKS_PERIOD):
+    """(ticks_ms, ticks_us, ticks_diff) from these modules: time's own ticks where it has them; else
+    supervisor.ticks_ms and monotonic_ns in microseconds, both modulo `period`, with the ticks_diff that
+    matches (period=None: no wrap, for CPython's unbounded ints)."""
+    if hasattr(time_mod, "ticks_ms") and hasattr(time_mod, "ticks_us") and hasattr(time_mod, "ticks_diff"):
+        return time_mod.ticks_ms, time_mod.ticks_us, time_mod.ticks_diff
+    ns = getattr(time_mod, "monotonic_ns", None)
+    if ns is None:
+        mono = time_mod.monotonic
+
+        def ns():
+            return int(mono() * 1000000000)
+    if period is None:
+        def ticks_us():
+            return ns() // 1000
+
+        def ticks_ms():
+            return ns() // 1000000
+
+        def ticks_diff(t1, t0):
+            return t1 - t0
+        return ticks_ms, ticks_us, ticks_diff
+    mask, half = period - 1, period >> 1
+
+    def ticks_us():
+        return (ns() // 1000) & mask
+
+    ticks_ms = getattr(supervisor_mod, "ticks_ms", None) if period == TICKS_PERIOD else None
+    if ticks_ms is None:
+        def ticks_ms():
+            return (ns() // 1000000) & mask
+
+    def ticks_diff(t1, t0):
+        return ((t1 - t0 + half) & mask) - half
+    return ticks_ms, ticks_us, ticks_diff
+
+
+def _supervisor():
+    try:
+        import supervisor
+        return supervisor
+    except ImportError:
+        return None
+
+
+ticks_ms, ticks_us, ticks_diff = make_clock(time, _supervisor(), None if IS_CPYTHON else TICKS_PERIOD)

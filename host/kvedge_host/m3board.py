@@ -48,6 +48,8 @@ _PTY = re.compile(rb"char device redirected to (/dev/pts/\d+)")
 # Board side of the RAM disk: a block device over guest RAM (the extended block protocol littlefs uses).
 DISK_MODULE = """\
 # kvedge: the emulated board's RAM disk (littlefs2 in guest RAM outside the heap; survives soft resets).
+# Reads and writes allocate nothing (a board's flash driver is C): no garbage between the objects an import or
+# a test keeps, so the heap fragments no more than on a board.
 import os
 import uctypes
 import vfs
@@ -242,6 +244,87 @@ def write_disk_module(folder, march=None):
         os.remove(src)
 
 
+def tree_files(folder, board_root, exts=(".py", ".mpy", ".json", ".bin")):
+    """(host path, board path) of the files under `folder` with these endings, at board_root/relative path."""
+    out = []
+    for d, subdirs, names in os.walk(folder):
+        subdirs[:] = sorted(x for x in subdirs if x not in ("__pycache__", "node_modules") and x[0] != ".")
+        for n in sorted(names):
+            if n.endswith(exts):
+                p = os.path.join(d, n)
+                out.append((p, board_root.rstrip("/") + "/" + os.path.relpath(p, folder).replace(os.sep, "/")))
+    return out
+
+
+def _littlefs():
+    try:
+        import littlefs
+    except ImportError:
+        raise M3Missing("littlefs-python is not installed (pip install -r requirements.txt)")
+    return littlefs
+
+
+def _lfs(littlefs, **kw):
+    # the geometry and buffer sizes of vfs.VfsLfs2 over DISK_MODULE's RamDisk (readsize 32, progsize 256 as
+    # the rp2 and esp32 ports mount their flash, lookahead 32, cache min(block, 4 * progsize))
+    return littlefs.LittleFS(block_size=DISK_BLOCK, block_count=DISK_BLOCKS, read_size=32, prog_size=256,
+                             cache_size=1024, lookahead_size=32, **kw)
+
+
+def build_disk(image, files, march=None, mpy=False, work=None):
+    """A littlefs2 image of the RAM disk holding `files` [(host path, absolute board path)], built on the host
+    and loaded into guest RAM when qemu starts: files reach the board without crossing the emulated UART. With
+    mpy=True .py files go as .mpy for `march` (compiled in `work`)."""
+    littlefs = _littlefs()
+    fs = _lfs(littlefs)
+    tmp = None
+    try:
+        for src, dst in files:
+            if not dst.startswith("/"):
+                dst = "/" + dst
+            if mpy and dst.endswith(".py"):
+                if tmp is None:
+                    tmp = tempfile.mkdtemp(prefix="kvedge-mpy-", dir=work)
+                out = os.path.join(tmp, "%d.mpy" % len(os.listdir(tmp)))
+                compile_to(src, out, dst.rsplit("/", 1)[-1], march)
+                src, dst = out, dst[:-3] + ".mpy"
+            folder = dst.rsplit("/", 1)[0]
+            if folder:
+                fs.makedirs(folder, exist_ok=True)
+            with open(src, "rb") as f, fs.open(dst, "wb") as g:
+                g.write(f.read())
+        data = bytes(fs.context.buffer)
+    finally:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+    # blocks never written after the last used one need not be loaded (littlefs never reads a free block)
+    n = len(data) // DISK_BLOCK
+    erased = b"\xff" * DISK_BLOCK
+    while n and data[(n - 1) * DISK_BLOCK:n * DISK_BLOCK] in (erased, bytes(DISK_BLOCK)):
+        n -= 1
+    with open(image, "wb") as f:
+        f.write(data[:max(n, 2) * DISK_BLOCK])
+    return image
+
+
+def read_disk(image):
+    """{absolute board path: bytes} of every file in a RAM-disk image (e.g. dumped from a running board)."""
+    littlefs = _littlefs()
+    with open(image, "rb") as f:
+        data = f.read()
+    data = data + bytes(DISK_BLOCK * DISK_BLOCKS - len(data))
+    fs = _lfs(littlefs, mount=False)
+    fs.context.buffer[:] = data
+    fs.mount()
+    out = {}
+    for root, _, names in fs.walk("/"):
+        for n in names:
+            p = root.rstrip("/") + "/" + n
+            with fs.open(p, "rb") as f:
+                out[p] = f.read()
+    return out
+
+
 def build_romfs(folder, image):
     """A ROMFS image of `folder` (files as they are: stage() compiled what had to be compiled)."""
     p = subprocess.run([mpremote_exe(), "romfs", "--no-mpy", "-o", image, "build", folder],
@@ -259,15 +342,18 @@ class M3Board:
     """One emulated board. start() returns its serial port (a pty); stop() ends qemu.
 
     heap: bytes (default: the board profile's heap_bytes); romfs: image path for /rom; icount: deterministic
-    instruction counting; disk_image: a host file holding the board's PSRAM (created when missing), so the RAM
-    disk persists across kill and start like flash. Without it a restart (restart()) loses the RAM disk."""
+    instruction counting; disk: a RAM-disk image (build_disk) loaded at every start; disk_image: a host file
+    holding the board's PSRAM (created when missing), so the RAM disk persists across kill and start like flash
+    (use one of the two). Without disk_image a restart (restart()) starts again from the images: what the code
+    wrote to the RAM disk is gone."""
 
-    def __init__(self, board="rp2040", heap=None, romfs=None, icount=True, log=None, disk_image=None):
+    def __init__(self, board="rp2040", heap=None, romfs=None, disk=None, icount=True, log=None, disk_image=None):
         self.board = board
         self.disk_image = os.path.abspath(disk_image) if disk_image else None
         self.heap = heap_of(board, heap)
         self.firmware = firmware_for(self.heap)
         self.romfs = os.path.abspath(romfs) if romfs else None
+        self.disk = os.path.abspath(disk) if disk else None
         self.icount = icount
         self.log = log
         self.port = None
@@ -286,11 +372,14 @@ class M3Board:
             cmd += ["-icount", "shift=0"]
         if self.romfs:
             cmd += ["-device", "loader,file=%s,addr=0x%x,force-raw=on" % (self.romfs, ROMFS_ADDR)]
+        if self.disk:
+            cmd += ["-device", "loader,file=%s,addr=0x%x,force-raw=on" % (self.disk, DISK_ADDR)]
         return cmd
 
     def start(self, timeout=30):
-        if self.romfs and not os.path.isfile(self.romfs):
-            raise M3Missing("no ROMFS image %s" % self.romfs)
+        for img in (self.romfs, self.disk):
+            if img and not os.path.isfile(img):
+                raise M3Missing("no image %s" % img)
         self._dir = tempfile.mkdtemp(prefix="kvedge-m3-")
         logpath = os.path.join(self._dir, "qemu.log")
         with open(logpath, "wb") as logf:

@@ -1,15 +1,21 @@
-"""Run device code on real MicroPython runtimes: the unix port (heap capped like a board) and the 32-bit wasm
-port on Node.js. The device package and tests are made importable the same way a board sees them."""
+"""Run device code on real MicroPython runtimes: the unix port (heap capped like a board), the 32-bit wasm port on
+Node.js, MicroPython on an emulated Cortex-M3 board (qemu; `m3` = the package as .mpy for the board's -march,
+`m3-py` = as source) and real CircuitPython (a 32-bit unix build; where it is absent, `circuitpython` is the
+unix port with CircuitPython's limits emulated). The device package and tests are made importable the same way
+a board sees them."""
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
 
 from . import boards
-from .paths import DEVICE, ROOT, TESTS_DEVICE, TOOLS, WASM, venv_tool
+from .paths import DEVICE, ROOT, SHARED_RUNTIMES, TESTS_DEVICE, TOOLS, WASM, venv_tool
 
-RUNTIMES = ("cpython", "unix", "wasm", "circuitpython")
+RUNTIMES = ("cpython", "unix", "wasm", "m3", "m3-py", "circuitpython")
+M3 = {"m3": "mpy", "m3-py": "py"}  # runtime -> how the package is deployed on the emulated board
+CIRCUITPYTHON_ENV = "KVEDGE_CIRCUITPYTHON"
 SUMMARY = re.compile(r"^(\d+) passed, (\d+) failed, (\d+) skipped$")
 
 
@@ -28,34 +34,81 @@ def wasm_entry():
     pkg = os.path.join(WASM, "node_modules", "@micropython", "micropython-webassembly-pyscript")
     if not os.path.isdir(pkg):
         raise RuntimeMissing("the wasm port is not installed (npm ci in tools/wasm)")
+    if not shutil.which("node"):
+        raise RuntimeMissing("node is not installed (the wasm port runs on Node.js)")
     return os.path.join(WASM, "run.mjs")
+
+
+def circuitpython_path():
+    return os.path.abspath(os.environ.get(CIRCUITPYTHON_ENV)
+                           or os.path.join(SHARED_RUNTIMES, "circuitpython-unix32", "circuitpython"))
+
+
+def circuitpython_bin():
+    """The real CircuitPython binary, or None (then `circuitpython` emulates its limits on the unix port)."""
+    p = circuitpython_path()
+    return p if os.path.isfile(p) and os.access(p, os.X_OK) else None
 
 
 def heap_for(board):
     return boards.load(board)["heap_bytes"]
 
 
+def missing(runtime, board="rp2040"):
+    """None when `runtime` can run here, else why not (the reason a skipped runtime is reported with)."""
+    try:
+        if runtime in ("unix", "circuitpython") and not (runtime == "circuitpython" and circuitpython_bin()):
+            micropython_bin()
+        elif runtime == "wasm":
+            wasm_entry()
+        elif runtime in M3:
+            from . import m3board
+            return m3board.missing(board)
+    except RuntimeMissing as e:
+        return str(e)
+    return None
+
+
+def describe(runtime, board="rp2040"):
+    """One line: what `runtime` is here."""
+    if runtime == "circuitpython":
+        if circuitpython_bin():
+            return "real CircuitPython (%s)" % circuitpython_bin()
+        return ("emulated: the unix port with CircuitPython's limits (no real binary at %s)"
+                % circuitpython_path())
+    if runtime in M3:
+        from . import m3board
+        how = ("as -march=%s .mpy" % m3board.march_for(board)) if M3[runtime] == "mpy" else "as .py"
+        return "emulated Cortex-M3 (qemu %s), the package %s" % (m3board.MACHINE, how)
+    return {"cpython": "CPython", "unix": "MicroPython unix port (64-bit)",
+            "wasm": "MicroPython wasm port (32-bit, Node.js)"}.get(runtime, runtime)
+
+
+def _script(code, paths):
+    paths = [os.path.abspath(p) for p in paths]
+    prologue = "import sys\nsys.path[:0] = %r\n" % (paths,)
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(prologue + code)
+        return f.name
+
+
 def run_code(runtime, code, heap=None, paths=(), timeout=600, cwd=None):
     """Run `code` on a MicroPython runtime with `paths` (host folders) first on sys.path.
 
-    Returns (returncode, output). On the wasm port the folders are copied into its filesystem at the same
-    absolute paths, so code can name files the same way on both ports."""
-    paths = [os.path.abspath(p) for p in paths]
-    prologue = "import sys\nsys.path[:0] = %r\n" % (paths,)
-    if runtime in ("unix", "circuitpython"):
-        cmd = [micropython_bin()]
-        if heap:
-            cmd += ["-X", "heapsize=%d" % heap]
-        with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
-            f.write(prologue + code)
-            script = f.name
-        cmd.append(script)
+    Returns (returncode, output). On the wasm port and the emulated Cortex-M3 the folders are copied into the
+    board's filesystem at the same absolute paths, so code can name files the same way everywhere (on the M3
+    in a littlefs RAM disk built on the host: .py files as .mpy for the board's -march with `m3`)."""
+    if runtime in M3:
+        return _run_m3(runtime, code, heap, paths, timeout)
+    script = _script(code, paths)
+    if runtime == "circuitpython" and circuitpython_bin():
+        cmd = [circuitpython_bin()] + (["-X", "heapsize=%d" % heap] if heap else []) + [script]
+    elif runtime in ("unix", "circuitpython"):
+        cmd = [micropython_bin()] + (["-X", "heapsize=%d" % heap] if heap else []) + [script]
     elif runtime == "wasm":
-        with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
-            f.write(prologue + code)
-            script = f.name
-        cmd = ["node", wasm_entry(), str(heap or 1024 * 1024), script] + paths
+        cmd = ["node", wasm_entry(), str(heap or 1024 * 1024), script] + [os.path.abspath(p) for p in paths]
     else:
+        os.unlink(script)
         raise ValueError("unknown MicroPython runtime %r" % runtime)
     try:
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout,
@@ -68,6 +121,30 @@ def run_code(runtime, code, heap=None, paths=(), timeout=600, cwd=None):
         os.unlink(script)
 
 
+def _run_m3(runtime, code, heap, paths, timeout, board="rp2040"):
+    from . import m3board
+    why = m3board.missing(board, heap)
+    if why:
+        raise RuntimeMissing(why)
+    paths = [os.path.abspath(p) for p in paths]
+    prologue = "import sys\nsys.path[:0] = %r\n" % (paths,)
+    with tempfile.TemporaryDirectory(prefix="kvedge-m3run-") as tmp:
+        files = []
+        for p in paths:
+            files += m3board.tree_files(p, p)
+        disk = m3board.build_disk(os.path.join(tmp, "disk.img"), files, march=m3board.march_for(board),
+                                  mpy=M3[runtime] == "mpy", work=tmp)
+        rom = os.path.join(tmp, "rom")
+        os.makedirs(rom)
+        m3board.write_disk_module(rom, m3board.march_for(board))
+        with m3board.M3Board(board, heap=heap, romfs=m3board.build_romfs(rom, os.path.join(tmp, "rom.img")),
+                             disk=disk) as b:
+            try:
+                return 0, b.exec(prologue + code, timeout=timeout)
+            except m3board.M3Error as e:
+                return 1, e.output + ("\nTIMEOUT after %ds\n" % timeout if "timed out" in str(e) else "")
+
+
 def test_files(selected=None):
     files = sorted(f for f in os.listdir(TESTS_DEVICE) if f.startswith("test_") and f.endswith(".py"))
     if selected:
@@ -75,37 +152,110 @@ def test_files(selected=None):
     return files
 
 
+class Files:
+    """Runs one device test file at a time on a runtime, each in a fresh interpreter (a board resets between
+    files): run(file, only, timeout) -> (returncode, output). close() ends what it started."""
+
+    def __init__(self, runtime, board="rp2040", heap=None):
+        self.runtime, self.board = runtime, board
+        self.heap = heap or heap_for(board)
+        self.emulate_cp = runtime == "circuitpython" and not circuitpython_bin()
+        self._m3 = None
+        self._tmp = None
+
+    def code(self, f, only):
+        return ("import devrunner\ndevrunner.main([%r], circuitpython=%r, only=%r)\n"
+                % (f, self.emulate_cp, only))
+
+    def run(self, f, only=None, timeout=900):
+        code = self.code(f, only)
+        if self.runtime == "cpython":
+            return _run_cpython(code, timeout)
+        if self.runtime in M3:
+            from . import m3board
+            try:
+                return 0, self._board().exec(code, timeout=timeout)
+            except m3board.M3Error as e:
+                return 1, e.output
+        # a fresh folder per file: files the tests write cannot meet another run's
+        cwd = tempfile.mkdtemp(prefix="kvedge-dev-")
+        try:
+            return run_code(self.runtime, code, self.heap, [DEVICE, TESTS_DEVICE, TOOLS], timeout, cwd=cwd)
+        finally:
+            shutil.rmtree(cwd, ignore_errors=True)
+
+    def _board(self):
+        from . import m3board
+        if self._m3 is None or not self._m3.alive():
+            why = m3board.missing(self.board, self.heap)
+            if why:
+                raise RuntimeMissing(why)
+            if self._tmp is None:
+                self._tmp = tempfile.mkdtemp(prefix="kvedge-m3suite-")
+                self._image = suite_romfs(os.path.join(self._tmp, "suite.img"), M3[self.runtime] == "mpy",
+                                          m3board.march_for(self.board))
+            self._m3 = m3board.M3Board(self.board, heap=self.heap, romfs=self._image)
+            self._m3.start()
+        return self._m3
+
+    def close(self):
+        if self._m3 is not None:
+            self._m3.stop()
+            self._m3 = None
+        if self._tmp:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def suite_romfs(image, mpy=True, march="armv6m"):
+    """A ROMFS image for the emulated board with the device package, tests/device and the runner (as .mpy
+    for `march` when mpy, else as source): imported from /rom, their code stays in place."""
+    from . import m3board
+    pairs = [(os.path.join(TESTS_DEVICE, n), n) for n in sorted(os.listdir(TESTS_DEVICE)) if n.endswith(".py")]
+    pairs.append((os.path.join(TOOLS, "devrunner.py"), "devrunner.py"))
+    with tempfile.TemporaryDirectory(prefix="kvedge-m3stage-") as folder:
+        m3board.stage_package(folder, march, mpy=mpy, extra=pairs)
+        return m3board.build_romfs(folder, image)
+
+
+def parse(out, rc, f, total):
+    """Add one file's runner output to the totals (a file that ended without its summary line is a failure)."""
+    m = None
+    for line in out.splitlines():
+        mm = SUMMARY.match(line.strip())
+        if mm:
+            m = mm
+        elif not line.startswith("PASS "):
+            total["lines"].append(line)
+    if m is None or rc != 0:
+        total["failed"] += 1
+        total["lines"].append("FAIL %s: runner ended without a summary (exit %s)" % (f, rc))
+        total["lines"].extend(out.splitlines()[-20:])
+    if m:
+        total["passed"] += int(m.group(1))
+        total["failed"] += int(m.group(2))
+        total["skipped"] += int(m.group(3))
+    return total
+
+
 def run_device_tests(runtime, board="rp2040", files=None, only=None, heap=None, timeout=900, echo=None):
     """Run tests/device files on `runtime`, one fresh interpreter per file (a board resets between files).
 
     Returns a dict: passed, failed, skipped, lines (failure and skip detail), ok."""
-    heap = heap or heap_for(board)
     total = {"passed": 0, "failed": 0, "skipped": 0, "lines": []}
-    for f in files or test_files():
-        code = ("import devrunner\ndevrunner.main([%r], circuitpython=%r, only=%r)\n"
-                % (f, runtime == "circuitpython", only))
-        if runtime == "cpython":
-            rc, out = _run_cpython(code, timeout)
-        else:
-            rc, out = run_code(runtime, code, heap,
-                               [DEVICE, TESTS_DEVICE, TOOLS], timeout)
-        m = None
-        for line in out.splitlines():
+    with Files(runtime, board, heap) as runner:
+        for f in files or test_files():
+            rc, out = runner.run(f, only, timeout)
             if echo:
-                echo(line)
-            mm = SUMMARY.match(line.strip())
-            if mm:
-                m = mm
-            elif not line.startswith("PASS "):
-                total["lines"].append(line)
-        if m is None or rc != 0:
-            total["failed"] += 1
-            total["lines"].append("FAIL %s: runner ended without a summary (exit %s)" % (f, rc))
-            total["lines"].extend(out.splitlines()[-20:])
-        if m:
-            total["passed"] += int(m.group(1))
-            total["failed"] += int(m.group(2))
-            total["skipped"] += int(m.group(3))
+                for line in out.splitlines():
+                    echo(line)
+            parse(out, rc, f, total)
     total["ok"] = total["failed"] == 0 and total["passed"] > 0
     return total
 
@@ -113,6 +263,12 @@ def run_device_tests(runtime, board="rp2040", files=None, only=None, heap=None, 
 def _run_cpython(code, timeout):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([DEVICE, TESTS_DEVICE, TOOLS])
-    p = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       timeout=timeout, env=env, cwd=ROOT)
-    return p.returncode, p.stdout.decode("utf-8", "replace")
+    cwd = tempfile.mkdtemp(prefix="kvedge-dev-")
+    try:
+        p = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           timeout=timeout, env=env, cwd=cwd)
+        return p.returncode, p.stdout.decode("utf-8", "replace")
+    except subprocess.TimeoutExpired as e:
+        return -9, (e.stdout or b"").decode("utf-8", "replace") + "\nTIMEOUT after %ds\n" % timeout
+    finally:
+        shutil.rmtree(cwd, ignore_errors=True)

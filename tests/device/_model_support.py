@@ -48,8 +48,9 @@ class RefAttention:
 
 
 def tmp_path(name):
-    import os
-    for d in ("/tmp", ""):
+    # the current folder first: each run has its own (a board's filesystem, a fresh folder on the host), while
+    # /tmp is shared by every run on the machine
+    for d in ("", "/tmp"):
         try:
             p = d + "/" + name if d else name
             f = open(p, "wb")

@@ -33,23 +33,45 @@ def _feature(name):
         except ImportError:
             return False
     if name == "fs":
-        try:
-            import os
-            return hasattr(os, "remove")
-        except ImportError:
-            return False
+        return fs_writable()
     raise ValueError("unknown feature %r" % name)
+
+
+def fs_writable(opener=open):
+    """True when a file can be created, written and removed in the current folder. False where os.remove is
+    missing or the filesystem is read-only: CIRCUITPY while USB is connected raises OSError EROFS (30)."""
+    try:
+        import os
+    except ImportError:
+        return False
+    if not hasattr(os, "remove"):
+        return False
+    probe = "_kvedge_probe.tmp"
+    try:
+        f = opener(probe, "wb")
+        try:
+            f.write(b"kv")
+        finally:
+            f.close()
+        os.remove(probe)
+    except OSError:
+        return False
+    return True
+
+
+def skip(msg):
+    """Skip the calling test, visibly counted (pytest's skip under pytest, Skip under devrunner)."""
+    if "pytest" in sys.modules:
+        import pytest
+        pytest.skip(msg)
+    raise Skip(msg)
 
 
 def need(*features):
     """Skip the calling test (visibly counted) unless every feature is present."""
     for f in features:
         if not _feature(f):
-            msg = "needs " + f
-            if "pytest" in sys.modules:
-                import pytest
-                pytest.skip(msg)
-            raise Skip(msg)
+            skip("needs " + f)
 
 
 def raises(exc_type, fn, *args, **kw):

@@ -1,16 +1,44 @@
-"""The device suite on real MicroPython: the unix port (heap capped to the rp2040 profile), the same port
-with CircuitPython's limits emulated, and the 32-bit wasm port. A failure on any runtime fails this run."""
+"""The device suite on real MicroPython and CircuitPython: the unix port (heap capped to the rp2040 profile), the
+32-bit wasm port, the emulated Cortex-M3 board at the rp2040 heap (the package as armv6m .mpy, and as source)
+and real CircuitPython (its limits emulated on the unix port where the binary is absent). One test per runtime
+and file, each file in a fresh interpreter; a failure on any runtime fails this run. A runtime that cannot run
+here is skipped with the reason, which the closing summary repeats."""
+import json
+
 import pytest
 
 from kvedge_host import runtimes
 
-RESULTS = {}
+BOARD = "rp2040"
+RUNTIMES = ("unix", "wasm", "m3", "m3-py", "circuitpython")
+FILES = runtimes.test_files()
+PROPERTY = "kvedge_device"  # read by tests/conftest.py for the per-runtime summary
 
 
-@pytest.mark.parametrize("runtime", ["unix", "circuitpython", "wasm"])
-def test_device_suite_on(runtime):
-    res = runtimes.run_device_tests(runtime, board="rp2040")
-    RESULTS[runtime] = res
+@pytest.fixture(scope="session")
+def runners():
+    """One runner per runtime and test process: the emulated board's qemu is started once and soft-reset
+    before each file."""
+    made = {}
+    yield made
+    for r in made.values():
+        r.close()
+
+
+@pytest.mark.parametrize("runtime,name", [(r, f) for r in RUNTIMES for f in FILES])
+def test_device_file_on(runtime, name, runners, request):
+    note = runtimes.describe(runtime, BOARD)
+    why = runtimes.missing(runtime, BOARD)
+    if why:
+        request.node.user_properties.append((PROPERTY, json.dumps({"runtime": runtime, "missing": why})))
+        pytest.skip("%s: %s" % (runtime, why))
+    if runtime not in runners:
+        runners[runtime] = runtimes.Files(runtime, BOARD)
+    rc, out = runners[runtime].run(name)
+    res = runtimes.parse(out, rc, name, {"passed": 0, "failed": 0, "skipped": 0, "lines": []})
+    request.node.user_properties.append((PROPERTY, json.dumps(
+        {"runtime": runtime, "passed": res["passed"], "failed": res["failed"], "skipped": res["skipped"],
+         "note": note if runtime in ("circuitpython", "m3", "m3-py") else ""})))
     detail = "\n".join(res["lines"][-80:])
-    assert res["failed"] == 0, "%s: %d failed\n%s" % (runtime, res["failed"], detail)
-    assert res["passed"] > 0, "%s: no test ran\n%s" % (runtime, detail)
+    assert res["failed"] == 0, "%s %s: %d failed\n%s" % (runtime, name, res["failed"], detail)
+    assert res["passed"] + res["skipped"] > 0, "%s %s: no test ran\n%s" % (runtime, name, detail)
