@@ -23,14 +23,27 @@ def _emulate_circuitpython():
     kvedge.kernels.select("plain")
 
 
+def _print_traceback(e):
+    # MicroPython: sys.print_exception; CircuitPython: traceback.print_exception(e) only (no print_exc);
+    # CPython: traceback.print_exception(e) as well (3.10+). A runner that cannot print a traceback still
+    # goes on with the next test.
+    if hasattr(sys, "print_exception"):
+        sys.print_exception(e)
+        return
+    try:
+        import traceback
+        traceback.print_exception(e)
+    except Exception as e2:
+        print("(no traceback: %s: %s)" % (type(e2).__name__, e2))
+
+
 def _run_module(name, counts, only):
     try:
         mod = __import__(name)
     except Exception as e:
         counts[1] += 1
         print("FAIL %s (import): %s: %s" % (name, type(e).__name__, e))
-        if hasattr(sys, "print_exception"):
-            sys.print_exception(e)
+        _print_traceback(e)
         return
     from _support import Skip
     tests = [k for k in dir(mod) if k.startswith("test_")]
@@ -51,11 +64,7 @@ def _run_module(name, counts, only):
         except Exception as e:
             counts[1] += 1
             print("FAIL %s::%s: %s: %s" % (name, t, type(e).__name__, e))
-            if hasattr(sys, "print_exception"):
-                sys.print_exception(e)
-            else:
-                import traceback
-                traceback.print_exc()
+            _print_traceback(e)
             continue
         counts[0] += 1
         print("PASS %s::%s" % (name, t))

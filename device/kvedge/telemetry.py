@@ -17,30 +17,20 @@
 #   tok_s          tokens seen per second since the previous line (one decimal)
 import gc
 import sys
-import time
+
+from .compat import ticks_diff, ticks_ms  # CircuitPython boards have no time.ticks_*
 
 PREFIX = "KVSTATS "
 KEYS = ("seq", "t_ms", "event", "total_bytes", "used_bytes", "peak_bytes", "tokens_seen", "tokens_cached",
         "evictions", "alloc_failures", "heap_free", "heap_largest", "tok_s")
 STAT_KEYS = KEYS[3:10]
 
-_ticks_ms = getattr(time, "ticks_ms", None)
-_ticks_diff = getattr(time, "ticks_diff", None)
-
-
 def _now_ms():
-    if _ticks_ms is not None:
-        return _ticks_ms()
-    ns = getattr(time, "monotonic_ns", None)
-    if ns is not None:
-        return ns() // 1000000
-    return int(time.monotonic() * 1000)
+    return ticks_ms()
 
 
 def _elapsed_ms(t0, t1):
-    if _ticks_diff is not None:
-        return _ticks_diff(t1, t0)
-    return t1 - t0
+    return ticks_diff(t1, t0)
 
 
 def _num(v):

@@ -3,7 +3,7 @@
 # driver (tests/device/test_paged.py, every runtime) and the hypothesis state machine (tests/host).
 import math
 
-from kvedge.compat import zeros
+from kvedge.compat import float_array
 from kvedge.errors import CacheFullError
 from _cacheref import value, f32
 
@@ -179,7 +179,7 @@ def reference_attention(cfg, seed, n, layer, q, out):
     """softmax(q.k / sqrt(D)) v over a session's n tokens, plain Python (no tiling)."""
     D, H = cfg.head_dim, cfg.heads
     group = H // cfg.kv_heads
-    w = zeros("d", n) if n else None
+    w = float_array(n) if n else None
     for h in range(H):
         kvh = h // group
         m = -1e300

@@ -3,7 +3,7 @@ import gc
 import math
 
 from kvedge import kernels
-from kvedge.compat import zeros
+from kvedge.compat import float_array, zeros
 from kvedge.attention import Attention, quantize_query, dequantize_output
 from kvedge.cache import KVCache
 from kvedge.config import CacheConfig
@@ -41,8 +41,8 @@ def reference(cfg, K, V, live, layer, q, mapping=None):
     Buffers are arrays allocated up front: lists of boxed floats fragment a small MicroPython heap."""
     D, H = cfg.head_dim, cfg.heads
     group = H // cfg.kv_heads
-    out = zeros("d", H * D)
-    w = zeros("d", len(live))
+    out = float_array(H * D)
+    w = float_array(len(live))
     for h in range(H):
         kvh = mapping(h) if mapping else h // group
         m = -1e300

@@ -1,9 +1,9 @@
 # Generate text on whatever runtime this is (a board, the unix/wasm ports, CPython) and report how it went:
 # the pieces are written to stdout as they come, then one line "#KVEDGE {json}" with the run's figures.
 import sys
-import time
 
 from kvedge import kernels
+from kvedge.compat import ticks_diff, ticks_ms  # CircuitPython boards have no time.ticks_*
 
 # The generation loop's own heap beside the model and tokenizer: sampler, token lists, stdout buffers and
 # names interned on first use. Measured on the unix port at about 7 KB for stories260K.
@@ -11,15 +11,11 @@ RUN_OVERHEAD = 8192
 
 
 def _ms():
-    if hasattr(time, "ticks_ms"):
-        return time.ticks_ms()
-    return int(time.time() * 1000)
+    return ticks_ms()
 
 
 def _elapsed(t0):
-    if hasattr(time, "ticks_diff"):
-        return time.ticks_diff(time.ticks_ms(), t0)
-    return _ms() - t0
+    return ticks_diff(ticks_ms(), t0)
 
 
 def _writer():
