@@ -12,7 +12,7 @@ COMMANDS = {
     "plan": "compress until it fits: ranked feasible cache configurations and a device config JSON",
     "boards": "list the board profiles and where their figures come from",
     "check": "run seeded attention (and model) cases on a runtime and compare with numpy",
-    "sim": "a virtual board: the MicroPython unix port behind a pseudo-terminal",
+    "sim": "a virtual board: MicroPython on an emulated Cortex-M3 (or the unix port) behind a serial port",
     "deploy": "copy the device package (optionally as .mpy) to a board through mpremote",
     "monitor": "live view of a board's stats stream, with CSV logging and alerts",
     "test": "run the device test suite on a board or a virtual board",

@@ -48,6 +48,10 @@ def add_arguments(p):
     p.add_argument("--workdir", help="keep the work files here (default: a temporary folder)")
     p.add_argument("--plain", action="store_true", help="print progress lines instead of the live view")
     p.add_argument("--timeout", type=float, default=600, help="seconds to wait for the generation")
+    p.add_argument("--sim", choices=("host", "m3", "auto"), default="host",
+                   help="the virtual board: host = the MicroPython unix port (default), m3 = the emulated "
+                        "Cortex-M3 (32-bit, the package as Thumb .mpy, weights on its flash image), auto = m3 "
+                        "where qemu and its firmware are here")
 
 
 def check_args(a):
@@ -105,8 +109,8 @@ def run(a):
     from kvedge.model.checkpoint import convert_to_i8
     from kvedge.model.run import RUN_OVERHEAD
     from kvedge.model.tokenizer import Tokenizer
-    from .deploy import deploy
-    from .sim import VirtualBoard
+    from .deploy import deploy, deployment, preload
+    from .sim import make_board
 
     prof = boards.load(a.board)
     prompt = check_args(a)
@@ -123,13 +127,30 @@ def run(a):
         shutil.copyfile(tok, os.path.join(work, "tok.bin"))
         say("weights converted to int8: %s bytes (kvedge convert)" % format(nbytes, ","))
         fs = os.path.join(work, "fs")
-        with VirtualBoard(a.board, fs=fs) as vb:
-            say("virtual %s on %s: MicroPython unix port, heap %s bytes (kvedge sim)"
-                % (a.board, vb.port, format(vb.heap, ",")))
-            # the virtual board's CPU is this machine's: its .mpy files are x64 (a real board gets mpy_march)
-            res = deploy(vb.port, a.board, mpy=True, extra=(weights, os.path.join(work, "tok.bin")), march="x64")
-            say("deployed kvedge %s as .mpy (-march=x64 for the virtual board; a real %s takes -march=%s), "
-                "weights and tokenizer (kvedge deploy --mpy)" % (res["version"], a.board, prof["mpy_march"]))
+        extra = (weights, os.path.join(work, "tok.bin"))
+        if a.sim == "m3":
+            from .m3board import missing
+            why = missing(a.board)
+            if why:
+                raise UserError("the emulated Cortex-M3 cannot run here: %s" % why)
+        vb, why = make_board(a.board, fs=fs, host=a.sim == "host")
+        if vb.kind == "m3":
+            from .m3board import march_for
+            march = march_for(a.board)  # Thumb machine code the Cortex-M3 loads (rp2040's own armv6m)
+            # the board's flash image is built with the files in place: the weights never cross the serial link
+            with tempfile.TemporaryDirectory(prefix="kvedge-mpy-") as build:
+                preload(fs, deployment(a.board, build, True, extra=extra, march=march))
+        else:
+            march = "x64"  # the unix port's CPU is this machine's
+            if why and why != "--host":
+                say("the emulated Cortex-M3 cannot run here (%s): the MicroPython unix port instead" % why)
+        with vb:
+            say("virtual %s on %s: %s, heap %s bytes (kvedge sim)"
+                % (a.board, vb.port, vb.describe(), format(vb.heap, ",")))
+            res = deploy(vb.port, a.board, mpy=True, extra=extra, march=march)
+            say("deployed kvedge %s as .mpy (-march=%s for the virtual board; a real %s takes -march=%s), "
+                "weights and tokenizer (kvedge deploy --mpy: %d sent, %d already on the board's filesystem)"
+                % (res["version"], march, a.board, prof["mpy_march"], len(res["sent"]), len(res["unchanged"])))
             out = _mpremote(vb.port, ["exec", _FOOTPRINT], resume=False)
             line = [ln for ln in out.splitlines() if ln.startswith("KVFOOTPRINT ")]
             if not line:

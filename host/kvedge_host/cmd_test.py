@@ -1,7 +1,10 @@
 """Run the device test suite (tests/device) on a board, or on a virtual board, through mpremote.
 
 Sends the device package, the tests and the runner (tools/devrunner.py) to the board (only changed files),
-then runs one test file per soft reset and prints "N passed, N failed, N skipped"."""
+then runs one test file per soft reset and prints "N passed, N failed, N skipped". With --sim the virtual board
+is the emulated Cortex-M3 where it can run (else the unix port; --host chooses that): its filesystem image is
+built with the files already in place, so the deployment checks them on the board instead of sending them over
+its slow serial link."""
 import os
 import shutil
 import sys
@@ -18,6 +21,8 @@ def add_arguments(p):
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--port", help="serial port of a board (or of a running `kvedge sim`)")
     where.add_argument("--sim", metavar="BOARD", help="start a virtual board with this profile's heap for the run")
+    p.add_argument("--host", action="store_true", help="with --sim: the MicroPython unix port instead of the "
+                   "emulated Cortex-M3")
     p.add_argument("--board", default=None, help="board profile of --port, for --mpy (default rp2040)")
     p.add_argument("--mpy", action="store_true", help="deploy the package as .mpy for the board's -march")
     p.add_argument("-k", dest="filter", action="append", help="only test files whose name contains this")
@@ -37,12 +42,12 @@ def test_pairs():
 
 
 def run_suite(port, board="rp2040", files=None, only=None, mpy=False, circuitpython=False, timeout=900,
-              echo=None, hard_reset=None):
+              echo=None, hard_reset=None, march=None):
     """Deploy, send the tests, run each file after a soft reset. Returns the same dict as
     runtimes.run_device_tests: passed, failed, skipped, lines, ok.
 
     hard_reset: called after a file timed out (a virtual board cannot be interrupted by Ctrl-C)."""
-    deploy(port, board, mpy=mpy)
+    deploy(port, board, mpy=mpy, march=march)
     sync(port, test_pairs(), [BOARD_DIR])
     total = {"passed": 0, "failed": 0, "skipped": 0, "lines": []}
     for f in files or runtimes.test_files():
@@ -94,16 +99,25 @@ def run(args):
         raise ValueError("no test file matches %s" % ", ".join(args.filter or []))
     echo = print if args.v else None
     if args.sim:
-        from .sim import VirtualBoard
+        from .deploy import deployment, preload
+        from .sim import make_board
         board = args.sim
         boards.load(board)
         fs = tempfile.mkdtemp(prefix="kvedge-test-%s-" % board)
-        vb = VirtualBoard(board, fs=fs)
+        vb, why = make_board(board, fs=fs, host=args.host)
+        march = None
         try:
+            if vb.kind == "m3":
+                from . import m3board
+                march = m3board.march_for(board)  # what the Cortex-M3 loads (the profile's own for rp2040)
+                with tempfile.TemporaryDirectory(prefix="kvedge-mpy-") as build:
+                    preload(fs, deployment(board, build, args.mpy, march=march) + test_pairs())
+            elif why and why != "--host":
+                print("the emulated Cortex-M3 cannot run here (%s): using the MicroPython unix port" % why)
             port = vb.start()
-            print("virtual %s board on %s (heap %d bytes)" % (board, port, vb.heap), flush=True)
+            print("virtual %s board on %s: %s, heap %d bytes" % (board, port, vb.describe(), vb.heap), flush=True)
             res = run_suite(port, board, files, args.tests, args.mpy, args.circuitpython, args.timeout, echo,
-                            hard_reset=vb.reset)
+                            hard_reset=vb.reset, march=march)
         finally:
             vb.stop()
             shutil.rmtree(fs, ignore_errors=True)

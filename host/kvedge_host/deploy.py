@@ -234,25 +234,43 @@ def check_version(port, resume=True, native=False, march=None):
     return version
 
 
+def deployment(board, build, mpy=False, config=None, extra=(), march=None):
+    """(host path, board path) of everything deploy() puts on a board: device/kvedge (the files a chip of
+    `march` loads, as .mpy for `march` compiled into the folder `build` when mpy=True; march defaults to the
+    profile's), the plan JSON as kvedge_plan.json and `extra` files in the board's top folder."""
+    march = march or boards.load(board).get("mpy_march")
+    pairs = for_arch(device_sources(), march)
+    if mpy:
+        pairs = compile_mpy(pairs, march, build)
+    if config:
+        from .validate import load_json
+        load_json(config)  # one-line error naming the file: unreadable, not JSON, nested too deeply
+        pairs.append((os.path.abspath(config), CONFIG_NAME))
+    for x in extra:
+        if not os.path.isfile(x):
+            raise DeployError("no such file: %s" % x)
+        pairs.append((os.path.abspath(x), os.path.basename(x)))
+    return pairs
+
+
+def preload(folder, pairs):
+    """Copy `pairs` into a board's filesystem folder before the board starts (a virtual board's flash image):
+    a later deploy() finds them unchanged and sends nothing over the serial link."""
+    import shutil
+    for local, remote in pairs:
+        dst = os.path.join(folder, *remote.split("/"))
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        shutil.copyfile(local, dst)
+
+
 def deploy(port, board, mpy=False, config=None, extra=(), resume=True, echo=None, march=None):
     """Copy device/kvedge (as .mpy for the board's -march when mpy=True) and optionally a plan JSON (as
     kvedge_plan.json) and extra files (to the board's top folder), skipping unchanged files; then import kvedge
     on the board and check __version__. Returns the sync result plus "version"."""
     from kvedge import __version__
-    prof = boards.load(board)
-    march = march or prof.get("mpy_march")
-    pairs = for_arch(device_sources(), march)
+    march = march or boards.load(board).get("mpy_march")
     with tempfile.TemporaryDirectory(prefix="kvedge-mpy-") as build:
-        if mpy:
-            pairs = compile_mpy(pairs, march, build)
-        if config:
-            from .validate import load_json
-            load_json(config)  # one-line error naming the file: unreadable, not JSON, nested too deeply
-            pairs.append((os.path.abspath(config), CONFIG_NAME))
-        for x in extra:
-            if not os.path.isfile(x):
-                raise DeployError("no such file: %s" % x)
-            pairs.append((os.path.abspath(x), os.path.basename(x)))
+        pairs = deployment(board, build, mpy, config, extra, march)
         res = sync(port, pairs, ["kvedge"], resume=resume, echo=echo)
     version = check_version(port, resume=resume, native=mpy, march=march)
     if version != __version__:

@@ -1,4 +1,5 @@
-"""A virtual board: the real MicroPython unix port behind a pseudo-terminal, heap capped to a board profile.
+"""A virtual board: the real MicroPython unix port behind a pseudo-terminal, heap capped to a board profile
+(`kvedge sim --host`; by default `kvedge sim` starts the emulated Cortex-M3 of m3sim.py, see make_board).
 
 Two pseudo-terminals joined by a relay thread:
 
@@ -41,6 +42,11 @@ def default_fs(board):
 
 class VirtualBoard:
     """One virtual board. start() returns the port path; stop() ends the interpreter and the relay."""
+
+    kind = "host"
+
+    def describe(self):
+        return "MicroPython unix port (64-bit host CPU)"
 
     def __init__(self, board="rp2040", fs=None, link=None, heap=None, log=None):
         prof = boards.load(board)
@@ -244,11 +250,25 @@ def _write(fd, buf):
         return -1
 
 
+def make_board(board="rp2040", fs=None, link=None, heap=None, log=None, host=False, rom=None):
+    """The virtual board `kvedge sim` starts: the emulated Cortex-M3 (kvedge_host.m3sim: 32-bit, float32, the
+    profile's heap) where qemu and its firmware image are here, else (or with host=True) the unix port.
+    Returns (board object, None or why the emulated board is not used)."""
+    why = "--host" if host else None
+    if not host:
+        from . import m3board
+        why = m3board.missing(board, heap)
+        if why is None:
+            from .m3sim import M3Sim
+            return M3Sim(board, fs=fs, link=link, heap=heap, log=log, rom=rom), None
+    return VirtualBoard(board, fs=fs, link=link, heap=heap, log=log), why
+
+
 class SimProcess:
     """`kvedge sim` as a child process (what tests use to kill a board outright and start it again)."""
 
-    def __init__(self, board="rp2040", fs=None, link=None, timeout=60):
-        cmd = [sys.executable, "-m", "kvedge_host.cli", "sim", "--board", board]
+    def __init__(self, board="rp2040", fs=None, link=None, timeout=120, host=False):
+        cmd = [sys.executable, "-m", "kvedge_host.cli", "sim", "--board", board] + (["--host"] if host else [])
         if fs:
             cmd += ["--fs", fs]
         if link:
