@@ -3,7 +3,12 @@
 for the integer path with each kernel kind (plain, native, viper) and the float path, and heap bytes per step.
 
   .venv/bin/python tools/bench_attention.py [--tokens 64,256,1024] [--tile 32] [--dtype i8] [--profile]
-                                            [--runtime unix|cpython] [--rounds 5] [--reps 5] [--json]
+                                            [--runtime unix|cpython|wasm|m3] [--board rp2040] [--rounds 5]
+                                            [--reps 5] [--json]
+
+--runtime m3: MicroPython on the emulated Cortex-M3 at --board's heap (rp2040: 215,040 bytes); steps are
+counted in instructions (exact under qemu -icount: one round, one rep), the caches must fit that heap (i8 at
+256 tokens is one 67.5 KB block: use e.g. --tokens 64,128,256).
 
 Shape (issue 4): 8 heads, 2 KV heads, head_dim 64, one layer, an i8 cache filled with pre-quantized rows.
 MACs per step = heads * tokens * head_dim * 2 (q.k and the weighted sum of v). Times are the best of
@@ -17,14 +22,12 @@ Python-level share compare steps with different --tile values (per-tile overhead
 import argparse
 import json
 import os
-import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [os.path.join(ROOT, "host"), os.path.join(ROOT, "device")]
 
-from kvedge_host import runtimes  # noqa: E402
-from kvedge_host.paths import DEVICE  # noqa: E402
+import _benchkit  # noqa: E402
 from _benchkit import TIMING  # noqa: E402
 
 HEADS, KV_HEADS, HEAD_DIM = 8, 2, 64
@@ -128,7 +131,7 @@ def emit(d, keys):
 
 def filled(target, rng):
     H, KVH, D = HEADS, KV_HEADS, HEAD_DIM
-    c = KVCache(CacheConfig(1, H, KVH, D, max(TOKENS), DTYPE))
+    c = KVCache(CacheConfig(1, H, KVH, D, target, DTYPE))  # its own size: a board's heap holds every point
     n = KVH * D
     kc = array("b", bytes(n))
     vc = array("b", bytes(n))
@@ -176,6 +179,7 @@ def main():
             row.append(Attention(c, TILE))
         atts.append(row)
     kernels.select()
+    live = heap_live()
     # rounds spread each point's timing over the whole run: a burst of other load on a shared machine then
     # spoils one round, not the point (the best round counts)
     us = [[None] * len(kinds) for _ in TOKENS]
@@ -194,7 +198,7 @@ def main():
         for ki in range(len(kinds)):
             att = atts[ti][ki]
             r = {"path": "int " + kinds[ki], "tokens": target, "us": us[ti][ki], "macs": macs,
-                 "bytes": alloc(att.step_q8, 0, qc, qs, oq, oe)}
+                 "bytes": alloc(att.step_q8, 0, qc, qs, oq, oe), "heap": live}
             if PROFILE:  # count the kernel calls of one step, then time each kernel alone on a full tile
                 k0 = att.k
                 rec = Rec(k0)
@@ -210,7 +214,7 @@ def main():
                 r["kernel_us"] = ktot
                 r["calls"] = sum(rec.n.values())
                 r["kernels"] = ";".join(parts)
-            emit(r, ["path", "tokens", "us", "macs", "bytes", "kernel_us", "calls", "kernels"])
+            emit(r, ["path", "tokens", "us", "macs", "bytes", "heap", "kernel_us", "calls", "kernels"])
             gc.collect()
         if FLOAT and target <= FLOAT_MAX:
             att = Attention(caches[ti], TILE)
@@ -229,28 +233,29 @@ main()
 
 def run(runtime, params, heap):
     code = "".join("%s = %r\n" % kv for kv in params.items()) + DEVICE_CODE
-    if runtime == "cpython":
-        env = dict(os.environ, PYTHONPATH=DEVICE)
-        p = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
-        rc, out = p.returncode, p.stdout.decode()
-    else:
-        rc, out = runtimes.run_code(runtime, code, heap, [DEVICE], timeout=1800)
+    rc, out = _benchkit.run(runtime, code, heap)
     rows = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
     if rc != 0:
         raise SystemExit("%s failed (exit %s):\n%s" % (runtime, rc, out[-3000:]))
     return rows
 
 
-def report(rows, profile):
+def report(rows, profile, runtime="unix"):
     steps = [r for r in rows if "path" in r]
     plain = {r["tokens"]: r["us"] for r in steps if r["path"] == "int plain"}
-    lines = ["| path | tokens | us/step | MAC/us | x plain | bytes/step |", "|---|---|---|---|---|---|"]
+    m3 = _benchkit.is_m3(runtime)
+    lines = ["| path | tokens | %s | %s | x plain | bytes/step | heap live |"
+             % (("instructions/step", "instructions/MAC") if m3 else ("us/step", "MAC/us")), "|---|---|---|---|---|---|---|"]
     for r in steps:
-        mpu = r["macs"] / r["us"]
+        if m3:
+            ins = _benchkit.instructions(runtime, r["us"])
+            t, rate = "{:,.0f}".format(ins), "%.1f" % (ins / r["macs"])
+        else:
+            t, rate = "{:,.0f}".format(r["us"]), "%.1f" % (r["macs"] / r["us"])
         xp = "%.1f" % (plain[r["tokens"]] / r["us"]) if r["tokens"] in plain else "-"
         b = "-" if r["bytes"] is None else "{:,}".format(r["bytes"])
-        lines.append("| %s | %d | %s | %.1f | %s | %s |" % (r["path"], r["tokens"], "{:,.0f}".format(r["us"]), mpu,
-                                                           xp, b))
+        h = "-" if r.get("heap") is None else "{:,}".format(r["heap"])
+        lines.append("| %s | %d | %s | %s | %s | %s | %s |" % (r["path"], r["tokens"], t, rate, xp, b, h))
     print("\n".join(lines))
     if not profile:
         return
@@ -276,30 +281,38 @@ def report(rows, profile):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runtime", choices=("unix", "cpython", "wasm"), default="unix")
+    _benchkit.add_arguments(ap)
     ap.add_argument("--tokens", default="64,256,1024", help="cached-token counts (comma separated)")
     ap.add_argument("--tile", type=int, default=32)
     ap.add_argument("--dtype", choices=("i8", "i4"), default="i8")
-    ap.add_argument("--reps", type=int, default=5, help="steps timed per point and round (the best counts)")
-    ap.add_argument("--rounds", type=int, default=5, help="rounds over all points (the best round counts)")
+    ap.add_argument("--reps", type=int, help="steps timed per point and round (the best counts; default 5, "
+                    "1 on m3 whose figures are exact)")
+    ap.add_argument("--rounds", type=int, help="rounds over all points (the best round counts; default 5, 1 on m3)")
     ap.add_argument("--no-float", action="store_true", help="skip the float path")
     ap.add_argument("--float-max", type=int, default=1024, help="largest token count for the float path")
     ap.add_argument("--profile", action="store_true", help="split each step into kernel and Python-level time")
     ap.add_argument("--heap", type=int, default=64 * 1024 * 1024,
-                    help="unix port heap (default 64 MiB: the float path's garbage is counted with the GC off)")
+                    help="unix/wasm port heap (default 64 MiB: the float path's garbage is counted with the GC "
+                         "off); m3 runs at --board's heap")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
+    exact = _benchkit.is_m3(a.runtime)
+    a.reps = a.reps or (1 if exact else 5)
+    a.rounds = a.rounds or (1 if exact else 5)
+    heap = _benchkit.heap_for(a.runtime, a.board, a.heap)
     tokens = sorted(int(x) for x in a.tokens.split(","))
     params = {"HEADS": HEADS, "KV_HEADS": KV_HEADS, "HEAD_DIM": HEAD_DIM, "TOKENS": tokens, "TILE": a.tile, "DTYPE": a.dtype, "REPS": a.reps, "ROUNDS": a.rounds, "PROFILE": a.profile,
               "FLOAT": not a.no_float, "FLOAT_MAX": a.float_max,
               "FLOAT_ALLOC_MAX": 256}
-    rows = run(a.runtime, params, a.heap)
+    rows = run(a.runtime, params, heap)
     if a.json:
         print(json.dumps(rows, indent=1))
         return 0
-    print("%s, %s cache, %d heads, %d KV heads, head_dim %d, tile %d; MACs/step = heads*tokens*head_dim*2"
-          % (a.runtime, a.dtype, HEADS, KV_HEADS, HEAD_DIM, a.tile))
-    report(rows, a.profile)
+    print(_benchkit.describe(a.runtime, a.board, heap))
+    print("%s cache, %d heads, %d KV heads, head_dim %d, tile %d; MACs/step = heads*tokens*head_dim*2; heap live = "
+          "bytes held after building every point's cache (imports, caches, attention scratch)"
+          % (a.dtype, HEADS, KV_HEADS, HEAD_DIM, a.tile))
+    report(rows, a.profile, a.runtime)
     return 0
 
 

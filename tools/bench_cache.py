@@ -2,7 +2,11 @@
 """KV cache micro-benchmark: microseconds and heap bytes per append and per read, per dtype, and the cache's
 bookkeeping beyond its arena.
 
-  .venv/bin/python tools/bench_cache.py [--runtime unix|cpython|both] [--shape d64|stories|both] [--json]
+  .venv/bin/python tools/bench_cache.py [--runtime unix|cpython|wasm|m3|circuitpython] [--board rp2040] [--both]
+                                        [--shape d64|stories|both] [--json]
+
+--runtime m3: MicroPython on the emulated Cortex-M3 at --board's heap; times are exact instruction counts
+(qemu -icount: 1 us = 1000 instructions). --both adds CPython's figures.
 
 The device code below runs on the MicroPython unix port (heap -X heapsize=8M: a measurement, not a board
 test) and optionally on CPython. Bytes are gc.mem_alloc() deltas (MicroPython only; "-" on CPython):
@@ -15,14 +19,12 @@ Appends are timed once the ring has wrapped (steady state); i4 appends are avera
 import argparse
 import json
 import os
-import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [os.path.join(ROOT, "host"), os.path.join(ROOT, "device")]
 
-from kvedge_host import runtimes  # noqa: E402
-from kvedge_host.paths import DEVICE  # noqa: E402
+import _benchkit  # noqa: E402
 from _benchkit import TIMING  # noqa: E402
 
 # name: layers, heads, kv_heads, head_dim, window, sinks (max_tokens = sinks + window; i4 group 32)
@@ -164,12 +166,7 @@ for dt in ("f32", "f16", "i8", "i4"):
 
 def run(runtime, shapes, heap):
     code = "SHAPES = %r\n" % ([(n, SHAPES[n]) for n in shapes],) + DEVICE_CODE
-    if runtime == "cpython":
-        env = dict(os.environ, PYTHONPATH=DEVICE)
-        p = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
-        rc, out = p.returncode, p.stdout.decode()
-    else:
-        rc, out = runtimes.run_code(runtime, code, heap, [DEVICE])
+    rc, out = _benchkit.run(runtime, code, heap)
     rows = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
     if rc != 0 or not rows:
         raise SystemExit("%s failed (exit %s):\n%s" % (runtime, rc, out[-3000:]))
@@ -183,29 +180,42 @@ def _f(v, fmt="%.0f"):
 
 
 def table(rows):
-    head = ["runtime", "shape", "dtype", "arena B", "bookkeeping B", "construction garbage B", "append us",
-            "append B", "read us", "read B", "q8 append us", "q8 append B", "read_codes us", "read_codes B"]
+    m3 = any(_benchkit.is_m3(r["runtime"]) for r in rows)
+    t = "instr" if m3 else "us"
+    head = ["runtime", "shape", "dtype", "arena B", "bookkeeping B", "construction garbage B", "append " + t,
+            "append B", "read " + t, "read B", "q8 append " + t, "q8 append B", "read_codes " + t, "read_codes B"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+
+    def tm(r, k, fmt="%.0f"):
+        v = r.get(k)
+        if v is not None and _benchkit.is_m3(r["runtime"]):
+            return "{:,.0f}".format(_benchkit.instructions(r["runtime"], v))
+        return _f(v, fmt)
     for r in rows:
         lines.append("| " + " | ".join([
             r["runtime"], r["shape"], r["dtype"], "{:,}".format(r["arena"]), _f(r["book"]), _f(r["transient"]),
-            _f(r["append_us"]), _f(r["append_b"]), _f(r["read_us"], "%.1f"), _f(r["read_b"]),
-            _f(r.get("q8_us")), _f(r.get("q8_b")), _f(r.get("codes_us"), "%.1f"), _f(r.get("codes_b"))]) + " |")
+            tm(r, "append_us"), _f(r["append_b"]), tm(r, "read_us", "%.1f"), _f(r["read_b"]),
+            tm(r, "q8_us"), _f(r.get("q8_b")), tm(r, "codes_us", "%.1f"), _f(r.get("codes_b"))]) + " |")
     return "\n".join(lines)
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runtime", choices=("unix", "cpython", "both"), default="unix")
+    _benchkit.add_arguments(ap)
+    ap.add_argument("--both", action="store_true", help="also on CPython (the old --runtime both)")
     ap.add_argument("--shape", choices=tuple(SHAPES) + ("both",), default="both")
-    ap.add_argument("--heap", type=int, default=8 * 1024 * 1024, help="unix port heap bytes (default 8 MiB)")
+    ap.add_argument("--heap", type=int, default=8 * 1024 * 1024,
+                    help="unix/wasm port heap bytes (default 8 MiB); m3 runs at --board's heap")
     ap.add_argument("--json", action="store_true", help="print the raw rows as JSON")
     a = ap.parse_args(argv)
     shapes = list(SHAPES) if a.shape == "both" else [a.shape]
-    rts = ("unix", "cpython") if a.runtime == "both" else (a.runtime,)
+    rts = (a.runtime, "cpython") if a.both and a.runtime != "cpython" else (a.runtime,)
     rows = []
     for rt in rts:
-        rows += run(rt, shapes, a.heap)
+        heap = _benchkit.heap_for(rt, a.board, a.heap)
+        if not a.json:
+            print(_benchkit.describe(rt, a.board, heap))
+        rows += run(rt, shapes, heap)
     if a.json:
         print(json.dumps(rows, indent=1))
     else:

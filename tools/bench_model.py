@@ -2,7 +2,10 @@
 """Tokens per second of a llama2.c model on the MicroPython unix port, per weight type, cache type and kernels.
 
   tools/bench_model.py [--model M] [--contexts 256 512] [--weights f32 i8] [--caches f32 i8]
-                       [--kernels plain viper] [--tokens 16] [--repeat 3] [--json]
+                       [--kernels plain viper] [--tokens 16] [--repeat 3] [--json] [--runtime m3 --board rp2040]
+
+--runtime m3: the emulated Cortex-M3 at --board's heap: instructions per token (exact under qemu -icount),
+weights streamed from the board's flash filesystem when they would take over half the heap.
 
 For each combination the cache is first filled to (context - tokens) positions with synthetic rows (attention
 cost depends on how many tokens are cached, not on their values), then `tokens` real forward steps are timed:
@@ -19,15 +22,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path[:0] = [os.path.join(ROOT, "host"), os.path.join(ROOT, "device")]
 
-from kvedge_host import runtimes  # noqa: E402
 from kvedge_host.paths import DEVICE, SHARED_MODELS  # noqa: E402
+import _benchkit  # noqa: E402
 
 DEVICE_CODE = """
-import gc, time
+import gc
 from kvedge import kernels
+from kvedge.compat import ticks_diff, ticks_us  # CircuitPython boards have no time.ticks_*
 kernels.select(%(kernels)r)
 from kvedge.model.llama import Llama
-m = Llama(%(model)r, kv={"dtype": %(cache)r, "align": 0, "max_tokens": %(context)d})
+m = Llama(%(model)r, kv={"dtype": %(cache)r, "align": 0, "max_tokens": %(context)d}, stream=%(stream)r)
 c = m.cache
 cfg = m.cfg
 k = [0.0] * cfg.kv_dim
@@ -46,26 +50,31 @@ m.forward(1)
 a1 = gc.mem_alloc()
 gc.enable()
 gc.collect()
-t0 = time.ticks_us()
+t0 = ticks_us()
 tok = 1
 for i in range(%(tokens)d - 1):
     lg = m.forward(tok)
     tok = 2 + (i * 37) %% 500
-us = time.ticks_diff(time.ticks_us(), t0)
+us = ticks_diff(ticks_us(), t0)
 print("BENCH %%d %%d %%d %%s %%d" %% (%(tokens)d - 1, us, a1 - a0, kernels.kind(), 1 if m.int_attention else 0))
 """
 
 
-def run_one(model, weights, cache, kern, context, tokens, heap):
-    code = DEVICE_CODE % {"kernels": kern, "model": model, "cache": cache, "context": context, "tokens": tokens}
-    rc, out = runtimes.run_code("unix", code, heap, [DEVICE, os.path.dirname(model)], timeout=1800)
+def run_one(model, weights, cache, kern, context, tokens, heap, runtime="unix", stream=False):
+    code = DEVICE_CODE % {"kernels": kern, "model": model, "cache": cache, "context": context, "tokens": tokens,
+                          "stream": stream}
+    rc, out = _benchkit.run(runtime, code, heap, [DEVICE, os.path.dirname(model)], timeout=3600)
     for line in out.splitlines():
         if line.startswith("BENCH "):
             n, us, alloc, kind, intpath = line.split()[1:]
             n, us, alloc = int(n), int(us), int(alloc)
-            return {"weights": weights, "cache": cache, "kernels": kind, "context": context,
-                    "attention": "int" if intpath == "1" else "float", "tok_s": n * 1e6 / us,
-                    "ms_per_token": us / 1000.0 / n, "bytes_per_token": alloc}
+            r = {"weights": weights, "cache": cache, "kernels": kind, "context": context,
+                 "attention": "int" if intpath == "1" else "float", "tok_s": n * 1e6 / us,
+                 "ms_per_token": us / 1000.0 / n, "bytes_per_token": alloc}
+            ins = _benchkit.instructions(runtime, us)
+            if ins is not None:  # exact on the emulated board: per token, and per weight MAC below
+                r["instructions_per_token"] = ins // n
+            return r
     raise RuntimeError("bench failed (exit %s):\n%s" % (rc, out[-2000:]))
 
 
@@ -80,9 +89,15 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=3, help="fresh runs per figure, the fastest is kept "
                     "(default 3: other load on the machine only ever slows a run down)")
     ap.add_argument("--heap", type=int, default=256 << 20, help="unix port heap (default 256 MB: one plain f32 "
-                    "step's garbage fits uncollected)")
+                    "step's garbage fits uncollected); m3 runs at --board's heap")
+    ap.add_argument("--stream", action="store_true", help="weights stay in the file, read row by row (what a "
+                    "board whose heap cannot hold them does; default on m3 when they do not fit)")
+    _benchkit.add_arguments(ap)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
+    heap = _benchkit.heap_for(a.runtime, a.board, a.heap)
+    if _benchkit.is_m3(a.runtime):
+        a.repeat = 1  # instruction counts are exact: one run is the figure
     if not os.path.exists(a.model):
         print("bench_model: %s not found" % a.model, file=sys.stderr)
         return 2
@@ -98,8 +113,11 @@ def main(argv=None):
             for c in a.caches:
                 for k in a.kernels:
                     for ctx in a.contexts:
-                        r = max((run_one(files[w], w, c, k, ctx, a.tokens, a.heap) for _ in range(a.repeat)),
-                                key=lambda x: x["tok_s"])
+                        stream = a.stream or (_benchkit.is_m3(a.runtime)
+                                              and os.path.getsize(files[w]) > heap // 2)
+                        r = max((run_one(files[w], w, c, k, ctx, a.tokens, heap, a.runtime, stream)
+                                 for _ in range(a.repeat)), key=lambda x: x["tok_s"])
+                        r["stream"] = stream
                         rows.append(r)
                         if not a.json:
                             print("  %s weights, %s cache, %s kernels, context %d: %.1f tok/s" % (
@@ -111,8 +129,18 @@ def main(argv=None):
     if a.json:
         print(json.dumps({"model": os.path.basename(a.model), "rows": rows}))
         return 0
-    print("%s on the MicroPython unix port (x86-64), %d timed tokens per figure, best of %d runs" % (
-        os.path.basename(a.model), a.tokens - 1, a.repeat))
+    print("%s; %s, %d timed tokens per figure, best of %d runs" % (
+        os.path.basename(a.model), _benchkit.describe(a.runtime, a.board, heap), a.tokens - 1, a.repeat))
+    if _benchkit.is_m3(a.runtime):
+        print("| weights | cache | kernels | attention path | context | weights read | instructions/token | "
+              "bytes allocated/token |")
+        print("|---|---|---|---|---:|---|---:|---:|")
+        for r in rows:
+            print("| %s | %s | %s | %s | %d | %s | %s | %s |" % (
+                r["weights"], r["cache"], r["kernels"], r["attention"], r["context"],
+                "streamed from flash" if r["stream"] else "in RAM", format(r["instructions_per_token"], ","),
+                format(r["bytes_per_token"], ",")))
+        return 0
     print("| weights | cache | kernels | attention path | context | tokens/s | ms/token | bytes allocated/token |")
     print("|---|---|---|---|---:|---:|---:|---:|")
     for r in rows:
