@@ -36,8 +36,14 @@ def mem_free():
     return f() if f else -1
 
 
-# Largest n for which range(n) fits the typecode (CircuitPython checks; MicroPython would truncate).
+# Largest n for which range(n) fits the typecode: CircuitPython checks (after allocating the array), MicroPython
+# stores the values truncated, which is harmless for buffers that are filled or cleared next.
 _RANGE_OK = {"b": 128, "B": 256, "h": 32768, "H": 65536}
+_RANGE_CHECKED = sys.implementation.name != "micropython"
+
+
+def _range_fits(typecode, n):
+    return not _RANGE_CHECKED or n <= _RANGE_OK.get(typecode, 1 << 30)
 
 
 class _Zeros:
@@ -54,19 +60,28 @@ class _Zeros:
             yield 0
 
 
+def empty(typecode, n):
+    """array(typecode) of n items with undefined contents (to be filled by the caller), allocated once at its
+    final size. MicroPython: array(typecode, range(n)) sizes the array from len(range) and fills it in C (values
+    past a narrow typecode's range are truncated); CircuitPython raises for those (after allocating), so there a
+    length-known iterator of zeros fills it instead. CPython repeats an array."""
+    from array import array
+    if IS_CPYTHON:
+        return array(typecode, [0]) * n
+    if not _range_fits(typecode, n):
+        return array(typecode, _Zeros(n))
+    return array(typecode, range(n))
+
+
 def zeros(typecode, n):
     """array(typecode) of n zeros, allocated once at its final size: no temporary list of n boxed items and no
     throwaway n-item buffer (either would double the peak on a board's heap).
 
-    MicroPython: array(typecode, range(n)) sizes the array from len(range) and fills it in C, then the values
-    are cleared by doubling copies through a memoryview (log2(n) small views, no buffer). CPython repeats an
-    array instead."""
-    from array import array
-    if IS_CPYTHON:
-        return array(typecode, [0]) * n
-    if n > _RANGE_OK.get(typecode, 1 << 30):
-        return array(typecode, _Zeros(n))
-    a = array(typecode, range(n))
+    empty(), then (where it holds range(n)) the values are cleared by doubling copies through a memoryview:
+    log2(n) small views, no buffer."""
+    a = empty(typecode, n)
+    if IS_CPYTHON or not _range_fits(typecode, n):
+        return a
     if n:
         a[0] = 0
         mv = memoryview(a)

@@ -11,6 +11,8 @@
 import struct
 from array import array
 
+from kvedge.compat import empty
+
 MAGIC_I8 = b"KVW8"
 VERSION_I8 = 1
 HEADER_BYTES = 28
@@ -164,14 +166,9 @@ def file_bytes(cfg, dtype):
 
 def alloc(typecode, n):
     """An array of n items with undefined contents (to be filled by readinto), allocated once at its final
-    size: array(tc, range(n)) sizes itself from len(range), with no temporary. Narrow typecodes: MicroPython
-    stores out-of-range values truncated (the contents are undefined anyway); where that raises (CPython,
-    CircuitPython) a zeroed buffer is copied in instead. A same-size temporary would double the peak and leave
-    a hole per matrix: weights resident in RAM then did not fit a heap they fit."""
-    try:
-        return array(typecode, range(n))
-    except OverflowError:
-        return array(typecode, bytearray(n * (2 if typecode in ("h", "H") else 1)))
+    size (compat.empty: no temporary). A same-size temporary would double the peak and leave a hole per matrix:
+    weights resident in RAM then did not fit a heap they fit."""
+    return empty(typecode, n)
 
 
 def zeros(typecode, n):
