@@ -77,19 +77,13 @@ def zeros(typecode, n):
     """array(typecode) of n zeros, allocated once at its final size: no temporary list of n boxed items and no
     throwaway n-item buffer (either would double the peak on a board's heap).
 
-    empty(), then (where it holds range(n)) the values are cleared by doubling copies through a memoryview:
-    log2(n) small views, no buffer."""
+    empty(), then (where it holds range(n)) the values are cleared in place: a loop that allocates nothing
+    (clearing by memoryview copies would leave log2(n) small views between long-lived objects)."""
     a = empty(typecode, n)
     if IS_CPYTHON or not _range_fits(typecode, n):
         return a
-    if n:
-        a[0] = 0
-        mv = memoryview(a)
-        k = 1
-        while k < n:
-            m = k if k < n - k else n - k
-            mv[k:k + m] = mv[0:m]
-            k += m
+    for i in range(n):
+        a[i] = 0
     return a
 
 

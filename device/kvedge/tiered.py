@@ -22,7 +22,7 @@ from .attention import Attention
 from .budget import F16, I8, I4, CACHE_DTYPES, tiered_bytes
 from .cache import KVCache
 from .coldstore import ColdStore
-from .compat import zeros
+from .compat import float_array, zeros
 from .config import CacheConfig
 from .errors import BudgetError
 from . import quant
@@ -68,8 +68,8 @@ class TieredCache:
         # tables (counted by budget.tiered_bytes)
         self.kbuf = zeros("f", H * D)
         self.vbuf = zeros("f", H * D)
-        self.fst = zeros("d", 2 * cfg.heads)
-        self.facc = zeros("d", cfg.heads * D)
+        self.fst = float_array(2 * cfg.heads)  # no 'd' on small CircuitPython builds
+        self.facc = float_array(cfg.heads * D)
         if self.int_ok:
             self.ist = zeros("i", 5 * cfg.heads)
             self.iaccs = [zeros("i", D) for _ in range(cfg.heads)]
