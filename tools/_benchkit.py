@@ -47,9 +47,9 @@ def heap_live():
 """
 
 
-def add_arguments(ap, default="unix"):
-    """--runtime and --board."""
-    ap.add_argument("--runtime", choices=RUNTIMES, default=default,
+def add_arguments(ap, default="unix", extra=()):
+    """--runtime (RUNTIMES plus `extra` choices) and --board."""
+    ap.add_argument("--runtime", choices=RUNTIMES + tuple(extra), default=default,
                     help="where the device code runs (default %s); m3 = MicroPython on the emulated Cortex-M3 at "
                          "--board's heap, figures in instructions (1 us = 1000 under qemu -icount)" % default)
     ap.add_argument("--board", default="rp2040",

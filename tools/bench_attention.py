@@ -110,7 +110,11 @@ def alloc(fn, a, b, c, d, e):
     gc.collect()
     gc.disable()
     a0 = mem()
-    fn(a, b, c, d, e)
+    try:
+        fn(a, b, c, d, e)
+    except MemoryError:  # the step's garbage outgrows the heap with collection off: "more than the free heap"
+        gc.enable()
+        return -1
     a1 = mem()
     gc.enable()
     return a1 - a0 if HAS_MEM else None
@@ -157,6 +161,9 @@ def filled(target, rng):
     return c
 
 
+QC = []  # the quantized query and the integer path's outputs, shared by every point
+
+
 def main():
     H, D = HEADS, HEAD_DIM
     rng = Lcg(12345)
@@ -169,62 +176,87 @@ def main():
     oq = array("i", bytes(4 * H * D))
     oe = array("i", bytes(4 * H))
     out = array("f", bytes(4 * H * D))
-    caches = [filled(t, rng) for t in TOKENS]
-    kinds = kernels.available()
-    atts = []
-    for c in caches:
+    QC[:] = [qc, qs, oq, oe]
+    kinds = KINDS or kernels.available()
+
+    def point(t):
+        # the cache of one point and one attention object per kernel kind
+        c = filled(t, rng)
         row = []
         for kind in kinds:
             kernels.select(kind)
             row.append(Attention(c, TILE))
-        atts.append(row)
-    kernels.select()
-    live = heap_live()
-    # rounds spread each point's timing over the whole run: a burst of other load on a shared machine then
-    # spoils one round, not the point (the best round counts)
+        if not KINDS:
+            kernels.select()
+        return c, row
+
+    # with several rounds every point stays built (a burst of other load then spoils one round, not a point);
+    # one round (exact instruction counts on the emulated board) builds one point at a time: a board's heap
+    # holds the largest point, not all of them
+    built = [point(t) for t in TOKENS] if ROUNDS > 1 else None
+    live = heap_live() if built else None
     us = [[None] * len(kinds) for _ in TOKENS]
-    for rnd in range(ROUNDS):
-        for ti in range(len(TOKENS)):
-            for ki in range(len(kinds)):
-                att = atts[ti][ki]
-                att.step_q8(0, qc, qs, oq, oe)  # warm
-                t = best(att.step_q8, 0, qc, qs, oq, oe, REPS)
-                if us[ti][ki] is None or t < us[ti][ki]:
-                    us[ti][ki] = t
-            gc.collect()
+    if built:
+        for rnd in range(ROUNDS):
+            for ti in range(len(TOKENS)):
+                for ki in range(len(kinds)):
+                    time_point(built[ti][1][ki], us[ti], ki)
+                gc.collect()
     for ti in range(len(TOKENS)):
-        target = TOKENS[ti]
-        macs = H * target * D * 2
-        for ki in range(len(kinds)):
-            att = atts[ti][ki]
-            r = {"path": "int " + kinds[ki], "tokens": target, "us": us[ti][ki], "macs": macs,
-                 "bytes": alloc(att.step_q8, 0, qc, qs, oq, oe), "heap": live}
-            if PROFILE:  # count the kernel calls of one step, then time each kernel alone on a full tile
-                k0 = att.k
-                rec = Rec(k0)
-                att.k = rec
-                att.step_q8(0, qc, qs, oq, oe)
-                att.k = k0
-                ktot = 0.0
-                parts = []
-                for name in sorted(rec.n):
-                    per = replay(k0, name, rec.first[name], 20)
-                    ktot += per * rec.n[name]
-                    parts.append("%s=%.1f/%d" % (name, per * rec.n[name], rec.n[name]))
-                r["kernel_us"] = ktot
-                r["calls"] = sum(rec.n.values())
-                r["kernels"] = ";".join(parts)
-            emit(r, ["path", "tokens", "us", "macs", "bytes", "heap", "kernel_us", "calls", "kernels"])
+        if built:
+            c, atts = built[ti]
+        else:
+            c, atts = point(TOKENS[ti])
+            live = heap_live()
+            for ki in range(len(kinds)):
+                time_point(atts[ki], us[ti], ki)
+        report_point(ti, c, atts, us[ti], kinds, live, q, qc, qs, oq, oe, out)
+        if not built:
+            c = atts = None
             gc.collect()
-        if FLOAT and target <= FLOAT_MAX:
-            att = Attention(caches[ti], TILE)
-            att.step(0, q, out)
-            t = best(att.step, 0, q, out, None, None, 2)
-            b = alloc(att.step, 0, q, out, None, None) if target <= FLOAT_ALLOC_MAX else None
-            emit({"path": "float", "tokens": target, "us": t, "macs": macs, "bytes": b},
-                 ["path", "tokens", "us", "macs", "bytes"])
-            del att
-            gc.collect()
+
+
+def time_point(att, us, ki):
+    att.step_q8(0, QC[0], QC[1], QC[2], QC[3])  # warm
+    t = best(att.step_q8, 0, QC[0], QC[1], QC[2], QC[3], REPS)
+    if us[ki] is None or t < us[ki]:
+        us[ki] = t
+
+
+def report_point(ti, c, atts, us, kinds, live, q, qc, qs, oq, oe, out):
+    H, D = HEADS, HEAD_DIM
+    target = TOKENS[ti]
+    macs = H * target * D * 2
+    for ki in range(len(kinds)):
+        att = atts[ki]
+        r = {"path": "int " + kinds[ki], "tokens": target, "us": us[ki], "macs": macs,
+             "bytes": alloc(att.step_q8, 0, qc, qs, oq, oe), "heap": live}
+        if PROFILE:  # count the kernel calls of one step, then time each kernel alone on a full tile
+            k0 = att.k
+            rec = Rec(k0)
+            att.k = rec
+            att.step_q8(0, qc, qs, oq, oe)
+            att.k = k0
+            ktot = 0.0
+            parts = []
+            for name in sorted(rec.n):
+                per = replay(k0, name, rec.first[name], 20)
+                ktot += per * rec.n[name]
+                parts.append("%s=%.1f/%d" % (name, per * rec.n[name], rec.n[name]))
+            r["kernel_us"] = ktot
+            r["calls"] = sum(rec.n.values())
+            r["kernels"] = ";".join(parts)
+        emit(r, ["path", "tokens", "us", "macs", "bytes", "heap", "kernel_us", "calls", "kernels"])
+        gc.collect()
+    if FLOAT and target <= FLOAT_MAX:
+        att = Attention(c, TILE)
+        att.step(0, q, out)
+        t = best(att.step, 0, q, out, None, None, 2)
+        b = alloc(att.step, 0, q, out, None, None) if target <= FLOAT_ALLOC_MAX else None
+        emit({"path": "float", "tokens": target, "us": t, "macs": macs, "bytes": b},
+             ["path", "tokens", "us", "macs", "bytes"])
+        del att
+        gc.collect()
 
 
 main()
@@ -253,7 +285,7 @@ def report(rows, profile, runtime="unix"):
         else:
             t, rate = "{:,.0f}".format(r["us"]), "%.1f" % (r["macs"] / r["us"])
         xp = "%.1f" % (plain[r["tokens"]] / r["us"]) if r["tokens"] in plain else "-"
-        b = "-" if r["bytes"] is None else "{:,}".format(r["bytes"])
+        b = "-" if r["bytes"] is None else ("> free heap" if r["bytes"] < 0 else "{:,}".format(r["bytes"]))
         h = "-" if r.get("heap") is None else "{:,}".format(r["heap"])
         lines.append("| %s | %d | %s | %s | %s | %s | %s |" % (r["path"], r["tokens"], t, rate, xp, b, h))
     print("\n".join(lines))
@@ -304,13 +336,22 @@ def main(argv=None):
     params = {"HEADS": HEADS, "KV_HEADS": KV_HEADS, "HEAD_DIM": HEAD_DIM, "TOKENS": tokens, "TILE": a.tile, "DTYPE": a.dtype, "REPS": a.reps, "ROUNDS": a.rounds, "PROFILE": a.profile,
               "FLOAT": not a.no_float, "FLOAT_MAX": a.float_max,
               "FLOAT_ALLOC_MAX": 256}
-    rows = run(a.runtime, params, heap)
+    if _benchkit.is_m3(a.runtime):
+        # one kernel kind per run, as a board loads one: the heap holds its code, not every kind's
+        rows = []
+        for kind in ("viper", "native", "plain"):
+            rows += run(a.runtime, dict(params, KINDS=[kind], FLOAT=params["FLOAT"] and kind == "plain"), heap)
+        order = {"int viper": 0, "int native": 1, "int plain": 2, "float": 3}
+        rows.sort(key=lambda r: (r.get("tokens", 0), order.get(r.get("path"), 9)))
+    else:
+        rows = run(a.runtime, dict(params, KINDS=None), heap)
     if a.json:
         print(json.dumps(rows, indent=1))
         return 0
     print(_benchkit.describe(a.runtime, a.board, heap))
     print("%s cache, %d heads, %d KV heads, head_dim %d, tile %d; MACs/step = heads*tokens*head_dim*2; heap live = "
-          "bytes held after building every point's cache (imports, caches, attention scratch)"
+          "bytes held after building the caches (imports, caches, attention scratch; on m3 one point and one kernel kind "
+          "at a time)"
           % (a.dtype, HEADS, KV_HEADS, HEAD_DIM, a.tile))
     report(rows, a.profile, a.runtime)
     return 0

@@ -2,7 +2,7 @@
 """KV cache micro-benchmark: microseconds and heap bytes per append and per read, per dtype, and the cache's
 bookkeeping beyond its arena.
 
-  .venv/bin/python tools/bench_cache.py [--runtime unix|cpython|wasm|m3|circuitpython] [--board rp2040] [--both]
+  .venv/bin/python tools/bench_cache.py [--runtime unix|cpython|wasm|m3|circuitpython|both] [--board rp2040] [--both]
                                         [--shape d64|stories|both] [--json]
 
 --runtime m3: MicroPython on the emulated Cortex-M3 at --board's heap; times are exact instruction counts
@@ -40,9 +40,13 @@ from kvedge.config import CacheConfig
 
 
 
+GC_OFF = [True]  # False where one append's garbage outgrows the heap with collection off (see bench)
+
+
 def one_append(c, ks, vs):
     gc.collect()
-    gc.disable()
+    if GC_OFF[0]:
+        gc.disable()
     a0 = mem()
     t0 = now()
     c.append(ks, vs)
@@ -85,26 +89,11 @@ def reads(c, fn, out, n):
     return best / n, (a1 - a0) / n
 
 
-def bench(name, dtype, L, H, KVH, D, W, S):
-    gc.collect()
-    cfg = CacheConfig(L, H, KVH, D, S + W, dtype, window=W, sinks=S)
-    gc.collect()
-    a0 = mem()
-    gc.disable()
-    c = KVCache(cfg)
-    a_raw = mem()
-    gc.enable()
-    gc.collect()
-    a1 = mem()
-    n = KVH * D
-    ks = [array("f", [((i * 37 + l) % 200 - 100) / 40.0 for i in range(n)]) for l in range(L)]
-    vs = [array("f", [((i * 53 + l) % 180 - 90) / 30.0 for i in range(n)]) for l in range(L)]
+def appends(c, ks, vs, S, W, G, reps):
     while c.n_seen < S + W + 8:  # the ring has wrapped
         c.append(ks, vs)
-    G = cfg.group if dtype == "i4" else 1
     while (c.n_seen - S) % G:  # i4: start on a group boundary so whole groups are averaged
         c.append(ks, vs)
-    reps = max(G, 32)
     best = None
     for _ in range(5):  # best of five runs of whole groups: other load on the machine does not count
         tt = ta = 0
@@ -117,11 +106,44 @@ def bench(name, dtype, L, H, KVH, D, W, S):
                 amax = da
         if best is None or tt < best:
             best = tt
-    tt = best
+    return best, ta, amax
+
+
+def bench(name, dtype, L, H, KVH, D, W, S):
+    gc.collect()
+    cfg = CacheConfig(L, H, KVH, D, S + W, dtype, window=W, sinks=S, align=ALIGN)
+    gc.collect()
+    a0 = mem()
+    gc.disable()
+    c = KVCache(cfg)
+    a_raw = mem()
+    gc.enable()
+    gc.collect()
+    a1 = mem()
+    n = KVH * D
+    ks = [array("f", [((i * 37 + l) % 200 - 100) / 40.0 for i in range(n)]) for l in range(L)]
+    vs = [array("f", [((i * 53 + l) % 180 - 90) / 30.0 for i in range(n)]) for l in range(L)]
+    G = cfg.group if dtype == "i4" else 1
+    reps = max(G, 32)
+    GC_OFF[0] = True
+    try:
+        tt, ta, amax = appends(c, ks, vs, S, W, G, reps)
+    except MemoryError:
+        # one append's garbage outgrows this heap with collection off (an i4 group closing on a board's heap):
+        # time the appends with collection on, on a fresh cache; their bytes are not known then
+        gc.enable()
+        c = None
+        gc.collect()
+        c = KVCache(cfg)
+        GC_OFF[0] = False
+        tt, ta, amax = appends(c, ks, vs, S, W, G, reps)
+        ta = amax = None
+        GC_OFF[0] = True
     out = array("f", bytes(4 * D))
-    rt, ra = reads(c, c.read, out, 200)
+    rt, ra = reads(c, c.read, out, READS)
     r = {"shape": name, "dtype": dtype, "arena": len(c.arena), "book": a1 - a0 - len(c.arena),
-         "transient": a_raw - a1, "append_us": tt / reps, "append_b": ta / reps, "append_bmax": amax,
+         "transient": a_raw - a1, "append_us": tt / reps, "append_b": None if ta is None else ta / reps,
+         "append_bmax": amax,
          "read_us": rt, "read_b": ra}
     if dtype == "i8":
         kc = array("b", [(i * 7) % 255 - 127 for i in range(n)])
@@ -137,7 +159,7 @@ def bench(name, dtype, L, H, KVH, D, W, S):
                 best = qt
         qt = best
         codes = array("b", bytes(D))
-        ct, ca = reads(c, c.read_codes, codes, 200)
+        ct, ca = reads(c, c.read_codes, codes, READS)
         r["q8_us"] = qt / reps
         r["q8_b"] = qa / reps
         r["codes_us"] = ct
@@ -160,12 +182,24 @@ def bench(name, dtype, L, H, KVH, D, W, S):
 
 for dt in ("f32", "f16", "i8", "i4"):
     for name, shape in SHAPES:
-        bench(name, dt, *shape)
+        try:
+            bench(name, dt, *shape)
+        except MemoryError:  # a board's heap: this arena (or its working set) does not fit; say so, go on
+            gc.enable()
+            gc.collect()
+            print('{"shape":"%s","dtype":"%s","nofit":1}' % (name, dt))
 """
 
 
-def run(runtime, shapes, heap):
-    code = "SHAPES = %r\n" % ([(n, SHAPES[n]) for n in shapes],) + DEVICE_CODE
+def shape_table(window=None, sinks=None):
+    """SHAPES with the window and sinks replaced where given."""
+    return {n: v[:4] + (v[4] if window is None else window, v[5] if sinks is None else sinks)
+            for n, v in SHAPES.items()}
+
+
+def run(runtime, shapes, heap, table_=None, reads=200, align=64):
+    table_ = table_ or SHAPES
+    code = "SHAPES = %r\nREADS = %d\nALIGN = %d\n" % ([(n, table_[n]) for n in shapes], reads, align) + DEVICE_CODE
     rc, out = _benchkit.run(runtime, code, heap)
     rows = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
     if rc != 0 or not rows:
@@ -187,11 +221,17 @@ def table(rows):
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
     def tm(r, k, fmt="%.0f"):
+        if r.get("nofit"):
+            return "-"
         v = r.get(k)
         if v is not None and _benchkit.is_m3(r["runtime"]):
             return "{:,.0f}".format(_benchkit.instructions(r["runtime"], v))
         return _f(v, fmt)
     for r in rows:
+        if r.get("nofit"):
+            lines.append("| %s | %s | %s | does not fit the heap (MemoryError) |%s" % (
+                r["runtime"], r["shape"], r["dtype"], " |" * (len(head) - 4)))
+            continue
         lines.append("| " + " | ".join([
             r["runtime"], r["shape"], r["dtype"], "{:,}".format(r["arena"]), _f(r["book"]), _f(r["transient"]),
             tm(r, "append_us"), _f(r["append_b"]), tm(r, "read_us", "%.1f"), _f(r["read_b"]),
@@ -201,27 +241,39 @@ def table(rows):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    _benchkit.add_arguments(ap)
-    ap.add_argument("--both", action="store_true", help="also on CPython (the old --runtime both)")
+    _benchkit.add_arguments(ap, extra=("both",))
+    ap.add_argument("--both", action="store_true", help="also on CPython (--runtime both = unix --both)")
     ap.add_argument("--shape", choices=tuple(SHAPES) + ("both",), default="both")
+    ap.add_argument("--window", type=int, help="ring slots (default 128; 32 on m3, so more arenas fit a board's "
+                    "heap: per-call costs do not depend on it)")
+    ap.add_argument("--sinks", type=int, help="sink slots (default 32)")
+    ap.add_argument("--align", type=int, default=64, help="row alignment in bytes (default 64; 0 = none: "
+                    "stories' 8-byte rows padded to 64 take 8x the arena)")
+    ap.add_argument("--reads", type=int, help="reads per timed batch, GC off (default 200; 16 on m3, whose "
+                    "heap holds only that many reads' garbage)")
     ap.add_argument("--heap", type=int, default=8 * 1024 * 1024,
                     help="unix/wasm port heap bytes (default 8 MiB); m3 runs at --board's heap")
     ap.add_argument("--json", action="store_true", help="print the raw rows as JSON")
     a = ap.parse_args(argv)
     shapes = list(SHAPES) if a.shape == "both" else [a.shape]
+    if a.runtime == "both":
+        a.runtime, a.both = "unix", True
+    small = _benchkit.is_m3(a.runtime)
+    table_ = shape_table(a.window if a.window is not None else (32 if small else None), a.sinks)
+    reads = a.reads or (16 if small else 200)
     rts = (a.runtime, "cpython") if a.both and a.runtime != "cpython" else (a.runtime,)
     rows = []
     for rt in rts:
         heap = _benchkit.heap_for(rt, a.board, a.heap)
         if not a.json:
             print(_benchkit.describe(rt, a.board, heap))
-        rows += run(rt, shapes, heap)
+        rows += run(rt, shapes, heap, table_, reads, a.align)
     if a.json:
         print(json.dumps(rows, indent=1))
     else:
         print(table(rows))
         print("shapes: " + "; ".join("%s = layers %d, heads %d, kv_heads %d, head_dim %d, window %d, sinks %d"
-                                     % ((n,) + SHAPES[n]) for n in shapes) + "; align 64, i4 group 32 (KIVI)")
+                                     % ((n,) + table_[n]) for n in shapes) + "; align %d, i4 group 32 (KIVI)" % a.align)
     return 0
 
 
