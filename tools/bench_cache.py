@@ -244,7 +244,7 @@ def main(argv=None):
     _benchkit.add_arguments(ap, extra=("both",))
     ap.add_argument("--both", action="store_true", help="also on CPython (--runtime both = unix --both)")
     ap.add_argument("--shape", choices=tuple(SHAPES) + ("both",), default="both")
-    ap.add_argument("--window", type=int, help="ring slots (default 128; 32 on m3, so more arenas fit a board's "
+    ap.add_argument("--window", type=int, help="ring slots (default 128; 64 on m3 (i4 needs residual + group), so more arenas fit a board's "
                     "heap: per-call costs do not depend on it)")
     ap.add_argument("--sinks", type=int, help="sink slots (default 32)")
     ap.add_argument("--align", type=int, default=64, help="row alignment in bytes (default 64; 0 = none: "
@@ -259,7 +259,7 @@ def main(argv=None):
     if a.runtime == "both":
         a.runtime, a.both = "unix", True
     small = _benchkit.is_m3(a.runtime)
-    table_ = shape_table(a.window if a.window is not None else (32 if small else None), a.sinks)
+    table_ = shape_table(a.window if a.window is not None else (64 if small else None), a.sinks)
     reads = a.reads or (16 if small else 200)
     rts = (a.runtime, "cpython") if a.both and a.runtime != "cpython" else (a.runtime,)
     rows = []
