@@ -182,6 +182,7 @@ def test_f32_hot_and_cold_equal_the_full_cache_reference():
         finally:
             tc.close()
             _remove()
+        tc = live = q = out = None  # the next shape's cache must not meet this one's in the heap
         gc.collect()
 
 
@@ -204,6 +205,7 @@ def test_i4_and_i8_cold_stores_attend_what_they_hold():
             finally:
                 tc.close()
                 _remove()
+            tc = live = q = out = None
             gc.collect()
 
 
@@ -232,6 +234,7 @@ def test_integer_path_on_i8_ring_with_i4_and_i8_cold():
                 kernels.select()
                 tc.close()
                 _remove()
+            tc = live = q = out = None
             gc.collect()
 
 
