@@ -90,7 +90,7 @@ def test_deploy_against_it_checks_on_the_board_and_sends_only_what_differs(tmp_p
                 "a = array('b', [(i * 37) % 255 - 127 for i in range(64)])\n"
                 "print(kvedge.__version__, k.kind(), v.dot_i8(a, 0, a, 0, 64))")
         ref = sum(((i * 37) % 255 - 127) ** 2 for i in range(64))
-        assert board_eval(vb.port, code).split() == [__version__, "viper", str(ref)]   # armv6m machine code
+        assert board_eval(vb.port, code).split() == [__version__, "asm", str(ref)]   # armv6m: asm picked first, viper loads too
         p = kvedge("deploy", "--port", vb.port, "--board", "esp32", "--mpy", "-q")
         assert p.returncode == 2 and "cannot load the viper kernels compiled for -march=xtensawin" in p.stderr
     assert (fs / "kvedge" / "errors.mpy").exists()
