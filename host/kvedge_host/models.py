@@ -167,11 +167,28 @@ def _hf_windows(path, cfg, layers, mtype):
     return [window] * layers, "every layer"  # Mistral, Phi-3: one window for all layers
 
 
+def _hf_name(outer, cfg, mtype, path):
+    """The model's name as the config gives it (_name_or_path, the outer one first for a multimodal wrapper,
+    then model_type), else the file's own name without .json: never the folder's, which is often just
+    "configs" or a download cache's hash."""
+    for c in (outer, cfg):
+        given = c.get("_name_or_path")
+        if isinstance(given, str) and given.strip():
+            return given.strip()
+    if mtype.strip():
+        return mtype.strip()
+    base = os.path.basename(path)
+    if base.lower().endswith(".json"):
+        base = base[:-5]
+    return base or "model"
+
+
 def from_hf_config(cfg, path="config.json", name=None):
     """ModelSpec from a parsed transformers config dict. Every field is checked (type and range) before it is
     used; a bad one raises ModelError naming the file, the key as the config spells it, and its value."""
     if not isinstance(cfg, dict):
         raise ModelError("%s: expected a JSON object, got %s" % (path, validate.show(cfg)))
+    outer = cfg
     if "num_hidden_layers" not in cfg and isinstance(cfg.get("text_config"), dict):
         cfg = cfg["text_config"]  # multimodal wrapper (Gemma-3 4B+, Llava): the text model holds the cache
     mtype = cfg.get("model_type")
@@ -224,10 +241,7 @@ def from_hf_config(cfg, path="config.json", name=None):
         notes.append("sliding window: " + how)
     else:
         windows = []
-    given = cfg.get("_name_or_path")
-    spec = ModelSpec(name or (given if isinstance(given, str) and given else "")
-                     or os.path.basename(os.path.dirname(os.path.abspath(path))) or "model",
-                     layers, heads, kv_heads, head_dim, dim, hidden, vocab, context,
+    spec = ModelSpec(name or _hf_name(outer, cfg, mtype, path), layers, heads, kv_heads, head_dim, dim, hidden, vocab, context,
                      shared_classifier=shared, layer_windows=windows,
                      weights_dtype=_TORCH_DTYPES[tdtype], source="Hugging Face config %s" % path, notes=notes,
                      context_key=ctx_key)
