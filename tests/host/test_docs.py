@@ -1,7 +1,8 @@
 """The documentation cannot drift from the code: every ```sh runnable block of README.md and docs/*.md is run
 (each line starting with `kvedge ` is a command, run as `python -m kvedge_host.cli ...` from the repository root;
-the lines after it are substrings its output must contain), and every relative link points to a file that
-exists. A command that names ../shared is skipped, with the reason, where that folder is absent."""
+the lines after it are substrings its output must contain), every ```python runnable block runs as a script on
+CPython with the device package importable, and every relative link points to a file that exists. A command
+that names ../shared is skipped, with the reason, where that folder is absent."""
 import glob
 import os
 import re
@@ -15,6 +16,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SHARED = os.path.join(os.path.dirname(ROOT), "shared")
 PAGES = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
 FENCE = re.compile(r"^```sh runnable[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
+PYFENCE = re.compile(r"^```python runnable[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 
 
@@ -49,6 +51,18 @@ def commands():
 COMMANDS = commands()
 
 
+def scripts():
+    found = []
+    for page in PAGES:
+        with open(page) as f:
+            for i, body in enumerate(PYFENCE.findall(f.read())):
+                found.append(pytest.param(body, id="%s:py%d" % (rel(page), i + 1)))
+    return found
+
+
+SCRIPTS = scripts()
+
+
 def test_blocks_parse_commands_and_expected_lines():
     text = "x\n```sh runnable\nkvedge boards\nrp2040\n\nkvedge boards esp32\n```\n```sh\nkvedge nope\n```\n"
     assert blocks(text) == [("kvedge boards", ["rp2040"]), ("kvedge boards esp32", [])]
@@ -75,6 +89,14 @@ def test_documented_command_runs(cmd, expected):
     flat = " ".join(out.split())
     for want in expected:
         assert " ".join(want.split()) in flat, "%s: %r not in its output:\n%s" % (cmd, want, out[-3000:])
+
+
+@pytest.mark.parametrize("code", SCRIPTS)
+def test_documented_python_runs(code):
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "device"))
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, "exit %d\n%s" % (p.returncode, (p.stdout + p.stderr)[-3000:])
 
 
 @pytest.mark.parametrize("page", PAGES, ids=rel)
