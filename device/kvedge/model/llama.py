@@ -15,7 +15,7 @@ from kvedge import kernels
 from kvedge.cache import KVCache
 from kvedge.config import CacheConfig
 from kvedge.errors import BudgetError
-from kvedge.model.checkpoint import Weights, read_config, resident_bytes, zeros
+from kvedge.model.checkpoint import Weights, read_config, resident_bytes, weights_place, zeros
 
 BOS = 1
 _SHAPE = ("layers", "heads", "kv_heads", "head_dim")
@@ -84,7 +84,8 @@ class Llama:
     kv         cache policy dict (see cache_config), default f32 over the trained context
     budget     bytes the whole run may use (None = no check); BudgetError before allocating when over
     workspace  bytes set aside for the runtime itself (interpreter, stacks, the code), counted in the plan
-    stream     leave weight matrices in the file and read them row block by row block (when they do not fit)
+    stream     leave weight matrices in the file and read them row block by row block (when they do not fit);
+               "rom": read int8 rows in place where the file is memory-mapped (ROMFS), else stream them
     attention  factory(cache, tile=...) -> object with step(layer, q, out); default kvedge.attention
     int_attention  "auto" (integer path of kvedge.attention for i8/i4/i2 caches when viper or asm kernels run
                it), True (integer path whenever the cache is i8/i4/i2) or False (float path always)
@@ -103,6 +104,8 @@ class Llama:
         alt = None if forward == "float" else _path(forward)
         if alt is not None:
             alt.check(wdtype, ccfg, attention)
+        # "rom" only where the file is mapped (the float pass reads rows in place; the others stream them)
+        stream = weights_place(path, stream) if alt is None else bool(stream)
         if policy is not None:
             workspace += 8 * ccfg.slots + 256  # a policy's per-slot scores and accumulators
         self.plan = plan(cfg, wdtype, ccfg, stream, tile, workspace, forward)

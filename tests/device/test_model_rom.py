@@ -1,0 +1,146 @@
+# Weights read in place from a memory-mapped file (checkpoint's "rom" placement): an int8 checkpoint in a ROMFS
+# image mounted with vfs.VfsRom (a board maps its flash partition the same way), run without copying a row, and
+# compared with the same checkpoint held in RAM: the same kernels on the same codes, so bit-identical logits.
+import gc
+
+from _support import need
+from _model_support import RefAttention, skip, tmp_path
+from kvedge import compat, kernels
+from kvedge.model import checkpoint, tiny
+from kvedge.model.llama import Llama
+
+_FILES = {}
+MOUNT = "/kvrom"
+TOKENS = (1, 40, 30, 7, 7)
+
+
+def _i8():
+    need("fs")
+    if not _FILES:
+        import os
+        kernels.get()  # compiled while the heap is in one piece
+        p = tmp_path("kvedge_rom_f32.bin")
+        tiny.write_checkpoint(p, seed=5, vocab_size=48)
+        q = tmp_path("kvedge_rom_i8.bin")
+        checkpoint.convert_to_i8(p, q)
+        os.remove(p)
+        _FILES["i8"] = q
+    return _FILES["i8"]
+
+
+def _need_romfs():
+    # ROMFS (vfs.VfsRom, MicroPython >= 1.25) and uctypes to read a mapped file in place
+    try:
+        import vfs
+        import uctypes  # noqa: F401
+        if hasattr(vfs, "VfsRom"):
+            return
+    except ImportError:
+        pass
+    skip("needs romfs (vfs.VfsRom and uctypes)")
+
+
+def _mount(skew):
+    _need_romfs()
+    import vfs
+    import _romfs
+    path = _i8()
+    gc.collect()
+    img = _romfs.image("m.bin", path, skew)
+    vfs.mount(vfs.VfsRom(img), MOUNT)
+    return img
+
+
+def _umount():
+    import vfs
+    vfs.umount(MOUNT)
+
+
+def _model(path, stream):
+    return Llama(path, kv={"align": 0, "max_tokens": 8}, attention=RefAttention, stream=stream)
+
+
+def _logits(m):
+    out = [list(m.forward(t)) for t in TOKENS]
+    m.close()
+    return out
+
+
+def _run_both(skew, kind="auto"):
+    """(logits from the ROMFS file, logits from RAM, the ROMFS model's weights object)."""
+    old = kernels.kind()
+    kernels.select(kind)
+    img = _mount(skew)
+    try:
+        rom = _model(MOUNT + "/m.bin", "rom")
+        w = rom.w
+        a = _logits(rom)
+    finally:
+        _umount()
+        del img
+        kernels.select(old)
+    gc.collect()
+    kernels.select(kind)
+    try:
+        b = _logits(_model(_i8(), False))
+    finally:
+        kernels.select(old)
+    return a, b, w
+
+
+def test_rom_rows_read_in_place_give_the_ram_logits():
+    a, b, w = _run_both(0)
+    assert w.stream == "rom"
+    assert isinstance(w.wq[0], checkpoint.RomI8Matrix) and isinstance(w.embedding, checkpoint.RomI8Matrix)
+    assert a == b
+
+
+def _held(path, stream):
+    gc.collect()
+    before = compat.mem_alloc()
+    w = checkpoint.Weights(path, stream)
+    gc.collect()
+    held = compat.mem_alloc() - before
+    w.close()
+    return held, w.cfg
+
+
+def test_rom_weights_take_no_ram_per_row():
+    need("mem_alloc")
+    import sys
+    if sys.platform == "webassembly":
+        skip("the wasm port's gc.mem_alloc() does not settle after gc.collect()")
+    img = _mount(0)
+    try:
+        held, cfg = _held(MOUNT + "/m.bin", "rom")
+        streamed, _ = _held(MOUNT + "/m.bin", True)  # the same file read through a buffer
+    finally:
+        _umount()
+        del img
+    p = cfg.params()
+    # the norms (the "rom" account) and the Python object of each matrix (llama.object_bytes's 320 bytes)
+    assert held <= checkpoint.resident_bytes(cfg, "i8", "rom") + 320 * (7 * cfg.n_layers + 2) + 1024, held
+    # streaming holds every row's f32 scale and a row buffer on top of as many objects
+    rows = p["matrix_rows"] + p["embedding_rows"]
+    assert held + 4 * rows + checkpoint.stream_scratch_bytes(cfg, "i8") <= streamed, (held, streamed)
+
+
+def test_unaligned_rom_file_falls_back_to_streaming():
+    a, b, w = _run_both(1)
+    assert w.stream is True and not isinstance(w.wq[0], checkpoint.RomI8Matrix)
+    assert a == b
+
+
+def test_rom_rows_with_plain_kernels():
+    # plain subscripts read the int8 view (uctypes INT8), viper reads the bytes with ptr8: same codes
+    a, b, w = _run_both(0, "plain")
+    assert w.stream == "rom" and w.wq[0].codes is w.wq[0].i8
+    assert a == b
+
+
+def test_file_on_a_plain_filesystem_is_streamed():
+    # not mapped (a littlefs/posix file): "rom" means streamed, and the plan counts what streaming holds
+    m = _model(_i8(), "rom")
+    assert m.w.stream is True
+    assert m.plan["weights"] == checkpoint.resident_bytes(m.cfg, "i8", True)
+    m.close()
