@@ -106,3 +106,49 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
     print("\n#KVEDGE {" + ",".join(parts) + "}")
     del k
     return res
+
+
+# ---- a board that runs on its own: the plan on its filesystem, options in settings.toml ----
+
+PLAN = "kvedge_plan.json"
+_SHAPE = ("layers", "heads", "kv_heads", "head_dim")
+_STREAM = {"heap": False, "flash": True, "rom": "rom"}
+
+
+def plan_args(doc):
+    """main()'s cache and memory arguments from a `kvedge plan --out` document: the cache fields (the shape comes
+    from the checkpoint), H2O's token budget, where the weights live (heap, flash = streamed, rom = read in
+    place), and the heap and workspace the plan was made for."""
+    kv = {}
+    for k in doc["cache"]:
+        if k not in _SHAPE:
+            kv[k] = doc["cache"][k]
+    pol = doc.get("policy") or {}
+    place = doc["weights"]["place"]
+    if place not in _STREAM:
+        raise ValueError("plan: weights place %r, expected heap, flash or rom" % (place,))
+    return {"kv": kv, "h2o": pol.get("budget", 0) if pol.get("kind") == "h2o" else 0, "stream": _STREAM[place],
+            "budget": doc["heap_bytes"], "workspace": doc["workspace_bytes"]}
+
+
+def _setting(get, name, default, conv):
+    v = get("KVEDGE_" + name)
+    return default if v is None else conv(v)
+
+
+def from_settings(getenv=None):
+    """Generate as settings.toml says (CircuitPython's os.getenv reads it; MicroPython ports have no os.getenv and
+    take the defaults): KVEDGE_PLAN (default kvedge_plan.json), KVEDGE_MODEL, KVEDGE_TOKENIZER, KVEDGE_PROMPT,
+    KVEDGE_STEPS, KVEDGE_TEMPERATURE (a string: settings.toml holds strings and integers), KVEDGE_SEED,
+    KVEDGE_STATS_MS. What code.py on a CircuitPython board runs."""
+    import json
+    if getenv is None:
+        import os
+        getenv = getattr(os, "getenv", None) or (lambda k: None)
+    with open(_setting(getenv, "PLAN", PLAN, str)) as f:
+        doc = json.load(f)
+    args = plan_args(doc)
+    return main(_setting(getenv, "MODEL", "model.bin", str), _setting(getenv, "TOKENIZER", "tokenizer.bin", str),
+                prompt=_setting(getenv, "PROMPT", "", str), steps=_setting(getenv, "STEPS", 64, int),
+                temperature=_setting(getenv, "TEMPERATURE", 0.0, float), seed=_setting(getenv, "SEED", 1, int),
+                stats_ms=_setting(getenv, "STATS_MS", 1000, int), **args)
