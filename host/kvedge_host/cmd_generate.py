@@ -1,7 +1,8 @@
 """Generate text with a llama2.c checkpoint (f32 .bin or `kvedge convert` int8 file) on the kvedge cache.
 
-Runs the device package on CPython, or on the MicroPython unix / wasm port (heap from --board or --heap).
-Prints the text, then a summary line (tokens/s, kernels, cache peak bytes, heap) on stderr."""
+Runs the device package on CPython, or on the MicroPython unix / wasm port (heap from --board or --heap), or on a
+board at --port (deploying what it lacks first). Prints the text, then a summary line (tokens/s, kernels, cache
+peak bytes, heap) on stderr."""
 import json
 import os
 import sys
@@ -39,6 +40,19 @@ def add_arguments(p):
                    "(as deployed to a board: no compiler garbage, about 8 KB less heap and far less "
                    "fragmentation, which a 215 KB board heap needs)")
     p.add_argument("--board", help="board profile: its heap caps the port and is the budget checked at start")
+    b = p.add_argument_group("a board at a serial port (a real one, or a virtual board's)")
+    b.add_argument("--port", help="run on the board at this port: checks that --board (default rp2040) describes "
+                   "it, deploys the package (.mpy) and the model files it lacks, streams the text and stats back")
+    b.add_argument("--plan", metavar="PLAN.json", help="take the cache, eviction and weights placement from a "
+                   "`kvedge plan --out` file (instead of --kv-dtype, --window, --h2o, --stream ...)")
+    b.add_argument("--rom", action="store_true", help="int8 weights in ROMFS, read in place (no copy of a row): "
+                   "on a board whose firmware has ROMFS (/rom); elsewhere they are streamed from the file")
+    b.add_argument("--march", help="--port: override the profile's mpy-cross -march (x64: the unix-port virtual "
+                   "board with a chip's heap)")
+    b.add_argument("--csv", metavar="FILE", help="--port: write every stats sample to this CSV file")
+    b.add_argument("--detach", action="store_true", help="--port: start the generation and return; watch it with "
+                   "`kvedge monitor --port PORT`")
+    b.add_argument("--timeout", type=float, default=3600, help="--port: seconds to wait for the generation")
     p.add_argument("--heap", type=int, default=0, help="heap bytes for unix/wasm without --board (default 8 MB)")
 
 
@@ -90,6 +104,20 @@ def check_args(args, tok):
         raise UserError("--h2o replaces the ring buffer: use it without --window")
     if args.mpy and args.runtime != "unix":
         raise UserError("--mpy is for the unix port")
+    if args.port:
+        if args.runtime != "cpython" or args.heap or args.mpy:
+            raise UserError("--port runs on the board: --runtime, --heap and --mpy do not apply")
+        if args.port.startswith("/") and not os.path.exists(args.port):
+            raise UserError("%s: no such port" % args.port)
+        validate.flag_real("--timeout", args.timeout, 0.0, 7 * 86400.0, lo_open=True)
+    else:
+        for flag in ("march", "csv", "detach"):
+            if getattr(args, flag):
+                raise UserError("--%s is for --port" % flag)
+    if args.csv:
+        validate.out_folder("--csv", args.csv)
+    if args.plan:
+        _plan_kwargs(args)  # checked before anything runs
     cfg, wdtype = read_config(args.model)  # the header checked, and the file's size against it
     validate.finite_weights(args.model, cfg, wdtype)
     try:
@@ -119,7 +147,12 @@ def run(args):
         budget, workspace = heap, prof.get("workspace_bytes", 0)
     call = dict(model=os.path.abspath(args.model), tokenizer=os.path.abspath(tok), prompt=prompt,
                 steps=args.steps, temperature=args.temperature, seed=args.seed, kv=_kv(args), budget=budget,
-                workspace=workspace or 0, stream=args.stream, kernel=args.kernels, h2o=args.h2o, stats_ms=args.stats_ms)
+                workspace=workspace or 0, stream="rom" if args.rom else args.stream, kernel=args.kernels,
+                h2o=args.h2o, stats_ms=args.stats_ms)
+    if args.plan:
+        call.update(_plan_kwargs(args))
+    if args.port:
+        return _run_port(args, call)
     if args.runtime == "cpython":
         if DEVICE not in sys.path:
             sys.path.insert(0, DEVICE)
@@ -150,6 +183,76 @@ def run(args):
     if rc != 0 or not tail:
         raise UserError("%s run failed (exit %s): %s" % (args.runtime, rc, out.strip().splitlines()[-1:]))
     _summary(MARK + tail)
+    return 0
+
+
+def _plan_kwargs(args):
+    """run.main's cache and memory arguments from --plan (kvedge.model.run.plan_args: the device's own reading)."""
+    from kvedge.model.run import plan_args
+    from . import validate
+    doc = validate.load_json(args.plan)
+    try:
+        kw = plan_args(doc)
+    except (KeyError, TypeError, AttributeError, ValueError) as e:
+        raise UserError("%s: not a `kvedge plan --out` device config (%s)" % (args.plan, e))
+    if args.rom and kw["stream"] is not True and kw["stream"] != "rom":
+        raise UserError("--rom: %s places the weights in the heap" % args.plan)
+    if args.rom:
+        kw["stream"] = "rom"
+    return kw
+
+
+def _run_port(args, call):
+    """The run on the board at --port: profile checked against the board, package and files deployed (only
+    what the board lacks), the generation started in a fresh interpreter and read back off the port."""
+    from . import board as bd
+    from . import boards
+    from .deploy import deploy, mpremote
+    name = args.board or "rp2040"
+    prof = boards.load(name)
+    march = args.march or prof["mpy_march"]
+    say = (lambda m: print("generate: " + m, file=sys.stderr, flush=True))
+    info = bd.probe(args.port)  # interrupts a running program; refused before anything is deployed
+    bd.check_profile(info, prof, march)
+    say("%s %s on %s, %s bytes of heap; --board %s" % (info["impl"], info["version"], info["machine"],
+                                                       format(info["heap_usable"], ","), name))
+    files = [call["model"], call["tokenizer"]]
+    on_board = {f: os.path.basename(f) for f in files}
+    if call["stream"] == "rom":
+        from . import romfs
+        on_board[call["model"]] = romfs.ensure(args.port, [call["model"]], say)[0]
+        files.remove(call["model"])
+    res = deploy(args.port, name, mpy=True, extra=files, march=march)
+    say("deployed kvedge %s (.mpy for %s): %d sent, %d unchanged, %d removed" % (
+        res["version"], march, len(res["sent"]), len(res["unchanged"]), len(res["removed"])))
+    call = dict(call, model=on_board[call["model"]], tokenizer=on_board[call["tokenizer"]],
+                stats_ms=call["stats_ms"] or 1000)
+    if call["budget"] is None:
+        call["budget"], call["workspace"] = prof["heap_bytes"], prof.get("workspace_bytes", 0)
+    code = "from kvedge.model import run\nrun.main(**%r)\n" % (call,)
+    # a fresh interpreter (mpremote soft-resets the board), left running: its output is read off the port
+    mpremote(args.port, ["exec", "--no-follow", code], resume=False)
+    if args.detach:
+        say("started on %s; watch it with: kvedge monitor --port %s" % (args.port, args.port))
+        return 0
+
+    def text(piece):
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+
+    def stats(line):
+        print(line, file=sys.stderr, flush=True)
+    try:
+        _, summary, mon = bd.watch(args.port, csv_path=args.csv, timeout=args.timeout, on_text=text,
+                                   on_stats=stats)
+    except bd.BoardReset as e:
+        sys.stdout.write("\n")
+        print("kvedge generate: error: %s" % e, file=sys.stderr)
+        return 1
+    except RuntimeError as e:
+        raise UserError(str(e))
+    _summary(MARK + json.dumps(summary))
+    say("stats: " + mon.summary())
     return 0
 
 

@@ -15,6 +15,8 @@ def add_arguments(p):
     p.add_argument("--plot", metavar="FILE.png", help="draw the session's timeline here at the end")
     p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
     p.add_argument("--samples", type=int, metavar="N", help="stop after N samples")
+    p.add_argument("--until", metavar="EVENT", help="stop after a sample with this event (e.g. final: the end of a "
+                   "generation)")
     p.add_argument("--plain", action="store_true", help="no live view: print events and alerts as lines "
                    "(the default when stdout is not a terminal)")
 
@@ -48,6 +50,9 @@ def run(args):
         return f
 
     mon = Monitor(csv_path=args.csv, alert_pct=args.alert_pct, on_alert=say("ALERT "), on_note=say(""))
+
+    def until():
+        return bool(args.until and mon.samples and mon.samples[-1].get("event") == args.until)
     try:
         if live_view:
             from rich.live import Live
@@ -61,10 +66,10 @@ def run(args):
                     if now - last[0] > 0.25:
                         last[0] = now
                         live.update(render(mon))
-                mon.run(args.port, args.baud, args.duration, args.samples, on_tick=tick)
+                mon.run(args.port, args.baud, args.duration, args.samples, should_stop=until, on_tick=tick)
                 live.update(render(mon))
         else:
-            mon.run(args.port, args.baud, args.duration, args.samples)
+            mon.run(args.port, args.baud, args.duration, args.samples, should_stop=until)
     except KeyboardInterrupt:
         pass
     finally:
