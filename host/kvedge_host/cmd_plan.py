@@ -42,7 +42,8 @@ def add_arguments(p):
     p.add_argument("--align", type=int, default=64,
                    help="row padding of the device cache (default 64, CacheConfig's default; 0 = none)")
     p.add_argument("--weights-in", default="auto", metavar="WHERE",
-                   help="heap, flash (read row by row) or auto: heap unless nothing then fits (default auto)")
+                   help="heap, flash (read row by row), rom (int8 weights in a ROMFS partition, rows read in place: "
+                        "firmware with ROMFS) or auto: heap unless nothing then fits, then flash (default auto)")
     p.add_argument("--no-tiered", action="store_true",
                    help="leave out the tiered cache (sinks + hot ring in RAM, older tokens i4 on flash; offered on "
                         "every board with flash)")
@@ -370,7 +371,7 @@ class Planner:
         own = tier["ram_bytes"] if tier else kv
         c["budget_bytes"] = (self.heap - (total - own * self.batch)) // self.batch
         c["placement"] = self.placement(c)
-        return self._flash_check(c) if place == "flash" or tier else c
+        return self._flash_check(c) if place in ("flash", "rom") or tier else c
 
     # -- the strategies; each returns a candidate or None, and records what it tried --
 
@@ -490,7 +491,8 @@ class Planner:
 
     def _flash_check(self, c):
         """Weights kept on flash and a cold KV tier must fit the flash a plan may use (flash_fs_bytes)."""
-        need = (self.weights_bytes if c["weights"]["place"] == "flash" else 0) + (c["tier"] or {}).get("flash_bytes", 0)
+        need = (self.weights_bytes if c["weights"]["place"] in ("flash", "rom") else 0) + \
+            (c["tier"] or {}).get("flash_bytes", 0)
         c["flash_bytes"] = need
         room = self.flash_fs_bytes()
         if need > room:
@@ -591,6 +593,10 @@ class Planner:
                 out.append({"array": "weights", "bytes": self.weights_bytes, "where": "flash, read row by row",
                             "why": "too large for RAM beside the cache"})
                 name, why = "weights row buffer", "one row of the widest matrix"
+            elif name == "weights" and c["weights"]["place"] == "rom":
+                out.append({"array": "weights", "bytes": self.weights_bytes, "where": "flash (ROMFS), read in place",
+                            "why": "memory-mapped: a row is read where it lies, never copied"})
+                name, why = "weights (RAM)", "at most one row's worth (norms; nothing per row)"
             if n <= left:
                 where = "fast: " + ((self.prof.get("fast_memory") or {}).get("kind") or "heap")
                 left -= n
@@ -729,8 +735,8 @@ def print_all_boards(doc, top):
 def run(a):
     if a.kv_dtype not in DTYPES:
         raise UserError("unknown KV dtype %r for a device cache (choose from %s)" % (a.kv_dtype, ", ".join(DTYPES)))
-    if a.weights_in not in ("auto", "heap", "flash"):
-        raise UserError("--weights-in must be heap, flash or auto, got %r" % a.weights_in)
+    if a.weights_in not in ("auto", "heap", "flash", "rom"):
+        raise UserError("--weights-in must be heap, flash, rom or auto, got %r" % a.weights_in)
     account.check_align("--align", a.align)
     account.check_size("--pick", a.pick)
     account.check_size("--top", a.top)
@@ -741,6 +747,9 @@ def run(a):
     table = load_quality(a.quality) if a.quality else None
     spec, context, tgt = load_inputs(a)
     pl = Planner(spec, context, tgt, a.align, a.weights_dtype, a.batch)
+    if a.weights_in == "rom" and pl.weights_dtype != budget.I8:
+        raise UserError("--weights-in rom: the device reads int8 weights in place (add --weights-dtype i8), these "
+                        "are %s" % pl.weights_dtype)
     pl.tiered_ok = not a.no_tiered
     ranked = rank(pl.run(a.kv_dtype, a.weights_in), table)
     notes = list(spec.notes)
