@@ -326,11 +326,16 @@ def read_disk(image):
 
 
 def build_romfs(folder, image):
-    """A ROMFS image of `folder` (files as they are: stage() compiled what had to be compiled)."""
-    p = subprocess.run([mpremote_exe(), "romfs", "--no-mpy", "-o", image, "build", folder],
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    if p.returncode or not os.path.isfile(image):
-        raise DeployError("mpremote romfs build %s failed: %s" % (folder, p.stdout.decode()[-2000:]))
+    """A ROMFS image of `folder` (files as they are: stage() compiled what had to be compiled), each file's data
+    4-byte aligned (kvedge_host.romfs) so that weights can be read in place."""
+    from . import romfs
+    files = []
+    for d, subdirs, names in os.walk(folder):
+        subdirs.sort()
+        for n in sorted(names):
+            p = os.path.join(d, n)
+            files.append((p, os.path.relpath(p, folder).replace(os.sep, "/")))
+    romfs.write(files, image)
     size = os.path.getsize(image)
     if size > ROMFS_MAX:
         raise DeployError("ROMFS image %s is %d bytes; the board's ROMFS slot holds %d" % (image, size, ROMFS_MAX))
