@@ -307,14 +307,18 @@ class _Split:
         pass
 
 
+_WHERE = {"heap": "in RAM", "file": "streamed from the file", "rom": "read in place from ROMFS"}
+
+
 def _summary(out):
     for line in out.splitlines():
         if line.startswith(MARK):
             s = json.loads(line[len(MARK):])
             sys.stdout.write("\n")
-            print("[%d tokens in %.2f s: %.1f tok/s; weights %s, kernels %s, cache %s: %s bytes (peak %s), "
+            print("[%d tokens in %.2f s: %.1f tok/s; weights %s (%s), kernels %s, cache %s: %s bytes (peak %s), "
                   "evictions %d; plan %s bytes, heap used %s]" % (
-                      s["tokens"], s["ms"] / 1000.0, s["tok_s"], s["weights"], s["kernels"], s["kv_dtype"],
+                      s["tokens"], s["ms"] / 1000.0, s["tok_s"], s["weights"], _WHERE.get(s.get("weights_in"), "?"),
+                      s["kernels"], s["kv_dtype"],
                       format(s["cache_bytes"], ","), format(s["peak_bytes"], ","), s["evictions"],
                       format(s["plan_total"], ","), format(s["heap_used"], ",") if s["heap_used"] >= 0 else "n/a"),
                   file=sys.stderr)

@@ -223,7 +223,7 @@ def test_bad_input(capsys, stories, tmp_path):
     _bad(capsys, m + ["--pick", "999"], "--pick 999: only")
     _bad(capsys, m + ["--pick", "0"], "--pick must be positive")
     _bad(capsys, m + ["--out", str(tmp_path / "no" / "x.json")], "folder does not exist")
-    _bad(capsys, m + ["--weights-in", "rom"], "--weights-in must be heap, flash or auto")
+    _bad(capsys, m + ["--weights-in", "sram"], "--weights-in must be heap, flash, rom or auto")
     _bad(capsys, m + ["--context", "0"], "--context must be positive")
     _bad(capsys, ["--model", stories, "--board", "nope"], "unknown board 'nope'")
     _bad(capsys, ["--model", str(tmp_path / "x.gguf")], "x.gguf", "cannot read")

@@ -95,9 +95,10 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
            "kernels": kernels.kind(), "weights": m.wdtype, "kv_dtype": m.cache.cfg.dtype,
            "plan_total": m.plan["total"], "heap_used": (after - base) if base >= 0 else -1,
            "heap_peak": top[0] if peak and base >= 0 else -1,
-           "peak_bytes": st["peak_bytes"], "cache_bytes": st["total_bytes"], "evictions": st["evictions"]}
+           "peak_bytes": st["peak_bytes"], "cache_bytes": st["total_bytes"], "evictions": st["evictions"],
+           "weights_in": "rom" if m.w.stream == "rom" else ("file" if m.w.stream else "heap")}
     keys = ("tokens", "generated", "ms", "tok_s", "kernels", "weights", "kv_dtype", "plan_total", "heap_used",
-            "heap_peak", "peak_bytes", "cache_bytes", "evictions")
+            "heap_peak", "peak_bytes", "cache_bytes", "evictions", "weights_in")
     parts = []
     for key in keys:  # fixed key order: MicroPython dicts are not ordered
         v = res[key]
