@@ -18,7 +18,6 @@ def _emulate_circuitpython():
             return real.opt_level(*a)
 
     sys.modules["micropython"] = _CPMicropython
-    sys.modules["vfs"] = None  # CircuitPython has no vfs module (storage instead), so no ROMFS
     import kvedge.kernels
     kvedge.kernels.ALLOWED = ["plain"]  # CircuitPython cannot compile the others: available() lists none
     kvedge.kernels.select("plain")
