@@ -51,6 +51,7 @@ class VirtualBoard:
     def __init__(self, board="rp2040", fs=None, link=None, heap=None, log=None):
         prof = boards.load(board)
         self.board = board
+        self.runtime = prof.get("runtime", "micropython")
         self.heap = int(heap or prof["heap_bytes"])
         self.fs = os.path.abspath(fs or default_fs(board))
         self.link = os.path.abspath(link) if link else None
@@ -125,12 +126,15 @@ class VirtualBoard:
         tty.setraw(sa)
         # tied: the interpreter dies with the relay thread that started it (the relay restarts it while the
         # board runs), so no MicroPython is left running if the simulator is killed
-        cmd = [micropython_bin(), "-X", "heapsize=%d" % self.heap]
-        if os.path.exists(os.path.join(self.fs, "main.py")):
-            cmd += ["-i", "main.py"]
         env = dict(os.environ)
-        env["MICROPYPATH"] = ":.frozen:" + os.path.join(self.fs, "lib")
         env.pop("KVEDGE_KERNELS", None)
+        if self.runtime == "circuitpython":
+            cmd = self._circuitpython(env)
+        else:
+            cmd = [micropython_bin(), "-X", "heapsize=%d" % self.heap]
+            if os.path.exists(os.path.join(self.fs, "main.py")):
+                cmd += ["-i", "main.py"]
+            env["MICROPYPATH"] = ":.frozen:" + os.path.join(self.fs, "lib")
         self._child = tied.popen(cmd, stdin=sa, stdout=sa, stderr=sa, cwd=self.fs, env=env)
         os.close(sa)
         _set_nonblocking(ma)
@@ -138,6 +142,29 @@ class VirtualBoard:
         self.starts += 1
         self._seen = b""
         self._born = time.monotonic()
+
+    def _circuitpython(self, env):
+        """A CircuitPython board (a profile whose runtime is circuitpython): the real CircuitPython (its unix build)
+        with the folder as its CIRCUITPY drive: code.py runs at every start, lib/ is on the path, boot_out.txt is
+        written as a board writes it, and settings.toml is read into the environment (a board's os.getenv reads
+        that file; this build's reads the environment)."""
+        from .runtimes import RuntimeMissing, circuitpython_bin, circuitpython_path
+        exe = circuitpython_bin()
+        if not exe:
+            raise RuntimeMissing("no CircuitPython binary at %s" % circuitpython_path())
+        if not getattr(self, "_cp_version", None):
+            p = subprocess.run([exe, "-c", "import sys; print('%d.%d.%d' % sys.implementation.version[:3])"],
+                               capture_output=True, text=True, timeout=30)
+            self._cp_version = p.stdout.strip() or "0.0.0"
+        with open(os.path.join(self.fs, "boot_out.txt"), "w") as f:
+            f.write("Adafruit CircuitPython %s on unix; kvedge virtual board (CircuitPython unix port) with %d bytes "
+                    "of heap\nBoard ID:kvedge_virtual_%s\n" % (self._cp_version, self.heap, self.board))
+        env["MICROPYPATH"] = ":%s:%s" % (self.fs, os.path.join(self.fs, "lib"))
+        env.update(settings_env(os.path.join(self.fs, "settings.toml")))
+        cmd = [exe, "-X", "heapsize=%d" % self.heap]
+        if os.path.exists(os.path.join(self.fs, "code.py")):
+            cmd += ["-i", "code.py"]
+        return cmd
 
     def _kill_child(self):
         tied.kill(self._child)
@@ -233,6 +260,17 @@ class VirtualBoard:
                 to_client += SOFT_REBOOT
                 to_interp[:0] = self._restart(raw)
                 tail = b""
+
+
+def settings_env(path):
+    """CircuitPython's settings.toml as environment variables (its strings and integers, as text)."""
+    import tomllib
+    try:
+        with open(path, "rb") as f:
+            doc = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError):
+        return {}
+    return {k: str(v) for k, v in doc.items() if isinstance(v, (str, int)) and not isinstance(v, bool)}
 
 
 def _set_nonblocking(fd):
