@@ -188,11 +188,14 @@ def run(args):
 
 def _plan_kwargs(args):
     """run.main's cache and memory arguments from --plan (kvedge.model.run.plan_args: the device's own reading)."""
+    from kvedge.model.checkpoint import read_config
     from kvedge.model.run import plan_args
+    from kvedge.model.tokenizer import Tokenizer
     from . import validate
     doc = validate.load_json(args.plan)
+    cfg = read_config(args.model)[0]
     try:
-        kw = plan_args(doc)
+        kw = plan_args(doc, cfg, Tokenizer.nbytes(_tokenizer(args), cfg.vocab_size))
     except (KeyError, TypeError, AttributeError, ValueError) as e:
         raise UserError("%s: not a `kvedge plan --out` device config (%s)" % (args.plan, e))
     if args.rom and kw["stream"] is not True and kw["stream"] != "rom":

@@ -40,13 +40,13 @@ def _snapshot(folder):
 
 
 def _files(tmp_path):
-    w = tmp_path / "model.i8.bin"
-    w.write_bytes(os.urandom(3000))
-    t = tmp_path / "tok512.bin"
-    t.write_bytes(os.urandom(500))
-    plan = tmp_path / "plan.json"
-    plan.write_text('{"format": "kvedge-plan/1"}')
-    return str(w), str(t), str(plan)
+    """A small real model, its tokenizer and a plan for the CircuitPython Pico."""
+    from kvedge_host.tinyckpt import write as write_tiny
+    w, t = write_tiny(str(tmp_path / "m"))
+    plan = str(tmp_path / "plan.json")
+    p = kvedge("plan", "--model", w, "--board", "rp2040-circuitpython", "--workspace", "40000", "--out", plan)
+    assert p.returncode == 0, p.stderr
+    return w, t, plan
 
 
 def _sources():
@@ -84,12 +84,12 @@ def test_deploy_lays_out_the_drive_and_rewrites_only_changes(tmp_path):
                   for r, _, ns in os.walk(d / "lib" / "kvedge") for n in ns)
     assert len(have) == len(src) and not any("viper" in h or "asm" in h or "native" in h for h in have)
     assert (d / "kvedge_plan.json").read_bytes() == open(plan, "rb").read()
-    assert (d / "model.i8.bin").read_bytes() == open(w, "rb").read()
+    assert (d / "tiny.bin").read_bytes() == open(w, "rb").read()
     assert (d / "tok512.bin").read_bytes() == open(t, "rb").read()
     assert (d / "code.py").read_text() == open(drive.CODE).read()
     assert tomllib.loads((d / "settings.toml").read_text()) == {
         "CIRCUITPY_WIFI_SSID": "home", "KVEDGE_STEPS": 24, "KVEDGE_PROMPT": "Once upon a time",
-        "KVEDGE_MODEL": "model.i8.bin", "KVEDGE_TOKENIZER": "tok512.bin"}
+        "KVEDGE_MODEL": "tiny.bin", "KVEDGE_TOKENIZER": "tok512.bin"}
     assert (d / "lib" / "adafruit_bus_device" / "i2c_device.mpy").read_bytes() == b"other library"
     assert not [n for r, _, ns in os.walk(d) for n in ns if n.endswith(drive.TMP)]
     assert "written" in p.stdout and "%d written" % (len(src) + 5) in p.stdout
@@ -191,7 +191,7 @@ def test_a_write_failing_midway_leaves_the_old_files_in_use(tmp_path, small_fs):
     before = _snapshot(small_fs)
     st = os.statvfs(small_fs)
     free = st.f_bavail * st.f_frsize
-    items = [("model.i8.bin", os.urandom(free // 2)), ("tok512.bin", os.urandom(free // 2))]
+    items = [("tiny.bin", os.urandom(free // 2)), ("tok512.bin", os.urandom(free // 2))]
     real = os.statvfs
 
     class Roomy:
@@ -206,3 +206,38 @@ def test_a_write_failing_midway_leaves_the_old_files_in_use(tmp_path, small_fs):
     finally:
         drive.os.statvfs = real
     assert _snapshot(small_fs) == before
+
+
+def test_a_plan_the_runner_cannot_hold_is_refused_before_writing(tmp_path):
+    # a plan whose heap is exactly its own total: the runner's model scratch beyond the planner's activations does
+    # not fit; planning again for the same heap with the workspace it asks for does
+    import json
+    import re
+    from kvedge_host.tinyckpt import write as write_tiny
+    d = _drive(tmp_path)
+    model, tok = write_tiny(str(tmp_path / "m"))
+    plan = str(tmp_path / "p.json")
+
+    def plan_for(heap, ws):
+        p = kvedge("plan", "--model", model, "--heap", str(heap), "--workspace", str(ws), "--align", "0",
+                   "--out", plan)
+        assert p.returncode == 0, p.stdout + p.stderr
+        return json.load(open(plan))
+    total = plan_for(10 ** 7, 41000)["total_bytes"]  # keep all, with room for the runner's ~30 KB in the workspace
+    assert plan_for(total, 41000)["headroom_bytes"] == 0  # the heap exactly that: the model scratch does not fit
+    before = _snapshot(d)
+    p = kvedge("deploy", "--drive", str(d), "--board", "rp2040-circuitpython", "--config", plan, "--weights", model,
+               "--tokenizer", tok)
+    assert p.returncode == 2 and "runner's own account" in p.stderr, p.stderr
+    assert _snapshot(d) == before
+    ws = 41000
+    for _ in range(4):  # the demo's loop, by hand: reserve what the runner says, plan again, same heap
+        ws = int(re.search(r"--workspace (\d+)", p.stderr).group(1))
+        plan_for(total, ws)
+        p = kvedge("deploy", "--drive", str(d), "--board", "rp2040-circuitpython", "--config", plan, "--weights",
+                   model, "--tokenizer", tok, "-q")
+        if p.returncode == 0:
+            break
+        assert "runner's own account" in p.stderr, p.stderr
+    assert p.returncode == 0 and ws > 41000, p.stderr
+    assert json.load(open(d / "kvedge_plan.json"))["workspace_bytes"] == ws

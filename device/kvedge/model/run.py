@@ -116,20 +116,28 @@ _SHAPE = ("layers", "heads", "kv_heads", "head_dim")
 _STREAM = {"heap": False, "flash": True, "rom": "rom"}
 
 
-def plan_args(doc):
+def plan_args(doc, cfg=None, tok_bytes=0):
     """main()'s cache and memory arguments from a `kvedge plan --out` document: the cache fields (the shape comes
     from the checkpoint), H2O's token budget, where the weights live (heap, flash = streamed, rom = read in
-    place), and the heap and workspace the plan was made for."""
+    place), and the heap and workspace the plan was made for. With the model's cfg (ModelConfig) and the
+    tokenizer's tok_bytes, what main() and the model count themselves (tokenizer, RUN_OVERHEAD, Python objects,
+    policy arrays) comes out of the plan's workspace, so that it is not counted twice."""
     kv = {}
     for k in doc["cache"]:
         if k not in _SHAPE:
             kv[k] = doc["cache"][k]
     pol = doc.get("policy") or {}
+    h2o = pol.get("budget", 0) if pol.get("kind") == "h2o" else 0
     place = doc["weights"]["place"]
     if place not in _STREAM:
         raise ValueError("plan: weights place %r, expected heap, flash or rom" % (place,))
-    return {"kv": kv, "h2o": pol.get("budget", 0) if pol.get("kind") == "h2o" else 0, "stream": _STREAM[place],
-            "budget": doc["heap_bytes"], "workspace": doc["workspace_bytes"]}
+    ws = doc["workspace_bytes"]
+    if cfg is not None:
+        from kvedge.model.llama import cache_config, object_bytes
+        ccfg = cache_config(cfg, kv)
+        ws -= tok_bytes + RUN_OVERHEAD + object_bytes(cfg, ccfg) + ((8 * ccfg.slots + 256) if h2o else 0)
+    return {"kv": kv, "h2o": h2o, "stream": _STREAM[place], "budget": doc["heap_bytes"],
+            "workspace": ws if ws > 0 else 0}
 
 
 def _setting(get, name, default, conv):
@@ -146,10 +154,15 @@ def from_settings(getenv=None):
     if getenv is None:
         import os
         getenv = getattr(os, "getenv", None) or (lambda k: None)
+    from kvedge.model.checkpoint import read_config
     with open(_setting(getenv, "PLAN", PLAN, str)) as f:
         doc = json.load(f)
-    args = plan_args(doc)
-    return main(_setting(getenv, "MODEL", "model.bin", str), _setting(getenv, "TOKENIZER", "tokenizer.bin", str),
+    model = _setting(getenv, "MODEL", "model.bin", str)
+    tok = _setting(getenv, "TOKENIZER", "tokenizer.bin", str)
+    from kvedge.model.tokenizer import Tokenizer
+    cfg = read_config(model)[0]
+    args = plan_args(doc, cfg, Tokenizer.nbytes(tok, cfg.vocab_size))
+    return main(model, tok,
                 prompt=_setting(getenv, "PROMPT", "", str), steps=_setting(getenv, "STEPS", 64, int),
                 temperature=_setting(getenv, "TEMPERATURE", 0.0, float), seed=_setting(getenv, "SEED", 1, int),
                 stats_ms=_setting(getenv, "STATS_MS", 1000, int), **args)
