@@ -188,20 +188,21 @@ def run(args):
 
 def _plan_kwargs(args):
     """run.main's cache and memory arguments from --plan (kvedge.model.run.plan_args: the device's own reading)."""
-    from kvedge.model.checkpoint import read_config
     from kvedge.model.run import plan_args
-    from kvedge.model.tokenizer import Tokenizer
     from . import validate
     doc = validate.load_json(args.plan)
-    cfg = read_config(args.model)[0]
     try:
-        kw = plan_args(doc, cfg, Tokenizer.nbytes(_tokenizer(args), cfg.vocab_size))
+        kw = plan_args(doc, args.model, _tokenizer(args))
     except (KeyError, TypeError, AttributeError, ValueError) as e:
         raise UserError("%s: not a `kvedge plan --out` device config (%s)" % (args.plan, e))
     if args.rom and kw["stream"] is not True and kw["stream"] != "rom":
         raise UserError("--rom: %s places the weights in the heap" % args.plan)
     if args.rom:
         kw["stream"] = "rom"
+    if kw["workspace"] < 0:
+        raise UserError("%s: the plan's total (%d bytes) is %d short of this run's own account (its objects, the "
+                        "tokenizer, the loop): plan again with --workspace %d" % (
+                            args.plan, doc["total_bytes"], -kw["workspace"], doc["workspace_bytes"] - kw["workspace"]))
     return kw
 
 
@@ -229,7 +230,7 @@ def _run_port(args, call):
     say("deployed kvedge %s (.mpy for %s): %d sent, %d unchanged, %d removed" % (
         res["version"], march, len(res["sent"]), len(res["unchanged"]), len(res["removed"])))
     call = dict(call, model=on_board[call["model"]], tokenizer=on_board[call["tokenizer"]],
-                stats_ms=call["stats_ms"] or 1000)
+                stats_ms=call["stats_ms"] or 1000, ctrl_c=True)
     if call["budget"] is None:
         call["budget"], call["workspace"] = prof["heap_bytes"], prof.get("workspace_bytes", 0)
     code = "from kvedge.model import run\nrun.main(**%r)\n" % (call,)

@@ -215,30 +215,22 @@ def write_files(drive, items, managed=(LIB + "/kvedge",)):
 
 
 def check_run(config, weights, tokenizer):
-    """The runner's own account of the plan with these files (what code.py will check on the board before it
-    allocates), refused here when it is over the plan's heap: a plan made without the runner's objects, the
-    tokenizer and the loop in its workspace. CircuitPython has no ROMFS: weights not in the heap are streamed."""
-    from kvedge.model import llama
-    from kvedge.model.checkpoint import read_config
-    from kvedge.model.run import RUN_OVERHEAD, plan_args
-    from kvedge.model.tokenizer import Tokenizer
+    """The runner's own account of the plan with these files (what code.py checks on the board before it
+    allocates) against the plan's total, refused here when the plan cannot hold it: a plan made without the
+    runner's objects, the tokenizer and the loop in its workspace. Returns the runtime's share it leaves."""
+    from kvedge.model.run import plan_args
     from .validate import load_json
     doc = load_json(config)
-    cfg, wdtype = read_config(weights)
-    tok = Tokenizer.nbytes(tokenizer, cfg.vocab_size)
     try:
-        a = plan_args(doc, cfg, tok)
+        a = plan_args(doc, weights, tokenizer)
     except (KeyError, TypeError, AttributeError, ValueError) as e:
         raise DeployError("%s: not a `kvedge plan --out` device config (%s)" % (config, e))
-    ccfg = llama.cache_config(cfg, a["kv"])
-    ws = a["workspace"] + tok + RUN_OVERHEAD + ((8 * ccfg.slots + 256) if a["h2o"] else 0)
-    need = llama.plan(cfg, wdtype, ccfg, a["stream"] is not False, 32, ws)["total"]
-    if need > a["budget"]:
+    if a["workspace"] < 0:
         raise DeployError("%s: the runner's own account of this plan (its objects, the tokenizer, the loop) is %d "
-                          "bytes for a %d-byte heap, %d over: plan again with --workspace %d (kvedge demo's loop "
-                          "does this on a board it can reach)" % (config, need, a["budget"], need - a["budget"],
-                                                                  doc["workspace_bytes"] + need - a["budget"]))
-    return need
+                          "bytes over the plan's total: plan again with --workspace %d (kvedge demo's loop does "
+                          "this on a board it can reach)" % (config, -a["workspace"],
+                                                             doc["workspace_bytes"] - a["workspace"]))
+    return a["workspace"]
 
 
 def deploy_drive(drive, board, config=None, weights=None, tokenizer=None, sets=None, mpy_cross=None, extra=()):

@@ -18,6 +18,25 @@ def _elapsed(t0):
     return ticks_diff(ticks_ms(), t0)
 
 
+def _ctrl_c():
+    """A check that raises KeyboardInterrupt when a Ctrl-C (0x03) waits on stdin, or None where stdin cannot be
+    polled (CPython and CircuitPython boards take Ctrl-C themselves)."""
+    if sys.implementation.name != "micropython":
+        return None
+    try:
+        import select
+        p = select.poll()
+        p.register(sys.stdin, select.POLLIN)
+    except (ImportError, AttributeError, OSError, TypeError):
+        return None
+
+    def check():
+        while p.poll(0):
+            if sys.stdin.read(1) == "\x03":
+                raise KeyboardInterrupt
+    return check
+
+
 def _writer():
     out = getattr(sys.stdout, "buffer", None)
     if out is not None:
@@ -30,12 +49,14 @@ def _writer():
 
 
 def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=None, budget=None, workspace=0,
-         stream=False, kernel="auto", tile=32, peak=False, h2o=0, stats_ms=0):
+         stream=False, kernel="auto", tile=32, peak=False, h2o=0, stats_ms=0, ctrl_c=False):
     """Returns the stats dict it prints. Raises BudgetError before allocating when the run does not fit
     (the tokenizer is counted in the plan's workspace). peak=True collects garbage after every token to
     measure the live heap's peak (slower). h2o=N evicts heavy hitters to hold N tokens (half of them the most
     recent; kvedge.evict.H2O). stats_ms > 0 writes kvedge.telemetry's KVSTATS lines (start, every stats_ms
-    during generation, final) between the pieces, for `kvedge monitor`."""
+    during generation, final) between the pieces, for `kvedge monitor`. ctrl_c=True looks for a Ctrl-C
+    waiting on stdin after every token (a board's USB stack interrupts a program by itself; firmware that reads its
+    UART only when asked, like the emulated Cortex-M3's, cannot be stopped otherwise)."""
     import gc
     from kvedge import compat
     from kvedge.model.llama import Llama, generate
@@ -62,6 +83,13 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
     tok = Tokenizer.load(tokenizer, m.cfg.vocab_size)
     ids = tok.encode(prompt)
     w = _writer()
+    stop = _ctrl_c() if ctrl_c else None
+    if stop is not None:
+        raw_w = w
+
+        def w(b):
+            raw_w(b)
+            stop()
     tele = None
     if stats_ms > 0:
         tele = Telemetry(m.policy if m.policy is not None else m.cache, interval_ms=stats_ms)
@@ -116,12 +144,13 @@ _SHAPE = ("layers", "heads", "kv_heads", "head_dim")
 _STREAM = {"heap": False, "flash": True, "rom": "rom"}
 
 
-def plan_args(doc, cfg=None, tok_bytes=0):
+def plan_args(doc, model=None, tokenizer=None):
     """main()'s cache and memory arguments from a `kvedge plan --out` document: the cache fields (the shape comes
     from the checkpoint), H2O's token budget, where the weights live (heap, flash = streamed, rom = read in
-    place), and the heap and workspace the plan was made for. With the model's cfg (ModelConfig) and the
-    tokenizer's tok_bytes, what main() and the model count themselves (tokenizer, RUN_OVERHEAD, Python objects,
-    policy arrays) comes out of the plan's workspace, so that it is not counted twice."""
+    place), and the heap the plan was made for. The workspace: with the model and tokenizer files, what the plan's
+    total leaves beyond the run's own account (weights as held, cache, buffers, Python objects, tokenizer, loop),
+    i.e. the runtime's share; negative when the plan cannot hold this run (plan it with that much more
+    workspace). Without them, the plan's workspace_bytes."""
     kv = {}
     for k in doc["cache"]:
         if k not in _SHAPE:
@@ -132,12 +161,16 @@ def plan_args(doc, cfg=None, tok_bytes=0):
     if place not in _STREAM:
         raise ValueError("plan: weights place %r, expected heap, flash or rom" % (place,))
     ws = doc["workspace_bytes"]
-    if cfg is not None:
-        from kvedge.model.llama import cache_config, object_bytes
-        ccfg = cache_config(cfg, kv)
-        ws -= tok_bytes + RUN_OVERHEAD + object_bytes(cfg, ccfg) + ((8 * ccfg.slots + 256) if h2o else 0)
-    return {"kv": kv, "h2o": h2o, "stream": _STREAM[place], "budget": doc["heap_bytes"],
-            "workspace": ws if ws > 0 else 0}
+    if model is not None:
+        from kvedge.model import llama
+        from kvedge.model.checkpoint import read_config, weights_place
+        from kvedge.model.tokenizer import Tokenizer
+        cfg, wdtype = read_config(model)
+        ccfg = llama.cache_config(cfg, kv)
+        own = Tokenizer.nbytes(tokenizer, cfg.vocab_size) + RUN_OVERHEAD + ((8 * ccfg.slots + 256) if h2o else 0)
+        ws = doc["total_bytes"] - llama.plan(cfg, wdtype, ccfg, weights_place(model, _STREAM[place]), 32,
+                                             own)["total"]
+    return {"kv": kv, "h2o": h2o, "stream": _STREAM[place], "budget": doc["heap_bytes"], "workspace": ws}
 
 
 def _setting(get, name, default, conv):
@@ -154,14 +187,15 @@ def from_settings(getenv=None):
     if getenv is None:
         import os
         getenv = getattr(os, "getenv", None) or (lambda k: None)
-    from kvedge.model.checkpoint import read_config
+    from kvedge.errors import BudgetError
     with open(_setting(getenv, "PLAN", PLAN, str)) as f:
         doc = json.load(f)
     model = _setting(getenv, "MODEL", "model.bin", str)
     tok = _setting(getenv, "TOKENIZER", "tokenizer.bin", str)
-    from kvedge.model.tokenizer import Tokenizer
-    cfg = read_config(model)[0]
-    args = plan_args(doc, cfg, Tokenizer.nbytes(tok, cfg.vocab_size))
+    args = plan_args(doc, model, tok)
+    if args["workspace"] < 0:
+        raise BudgetError("the plan leaves no room for this run's own objects", doc["total_bytes"] -
+                          args["workspace"], doc["total_bytes"])
     return main(model, tok,
                 prompt=_setting(getenv, "PROMPT", "", str), steps=_setting(getenv, "STEPS", 64, int),
                 temperature=_setting(getenv, "TEMPERATURE", 0.0, float), seed=_setting(getenv, "SEED", 1, int),
