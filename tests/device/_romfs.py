@@ -13,9 +13,11 @@ def _uint(v, width=0):
     return bytes(out)
 
 
-def image(name, path, skew=0):
+def image(name, path, skew=0, into=None):
     """A bytearray holding the file at `path` as the top-level file `name`, its data at a multiple of 4 plus
-    `skew` from the image's start (read straight into the image: one copy in RAM)."""
+    `skew` from the image's start (read straight into the image: one copy in RAM). into: a buffer reserved
+    beforehand to build it in (a fragmented heap may have no block of the image's size left); then a memoryview
+    of its first bytes is returned."""
     import os
     size = os.stat(path)[6]
     name = name.encode()
@@ -30,7 +32,12 @@ def image(name, path, skew=0):
             break
         pad += 1
     at = len(top) + len(frec) + len(rec)
-    img = bytearray(at + size)
+    if into is not None:
+        if len(into) < at + size:
+            raise ValueError("image of %d bytes, buffer of %d" % (at + size, len(into)))
+        img = memoryview(into)[:at + size]
+    else:
+        img = bytearray(at + size)
     img[:at] = top + frec + rec
     with open(path, "rb") as f:
         f.readinto(memoryview(img)[at:])

@@ -3,11 +3,15 @@
 # compared with the same checkpoint held in RAM: the same kernels on the same codes, so bit-identical logits.
 import gc
 
-from _support import need
-from _model_support import RefAttention, skip, tmp_path
-from kvedge import compat, kernels
-from kvedge.model import checkpoint, tiny
-from kvedge.model.llama import Llama
+# the ROMFS image is built in this block, reserved before the imports below fragment the heap (the unix port at
+# the rp2040 heap compiles the package from source)
+_IMAGE = bytearray(12288)
+
+from _support import need  # noqa: E402
+from _model_support import RefAttention, skip, tmp_path  # noqa: E402
+from kvedge import compat, kernels  # noqa: E402
+from kvedge.model import checkpoint, tiny  # noqa: E402
+from kvedge.model.llama import Llama  # noqa: E402
 
 _FILES = {}
 MOUNT = "/kvrom"
@@ -49,8 +53,7 @@ def _mount(skew):
     import vfs
     import _romfs
     path = _i8()
-    gc.collect()
-    img = _romfs.image("m.bin", path, skew)
+    img = _romfs.image("m.bin", path, skew, _IMAGE)
     vfs.mount(vfs.VfsRom(img), MOUNT)
     return img
 
