@@ -48,6 +48,9 @@ def add_arguments(p):
     p.add_argument("--workdir", help="keep the work files here (default: a temporary folder)")
     p.add_argument("--plain", action="store_true", help="print progress lines instead of the live view")
     p.add_argument("--timeout", type=float, default=600, help="seconds to wait for the generation")
+    p.add_argument("--port", help="a board of your own at this serial port instead of a virtual one: checked "
+                   "against --board first (runtime, -march, heap), then the same story")
+    p.add_argument("--march", help="--port: override the profile's mpy-cross -march")
     p.add_argument("--sim", choices=("host", "m3", "auto"), default="host",
                    help="the virtual board: host = the MicroPython unix port (default), m3 = the emulated "
                         "Cortex-M3 (32-bit, the package as Thumb .mpy, weights on its flash image), auto = m3 "
@@ -66,6 +69,10 @@ def check_args(a):
     validate.flag_real("--timeout", a.timeout, 0.0, 7 * 86400.0, lo_open=True)
     if a.workdir == "":
         raise UserError("--workdir: an empty folder name")
+    if a.march and not a.port:
+        raise UserError("--march is for --port (a virtual board's -march follows its CPU)")
+    if a.port and a.port.startswith("/") and not os.path.exists(a.port):
+        raise UserError("%s: no such port" % a.port)
     if a.workdir and os.path.exists(a.workdir) and not os.path.isdir(a.workdir):
         raise UserError("%s: not a folder (--workdir)" % a.workdir)
     if a.model or a.tokenizer:
@@ -128,13 +135,18 @@ def run(a):
         say("weights converted to int8: %s bytes (kvedge convert)" % format(nbytes, ","))
         fs = os.path.join(work, "fs")
         extra = (weights, os.path.join(work, "tok.bin"))
-        if a.sim == "m3":
+        if a.sim == "m3" and not a.port:
             from .m3board import missing
             why = missing(a.board)
             if why:
                 raise UserError("the emulated Cortex-M3 cannot run here: %s" % why)
-        vb, why = make_board(a.board, fs=fs, host=a.sim == "host")
-        if vb.kind == "m3":
+        if a.port:
+            vb, march = _attach(a, prof, say)
+        else:
+            vb, why = make_board(a.board, fs=fs, host=a.sim == "host")
+        if vb.kind == "port":
+            pass
+        elif vb.kind == "m3":
             from .m3board import march_for
             march = march_for(a.board)  # Thumb machine code the Cortex-M3 loads (rp2040's own armv6m)
             # the board's flash image is built with the files in place: the weights never cross the serial link
@@ -145,8 +157,9 @@ def run(a):
             if why and why != "--host":
                 say("the emulated Cortex-M3 cannot run here (%s): the MicroPython unix port instead" % why)
         with vb:
-            say("virtual %s on %s: %s, heap %s bytes (kvedge sim)"
-                % (a.board, vb.port, vb.describe(), format(vb.heap, ",")))
+            say("%s %s on %s: %s, heap %s bytes%s" % (
+                "board" if vb.kind == "port" else "virtual", a.board, vb.port, vb.describe(), format(vb.heap, ","),
+                "" if vb.kind == "port" else " (kvedge sim)"))
             res = deploy(vb.port, a.board, mpy=True, extra=extra, march=march)
             say("deployed kvedge %s as .mpy (-march=%s for the virtual board; a real %s takes -march=%s), "
                 "weights and tokenizer (kvedge deploy --mpy: %d sent, %d already on the board's filesystem)"
@@ -168,7 +181,7 @@ def run(a):
                                                os.path.join(work, "plan.json"), say)
             code_run = ("from kvedge.model import run\n"
                         "run.main('model.i8.bin', 'tok.bin', prompt=%r, steps=%d, temperature=%r, seed=%d, kv=%r, "
-                        "budget=%d, workspace=%d, stream=%r, h2o=%d, stats_ms=%d)\n" % (
+                        "budget=%d, workspace=%d, stream=%r, h2o=%d, stats_ms=%d, ctrl_c=True)\n" % (
                             prompt, a.steps, a.temperature, a.seed, kv, vb.heap,
                             prof.get("workspace_bytes", 0) + code, stream, h2o, a.stats_ms))
             # a fresh interpreter (as after a reset), started and left running: the monitor takes the port
@@ -181,6 +194,18 @@ def run(a):
     finally:
         if not a.workdir:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _attach(a, prof, say):
+    """The board at --port, once tools/board_probe.py there says --board describes it (before anything is
+    deployed). Returns (board, -march for its .mpy files)."""
+    from .board import Attached, check_profile, probe
+    march = a.march or prof["mpy_march"]
+    info = probe(a.port)  # interrupts whatever it was running
+    check_profile(info, prof, march)
+    say("the board at %s: %s %s on %s, %s bytes of heap; --board %s fits it" % (
+        a.port, info["impl"], info["version"], info["machine"], format(info["heap_usable"], ","), a.board))
+    return Attached(a.port, a.board, info), march
 
 
 def _plan_loop(model, weights, board, heap, workspace, run_workspace, plan_path, say):
@@ -218,35 +243,10 @@ def _plan_loop(model, weights, board, heap, workspace, run_workspace, plan_path,
     raise UserError("the plan and the runner's account did not converge in four rounds")
 
 
-class _Capture:
-    """What the board prints besides stats lines: the generated text, errors, and the #KVEDGE summary."""
-
-    def __init__(self):
-        self.text = []
-        self.summary = None
-        self.error = []
-
-    def line(self, raw):
-        from kvedge import telemetry
-        if self.summary is not None:
-            return  # the board is back at its prompt
-        i = raw.find(telemetry.PREFIX)
-        body = raw if i < 0 else raw[:i]  # text written just before a stats line shares its line
-        if body.startswith("#KVEDGE "):
-            try:
-                self.summary = json.loads(body[8:])
-            except ValueError:
-                self.error.append(body)
-            return
-        if "Error" in body or "Traceback" in body:
-            self.error.append(body)
-        # a stats line ends the line it lands in; the text itself had no newline there
-        self.text.append(body if i >= 0 else body + "\n")
-
-
 def _watch(port, csv_path, plain, timeout):
     from .monitor import Monitor, render
-    cap = _Capture()
+    from .board import Capture
+    cap = Capture()
     notes = []
     mon = Monitor(csv_path=csv_path, on_note=notes.append)
     feed_line = mon.line
@@ -259,8 +259,8 @@ def _watch(port, csv_path, plain, timeout):
     t_end = time.monotonic() + timeout
 
     def stop():
-        return cap.summary is not None or bool(cap.error and "Error" in cap.error[-1]) \
-            or time.monotonic() > t_end
+        return cap.summary is not None or bool(cap.error and "Error" in cap.error[-1]) or cap.reset is not None \
+            or mon.counts["disconnects"] > 0 or time.monotonic() > t_end
 
     if plain:
         last = [0]
@@ -288,6 +288,8 @@ def _watch(port, csv_path, plain, timeout):
     mon.close()
     if cap.summary is None:
         msg = cap.error[-1] if cap.error else "no summary within %gs" % timeout
+        if cap.reset is not None or mon.counts["disconnects"]:
+            msg = "the board reset (%s)" % (cap.reset or "the port vanished")
         raise UserError("the generation on the board did not finish: %s" % msg.strip())
     return "".join(cap.text), cap.summary, mon
 
