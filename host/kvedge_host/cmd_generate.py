@@ -187,8 +187,8 @@ def run(args):
 
 
 def _plan_kwargs(args):
-    """run.main's cache and memory arguments from --plan (kvedge.model.run.plan_args: the device's own reading)."""
-    from kvedge.model.run import plan_args
+    """run.main's cache and memory arguments from --plan (kvedge.model.runplan.plan_args: the device's own reading)."""
+    from kvedge.model.runplan import plan_args
     from . import validate
     doc = validate.load_json(args.plan)
     try:

@@ -218,7 +218,7 @@ def check_run(config, weights, tokenizer):
     """The runner's own account of the plan with these files (what code.py checks on the board before it
     allocates) against the plan's total, refused here when the plan cannot hold it: a plan made without the
     runner's objects, the tokenizer and the loop in its workspace. Returns the runtime's share it leaves."""
-    from kvedge.model.run import plan_args
+    from kvedge.model.runplan import plan_args
     from .validate import load_json
     doc = load_json(config)
     try:

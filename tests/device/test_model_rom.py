@@ -10,7 +10,7 @@ _IMAGE = bytearray(12288)
 from _support import need  # noqa: E402
 from _model_support import RefAttention, skip, tmp_path  # noqa: E402
 from kvedge import compat, kernels  # noqa: E402
-from kvedge.model import checkpoint, tiny  # noqa: E402
+from kvedge.model import checkpoint, romweights, tiny  # noqa: E402
 from kvedge.model.llama import Llama  # noqa: E402
 
 _FILES = {}
@@ -98,7 +98,7 @@ def _run_both(skew, kind="auto"):
 def test_rom_rows_read_in_place_give_the_ram_logits():
     a, b, w = _run_both(0)
     assert w.stream == "rom"
-    assert isinstance(w.wq[0], checkpoint.RomI8Matrix) and isinstance(w.embedding, checkpoint.RomI8Matrix)
+    assert isinstance(w.wq[0], romweights.RomI8Matrix) and isinstance(w.embedding, romweights.RomI8Matrix)
     assert a == b
 
 
@@ -134,7 +134,7 @@ def test_rom_weights_take_no_ram_per_row():
 
 def test_unaligned_rom_file_falls_back_to_streaming():
     a, b, w = _run_both(1)
-    assert w.stream is True and not isinstance(w.wq[0], checkpoint.RomI8Matrix)
+    assert w.stream is True and not isinstance(w.wq[0], romweights.RomI8Matrix)
     assert a == b
 
 

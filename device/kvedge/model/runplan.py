@@ -1,0 +1,66 @@
+"""A board that runs on its own: the cache of a `kvedge plan --out` document on its filesystem, options from
+settings.toml (what code.py on a CircuitPython board runs). Apart from kvedge.model.run, so that a generation
+started from the host does not compile this into a board's heap."""
+from kvedge.model.run import RUN_OVERHEAD, main
+
+PLAN = "kvedge_plan.json"
+_SHAPE = ("layers", "heads", "kv_heads", "head_dim")
+_STREAM = {"heap": False, "flash": True, "rom": "rom"}
+
+
+def plan_args(doc, model=None, tokenizer=None):
+    """main()'s cache and memory arguments from a `kvedge plan --out` document: the cache fields (the shape comes
+    from the checkpoint), H2O's token budget, where the weights live (heap, flash = streamed, rom = read in
+    place), and the heap the plan was made for. The workspace: with the model and tokenizer files, what the plan's
+    total leaves beyond the run's own account (weights as held, cache, buffers, Python objects, tokenizer, loop),
+    i.e. the runtime's share; negative when the plan cannot hold this run (plan it with that much more
+    workspace). Without them, the plan's workspace_bytes."""
+    kv = {}
+    for k in doc["cache"]:
+        if k not in _SHAPE:
+            kv[k] = doc["cache"][k]
+    pol = doc.get("policy") or {}
+    h2o = pol.get("budget", 0) if pol.get("kind") == "h2o" else 0
+    place = doc["weights"]["place"]
+    if place not in _STREAM:
+        raise ValueError("plan: weights place %r, expected heap, flash or rom" % (place,))
+    ws = doc["workspace_bytes"]
+    if model is not None:
+        from kvedge.model import llama
+        from kvedge.model.checkpoint import read_config, weights_place
+        from kvedge.model.tokenizer import Tokenizer
+        cfg, wdtype = read_config(model)
+        ccfg = llama.cache_config(cfg, kv)
+        own = Tokenizer.nbytes(tokenizer, cfg.vocab_size) + RUN_OVERHEAD + ((8 * ccfg.slots + 256) if h2o else 0)
+        ws = doc["total_bytes"] - llama.plan(cfg, wdtype, ccfg, weights_place(model, _STREAM[place]), 32,
+                                             own)["total"]
+    return {"kv": kv, "h2o": h2o, "stream": _STREAM[place], "budget": doc["heap_bytes"], "workspace": ws}
+
+
+def _setting(get, name, default, conv):
+    v = get("KVEDGE_" + name)
+    return default if v is None else conv(v)
+
+
+def from_settings(getenv=None):
+    """Generate as settings.toml says (CircuitPython's os.getenv reads it; MicroPython ports have no os.getenv and
+    take the defaults): KVEDGE_PLAN (default kvedge_plan.json), KVEDGE_MODEL, KVEDGE_TOKENIZER, KVEDGE_PROMPT,
+    KVEDGE_STEPS, KVEDGE_TEMPERATURE (a string: settings.toml holds strings and integers), KVEDGE_SEED,
+    KVEDGE_STATS_MS. What code.py on a CircuitPython board runs."""
+    import json
+    if getenv is None:
+        import os
+        getenv = getattr(os, "getenv", None) or (lambda k: None)
+    from kvedge.errors import BudgetError
+    with open(_setting(getenv, "PLAN", PLAN, str)) as f:
+        doc = json.load(f)
+    model = _setting(getenv, "MODEL", "model.bin", str)
+    tok = _setting(getenv, "TOKENIZER", "tokenizer.bin", str)
+    args = plan_args(doc, model, tok)
+    if args["workspace"] < 0:
+        raise BudgetError("the plan leaves no room for this run's own objects", doc["total_bytes"] -
+                          args["workspace"], doc["total_bytes"])
+    return main(model, tok,
+                prompt=_setting(getenv, "PROMPT", "", str), steps=_setting(getenv, "STEPS", 64, int),
+                temperature=_setting(getenv, "TEMPERATURE", 0.0, float), seed=_setting(getenv, "SEED", 1, int),
+                stats_ms=_setting(getenv, "STATS_MS", 1000, int), **args)
