@@ -92,11 +92,17 @@ for _f in %(files)r:
         print('KVFILE %%s %%s' %% (_h(_f), _f))
     except OSError:
         pass
+try:
+    _s = os.statvfs('.')
+    print('KVFREE %%d %%d' %% (_s[1] or _s[0], _s[4]))
+except (AttributeError, OSError):
+    pass
 """
 
 
-def inventory(port, dirs, files=(), resume=True):
-    """What the board holds: ({path: sha256 hex or None}, set of folders) under `dirs` plus `files`."""
+def inventory(port, dirs, files=(), resume=True, free=None):
+    """What the board holds: ({path: sha256 hex or None}, set of folders) under `dirs` plus `files`. free: a dict
+    that gets "block" and "blocks" (the filesystem's block size and free blocks) where the board tells."""
     code = _INVENTORY % {"dirs": list(dirs), "files": list(files)}
     out = mpremote(port, ["exec", code], resume=resume)
     have, folders = {}, set()
@@ -107,7 +113,34 @@ def inventory(port, dirs, files=(), resume=True):
             have[path] = None if h == "None" else h
         elif line.startswith("KVDIR "):
             folders.add(line[6:])
+        elif line.startswith("KVFREE ") and free is not None:
+            free["block"], free["blocks"] = (int(x) for x in line.split()[1:3])
     return have, folders
+
+
+TMP = ".kvnew"  # a file being sent is written beside its target and renamed over it once every file is complete
+# Runs on the board after the files were sent: each new file renamed over the old one (removed first: FAT's
+# rename does not replace), or every new file removed when `_ok` is false.
+_SWAP = """
+import os
+for _p in %(paths)r:
+    if %(ok)r:
+        try:
+            os.remove(_p)
+        except OSError:
+            pass
+        os.rename(_p + %(tmp)r, _p)
+    else:
+        try:
+            os.remove(_p + %(tmp)r)
+        except OSError:
+            pass
+print('KVSWAP')
+"""
+
+
+def _need_bytes(paths, block):
+    return sum((os.path.getsize(p) + block - 1) // block * block for p in paths)
 
 
 def sync(port, pairs, managed_dirs, resume=True, echo=None):
@@ -116,7 +149,8 @@ def sync(port, pairs, managed_dirs, resume=True, echo=None):
 
     Returns {"sent": [...], "unchanged": [...], "removed": [...]} (board paths)."""
     singles = [r for _, r in pairs if not any(r.startswith(d + "/") for d in managed_dirs)]
-    have, folders = inventory(port, managed_dirs, singles, resume=resume)
+    free = {}
+    have, folders = inventory(port, managed_dirs, singles, resume=resume, free=free)
     wanted = {}
     for local, remote in pairs:
         wanted[remote] = local
@@ -135,13 +169,30 @@ def sync(port, pairs, managed_dirs, resume=True, echo=None):
                 args += ["fs", "mkdir", ":" + d, "+"]
                 made.add(d)
         # -f: we already compared hashes; mpremote need not hash the file on the board again
-        args += ["fs", "cp", "-f", local, ":" + remote, "+"]
+        args += ["fs", "cp", "-f", local, ":" + remote + TMP, "+"]
         sent.append(remote)
+    if sent and free:
+        # every new file beside the old one until all are complete: refused before a byte is written
+        need = _need_bytes([wanted[r] for r in sent], free["block"])
+        room = free["blocks"] * free["block"]
+        if need > room:
+            raise DeployError("the board's filesystem has %d bytes free, the deploy needs %d: %d bytes missing "
+                              "(nothing was written; remove files from the board or deploy fewer)"
+                              % (room, need, need - room))
     removed = sorted(p for p in have if p not in wanted and any(p.startswith(d + "/") for d in managed_dirs))
-    for p in removed:
-        args += ["fs", "rm", ":" + p, "+"]
     if args:
-        mpremote(port, args[:-1], resume=resume)
+        try:
+            mpremote(port, args[:-1], resume=resume)
+        except DeployError as e:
+            mpremote(port, ["exec", _SWAP % {"paths": sent, "ok": False, "tmp": TMP}], resume=resume)
+            raise DeployError("sending the files failed (%s); the board keeps what it held before"
+                              % str(e).splitlines()[0])
+        mpremote(port, ["exec", _SWAP % {"paths": sent, "ok": True, "tmp": TMP}], resume=resume)
+    if removed:
+        rm = []
+        for p in removed:
+            rm += ["fs", "rm", ":" + p, "+"]
+        mpremote(port, rm[:-1], resume=resume)
     if echo:
         for p in sent:
             echo("sent      " + p)

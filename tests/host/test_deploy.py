@@ -77,6 +77,7 @@ def test_deploy_sends_only_what_changed_and_removes_stale_files(rp2040):
 def test_plan_json_travels_and_bad_json_is_refused(rp2040, tmp_path):
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"layers": 5, "window": 96, "dtype": "i8"}))
+    _summary(kvedge("deploy", "--port", rp2040.port, "--board", "rp2040", "-q"))  # the package, whatever ran before
     p = kvedge("deploy", "--port", rp2040.port, "--board", "rp2040", "--config", plan, "-q")
     assert _summary(p)[0] == 1
     assert board_eval(rp2040.port, "import json\nprint(json.load(open('kvedge_plan.json'))['window'])") == "96"
