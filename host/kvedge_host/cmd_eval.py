@@ -5,7 +5,8 @@ Teacher-forces two kinds of text through a real kvedge KVCache per strategy (f32
 and i2 KIVI with sliding residuals of one and two groups, i4/i2 with per-token keys, window, sinks + window, H2O
 when kvedge has it): the written corpus (tests/corpus: short children's stories written for this project, text
 the model never saw) and seeded texts sampled from the model itself (temperature 1). Each kind is pooled over
-its texts. --long adds a stream of 3x the trained context through a full cache, windows and sinks + windows,
+its texts. --forward float/int add the device's own forward passes on int8 weights as rows.
+--long adds a stream of 3x the trained context through a full cache, windows and sinks + windows,
 with perplexity per context-length segment."""
 import json
 import os
@@ -41,6 +42,9 @@ def add_arguments(p):
     p.add_argument("--only", action="append", help="only strategies whose name contains this (f32 always runs)")
     p.add_argument("--long", action="store_true", help="also run the long-stream comparison (3x context)")
     p.add_argument("--contexts", type=int, default=3, help="long stream length in trained contexts (default 3)")
+    p.add_argument("--forward", action="append", choices=("float", "int"), help="also a row for the device's own "
+                   "forward pass of this kind on the model converted to int8 weights, with an i8 cache (repeat for "
+                   "both; CPython, plain kernels: about a minute per 512 tokens each)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
 
 
@@ -169,7 +173,8 @@ def run(args):
             print("%s texts:" % kind, file=sys.stderr)
         texts = [ids for _, ids in written] if kind == "written" else None
         out["texts"][kind] = quality.evaluate(args.model, tokens, args.seed, args.window, args.sinks, args.only,
-                                              args.align, progress, args.samples, texts)
+                                              args.align, progress, args.samples, texts,
+                                              tuple(args.forward or ()))
     if written:
         out["texts"]["written"]["names"] = [n for n, _ in written]
     out["quality"] = out["texts"][kinds[0]]  # the table `kvedge plan --quality` reads: the written corpus first
@@ -186,6 +191,9 @@ def run(args):
             print()
         print("%s: %s" % (out["model"], _headline(kind, res, args, res.get("names"))))
         print(table(res))
+        fw = {r.get("forward"): r["ppl"] for r in res["rows"] if r.get("forward")}
+        if "float" in fw and "int" in fw:
+            print("integer forward pass against the float one: perplexity %+.2f %%" % _pct(fw["int"], fw["float"]))
     if args.long:
         lr = out["long"]
         print()

@@ -230,12 +230,61 @@ def h2o_policy(slots, recent=None, sinks=0):
     return lambda cache: H2O(cache, budget=slots, recent=recent, sinks=sinks)
 
 
+FORWARDS = ("float", "int")
+
+
+def forward_logits(i8path, ids, forward, kv):
+    """Logits (float64, [len(ids) - 1, vocab]) of the device model itself (kvedge.model.llama.Llama on CPython,
+    plain kernels) on an int8 file, teacher-forced through its own cache, and the cache's stats: the forward
+    pass `forward` ("float": float activations between int8 matvecs; "int": kvedge.model.intpath)."""
+    from kvedge.model.llama import Llama
+    m = Llama(i8path, kv=dict(kv, max_tokens=len(ids)), forward=forward)
+    out = np.empty((len(ids) - 1, m.cfg.vocab_size))
+    for i in range(len(ids) - 1):
+        lg = m.forward(ids[i])
+        row = np.array(lg, dtype=np.float64)
+        out[i] = row * 2.0 ** m.intp.exp_logits if forward == "int" else row
+    st = m.cache.stats()
+    st["config"] = m.cache.cfg.to_dict()
+    m.close()
+    return out, st
+
+
+def forward_rows(path, texts, bases, forwards, kv=None, progress=None):
+    """Quality rows of the device's forward passes (FORWARDS) on the model converted to int8 weights, scored
+    against `bases` (the f32 reference's logits per text)."""
+    import os
+    import tempfile
+    from kvedge.model.checkpoint import convert_to_i8
+    kv = dict(kv or {"dtype": "i8", "align": 0})
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="kvedge-eval-") as tmp:
+        i8 = os.path.join(tmp, "model.i8.bin")
+        convert_to_i8(path, i8)
+        for fw in forwards:
+            if fw not in FORWARDS:
+                raise ValueError("forward must be one of %s, got %r" % (", ".join(FORWARDS), fw))
+            name = "%s forward pass, i8 weights, %s cache (device)" % (fw, kv["dtype"])
+            if progress:
+                progress(name)
+            parts = []
+            for ids, base in zip(texts, bases):
+                logits, st = forward_logits(i8, ids, fw, kv)
+                parts.append(score(ids, logits, base))
+            r = summarize(*[np.concatenate([p[j] for p in parts]) for j in range(3)])
+            r.update(name=name, forward=fw, peak_bytes=st["peak_bytes"], arena_bytes=st["total_bytes"],
+                     evictions=st["evictions"], config=st["config"])
+            rows.append(r)
+    return rows
+
+
 def evaluate(path, tokens=512, seed=42, window=128, sinks=4, only=None, align=0, progress=None, samples=1,
-             texts=None):
+             texts=None, forwards=()):
     """The quality table: rows (dict: name, ppl, kl, top1, peak_bytes, arena_bytes, config). The texts are
     `texts` (lists of token ids, BOS first) or, when None, `samples` texts of `tokens` tokens sampled from the
     model with seeds seed, seed+1, ...; every text is teacher-forced and their positions pooled (one perplexity
-    over every predicted token), which steadies figures that one 512-token text leaves noisy."""
+    over every predicted token), which steadies figures that one 512-token text leaves noisy. forwards: rows of
+    the device's own forward passes on int8 weights (forward_rows)."""
     if texts is None:
         texts = [sample_text(path, tokens, seed + i) for i in range(samples)]
     tokens = max(len(t) for t in texts)
@@ -268,6 +317,8 @@ def evaluate(path, tokens=512, seed=42, window=128, sinks=4, only=None, align=0,
         r.update(name=name, peak_bytes=st["peak_bytes"], arena_bytes=st["total_bytes"],
                  evictions=st["evictions"], config=st["config"])
         rows.append(r)
+    if forwards:
+        rows += forward_rows(path, texts, bases, forwards, {"dtype": "i8", "align": align}, progress)
     return {"tokens": tokens, "seed": seed, "samples": len(texts), "text_tokens": sum(len(t) for t in texts),
             "rows": rows}
 

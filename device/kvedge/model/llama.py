@@ -65,11 +65,15 @@ def plan(cfg, wdtype, ccfg, stream=False, tile=32, workspace=0, forward="float")
 
 
 def _path(forward):
-    """The module of a forward pass other than the float one: "int" (kvedge.model.intpath)."""
+    """The module of a forward pass other than the float one: "int" (kvedge.model.intpath), "ulab"
+    (kvedge.model.ulabpath, where ulab imports)."""
     if forward == "int":
         from kvedge.model import intpath
         return intpath
-    raise ValueError("forward must be 'float' or 'int', got %r" % (forward,))
+    if forward == "ulab":
+        from kvedge.model import ulabpath
+        return ulabpath
+    raise ValueError("forward must be 'float', 'int' or 'ulab', got %r" % (forward,))
 
 
 def _default_attention(cache, tile):
@@ -92,9 +96,10 @@ class Llama:
     policy     eviction policy factory(cache) -> object with `scores` (array('i') per slot, filled by the
                attention step) and observe() (called once per token), e.g.
                lambda c: kvedge.evict.H2O(c, budget=128, recent=64); counted in the plan as 8 bytes a slot
-    forward    "float" (this module's float pass) or "int" (kvedge.model.intpath: int8 weights, i8 cache, no
+    forward    "float" (this module's float pass), "int" (kvedge.model.intpath: int8 weights, i8 cache, no
                float and no allocation per token; forward() then returns integer logits, value
-               logits[i] * 2**intp.exp_logits)
+               logits[i] * 2**intp.exp_logits) or "ulab" (kvedge.model.ulabpath: float32 through ulab arrays,
+               for CircuitPython boards; int8 weights in RAM, i8 cache)
     """
 
     def __init__(self, path, kv=None, budget=None, workspace=0, stream=False, tile=32, attention=None,
