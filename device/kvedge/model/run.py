@@ -49,14 +49,15 @@ def _writer():
 
 
 def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=None, budget=None, workspace=0,
-         stream=False, kernel="auto", tile=32, peak=False, h2o=0, stats_ms=0, ctrl_c=False):
+         stream=False, kernel="auto", tile=32, peak=False, h2o=0, stats_ms=0, ctrl_c=False, forward="float"):
     """Returns the stats dict it prints. Raises BudgetError before allocating when the run does not fit
     (the tokenizer is counted in the plan's workspace). peak=True collects garbage after every token to
     measure the live heap's peak (slower). h2o=N evicts heavy hitters to hold N tokens (half of them the most
     recent; kvedge.evict.H2O). stats_ms > 0 writes kvedge.telemetry's KVSTATS lines (start, every stats_ms
     during generation, final) between the pieces, for `kvedge monitor`. ctrl_c=True looks for a Ctrl-C
     waiting on stdin after every token (a board's USB stack interrupts a program by itself; firmware that reads its
-    UART only when asked, like the emulated Cortex-M3's, cannot be stopped otherwise)."""
+    UART only when asked, like the emulated Cortex-M3's, cannot be stopped otherwise). forward: "float", "int" or "ulab"
+    (kvedge.model.llama.Llama)."""
     import gc
     from kvedge import compat
     from kvedge.model.llama import Llama, generate
@@ -79,7 +80,7 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
         def policy(cache):
             return H2O(cache, budget=h2o, recent=h2o // 2)
     m = Llama(model, kv=kv, budget=budget, workspace=workspace + Tokenizer.nbytes(tokenizer, vocab) + RUN_OVERHEAD,
-              stream=stream, tile=tile, policy=policy)
+              stream=stream, tile=tile, policy=policy, forward=forward)
     tok = Tokenizer.load(tokenizer, m.cfg.vocab_size)
     ids = tok.encode(prompt)
     w = _writer()
