@@ -268,19 +268,17 @@ def att_div_q10(acc, out, tile) -> int:
         if a < 0:
             neg = 1
             a = 0 - a
-        # restoring division of a * 2**10 by ls, one bit at a time: r stays below 2 * ls <= 2**29
-        q = 0
-        r = 0
-        k = 39
-        while k >= 0:
+        # a // ls (a runtime call), then the 10 fraction bits one at a time: r stays below 2 * ls <= 2**29
+        q = a // ls
+        r = a - q * ls
+        k = 0
+        while k < 10:
             r <<= 1
-            if k >= 10:
-                r |= (a >> (k - 10)) & 1
             q <<= 1
             if r >= ls:
                 r -= ls
                 q |= 1
-            k -= 1
+            k += 1
         if neg:
             q = 0 - q
         dst[qo + i] = q
@@ -463,272 +461,17 @@ def att_conv_i4(arena, tile, scratch, conv) -> int:
     return 0
 
 
-@micropython.viper
-def att_head_i8(arena, q, tile, aux) -> int:
-    """One query head over every i8 row in one call (geo, aux: see kvedge.attention): the same integers as the tile loop of
-    kvedge.attention around att_fill_i8, att_scores_i8, att_rescale, att_weights_i8 and att_wsum_i8, computed
-    in three passes per tile instead of four kernels: (1) gather and
-    score each live row, (2) each row's weight, (3) the weighted sum of V, eight dimensions at a time in local
-    accumulators over the tile's rows. Keys and values are read offset-binary ((b ^ 128) = value + 128) and
-    the 128 * sum corrections are taken off once (per row for scores, per tile for the sum): the same integers
-    as the reference. Rows and the query are read through pointers moved eight bytes at a time, so the
-    inner loops use constant offsets (viper keeps few locals in registers: index arithmetic is expensive)."""
-    a = ptr8(arena)  # noqa: F821
-    tl = ptr32(tile)  # noqa: F821
-    sp = ptr32(aux[0])  # noqa: F821
-    ex = ptr16(aux[1])  # noqa: F821
-    acc = ptr32(aux[2])  # noqa: F821
-    gg = ptr32(aux[3])  # noqa: F821
-    qq = ptr8(q)  # noqa: F821
-    sbit = 1
-    sbit <<= 31
-    hi = 0 - sbit
-    m32 = sbit + sbit - 1
-    T = int(tl[3])
-    D = int(tl[1])
-    D8 = D & (0 - 8)
-    qo = int(tl[2])
-    B = int(tl[4])
-    eq = int(tl[5])
-    sat = (1 << 29) - 1  # kernels_plain.SAT
-    base = int(a)
-    kbase = int(gg[0]) + base
-    vbase = int(gg[1]) + base
-    kmeta = int(gg[2])
-    vmeta = int(gg[3])
-    prow = int(gg[4])
-    P = int(gg[5])
-    n = int(gg[7])
-    explicit = int(gg[8])
-    u0 = 16 + 2 * T  # the tile's scores, weights and rows (slot - P)
-    w0 = 16 + 5 * T
-    b0 = 16 + 6 * T
-    qa = int(gg) + 96  # the query as signed ints at geo[24:24+D], and 128 * its sum
-    sq = 0
-    i = 0
-    while i < D:
-        v = (int(qq[qo + i]) ^ 128) - 128
-        gg[24 + i] = v
-        sq += v
-        i += 1
-    sq <<= 7
-    rows = 0
-    j = int(gg[6])
-    while True:
-        # pass 1: gather and score up to T live rows
-        tmax = 0 - sat
-        evt = 0
-        nt = 0
-        while j < n and nt < T:
-            v = int(sp[j])
-            s = j
-            if explicit:
-                s = v
-            if v & sbit:
-                s = -1
-            j += 1
-            if s < P:
-                continue
-            b = s - P
-            ka = kbase + b * prow
-            s = 0
-            c = 0
-            while c < D8:
-                k = ptr8(ka + c)  # noqa: F821
-                g = ptr32(qa + 4 * c)  # noqa: F821
-                s += ((k[0] ^ 128) * g[0] + (k[1] ^ 128) * g[1] + (k[2] ^ 128) * g[2] + (k[3] ^ 128) * g[3]
-                      + (k[4] ^ 128) * g[4] + (k[5] ^ 128) * g[5] + (k[6] ^ 128) * g[6] + (k[7] ^ 128) * g[7])
-                c += 8
-            while c < D:
-                s += (int(a[ka - base + c]) ^ 128) * int(gg[24 + c])
-                c += 1
-            s = (((s - sq) & m32) ^ sbit) - sbit  # exact modulo 2**32 (64-bit ports read q zero-extended)
-            km = kmeta + 2 * b
-            h = int(a[km]) | (int(a[km + 1]) << 8)
-            e = (h >> 10) & 31
-            m = h & 1023
-            if e != 0:
-                m += 1024
-            else:
-                e = 1
-            neg = 0
-            if s < 0:
-                neg = 1
-                s = 0 - s
-            aa = (s >> 10) * m + (((s & 1023) * m) >> 10)
-            x = (aa >> 11) * B
-            y = (aa & 2047) * B
-            r = 28 - eq - e
-            u = 0
-            if r >= 11:
-                u = (x >> (r - 11)) + (y >> r)
-            elif r >= 0:
-                if x < (1 << (18 + r)):
-                    u = (x << (11 - r)) + (y >> r)
-                else:
-                    u = sat
-            elif r >= -18 and x < (1 << (18 + r)) and y < (1 << (29 + r)):
-                u = (x << (11 - r)) + (y << (0 - r))
-            elif aa != 0:
-                u = sat
-            if u > sat:
-                u = sat
-            if neg:
-                u = 0 - u
-            tl[u0 + nt] = u
-            tl[b0 + nt] = b
-            if u > tmax:
-                tmax = u
-            ev = (int(a[vmeta + 2 * b + 1]) >> 2) & 31
-            if ev == 0:
-                ev = 1
-            if ev > evt:
-                evt = ev
-            nt += 1
-        if nt == 0:
-            break
-        rows += nt
-        # the running maximum and V scale
-        M = int(gg[9])
-        if M & sbit:
-            M |= hi
-        lsum = int(gg[10])
-        ws = int(gg[11])
-        evmax = int(gg[12])
-        sh = 0
-        corr = 16384
-        if evt > evmax:
-            sh = evt - evmax
-            evmax = evt
-        if int(gg[13]):
-            M = tmax
-            gg[13] = 0
-        elif tmax > M:
-            d = tmax - M
-            if (d >> 16) >= 15:
-                corr = 0
-            else:
-                i = (d & 0xFFFF) >> 8
-                t0 = int(ex[i])
-                corr = (t0 - (((t0 - int(ex[i + 1])) * (d & 255)) >> 8)) >> (d >> 16)
-            lsum = (lsum >> 14) * corr + (((lsum & 16383) * corr) >> 14)
-            M = tmax
-        if sh != 0 or corr != 16384:
-            i = 0
-            while i < D:
-                x = int(acc[i])
-                if x & sbit:
-                    x |= hi
-                x = x >> sh
-                neg = 0
-                if x < 0:
-                    neg = 1
-                    x = 0 - x
-                x = (x >> 14) * corr + (((x & 16383) * corr) >> 14)
-                if neg:
-                    x = 0 - x
-                acc[i] = x
-                i += 1
-        # pass 2: the rows' weights
-        wt = 0
-        jj = 0
-        while jj < nt:
-            u = int(tl[u0 + jj])
-            if u & sbit:
-                u |= hi
-            d = M - u
-            k2 = d >> 16
-            w = 0
-            if k2 < 15:
-                i = (d & 0xFFFF) >> 8
-                t0 = int(ex[i])
-                w = (t0 - (((t0 - int(ex[i + 1])) * (d & 255)) >> 8)) >> (k2 + ws)
-                lsum += w
-                vm = vmeta + 2 * int(tl[b0 + jj])
-                h = int(a[vm]) | (int(a[vm + 1]) << 8)
-                e = (h >> 10) & 31
-                m = h & 1023
-                if e != 0:
-                    m += 1024
-                else:
-                    e = 1
-                w = (w * m) >> (10 + evmax - e)
-                wt += w
-            tl[w0 + jj] = w
-            jj += 1
-        # pass 3: the weighted sum over offset-binary V, eight dimensions at a time
-        c = 0
-        while c < D8:
-            o = ptr32(int(acc) + 4 * c)  # noqa: F821
-            a0 = int(o[0])
-            a1 = int(o[1])
-            a2 = int(o[2])
-            a3 = int(o[3])
-            a4 = int(o[4])
-            a5 = int(o[5])
-            a6 = int(o[6])
-            a7 = int(o[7])
-            jj = 0
-            while jj < nt:
-                w = int(tl[w0 + jj])
-                if w != 0:
-                    k = ptr8(vbase + int(tl[b0 + jj]) * prow + c)  # noqa: F821
-                    a0 += w * (k[0] ^ 128)
-                    a1 += w * (k[1] ^ 128)
-                    a2 += w * (k[2] ^ 128)
-                    a3 += w * (k[3] ^ 128)
-                    a4 += w * (k[4] ^ 128)
-                    a5 += w * (k[5] ^ 128)
-                    a6 += w * (k[6] ^ 128)
-                    a7 += w * (k[7] ^ 128)
-                jj += 1
-            o[0] = a0
-            o[1] = a1
-            o[2] = a2
-            o[3] = a3
-            o[4] = a4
-            o[5] = a5
-            o[6] = a6
-            o[7] = a7
-            c += 8
-        while c < D:
-            a0 = int(acc[c])
-            jj = 0
-            while jj < nt:
-                a0 += int(tl[w0 + jj]) * (int(a[vbase - base + int(tl[b0 + jj]) * prow + c]) ^ 128)
-                jj += 1
-            acc[c] = a0
-            c += 1
-        wt <<= 7
-        big = 0
-        i = 0
-        while i < D:
-            s = (((int(acc[i]) - wt) & m32) ^ sbit) - sbit
-            acc[i] = s
-            if s < 0:
-                s = 0 - s
-            if s > big:
-                big = s
-            i += 1
-        if lsum > big:
-            big = lsum
-        while big > (1 << 28):
-            i = 0
-            while i < D:
-                x = int(acc[i])
-                if x & sbit:
-                    x |= hi
-                acc[i] = x >> 1
-                i += 1
-            lsum >>= 1
-            big >>= 1
-            ws += 1
-        gg[9] = M
-        gg[10] = lsum
-        gg[11] = ws
-        gg[12] = evmax
-    gg[6] = j
-    return rows
+# The fused head kernel is a large viper function in a module of its own (kernels_vhead), compiled on the first
+# integer step: programs that never run one (the float path) do not pay its compile in heap.
+_vhead = None
+
+
+def att_head_i8(arena, q, tile, aux):
+    global _vhead
+    if _vhead is None:
+        from kvedge.kernels_vhead import att_head_i8 as f
+        _vhead = f
+    return _vhead(arena, q, tile, aux)
 
 
 # ---- the Python drivers of att_head_i8 (kvedge.attention calls them through its kernel module, so the kind's own

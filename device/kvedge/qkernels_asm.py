@@ -9,7 +9,7 @@
 # by the code (saved here through the low registers on the stack).
 import micropython
 from kvedge.qkernels_viper import (q_quant, q_normgain, q_rope, q_angles, q_swiglu, q_heads, q_align,  # noqa: F401
-                                   q_embed, q_argmax)
+                                   q_embed, q_argmax, q_store)
 
 OK = True
 

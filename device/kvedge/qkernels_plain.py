@@ -335,3 +335,22 @@ def q_xor80(buf, n):
     for i in range(n):
         buf[i] ^= 128
     return 0
+
+
+def q_store(arena, codes, scales, p):
+    """A token's K and V rows into an i8 cache's arena, as KVCache.write_q8 stores them: for kv = 0 (K), 1 (V) and
+    KV head h < p[0], p[1] int8 codes from codes[p[8+kv] + h*p[1]] to arena[p[2+kv] + h*p[6]], and the f16 scale
+    bits scales[p[10+kv] + h] to arena[p[4+kv] + h*p[7]] (little-endian)."""
+    H = p[0]
+    D = p[1]
+    for kv in range(2):
+        for h in range(H):
+            dst = p[2 + kv] + h * p[6]
+            src = p[8 + kv] + h * D
+            for i in range(D):
+                arena[dst + i] = codes[src + i] & 255
+            s = scales[p[10 + kv] + h]
+            m = p[4 + kv] + h * p[7]
+            arena[m] = s & 255
+            arena[m + 1] = s >> 8
+    return 0

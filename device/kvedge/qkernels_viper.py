@@ -29,7 +29,7 @@ def q_mv(w: ptr8, x: ptr32, out: ptr32, p: ptr32) -> int:  # noqa: F821
         c += 1
     sx = (((sx << 7) & m32) ^ sb) - sb
     p[7] = sx
-    c8 = cols & (0 - 8)
+    c16 = cols & (0 - 16)
     big = 0
     wa = int(w) + p[0]  # the row's address, moved one row at a time
     xa = int(x)
@@ -37,7 +37,15 @@ def q_mv(w: ptr8, x: ptr32, out: ptr32, p: ptr32) -> int:  # noqa: F821
     while r < rows:
         s = 0
         c = 0
-        while c < c8:  # eight products on constant offsets (index arithmetic costs more than the products)
+        while c < c16:  # sixteen products on constant offsets (index arithmetic costs more than the products)
+            u = ptr8(wa + c)  # noqa: F821
+            v = ptr32(xa + 4 * c)  # noqa: F821
+            s += (u[0] * v[0] + u[1] * v[1] + u[2] * v[2] + u[3] * v[3]
+                  + u[4] * v[4] + u[5] * v[5] + u[6] * v[6] + u[7] * v[7]
+                  + u[8] * v[8] + u[9] * v[9] + u[10] * v[10] + u[11] * v[11]
+                  + u[12] * v[12] + u[13] * v[13] + u[14] * v[14] + u[15] * v[15])
+            c += 16
+        if c + 8 <= cols:
             u = ptr8(wa + c)  # noqa: F821
             v = ptr32(xa + 4 * c)  # noqa: F821
             s += (u[0] * v[0] + u[1] * v[1] + u[2] * v[2] + u[3] * v[3]
@@ -436,4 +444,27 @@ def q_xor80(buf: ptr8, n: int) -> int:  # noqa: F821
     while i < n:
         buf[i] = buf[i] ^ 128
         i += 1
+    return 0
+
+
+@micropython.viper
+def q_store(arena: ptr8, codes: ptr8, scales: ptr16, p: ptr32) -> int:  # noqa: F821
+    H = p[0]
+    D = p[1]
+    kv = 0
+    while kv < 2:
+        h = 0
+        while h < H:
+            dst = p[2 + kv] + h * p[6]
+            src = p[8 + kv] + h * D
+            i = 0
+            while i < D:
+                arena[dst + i] = codes[src + i]
+                i += 1
+            s = int(scales[p[10 + kv] + h])
+            m = p[4 + kv] + h * p[7]
+            arena[m] = s & 255
+            arena[m + 1] = s >> 8
+            h += 1
+        kv += 1
     return 0

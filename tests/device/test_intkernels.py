@@ -216,3 +216,30 @@ def test_q_align_embed_argmax_xor80():
     assert _same_every_kind("q_argmax", lambda: [array("i", v), 50])[0] == 17
     b = bytes(range(256))
     assert _same_every_kind("q_xor80", lambda: [bytearray(b), 200])[1][0] == [x ^ 128 for x in b[:200]] + list(b[200:])
+
+
+def test_q_store_writes_rows_as_the_caches_write_q8():
+    from kvedge.cache import KVCache
+    from kvedge.config import CacheConfig
+    rng = Rng(27)
+    cfg = CacheConfig(2, 4, 2, 6, 5, "i8", align=16)  # padded rows: the stride is not head_dim
+    q, kv = 4 * 6, 2 * 6
+    codes = [rng.randint(-127, 127) for _ in range(q + 2 * kv)]
+    scales = [rng.randint(0, 0x7BFF) for _ in range(4 + 4)]
+    ref = KVCache(cfg)
+    ref.start_token()
+    ref.start_token()  # slot 1
+    ref.write_q8(1, array("b", codes[q:q + kv]), array("H", scales[4:6]), array("b", codes[q + kv:]),
+                 array("H", scales[6:8]))
+
+    def make():
+        c = KVCache(cfg)
+        b = 1
+        p = array("i", [2, 6, 0, 0, 0, 0, c.B * c.prow, 2 * c.B, q, q + kv, 4, 6])
+        p[2] = c.DATA + ((1 * 2) * 2) * c.B * c.prow + b * c.prow
+        p[3] = p[2] + 2 * c.B * c.prow
+        p[4] = c.META + ((1 * 2) * 2) * c.B * 2 + 2 * b
+        p[5] = p[4] + 2 * 2 * c.B
+        return [c.arena, array("b", codes), array("H", scales), p]
+    got = _same_every_kind("q_store", make)[1][0]
+    assert bytes(got) == bytes(ref.arena)

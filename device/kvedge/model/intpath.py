@@ -207,7 +207,7 @@ def scratch_bytes(cfg, stream=False):
     d, h, kvd, H, KV = cfg.dim, cfg.hidden_dim, cfg.kv_dim, cfg.n_heads, cfg.n_kv_heads
     nq = d + 2 * kvd
     n = 4 * d + 4 * max(2 * h, nq, d) + 4 * max(d, h) + 4 * cfg.vocab_size  # x, z, xq, logits
-    n += nq + 2 * (H + 2 * KV) + 4 * d + 4 * H + 4 * 16  # codes, scales, attention output, parameters
+    n += nq + 2 * (H + 2 * KV) + 4 * d + 4 * H + 4 * 28  # codes, scales, attention output, parameters
     n += 4 * (1 + cfg.head_dim) + 2 * 258 + 2 * (24 * SIG_STEPS + 1) + 4 * cfg.head_dim  # tables, cos/sin
     groups = 4 * cfg.n_layers + (1 if cfg.shared_classifier else 2)
     return n + 4 * P_HDR * groups + 6 * 32  # + the memoryviews of q, k, v codes and scales
@@ -367,6 +367,24 @@ class Forward:
         self.hp = zeros("i", 4)
         self.hp[0] = H + 2 * KV
         self.hp[1] = hd
+        # q_store: the i8 cache's layout (kvedge.cache: rows [layer][K|V][kv_head][slot], scales likewise)
+        c = model.cache
+        self.sp = zeros("i", 12)
+        sp = self.sp
+        sp[0] = KV
+        sp[1] = hd
+        sp[6] = c.B * c.prow  # from one KV head's row to the next
+        sp[7] = 2 * c.B
+        sp[8] = d  # K codes and scales follow q's in codes/scales
+        sp[9] = d + kvd
+        sp[10] = H
+        sp[11] = H + KV
+        self.kdata = c.DATA
+        self.lstride = 2 * KV * c.B * c.prow
+        self.vdelta = KV * c.B * c.prow
+        self.kmeta = c.META
+        self.lmstride = 4 * KV * c.B
+        self.vmdelta = 2 * KV * c.B
         self.ap = zeros("i", 4)  # q_align: heads, head_dim, -> the common exponent
         self.ap[0] = H
         self.ap[1] = hd
@@ -515,8 +533,14 @@ class Forward:
             k.q_heads(z, self.codes, self.scales, hp)
             if cache.cur_slot < cache.P:
                 self._write_prefix(l, hp[2])
-            else:
-                cache.write_q8(l, self.kc, self.ks, self.vc, self.vs)
+            else:  # the rows as write_q8 stores them (codes from q_heads are int8 by construction)
+                sp = self.sp
+                b = cache.cur_slot - cache.P
+                sp[2] = self.kdata + l * self.lstride + b * cache.prow
+                sp[3] = sp[2] + self.vdelta
+                sp[4] = self.kmeta + l * self.lmstride + 2 * b
+                sp[5] = sp[4] + self.vmdelta
+                k.q_store(cache.arena, self.codes, self.scales, sp)
             m.att.step_q8(l, self.qc, self.qs, self.oq, self.oe, m.scores)
             B = k.q_align(self.oq, self.oe, d, self.ap)
             self._quant(self.oq, d, B, self.ap[2], self.cd)
