@@ -114,7 +114,7 @@ class Attention:
         self.mixed = self.P > 0 or self.kivi  # rows other than the cache dtype exist
         if self.int_ok:
             self.tile = zeros("i", T_HDR + 7 * tile)
-            self.geo = zeros("i", _G_END + D)  # row geometry, a head's running state, kernel scratch
+            self.geo = zeros("i", _G_END + D + 10)  # geometry, a head's state, kernel scratch, layer bases
             self.tile[T_D] = D
             self.tile[T_T] = tile
             self.tile[T_KIVI] = 1 if self.kivi else 0
@@ -126,8 +126,9 @@ class Attention:
             self.first = True
             self.iacc = zeros("i", D)
             self.exp2 = _exp2_table()
-            self.aux = [None, self.exp2, self.iacc, self.geo]  # att_head_i8's other buffers (any kind: self.k
-            # may be swapped after construction)
+            # the fused kernels' other buffers (for any kind: self.k may be swapped after construction): slots,
+            # exp2, acc, geo, then qs, out_q, out_exp and the head and division kernels of a layer step
+            self.aux = [None, self.exp2, self.iacc, self.geo, None, None, None, None, None]
             self.lam = int(LOG2E / math.sqrt(D) * 16384 + 0.5)
 
     def kv_head(self, h):

@@ -43,12 +43,21 @@ def q_mv(w, x, out, p):
     p[P_SX] = sx
     big = 0
     b = wo
+    c8 = cols & ~7
     for r in range(rows):
         s = 0
-        for c in range(cols):
-            s += w[b + c] * x[c]
+        e = b + c8
+        c = 0
+        while b < e:  # eight products a step: a third less bytecode per product than one
+            s += (w[b] * x[c] + w[b + 1] * x[c + 1] + w[b + 2] * x[c + 2] + w[b + 3] * x[c + 3]
+                  + w[b + 4] * x[c + 4] + w[b + 5] * x[c + 5] + w[b + 6] * x[c + 6] + w[b + 7] * x[c + 7])
+            b += 8
+            c += 8
+        while c < cols:
+            s += w[b] * x[c]
+            b += 1
+            c += 1
         s -= sx
-        b += cols
         sw = p[P_HDR + ro + r]
         m = sw >> 8
         t = (s >> 15) * m + (((s & 32767) * m) >> 15)

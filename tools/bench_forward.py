@@ -1,0 +1,278 @@
+#!/usr/bin/env python3
+"""The forward passes of a llama2.c model, per pass and kernel kind: speed at a given context, heap bytes
+allocated per token, and (unix) llama2.c's own C run.c on the same model in the same run.
+
+  tools/bench_forward.py [--runtime unix|m3|circuitpython] [--model M] [--forward int float ulab]
+                         [--kernels asm viper native plain] [--context 256] [--tokens 8] [--llama2c PATH]
+                         [--macs] [--board rp2040] [--json]
+
+Each figure: a fresh interpreter converts nothing (the int8 file is written once on the host), builds the model
+(int8 weights in RAM, i8 cache of 512 slots), runs --context positions of real tokens from BOS (greedy), then
+times --tokens more steps at that context (best of --repeat runs on host runtimes) and measures the bytes one
+step allocates (gc.mem_alloc() with collection off).
+
+Runtimes:
+- unix: MicroPython's unix port (x86-64): tokens/s. --llama2c PATH: llama2.c's run.c compiled by you (e.g.
+  `gcc -Ofast -o run run.c -lm`; never part of this repository) runs `-n CONTEXT` on the same checkpoint right
+  after, and the ratio of its tokens/s (its own average over positions 0..CONTEXT-1) to kvedge's same average is
+  printed; without --llama2c there is no ratio.
+- m3: the emulated Cortex-M3 (kvedge_host.m3board, qemu -icount shift=0, the 2 MiB image by default): exact
+  instructions per token (1 us of ticks_us = 1000 instructions); the package as armv7m .mpy (--march). --macs
+  adds each int8 kernel alone in instructions per multiply-accumulate (matvecs of the model's shapes, attention
+  at head_dim 64).
+- circuitpython: the real CircuitPython 10 binary with ulab (../shared/runtimes/circuitpython-unix32): tokens/s
+  of the ulab pass against the plain kernels' passes, in one run (their ratio printed)."""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path[:0] = [os.path.join(ROOT, "host"), os.path.join(ROOT, "device")]
+
+from kvedge_host import runtimes  # noqa: E402
+from kvedge_host.paths import DEVICE, SHARED_MODELS, SHARED_RUNTIMES  # noqa: E402
+
+DEVICE_CODE = r"""
+import gc
+from time import ticks_diff, ticks_us
+from kvedge import kernels
+kernels.select(%(kernels)r)
+from kvedge.model.llama import Llama
+FW = %(forward)r
+m = Llama(%(model)r, kv={"dtype": "i8", "align": 0, "max_tokens": 512}, forward=FW)
+V = m.cfg.vocab_size
+
+
+def pick(lg):
+    if FW == "int":
+        return m.intp.k.q_argmax(lg, V)
+    b = 0
+    for j in range(V):
+        if lg[j] > lg[b]:
+            b = j
+    return b
+
+
+tok = 1
+t0 = ticks_us()
+for i in range(%(context)d):
+    tok = pick(m.forward(tok))
+    if tok == 1:
+        tok = 2  # past a story's end: keep going, as llama2.c -n does not (it stops; we compare the average)
+avg = ticks_diff(ticks_us(), t0)
+gc.collect()
+try:
+    gc.disable()
+    a0 = gc.mem_alloc()
+    m.forward(tok)
+    alloc = gc.mem_alloc() - a0
+finally:
+    gc.enable()
+gc.collect()
+best = None
+for r in range(%(repeat)d):
+    t0 = ticks_us()
+    for i in range(%(tokens)d):
+        m.forward(3 + (i * 37) %% (V - 3))
+    dt = ticks_diff(ticks_us(), t0)
+    best = dt if best is None or dt < best else best
+print("BENCH %%s %%s %%d %%d %%d %%d" %% (kernels.kind(), FW, avg, best, %(tokens)d, alloc))
+"""
+
+MACS_CODE = r"""
+from array import array
+from time import ticks_diff, ticks_us
+from kvedge import kernels
+kernels.select(%(kernels)r)
+from kvedge.model import intpath
+k = intpath.qkernels()[0]
+for rows, cols in ((128, 64), (344, 64), (64, 172), (512, 64)):
+    w = bytearray(rows * cols)
+    x = array("i", [(i * 13) %% 255 - 127 for i in range(cols)])
+    p = array("i", [0] * (8 + rows))
+    p[1] = rows
+    p[2] = cols
+    p[3] = 16000
+    for r in range(rows):
+        p[8 + r] = 20000 << 8
+    o = array("i", [0] * rows)
+    t0 = ticks_us()
+    k.q_mv(w, x, o, p)
+    print("MACS q_mv %%dx%%d %%d %%d" %% (rows, cols, ticks_diff(ticks_us(), t0), rows * cols))
+from kvedge.attention import Attention
+from kvedge.cache import KVCache
+from kvedge.config import CacheConfig
+c = KVCache(CacheConfig(1, 8, 2, 64, 256, "i8", align=0))
+kc = array("b", bytes(128))
+ks = array("H", [0x2C00, 0x2C00])
+for p in range(256):
+    c.start_token()
+    for i in range(128):
+        kc[i] = (p * 7 + i * 3) %% 255 - 127
+    c.write_q8(0, kc, ks, kc, ks)
+att = Attention(c, tile=32)
+qc = array("b", [(i * 13) %% 255 - 127 for i in range(512)])
+qs = array("H", [0x2C00] * 8)
+oq = array("i", [0] * 512)
+oe = array("i", [0] * 8)
+att.step_q8(0, qc, qs, oq, oe)
+t0 = ticks_us()
+att.step_q8(0, qc, qs, oq, oe)
+print("MACS step_q8 8h/2kv/d64x256 %%d %%d" %% (ticks_diff(ticks_us(), t0), 8 * 256 * 64 * 2))
+"""
+
+
+def circuitpython_bin():
+    return os.environ.get("KVEDGE_CIRCUITPYTHON") or os.path.join(SHARED_RUNTIMES, "circuitpython-unix32",
+                                                                     "circuitpython")
+
+
+def run_device(runtime, code, model_dir, heap, march, board):
+    if runtime == "unix":
+        rc, out = runtimes.run_code("unix", code, heap, [DEVICE, model_dir], timeout=3600)
+    elif runtime == "circuitpython":
+        exe = circuitpython_bin()
+        if not os.path.exists(exe):
+            raise SystemExit("bench_forward: no CircuitPython binary at %s" % exe)
+        with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+            f.write(code)
+        try:
+            p = subprocess.run([exe, "-X", "heapsize=%d" % heap, f.name], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, env=dict(os.environ, MICROPYPATH=DEVICE), timeout=3600)
+            rc, out = p.returncode, p.stdout.decode("utf-8", "replace")
+        finally:
+            os.unlink(f.name)
+    else:
+        from kvedge_host import m3board
+        extra = [(os.path.join(model_dir, "model.i8.bin"), "model.i8.bin")] if model_dir else []
+        out = m3board.run_code(code.replace(os.path.join(model_dir or "", "model.i8.bin"), "/rom/model.i8.bin"),
+                               board=board, heap=heap, march=march, extra=extra, timeout=7200)
+        rc = 0
+    if rc != 0:
+        raise SystemExit("bench_forward: %s failed (exit %s):\n%s" % (runtime, rc, out[-3000:]))
+    return out
+
+
+def llama2c_tok_s(exe, model, tok, steps):
+    p = subprocess.run([exe, model, "-z", tok, "-t", "0", "-n", str(steps)], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT)
+    for line in p.stdout.decode("utf-8", "replace").splitlines():
+        if "achieved tok/s:" in line:
+            return float(line.rsplit(":", 1)[1])
+    raise SystemExit("bench_forward: no 'achieved tok/s' from %s" % exe)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runtime", choices=("unix", "m3", "circuitpython"), default="unix")
+    ap.add_argument("--model", default=os.path.join(SHARED_MODELS, "stories260K.bin"))
+    ap.add_argument("--forward", nargs="+", choices=("float", "int", "ulab"))
+    ap.add_argument("--kernels", nargs="+", choices=("asm", "viper", "native", "plain"))
+    ap.add_argument("--context", type=int, default=256)
+    ap.add_argument("--tokens", type=int, default=8, help="timed steps at the context (default 8)")
+    ap.add_argument("--repeat", type=int, default=3, help="timed rounds, the best counts (host runtimes)")
+    ap.add_argument("--heap", type=int, default=0, help="heap bytes (default: unix 64 MiB, m3 2 MiB, "
+                    "circuitpython 4 MiB: the model's int8 weights in RAM)")
+    ap.add_argument("--board", default="rp2040", help="m3: profile for the firmware when --heap is not given")
+    ap.add_argument("--march", default="armv7m", help="m3: -march of the package's .mpy (armv6m: the RP2040's)")
+    ap.add_argument("--llama2c", help="unix: llama2.c's run.c compiled by you: its tokens/s and the ratio")
+    ap.add_argument("--macs", action="store_true", help="m3: also each int8 kernel in instructions per MAC")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args(argv)
+    if not os.path.exists(a.model):
+        print("bench_forward: %s not found" % a.model, file=sys.stderr)
+        return 2
+    cp = a.runtime == "circuitpython"
+    forwards = a.forward or (["ulab", "int", "float"] if cp else ["int"])
+    kinds = a.kernels or (["plain"] if cp else (["asm", "viper", "plain"] if a.runtime == "m3" else ["viper"]))
+    heap = a.heap or {"unix": 64 << 20, "m3": 2097152, "circuitpython": 4 << 20}[a.runtime]
+    m3 = a.runtime == "m3"
+    if m3 and a.repeat > 1:
+        a.repeat = 1  # instruction counts are exact
+    from kvedge.model.checkpoint import convert_to_i8
+    rows = []
+    macs = []
+    with tempfile.TemporaryDirectory(prefix="kvedge-bench-") as tmp:
+        i8 = os.path.join(tmp, "model.i8.bin")
+        convert_to_i8(os.path.abspath(a.model), i8)
+        for kind in kinds:
+            for fw in forwards:
+                if fw == "ulab" and kind != kinds[0]:
+                    continue  # one ulab row: it uses no kernel kind
+                code = DEVICE_CODE % {"kernels": kind, "forward": fw, "model": i8, "context": a.context,
+                                      "tokens": a.tokens, "repeat": a.repeat}
+                out = run_device(a.runtime, code, tmp, heap, a.march, a.board)
+                for line in out.splitlines():
+                    if line.startswith("BENCH "):
+                        k, f, avg, best, n, alloc = line.split()[1:]
+                        avg, best, n, alloc = int(avg), int(best), int(n), int(alloc)
+                        r = {"kernels": k, "forward": f, "context": a.context, "avg_us": avg, "us": best,
+                             "tokens": n, "bytes_per_token": alloc}
+                        if m3:
+                            r["instructions_per_token"] = best * 1000 // n
+                        else:
+                            r["tok_s"] = n * 1e6 / best
+                            r["avg_tok_s"] = a.context * 1e6 / avg
+                        rows.append(r)
+                        if not a.json:
+                            print("  %s pass, %s kernels: %s" % (f, k, (
+                                "%s instructions/token" % format(r["instructions_per_token"], ",")) if m3 else
+                                "%.1f tok/s" % r["tok_s"]), file=sys.stderr)
+            if a.macs and m3:
+                out = run_device(a.runtime, MACS_CODE % {"kernels": kind}, None, heap, a.march, a.board)
+                for line in out.splitlines():
+                    if line.startswith("MACS "):
+                        name, shape, us, n = line.split()[1:]
+                        macs.append({"kernels": kind, "kernel": name, "shape": shape,
+                                     "instructions_per_mac": int(us) * 1000.0 / int(n)})
+    c_tok_s = None
+    if a.llama2c and a.runtime == "unix":
+        tok = os.path.join(os.path.dirname(os.path.abspath(a.model)), "tok512.bin")
+        c_tok_s = llama2c_tok_s(a.llama2c, a.model, tok, a.context)
+    if a.json:
+        print(json.dumps({"model": os.path.basename(a.model), "runtime": a.runtime, "rows": rows, "macs": macs,
+                          "llama2c_tok_s": c_tok_s}))
+        return 0
+    where = {"unix": "MicroPython unix port (x86-64)", "circuitpython": "CircuitPython 10.3 unix binary with "
+             "ulab (float32, 32-bit)", "m3": "emulated Cortex-M3 (qemu -icount shift=0, %s .mpy, heap %d)" % (
+                 a.march, heap)}[a.runtime]
+    print("%s, int8 weights in RAM, i8 cache, %s; %d timed steps at context %d" % (
+        os.path.basename(a.model), where, a.tokens, a.context))
+    if m3:
+        print("| forward pass | kernels | instructions/token | bytes allocated/token |")
+        print("|---|---|---:|---:|")
+        for r in rows:
+            print("| %s | %s | %s | %s |" % (r["forward"], r["kernels"], format(r["instructions_per_token"], ","),
+                                             format(r["bytes_per_token"], ",")))
+        if macs:
+            print("\n| kernel | kernels | shape | instructions/MAC |")
+            print("|---|---|---|---:|")
+            for m in macs:
+                print("| %s | %s | %s | %.2f |" % (m["kernel"], m["kernels"], m["shape"], m["instructions_per_mac"]))
+        return 0
+    print("| forward pass | kernels | tokens/s at context %d | tokens/s over positions 0-%d | bytes allocated/token |"
+          % (a.context, a.context - 1))
+    print("|---|---|---:|---:|---:|")
+    for r in rows:
+        print("| %s | %s | %.1f | %.1f | %s |" % (r["forward"], r["kernels"], r["tok_s"], r["avg_tok_s"],
+                                                 format(r["bytes_per_token"], ",")))
+    if cp:
+        ulab = [r for r in rows if r["forward"] == "ulab"]
+        for r in rows:
+            if ulab and r["forward"] != "ulab":
+                print("ulab pass against the %s pass with %s kernels: %.1fx tokens/s at context %d" % (
+                    r["forward"], r["kernels"], ulab[0]["tok_s"] / r["tok_s"], a.context))
+    if c_tok_s is not None:
+        for r in rows:
+            print("llama2.c run.c (%s, -n %d): %.0f tok/s, %.1fx kvedge's %s pass with %s kernels over the same "
+                  "positions" % (a.llama2c, a.context, c_tok_s, c_tok_s / r["avg_tok_s"], r["forward"],
+                                 r["kernels"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
