@@ -401,8 +401,7 @@ class Attention:
             iacc[i] = 0
         if scores is None and self.fused and not (self.mixed or self.i4):
             fast = getattr(self.k, "att_step_i8", None)  # kinds with a fused head kernel bring their driver
-            if fast is not None:
-                fast(self, c, layer, qc, qs, out_q, out_exp, slots, nslots)
+            if fast is not None and fast(self, c, layer, qc, qs, out_q, out_exp, slots, nslots):
                 return
         for h in range(self.heads):
             kvh = h // self.group
@@ -488,9 +487,7 @@ class Attention:
                 geo[7] = nmax
                 geo[8] = 0 if nslots < 0 else 1
                 rows = getattr(self.k, "att_rows_i8", None) if self.fused else None
-                if rows is not None:
-                    rows(self, c.arena, qc, slots)
-                else:
+                if rows is None or not rows(self, c.arena, qc, slots):
                     while self.k.att_fill_i8(slots, tile, geo):
                         self._tile_q8(c.arena, qc)
                 continue

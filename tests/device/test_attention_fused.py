@@ -49,6 +49,8 @@ def _check(cfg, n_tokens, seed, tile, kscale=1.0, vgrow=1.0, qscale=1.0, slots=N
     first = None
     for kind in kernels.available():
         att.k = kernels.select(kind)
+        if hasattr(att.k, "att_preload"):
+            att.k.att_preload(att.k)  # the fused kernels, loaded on request
         got = _steps(att, cfg, q, slots, len(slots) if slots else -1)
         if first is None:
             first = got
@@ -92,6 +94,8 @@ def test_fused_head_through_the_overflow_guard():
     q = zeros("f", 16)
     for kind in kernels.available():
         att.k = kernels.select(kind)
+        if hasattr(att.k, "att_preload"):
+            att.k.att_preload(att.k)
         oq, oe, ws = _steps(att, cfg, q)
         assert ws > 0, kind  # the guard fired
         for i in range(16):  # all weights equal: the output is V itself

@@ -9,7 +9,11 @@ from kvedge import attention  # noqa: F401,E402
 gc.collect()
 from kvedge.model import intpath  # noqa: E402
 gc.collect()
-intpath.qkernels()  # the q_* kernels too
+intpath.qkernels()  # the q_* kernels too, and the fused attention kernels the integer pass loads
+gc.collect()
+_k = __import__("kvedge.kernels").kernels.get()
+if hasattr(_k, "att_preload"):
+    _k.att_preload(_k)
 gc.collect()
 from _support import need, raises, under_heap_lock  # noqa: E402
 from _model_support import tmp_path  # noqa: E402

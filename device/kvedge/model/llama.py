@@ -132,6 +132,7 @@ class Llama:
             self.int_attention = True
             self.intp = alt.Forward(self, self.w)
             self.logits = self.intp.logits
+            self._preload()
             return
         quantized = ccfg.dtype in ("i8", "i4", "i2") and hasattr(self.att, "step_q8")
         if int_attention == "auto":
@@ -169,6 +170,13 @@ class Llama:
             self.xq = None
             self.acc = None
         self.xs = 0.0
+
+    def _preload(self):
+        # the integer pass's attention kernels fused per head and per layer (viper/asm kinds): loaded at start-up,
+        # before the heap fragments (the float path leaves them out: their code costs a few KB)
+        pre = getattr(self.att.k, "att_preload", None)
+        if pre is not None:
+            pre(self.att.k)
 
     def close(self):
         self.w.close()
