@@ -84,7 +84,7 @@ def test_generate_command_runs_the_int_pass_on_the_unix_port(stories_i8, capfd):
 
 def test_eval_rows_of_the_forward_passes_on_tiny(tmp_path):
     p, _ = tinyckpt.write(str(tmp_path), seed=3)
-    res = quality.evaluate(p, 24, 7, 8, 2, ["(the f32 reference only)"], 0, None, 2, ("float", "int"))
+    res = quality.evaluate(p, 24, 7, 8, 2, ["(the f32 reference only)"], 0, None, 2, forwards=("float", "int"))
     rows = {r.get("forward"): r for r in res["rows"]}
     assert rows[None]["name"] == "f32" and set(rows) >= {"float", "int"}
     for fw in ("float", "int"):
@@ -97,6 +97,6 @@ def test_eval_rows_of_the_forward_passes_on_tiny(tmp_path):
 
 @have_stories
 def test_eval_int_pass_within_one_percent_of_the_float_pass():
-    res = quality.evaluate(STORIES, 128, 1, 64, 4, ["(the f32 reference only)"], 0, None, 1, ("float", "int"))
+    res = quality.evaluate(STORIES, 128, 1, 64, 4, ["(the f32 reference only)"], 0, None, 1, forwards=("float", "int"))
     fw = {r.get("forward"): r["ppl"] for r in res["rows"]}
     assert fw["int"] <= fw["float"] * 1.01, fw
