@@ -1,7 +1,7 @@
-"""`kvedge check --port` and `kvedge test --port` against the emulated Cortex-M3's serial pty standing in for a
-board's USB port (rp2040 profile: its heap, armv6m .mpy). The package and the device tests are put on the board's
-flash image before it starts, as `kvedge test --sim` does, so the deploy checks them on the board instead of
-sending them over its slow serial link."""
+"""`kvedge check --port`, `kvedge test --port` and `kvedge generate --port --rom` against the emulated Cortex-M3's
+serial pty standing in for a board's USB port (rp2040 profile: its heap, armv6m .mpy). The package and the device
+tests are put on the board's flash image before it starts, as `kvedge test --sim` does, so the deploy checks them on
+the board instead of sending them over its slow serial link."""
 import json
 import tempfile
 
@@ -42,3 +42,30 @@ def test_test_port_on_the_emulated_board(tmp_path):
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
     passed, failed, skipped = (int(x.split()[0]) for x in p.stdout.strip().splitlines()[-1].split(", "))
     assert passed > 0 and failed == 0 and skipped == 0, p.stdout[-3000:]
+
+
+def test_generate_port_rom_reads_the_weights_in_place_on_the_emulated_board(tmp_path):
+    # the int8 weights in the board's ROMFS (an emulated board's ROMFS is loaded when it starts: kvedge sim --rom);
+    # generate --port --rom finds them there (nothing to write) and the run's summary says where they were held
+    import shutil
+    from kvedge.model.checkpoint import convert_to_i8
+    from kvedge_host.m3sim import M3Sim
+    from kvedge_host.tinyckpt import write
+    model, tok = write(str(tmp_path / "m"))
+    rom = tmp_path / "rom"
+    rom.mkdir()
+    convert_to_i8(model, str(rom / "tiny.i8.bin"))
+    shutil.copyfile(tok, str(tmp_path / "tok.bin"))
+    with tempfile.TemporaryDirectory() as build:
+        preload(str(tmp_path / "flash"), deployment("rp2040", build, True, extra=[str(tmp_path / "tok.bin"), str(rom / "tiny.i8.bin")],
+                                                    march=m3board.march_for("rp2040")))
+    with M3Sim("rp2040", fs=str(tmp_path / "flash"), rom=str(rom)) as vb:
+        args = ["generate", "--port", vb.port, "--board", "rp2040", "--model", str(rom / "tiny.i8.bin"),
+                "--tokenizer", str(tmp_path / "tok.bin"), "--steps", "8", "--kv-dtype", "i8"]
+        p = kvedge(*(args + ["--rom"]), timeout=900)
+        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+        assert "weights i8 (read in place from ROMFS)" in p.stderr, p.stderr[-2000:]
+        q = kvedge(*(args + ["--stream"]), timeout=900)  # the same run, rows streamed from the file on its flash
+        assert q.returncode == 0, q.stdout[-2000:] + q.stderr[-3000:]
+        assert "weights i8 (streamed from the file)" in q.stderr, q.stderr[-2000:]
+    assert p.stdout == q.stdout and p.stdout.strip()  # the same text either way
