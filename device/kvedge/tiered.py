@@ -25,6 +25,7 @@ from .coldstore import ColdStore
 from .compat import float_array, zeros
 from .config import CacheConfig
 from .errors import BudgetError
+from .kernels_plain import T_KIVI
 from . import quant
 
 POLICIES = ("drop", "reset")
@@ -303,12 +304,12 @@ class TieredCache:
 
     def step_q8(self, layer, qc, qs, out_q, out_exp):
         """Integer attention (i8/i4 ring, i8/i4 cold): out_q * 2**out_exp as Attention.step_q8. Each cold block
-        is read once per layer and folded into every head; allocates nothing; ints stay within +-2**30."""
+        is read once per layer, its rows converted once per KV head, and folded into every query head; allocates
+        nothing; ints stay within +-2**30."""
         if not self.int_ok:
             raise ValueError("the integer path needs an i8 or i4 ring and an i8 or i4 cold store")
         att = self.att
         r = self.ring
-        st = self.stg
         r._check_layer(layer)
         att._check_q8(qc, qs, out_q, out_exp)
         ist = self.ist
@@ -325,12 +326,8 @@ class TieredCache:
             cs = self.store
             for i in range(cs.count):
                 cs.load(cs.k0 + i, layer)
-                for h in range(self.heads):
-                    att.q8_head(h, qs)
-                    att.q8_load(ist, 5 * h)
-                    att.iacc = accs[h]
-                    att.q8_rows(st, 0, h // self.group, qc, st.slot_pos, -1, self.B)
-                    att.q8_save(ist, 5 * h)
+                for kvh in range(self.H):
+                    self._cold_q8(kvh, qc, qs)
             for h in range(self.heads):
                 att.q8_head(h, qs)
                 att.q8_load(ist, 5 * h)
@@ -341,6 +338,53 @@ class TieredCache:
                 att.q8_finish(h, out_q, out_exp)
         finally:
             att.iacc = own
+
+    def _cold_q8(self, kvh, qc, qs):
+        """Fold KV head kvh of the staging block into its query heads: each tile is gathered (i8: by the
+        att_fill_i8 kernel; i4: pointed at and converted to int8 codes) once, then folded for every query head
+        that reads it."""
+        att = self.att
+        st = self.stg
+        tile = att.tile
+        if self.cold == I8:
+            geo = att.geo
+            B = self.B
+            geo[0] = st.DATA + kvh * B * st.prow
+            geo[1] = st.DATA + (st.H + kvh) * B * st.prow
+            geo[2] = st.META + kvh * B * 2
+            geo[3] = st.META + (st.H + kvh) * B * 2
+            geo[4] = st.prow
+            geo[5] = 0
+            geo[6] = 0
+            geo[7] = B
+            geo[8] = 0
+            while att.k.att_fill_i8(st.slot_pos, tile, geo):
+                self._fold_q8(kvh, st.arena, qc, qs)
+            return
+        ts = att.tslot
+        T = att.T
+        tile[T_KIVI] = 1 if st.kivi else 0
+        t0 = 0
+        while t0 < self.B:
+            nt = self.B - t0
+            if nt > T:
+                nt = T
+            for t in range(nt):
+                ts[t] = t0 + t
+            self._fold_q8(kvh, att._prep(st, 2, 0, kvh, nt), qc, qs)
+            t0 += nt
+
+    def _fold_q8(self, kvh, src, qc, qs):
+        """The tile as it stands, into the running state of every query head reading KV head kvh."""
+        att = self.att
+        ist = self.ist
+        g = self.group
+        for h in range(kvh * g, kvh * g + g):
+            att.q8_head(h, qs)
+            att.q8_load(ist, 5 * h)
+            att.iacc = self.iaccs[h]
+            att._tile_q8(src, qc)
+            att.q8_save(ist, 5 * h)
 
     # ---- stats ----
 
