@@ -56,14 +56,14 @@ def table(res):
     rows = res["rows"]
     base = rows[0]["ppl"]
     lines = ["| strategy | perplexity | vs f32 | mean KL to f32 | top-1 agreement | peak cache bytes | "
-             "arena bytes |", "|---|---:|---:|---:|---:|---:|---:|"]
+             "arena bytes | flash bytes |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         if "missing" in r:
-            lines.append("| %s | - | - | - | - | %s | - |" % (r["name"], r["missing"]))
+            lines.append("| %s | - | - | - | - | %s | - | - |" % (r["name"], r["missing"]))
             continue
-        lines.append("| %s | %.4f | %+.2f %% | %.5f | %.1f %% | %s | %s |" % (
+        lines.append("| %s | %.4f | %+.2f %% | %.5f | %.1f %% | %s | %s | %s |" % (
             r["name"], r["ppl"], _pct(r["ppl"], base), r["kl"], 100 * r["top1"], format(r["peak_bytes"], ","),
-            format(r["arena_bytes"], ",")))
+            format(r["arena_bytes"], ","), format(r["flash_bytes"], ",") if "flash_bytes" in r else "-"))
     return "\n".join(lines)
 
 
@@ -71,11 +71,12 @@ def long_table(res):
     n = len(res["rows"][0]["segments"])
     ctx = res["context"]
     head = "| strategy | perplexity | " + " | ".join(
-        "ppl tokens %d-%d" % (i * ctx, (i + 1) * ctx - 1) for i in range(n)) + " | peak cache bytes |"
-    lines = [head, "|---|---:|" + "---:|" * n + "---:|"]
+        "ppl tokens %d-%d" % (i * ctx, (i + 1) * ctx - 1) for i in range(n)) + " | peak cache bytes | flash bytes |"
+    lines = [head, "|---|---:|" + "---:|" * n + "---:|---:|"]
     for r in res["rows"]:
-        lines.append("| %s | %.4f | %s | %s |" % (r["name"], r["ppl"], " | ".join(
-            "%.4f" % s["ppl"] for s in r["segments"]), format(r["peak_bytes"], ",")))
+        lines.append("| %s | %.4f | %s | %s | %s |" % (r["name"], r["ppl"], " | ".join(
+            "%.4f" % s["ppl"] for s in r["segments"]), format(r["peak_bytes"], ","),
+            format(r["flash_bytes"], ",") if "flash_bytes" in r else "-"))
     return "\n".join(lines)
 
 
@@ -180,7 +181,7 @@ def run(args):
     out["quality"] = out["texts"][kinds[0]]  # the table `kvedge plan --quality` reads: the written corpus first
     if args.long:
         out["long"] = quality.evaluate_long(args.model, args.contexts, args.seed, args.window + (cfg.seq_len,),
-                                            args.sinks, args.align, progress)
+                                            args.sinks, args.align, progress, args.only)
     if args.json:
         print(json.dumps(out, sort_keys=True))
         return 0

@@ -11,6 +11,8 @@ of text: stories sampled from the model itself (temperature 1: they flatter ever
 own text easy) and the written corpus in tests/corpus (short children's stories written for this project in
 the style the model was trained on, text it never saw)."""
 import os
+import shutil
+import tempfile
 from array import array
 
 import numpy as np
@@ -56,11 +58,19 @@ class CachedRef(RefModel):
         self.vbuf = array("f", [0.0] * c.kv_dim)
         # rows that change after they are written: a KIVI group quantized as it leaves the f32 residual (the
         # cache's res_lo moves past it), re-read then
+        self.kivi = self.cache.kivi
 
     def reset(self):
         RefModel.reset(self)
         if hasattr(self, "cache"):
             self.cache.reset()
+
+    def _started(self):
+        """Positions whose stored rows changed when this token started (a tiered cache's block left the ring)."""
+        return ()
+
+    def close(self):
+        pass
 
     def _mirror(self, layer, pos):
         c, row = self.cfg, self.row
@@ -78,18 +88,21 @@ class CachedRef(RefModel):
                 raise AssertionError("cache position %d != model position %d" % (p, pos))
             if pos >= self.capacity:
                 raise ValueError("run longer than the %d tokens it was sized for" % self.capacity)
+            self.moved = self._started()
         for i in range(len(k)):
             self.kbuf[i] = k[i]
             self.vbuf[i] = v[i]
-        lo = cache.res_lo[layer] if cache.kivi else 0
+        lo = cache.res_lo[layer] if self.kivi else 0
         cache.write(layer, self.kbuf, self.vbuf)
         if layer == 0:
             self.n_live = cache.positions(self.live)
         live = np.frombuffer(self.live, dtype=np.int32, count=self.n_live)
         self._mirror(layer, pos)  # the row just written
-        if cache.kivi:
+        if self.kivi:
             for s in range(lo, cache.res_lo[layer]):  # a group that left the residual: quantized now
                 self._mirror(layer, cache.P + s)
+        for p in self.moved:  # a tiered cache's block that just went cold: re-read as stored
+            self._mirror(layer, p)
         if self.policy is None:
             return self.attention(q, self.mk[layer, live], self.mv[layer, live])
         out = self._attend_scored(q, self.mk[layer, live], self.mv[layer, live], live)
@@ -115,6 +128,57 @@ class CachedRef(RefModel):
         for j, pos in enumerate(live):
             slots[self.cache.slot_of(int(pos))] += int(tot[j])
         return out.reshape(-1)
+
+
+class TieredRef(CachedRef):
+    """RefModel whose attention reads a kvedge.tiered.TieredCache: sinks + a hot ring in RAM, older tokens
+    re-quantized in blocks on flash (a temporary folder here). `tier`: dtype (the ring's), window, sinks, block,
+    cold, cold_blocks, at_cap ("drop": positions keep counting, so the model's positions stay the cache's)."""
+
+    def __init__(self, path, tier, tokens):
+        from kvedge.tiered import TieredCache
+        RefModel.__init__(self, path)
+        c = self.cfg
+        S, W = tier.get("sinks", 0), tier["window"]
+        self.ccfg = CacheConfig(c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, S + W, tier.get("dtype", "f32"),
+                                window=W, sinks=S, prefix=S, align=tier.get("align", 0))
+        self.tmp = tempfile.mkdtemp(prefix="kvedge-eval-")
+        self.cache = TieredCache(self.ccfg, os.path.join(self.tmp, "cold"), tier["block"], tier["cold"],
+                                 tier["cold_blocks"], tier.get("at_cap", "drop"), fresh=True)
+        self.policy = None
+        self.capacity = tokens
+        shape = (c.n_layers, tokens, c.n_kv_heads, c.head_dim)
+        self.mk = np.zeros(shape)
+        self.mv = np.zeros(shape)
+        self.live = array("i", [0] * self.cache.size["tokens"])
+        self.n_live = 0
+        self.row = array("f", [0.0] * c.head_dim)
+        self.kbuf = array("f", [0.0] * c.kv_dim)
+        self.vbuf = array("f", [0.0] * c.kv_dim)
+        self.kivi = False  # the ring's rows change only when their block goes cold (_started)
+        if self.cache.ring.kivi:
+            raise ValueError("a KIVI ring's rows change after they are written: the eval's tiered rows use an "
+                             "f32, f16 or i8 ring")
+        self.demoted = 0
+
+    def _started(self):
+        tc = self.cache
+        if tc.demoted == self.demoted:
+            return ()
+        self.demoted = tc.demoted
+        first = tc.S + (tc.store.k0 + tc.store.count - 1) * tc.B  # the block that just went cold
+        return range(first, first + tc.B)
+
+    def stats(self):
+        st = self.cache.stats()
+        z = self.cache.size
+        st["peak_bytes"] += z["staging"] + z["tables"]  # RAM at the peak: the ring's, and what sits beside it
+        st["flash_bytes"] = z["flash"]
+        return st
+
+    def close(self):
+        self.cache.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 def log_softmax(x):
@@ -166,14 +230,42 @@ def written_texts(tokenizer=TOKENIZER, folder=CORPUS, vocab_size=512, limit=None
 
 
 def teacher_force(path, ids, kv, policy=None):
-    """Logits (float64, [len(ids) - 1, vocab]) predicting ids[1:], and the cache's stats, for one strategy."""
-    m = CachedRef(path, kv, len(ids), policy)
-    out = np.empty((len(ids) - 1, m.cfg.vocab_size))
-    for i in range(len(ids) - 1):
-        out[i] = m.forward(ids[i])
-    st = m.cache.stats()
+    """Logits (float64, [len(ids) - 1, vocab]) predicting ids[1:], and the cache's stats, for one strategy
+    (kv: CacheConfig fields, or {"tiered": TieredRef's tier dict})."""
+    m = TieredRef(path, kv["tiered"], len(ids)) if "tiered" in kv else CachedRef(path, kv, len(ids), policy)
+    try:
+        out = np.empty((len(ids) - 1, m.cfg.vocab_size))
+        for i in range(len(ids) - 1):
+            out[i] = m.forward(ids[i])
+        st = m.stats() if isinstance(m, TieredRef) else m.cache.stats()
+    finally:
+        m.close()
     st["config"] = m.ccfg.to_dict()
+    if "tiered" in kv:
+        st["tier"] = dict(kv["tiered"], kind="tiered", cold_dtype=kv["tiered"]["cold"])
     return out, st
+
+
+TIER_BLOCK = 16
+
+
+def tiered(ring, cold="i4", sinks=0, tokens=None, block=TIER_BLOCK, dtype="f32", stream=4096):
+    """(name, kv) of a tiered row: a hot ring of `ring` tokens (plus `sinks` f32 sinks) in RAM, older tokens
+    `cold` in blocks on flash, at most `tokens` held in all (the oldest blocks past that are dropped; None: every
+    token of a `stream`)."""
+    block = min(block, ring)
+    if ring % block:
+        raise ValueError("ring %d is not a multiple of block %d" % (ring, block))
+    if tokens is None:
+        blocks = -(-stream // block)
+        held = "all"
+    else:
+        blocks = (tokens - sinks - ring) // block
+        held = "%d" % (sinks + blocks * block + ring)
+    name = "tiered: %sring %d + cold %s (b%d, %s held)" % ("sinks %d + " % sinks if sinks else "", ring, cold,
+                                                           block, held)
+    return name, {"tiered": {"dtype": dtype, "window": ring, "sinks": sinks, "block": block, "cold": cold,
+                             "cold_blocks": blocks, "at_cap": "drop"}}
 
 
 def score(ids, logits, base):
@@ -215,6 +307,8 @@ def strategies(tokens, window=128, sinks=4, prefix=None, group=32):
         rows.append(("window %d" % w, {"dtype": "f32", "window": w, "max_tokens": w}))
         rows.append(("sinks %d + window %d" % (sinks, w - sinks),
                      {"dtype": "f32", "window": w - sinks, "sinks": sinks, "max_tokens": w}))
+    w = _sizes(window)[0]  # tiered: a ring of this window (or half of it) in RAM, every older token on flash
+    rows += [tiered(w // 2, stream=tokens), tiered(w, stream=tokens), tiered(w, "i8", stream=tokens)]
     return rows
 
 
@@ -304,7 +398,7 @@ def evaluate(path, tokens=512, seed=42, window=128, sinks=4, only=None, align=0,
             kv = {"dtype": "f32", "max_tokens": kv}  # an arena of the same budget; H2O chooses who stays
         else:
             pol = None
-        kv = dict(kv, align=align)
+        kv = dict(kv, align=align) if "tiered" not in kv else kv
         if progress:
             progress(name)
         parts = []
@@ -316,6 +410,8 @@ def evaluate(path, tokens=512, seed=42, window=128, sinks=4, only=None, align=0,
         r = summarize(*[np.concatenate([p[j] for p in parts]) for j in range(3)])
         r.update(name=name, peak_bytes=st["peak_bytes"], arena_bytes=st["total_bytes"],
                  evictions=st["evictions"], config=st["config"])
+        if "tier" in st:
+            r.update(tier=st["tier"], flash_bytes=st["flash_bytes"])
         rows.append(r)
     if forwards:
         rows += forward_rows(path, texts, bases, forwards, {"dtype": "i8", "align": align}, progress)
@@ -323,10 +419,11 @@ def evaluate(path, tokens=512, seed=42, window=128, sinks=4, only=None, align=0,
             "rows": rows}
 
 
-def evaluate_long(path, contexts=3, seed=42, windows=(128, 512), sinks=4, align=0, progress=None):
+def evaluate_long(path, contexts=3, seed=42, windows=(128, 512), sinks=4, align=0, progress=None, only=None):
     """Long stream past the trained context: `contexts` x seq_len tokens of stories joined by BOS, through a
-    full cache (positions run past the trained context), a window, and sinks + window. Perplexity per
-    trained-context segment shows where each one breaks down."""
+    full cache (positions run past the trained context), a window, sinks + window, H2O, and tiered caches (a
+    ring of 64 or 128 tokens in RAM, older tokens i4 on flash: holding a trained context's worth, or everything).
+    Perplexity per trained-context segment shows where each one breaks down."""
     m = RefModel(path)
     ctx = m.cfg.seq_len
     n = contexts * ctx
@@ -336,16 +433,30 @@ def evaluate_long(path, contexts=3, seed=42, windows=(128, 512), sinks=4, align=
         todo.append(("window %d" % w, {"dtype": "f32", "window": w, "max_tokens": w}))
         todo.append(("sinks %d + window %d" % (sinks, w - sinks),
                      {"dtype": "f32", "window": w - sinks, "sinks": sinks, "max_tokens": w}))
+    w = windows[0]
+    todo.append(("H2O %d slots (%d recent)" % (w, w // 2), None))
+    todo += [tiered(w // 2, tokens=ctx), tiered(w, tokens=ctx), tiered(w, sinks=sinks, tokens=ctx),
+             tiered(w, stream=n)]
     rows = []
     base = None
     for name, kv in todo:
+        if only and not any(o in name for o in only) and base is not None:
+            continue
+        pol = None
+        if kv is None:
+            pol = h2o_policy(w)
+            if pol is None:
+                continue
+            kv = {"dtype": "f32", "max_tokens": w}
         if progress:
             progress(name)
-        logits, st = teacher_force(path, ids, dict(kv, align=align))
+        logits, st = teacher_force(path, ids, dict(kv, align=align) if "tiered" not in kv else kv, pol)
         if base is None:
             base = logits
         nll, kl, agree = score(ids, logits, base)
         r = {"name": name, "peak_bytes": st["peak_bytes"], "evictions": st["evictions"], "segments": []}
+        if "tier" in st:
+            r.update(tier=st["tier"], flash_bytes=st["flash_bytes"])
         r.update(summarize(nll, kl, agree))
         for s in range(contexts):
             seg = slice(s * ctx, min((s + 1) * ctx, len(nll)))

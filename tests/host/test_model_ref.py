@@ -109,6 +109,24 @@ def test_eval_mirror_reads_what_the_cache_holds(tinyfiles):
                 m._mirror(layer, p)
             assert np.array_equal(mk, m.mk[layer, list(m.live[:n])]), kv
             assert np.array_equal(mv, m.mv[layer, list(m.live[:n])]), kv
+    # a tiered cache: the block that leaves the ring is re-read as stored (i4 / i8) when it goes cold
+    for cold in ("i4", "i8"):
+        name, kv = quality.tiered(16, cold, sinks=2, tokens=50, block=8)
+        m = quality.TieredRef(tinyfiles["f32"], kv["tiered"], len(ids))
+        try:
+            for t in ids:
+                m.forward(t)
+            n = m.cache.positions(m.live)
+            assert m.cache.store.count == 4 and m.cache.drops > 0 and n <= 50
+            for layer in range(m.cfg.n_layers):
+                mk = m.mk[layer, list(m.live[:n])].copy()
+                mv = m.mv[layer, list(m.live[:n])].copy()
+                for p in m.live[:n]:
+                    m._mirror(layer, p)
+                assert np.array_equal(mk, m.mk[layer, list(m.live[:n])]), name
+                assert np.array_equal(mv, m.mv[layer, list(m.live[:n])]), name
+        finally:
+            m.close()
     # and with an f32 cache the evaluation model is the reference itself
     a = quality.teacher_force(tinyfiles["f32"], ids[:20], {"dtype": "f32", "align": 0})[0]
     b = _ref_logits(tinyfiles["f32"], ids[:19])
@@ -126,6 +144,11 @@ def test_eval_command_json_on_tiny(tinyfiles, capsys):
     assert rows["i8"]["peak_bytes"] < rows["f16"]["peak_bytes"] < rows["f32"]["peak_bytes"]
     h2o = [r for n, r in rows.items() if n.startswith("H2O")][0]
     assert h2o["peak_bytes"] <= rows["window 16"]["peak_bytes"] and h2o["evictions"] > 0
+    tiered = [r for n, r in rows.items() if n.startswith("tiered")]
+    assert len(tiered) == 3 and all(r["tier"]["kind"] == "tiered" and r["flash_bytes"] > 0 for r in tiered)
+    # every token is held (ring in RAM, the rest on flash): closer to f32 than the window of the same ring
+    ring16 = [r for r in tiered if "ring 16 + cold i4" in r["name"]][0]
+    assert ring16["kl"] < rows["window 16"]["kl"] and ring16["arena_bytes"] < rows["f32"]["arena_bytes"]
 
 
 # ---- the real checkpoint ----
