@@ -469,12 +469,11 @@ class Attention:
         H = c.H
         P = c.P
         i4 = c.lowbit
-        mixed = P > 0 or c.kivi
         tile[T_KIVI] = 1 if c.kivi else 0
         tile[T_QBITS] = c.bits or 4
         self.layer = layer
         for kind in range(3):
-            if kind < 2 and not mixed:
+            if (kind == 0 and P == 0) or (kind == 1 and not c.kivi):
                 continue
             if kind == 2 and not i4:  # the hot case: i8 rows, gathered by a kernel
                 geo[0] = c.DATA + ((layer * 2) * H + kvh) * c.B * c.prow
@@ -492,8 +491,11 @@ class Attention:
                         self._tile_q8(c.arena, qc)
                 continue
             self.cur = 0
+            n = nmax
+            if kind == 0 and nslots < 0 and P < n:  # prefix rows are slots 0..P-1: no need to scan the rest
+                n = P
             while True:
-                nt = self._fill_kind(c, slots, nslots, nmax, kind)
+                nt = self._fill_kind(c, slots, nslots, n, kind)
                 if nt == 0:
                     break
                 self._tile_q8(self._prep(c, kind, layer, kvh, nt), qc)
