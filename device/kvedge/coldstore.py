@@ -7,7 +7,8 @@
 #                      block count, sinks saved) and Adler-32 of those 36 bytes. Commits alternate between the two
 #                      files; the valid one with the newer sequence number is the state, so a header torn by a
 #                      power cut leaves the other.
-#   PATH.s             the sinks' f32 rows and their tag (written once, before the commit that saves them)
+#   PATH.s             the sinks' rows (the hot ring's bytes) and their tag (written once, before the commit that
+#                      saves them)
 #   PATH.0, PATH.1     segments: block k is the (k % C)-th block of segment k // C, in file PATH.<(k // C) % 2>;
 #                      a block is one record per layer (the staging block's bytes verbatim) then its tag (block
 #                      number, sequence, Adler-32 of the records, tokens).
@@ -255,15 +256,19 @@ class ColdStore:
         adler(self.rec, self.rb, self.ab)
 
     def end_block(self, k, sinks=None):
-        """Append block k's tag and flush it; with the first block, also write the sinks' rows. Then commit()."""
+        """Append block k's tag and flush it; with the first block, also write the sinks' rows (`sinks`: a list of
+        buffers, sinks_bytes in all). Then commit()."""
         f = self.segs[(k // self.C) & 1]
         f.write(self._pack_tag(k, self.B))
         f.flush()
         if sinks is not None:
-            self._sum(sinks, self.sinks_bytes)
+            self.ab[0] = 1
+            self.ab[1] = 0
             g = open(self.path + ".s", "wb")
             try:
-                g.write(sinks)
+                for run in sinks:
+                    adler(run, len(run), self.ab)
+                    g.write(run)
                 g.write(self._pack_tag(SINKS_TAG, self.S))
             finally:
                 g.close()
@@ -277,10 +282,12 @@ class ColdStore:
             raise OSError("%s: cold block %d is truncated" % (self.path, k))
         self.reads += 1
 
-    def load_sinks(self, buf):
+    def load_sinks(self, runs):
+        """The sinks' rows back into `runs` (the buffers end_block wrote, in the same order)."""
         f = open(self.path + ".s", "rb")
         try:
-            f.readinto(buf)
+            for run in runs:
+                f.readinto(run)
         finally:
             f.close()
 

@@ -1,7 +1,8 @@
 # A tiered KV cache for ONE sequence (SPEC section 3, "Tiers"): the newest tokens in a hot ring in RAM, older
 # ones re-quantized into blocks on flash, and attention over all of them in one online-softmax pass.
 #
-#   sinks   the first S tokens, kept in RAM at f32 for ever (the ring's prefix; also saved on flash once)
+#   sinks   the first S tokens, kept in RAM for ever: at f32 (the ring's prefix = S) or in the ring's dtype
+#           (prefix 0: faster on the integer path); also saved on flash once, with the first block
 #   ring    the last W tokens in RAM (a KVCache with window W, any cache dtype)
 #   cold    blocks of B older tokens in files, re-quantized to the cold dtype (i4 KIVI: keys per channel over the
 #           block, values per token; i8; f16; f32), at most C blocks. When the ring is full and a token needs a
@@ -33,7 +34,7 @@ U16 = 0xFFFF
 
 
 class TieredCache:
-    """One sequence: sinks and a hot ring in RAM (`cfg`: a CacheConfig with window W and sinks S = prefix), older
+    """One sequence: sinks and a hot ring in RAM (`cfg`: a CacheConfig with window W, sinks S, prefix S or 0), older
     tokens in blocks of `block` on flash in the files `path`.* (`cold` dtype, at most `cold_blocks` blocks,
     `at_cap` policy).
 
@@ -45,7 +46,7 @@ class TieredCache:
         self._validate(cfg, block, cold, cold_blocks, at_cap, cold_align)
         L, H, D, S, W = cfg.layers, cfg.kv_heads, cfg.head_dim, cfg.sinks, cfg.window
         size = tiered_bytes(L, cfg.heads, H, D, W, S, block, cold_blocks, cfg.dtype, cold, cfg.align, cold_align,
-                            cfg.group)
+                            cfg.group, cfg.prefix == S)
         if size["flash"] >= 1 << 30:
             raise ValueError("cold store of %d bytes: file offsets must stay below 2**30" % size["flash"])
         if budget is not None and size["ram"] > budget:
@@ -76,12 +77,12 @@ class TieredCache:
             self.iaccs = [zeros("i", D) for _ in range(cfg.heads)]
         self.q16 = quant.f16_bits_down(quant.F16_MAX / 127.0)  # i8 scales whose rows fit an f16/i4 cold store
         self.demoted = self.drops = self.cap_resets = 0
-        lay = (CACHE_DTYPES.index(cold), L, H, D, block, cold_blocks, S, cold_align, self.ring.frow if S else 0)
+        lay = (CACHE_DTYPES.index(cold), L, H, D, block, cold_blocks, S, cold_align, size["sink_row"] if S else 0)
         self.store = ColdStore(path, lay, size, self.rec, fresh)
         st = self.store
         r = self.ring
         if st.saved:  # a reopened store: the sinks come back, the sequence resumes after the last block
-            st.load_sinks(memoryview(r.arena)[r.PRE:r.PRE + st.sinks_bytes])
+            st.load_sinks(self._sink_runs())
             for s in range(S):
                 r._occupy(s, s)
         if st.count or st.k0:
@@ -103,9 +104,9 @@ class TieredCache:
         if cfg.window % block:
             raise ValueError("window (%d) must be a multiple of block (%d): blocks leave the ring whole"
                              % (cfg.window, block))
-        if cfg.prefix != cfg.sinks:
-            raise ValueError("sinks stay hot at f32 in a tiered cache: set prefix = sinks (%d), got prefix %d"
-                             % (cfg.sinks, cfg.prefix))
+        if cfg.prefix and cfg.prefix != cfg.sinks:
+            raise ValueError("a tiered cache keeps its sinks at f32 (prefix = sinks = %d) or in the ring's dtype "
+                             "(prefix 0), got prefix %d" % (cfg.sinks, cfg.prefix))
         if cold == I4 and cfg.head_dim & 1:
             raise ValueError("head_dim must be even for an i4 cold store, got %d" % cfg.head_dim)
         for name, x in (("layers", cfg.layers), ("kv_heads", cfg.kv_heads), ("head_dim", cfg.head_dim),
@@ -166,12 +167,28 @@ class TieredCache:
             self._stage_ready()
         sinks = None
         if self.S and not st.saved:
-            sinks = memoryview(r.arena)[r.PRE:r.PRE + st.sinks_bytes]
+            sinks = self._sink_runs()
         st.end_block(k, sinks)
         st.commit(st.k0, st.count + 1, st.saved or sinks is not None)
         for t in range(B):
             r.release_slot(slot + t)
         self.demoted += B
+
+    def _sink_runs(self):
+        """The ring's bytes that hold the sinks, as memoryviews: its f32 prefix region, or (sinks in the ring's
+        dtype) the first S rows of every layer, K|V and KV head, then their i8 scales."""
+        r = self.ring
+        mv = memoryview(r.arena)
+        S = self.S
+        if r.P:
+            return [mv[r.PRE:r.PRE + 2 * r.L * r.H * S * r.frow]]
+        runs = []
+        for i in range(2 * r.L * r.H):
+            runs.append(mv[r.DATA + i * r.B * r.prow:r.DATA + i * r.B * r.prow + S * r.prow])
+        if r.cfg.dtype == I8:
+            for i in range(2 * r.L * r.H):
+                runs.append(mv[r.META + i * r.B * 2:r.META + i * r.B * 2 + 2 * S])
+        return runs
 
     def _encode(self, layer, p0):
         """The staging block := tokens p0..p0+B-1 of `layer`, read from the ring and re-quantized (the staging

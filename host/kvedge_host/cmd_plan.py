@@ -458,7 +458,7 @@ class Planner:
                               scores=scores(B))
 
     def tiered(self, dtype, place):
-        """Sinks (f32) and a hot ring of `dtype` in RAM, every older token of the context re-quantized to i4 (KIVI
+        """Sinks and a hot ring of `dtype` in RAM, every older token of the context re-quantized to i4 (KIVI
         over blocks of TIER_BLOCK tokens) in a cold store on flash, all attended every step (kvedge.tiered). The
         ring is the largest that fits beside its staging block and tables; the store holds the rest of the
         context even right after a block left the ring (then the ring holds W - B + 1 tokens)."""
@@ -471,7 +471,8 @@ class Planner:
 
         def size(W):
             return budget.tiered_bytes(self.spec.layers, self.spec.heads, self.spec.kv_heads, self.spec.head_dim,
-                                       W, S, B, -(-(C - S - W + B - 1) // B), dtype, TIER_COLD, self.align, 0)
+                                       W, S, B, -(-(C - S - W + B - 1) // B), dtype, TIER_COLD, self.align, 0,
+                                       f32_sinks=False)
 
         def ok(W):
             z = size(W)
@@ -485,8 +486,8 @@ class Planner:
                 "cold_align": 0, "ring_bytes": z["ring"], "staging_bytes": z["staging"], "tables_bytes": z["tables"],
                 "ram_bytes": z["ram"], "cold_bytes": blocks * z["block"], "flash_bytes": z["flash"],
                 "cold_tokens": z["cold_tokens"], "cost": tier_cost(self.spec, dtype, TIER_COLD, z["cold_tokens"])}
-        name = "%s hot ring %d + %d f32 sinks, older %d tokens i4 on flash" % (dtype, W, S, z["cold_tokens"])
-        return self.candidate("tiered", name, self.cfg(S + W, dtype, window=W, sinks=S, prefix=S), place, C, C,
+        name = "%s hot ring %d + %d sinks, older %d tokens i4 on flash" % (dtype, W, S, z["cold_tokens"])
+        return self.candidate("tiered", name, self.cfg(S + W, dtype, window=W, sinks=S), place, C, C,
                               policy={"kind": "tiered"}, tier=tier)
 
     def _flash_check(self, c):

@@ -18,11 +18,11 @@ def test_f32_hot_and_cold_equal_the_full_cache_reference():
         tc = case(shape, "f32", "f32", 10 + i)
         try:
             live = live_positions(tc)
-            H, KVH, D, W, S, B, C, n = shape
+            H, KVH, D, W, S, B, C, n = shape[:8]
             # sinks, the last C blocks before the ring, and the ring (W - B + 1 .. W tokens)
             assert tc.store.count == C and tc.drops > 0 and live[:S] == list(range(S))
             assert live[S:] == list(range(S + tc.store.k0 * B, n)) and W - B < tc.ring.n_cached - S <= W
-            for layer in range(2):
+            for layer in range(tc.L):
                 q = query(tc.cfg, 50 + layer)
                 out = zeros("f", H * D)
                 tc.step(layer, q, out)
@@ -45,11 +45,12 @@ def test_i4_and_i8_cold_stores_attend_what_they_hold():
                 live = live_positions(tc)
                 q = query(tc.cfg, 60 + i)
                 out = zeros("f", H * D)
-                tc.step(1, q, out)
+                last = tc.L - 1
+                tc.step(last, q, out)
                 # equal to attention over the concatenated cache as stored (cold rows dequantized) ...
-                assert rel_err(out, reference(tc.cfg, stored_rows(tc), live, 1, q)) <= 1e-5, (cold, shape)
+                assert rel_err(out, reference(tc.cfg, stored_rows(tc), live, last, q)) <= 1e-5, (cold, shape)
                 # ... which is close to attention over the exact values
-                cos = cosine(out, reference(tc.cfg, exact_rows(20 + i, D, KVH), live, 1, q))
+                cos = cosine(out, reference(tc.cfg, exact_rows(20 + i, D, KVH), live, last, q))
                 assert cos >= bound, (cold, shape, cos)
             finally:
                 tc.close()
@@ -60,7 +61,8 @@ def test_i4_and_i8_cold_stores_attend_what_they_hold():
 
 def test_integer_path_on_i8_ring_with_i4_and_i8_cold():
     need("fs")
-    for cold, bound in (("i4", 0.99), ("i8", 0.999)):
+    # against the exact values: i4 as the acceptance asks; i8 ring + i8 cold + int8 query: three roundings
+    for cold, bound in (("i4", 0.99), ("i8", 0.998)):
         for i, shape in enumerate(SHAPES[:3]):
             tc = case(shape, "i8", cold, 30 + i)
             try:
@@ -71,13 +73,15 @@ def test_integer_path_on_i8_ring_with_i4_and_i8_cold():
                 for kind in kernels.available():
                     kernels.select(kind)
                     tc.att.k = kernels.get()
-                    out, bits = int_out(tc, 1, q)
+                    out, bits = int_out(tc, tc.L - 1, q)
                     if first is None:
                         first = bits
-                        cos = cosine(out, reference(tc.cfg, exact_rows(30 + i, D, KVH), live, 1, q))
+                        cos = cosine(out, reference(tc.cfg, exact_rows(30 + i, D, KVH), live, tc.L - 1, q))
                         assert cos >= bound, (cold, shape, cos)
-                        cos = cosine(out, reference(tc.cfg, stored_rows(tc), live, 1, q))
-                        assert cos >= 0.999, (cold, shape, cos)
+                        # against the stored rows: the path's own arithmetic (i4 rows become int8 codes with
+                        # one power-of-two scale per row: ~1e-2 of a score)
+                        cos = cosine(out, reference(tc.cfg, stored_rows(tc), live, tc.L - 1, q))
+                        assert cos >= (0.999 if cold == "i8" else 0.995), (cold, shape, cos)
                     assert bits == first, (cold, shape, kind)  # every kernel kind gives the same bits
             finally:
                 kernels.select()
@@ -96,7 +100,7 @@ def _steps(tc, qc, qs, oq, oe, layers):
 def test_integer_step_over_cold_blocks_allocates_nothing():
     need("fs", "heap_lock")
     for cold in ("i4", "i8"):
-        tc = case((8, 2, 16, 16, 2, 8, 4, 80), "i8", cold, 40)
+        tc = case((8, 2, 16, 16, 2, 8, 4, 80, 2, cold == "i8"), "i8", cold, 40)
         try:
             n = tc.heads * tc.D
             qc, qs, oq, oe = zeros("b", n), zeros("H", tc.heads), zeros("i", n), zeros("i", tc.heads)

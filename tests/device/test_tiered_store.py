@@ -17,11 +17,12 @@ from _tieredref import (PATH, case, cfg_of, cosine, exact_rows, feed, live_posit
 
 def test_ram_and_flash_equal_the_budget_formula():
     need("fs")
-    for dtype, cold, align in (("i8", "i4", 0), ("f32", "i8", 16), ("f16", "f32", 8), ("i4", "i4", 0)):
-        cfg = CacheConfig(2, 4, 2, 8, 18, dtype, window=16, sinks=2, prefix=2, align=align, group=8)
+    for dtype, cold, align, pre in (("i8", "i4", 0, 2), ("f32", "i8", 16, 2), ("f16", "f32", 8, 2), ("i4", "i4", 0, 2),
+                                    ("i8", "i4", 16, 0), ("f16", "i8", 0, 0)):
+        cfg = CacheConfig(2, 4, 2, 8, 18, dtype, window=16, sinks=2, prefix=pre, align=align, group=8)
         tc = TieredCache(cfg, PATH, block=8, cold=cold, cold_blocks=6, cold_align=align, fresh=True)
         try:
-            want = budget.tiered_bytes(2, 4, 2, 8, 16, 2, 8, 6, dtype, cold, align, align, 8)
+            want = budget.tiered_bytes(2, 4, 2, 8, 16, 2, 8, 6, dtype, cold, align, align, 8, f32_sinks=pre == 2)
             assert len(tc.ring.arena) == want["ring"] == cfg.nbytes()
             assert len(tc.stg.arena) == want["staging"]
             assert tc.ram_bytes() == want["ram"] == tc.stats()["total_bytes"]
@@ -65,20 +66,31 @@ def test_cap_policies_drop_oldest_blocks_or_reset():
         remove()
 
 
+def _sink_bytes(tc):
+    return b"".join(bytes(run) for run in tc._sink_runs())
+
+
 def test_reopen_after_power_off_is_whole():
     need("fs")
+    for f32_sinks in (True, False):
+        _reopen(f32_sinks)
+        gc.collect()
+
+
+def _reopen(f32_sinks):
     shape = (4, 2, 8, 16, 2, 4, 6, 70)
-    tc = case(shape, "i8", "i4", 80)
+    tc = case(shape, "i8", "i4", 80, f32_sinks=f32_sinks)
     q = query(tc.cfg, 81)
     count, k0, seq = tc.store.count, tc.store.k0, tc.store.seq
-    sinks = bytes(tc.ring.arena[:tc.store.sinks_bytes])
+    sinks = _sink_bytes(tc)
+    assert len(sinks) == tc.store.sinks_bytes == 2 * 2 * 2 * 2 * (32 if f32_sinks else 8 + 2)
     cold_live = live_positions(tc)[:2 + count * 4]
     tc.close()  # power off: RAM is gone, the file stays
     gc.collect()
-    tc = TieredCache(cfg_of(4, 2, 8, 16, 2, "i8"), PATH, block=4, cold="i4", cold_blocks=6)
+    tc = TieredCache(cfg_of(4, 2, 8, 16, 2, "i8", f32_sinks=f32_sinks), PATH, block=4, cold="i4", cold_blocks=6)
     try:
         assert (tc.store.count, tc.store.k0, tc.store.seq) == (count, k0, seq)
-        assert bytes(tc.ring.arena[:tc.store.sinks_bytes]) == sinks  # the f32 sinks came back verbatim
+        assert _sink_bytes(tc) == sinks  # the sinks (f32 rows, or i8 codes and scales) came back verbatim
         assert live_positions(tc) == cold_live and tc.resume_pos == 2 + (k0 + count) * 4
         out = zeros("f", 32)
         tc.step(0, q, out)  # sinks + cold blocks only: the ring is empty
@@ -178,9 +190,9 @@ def test_bad_input_changes_nothing():
     cfg = cfg_of(2, 1, 8, 8, 2, "f32", layers=1)
     e = raises(ValueError, TieredCache, cfg_of(2, 1, 8, 12, 2), PATH, block=8)
     assert "multiple of block" in message(e)
-    e = raises(ValueError, TieredCache, CacheConfig(1, 2, 1, 8, 10, "f32", window=8, sinks=2, align=0), PATH,
-               block=4)
-    assert "prefix = sinks" in message(e)
+    e = raises(ValueError, TieredCache, CacheConfig(1, 2, 1, 8, 10, "f32", window=8, sinks=2, prefix=1, align=0),
+               PATH, block=4)
+    assert "prefix = sinks" in message(e) and "or in the ring's dtype (prefix 0)" in message(e)
     e = raises(ValueError, TieredCache, cfg, PATH, block=4, cold="q4_0")
     assert "cold dtype" in message(e)
     e = raises(ValueError, TieredCache, cfg, PATH, block=4, at_cap="never")

@@ -40,7 +40,7 @@ def recompute_total(doc, weights_dtype="i8"):
     if (doc["policy"] or {}).get("kind") == "tiered":  # beside the ring: staging block and tables, recomputed
         t = doc["tier"]
         z = budget.tiered_bytes(5, 8, 4, 8, cfg.window, cfg.sinks, t["block"], t["cold_blocks"], cfg.dtype,
-                                t["cold_dtype"], cfg.align, t["cold_align"])
+                                t["cold_dtype"], cfg.align, t["cold_align"], f32_sinks=cfg.prefix == cfg.sinks)
         scores = z["staging"] + z["tables"]
     act = budget.activation_bytes(64, 172, 8, 512)
     return cfg, w + cfg.nbytes() + scores + act + boards.load("rp2350")["workspace_bytes"]
@@ -308,7 +308,8 @@ def test_tiered_cache_offered_by_default_and_built_from_the_plan(capsys, stories
     for c in tiers:
         t, cfg = c["tier"], CacheConfig.from_dict(c["cache"])
         z = budget.tiered_bytes(5, 8, 4, 8, cfg.window, cfg.sinks, t["block"], t["cold_blocks"], cfg.dtype,
-                                t["cold_dtype"], cfg.align, t["cold_align"])
+                                t["cold_dtype"], cfg.align, t["cold_align"], f32_sinks=cfg.prefix == cfg.sinks)
+        assert cfg.sinks == 4 and cfg.prefix == 0  # the sinks in the ring's dtype: no slow f32 rows to convert
         assert (t["ram_bytes"], t["flash_bytes"], c["kv_bytes"]) == (z["ram"], z["flash"], cfg.nbytes())
         # every token of the context is held even right after a block left the ring (W - B + 1 in the ring)
         assert c["tokens_kept"] == 512 <= cfg.sinks + t["cold_tokens"] + cfg.window - t["block"] + 1
