@@ -55,12 +55,34 @@ def _zeros(code, n):
 
 
 def case_config(c):
+    """The case's CacheConfig (a tiered case: its hot ring's, in dtype c["ring"])."""
     from kvedge.config import CacheConfig
     kw = {"window": c["window"], "sinks": c["sinks"], "align": c["align"], "prefix": c["prefix"]}
-    if c["dtype"] in ("i4", "i2"):
+    dt = c.get("ring", c["dtype"])
+    if dt in ("i4", "i2"):
         kw["group"] = c["group"]
         kw["residual"] = c["residual"]
-    return CacheConfig(c["layers"], c["heads"], c["kv_heads"], c["head_dim"], c["max_tokens"], c["dtype"], **kw)
+    return CacheConfig(c["layers"], c["heads"], c["kv_heads"], c["head_dim"], c["max_tokens"], dt, **kw)
+
+
+TIER_PATH = "_kvedge_check_tiered"
+
+
+def _tiered(c):
+    """A tiered case: sinks + hot ring (case_config) in RAM, older tokens in blocks of c["tier"] on flash."""
+    from kvedge.tiered import TieredCache
+    t = c["tier"]
+    return TieredCache(case_config(c), TIER_PATH, t["block"], t["cold"], t["cold_blocks"], tile=c["tile"],
+                       fresh=True)
+
+
+def _remove_store():
+    import os
+    for x in (".h0", ".h1", ".s", ".0", ".1"):
+        try:
+            os.remove(TIER_PATH + x)
+        except OSError:
+            pass
 
 
 def fill_cache(c, cache, g):
@@ -86,6 +108,12 @@ def _run_case(c):
     from kvedge.cache import KVCache
     name = json.dumps(c["name"])
     gc.collect()  # the arena is the one large block: give it the tidiest heap
+    if "tier" in c:
+        try:
+            _run_tiered(c, name)
+        finally:
+            _remove_store()
+        return
     cache = KVCache(case_config(c))
     g = Gen(c["seed"])
     fill_cache(c, cache, g)
@@ -112,6 +140,40 @@ def _run_case(c):
             print('{"case":%s,"path":"int","kind":"%s","q":"%s","e":[%s]}'
                   % (name, kind, _hex(oq), ",".join([str(x) for x in oe])))
         kernels.select()
+
+
+def _query(c, g):
+    H, D = c["heads"], c["head_dim"]
+    q = _zeros("f", H * D)
+    g.fill(q, 0, H * D, D, False)
+    return q
+
+
+def _run_tiered(c, name):
+    """The tiered cache's own step and step_q8 (cold blocks read back from flash, then the ring)."""
+    from kvedge import kernels
+    from kvedge.attention import quantize_query
+    tc = _tiered(c)
+    try:
+        g = Gen(c["seed"])
+        fill_cache(c, tc, g)
+        H, D = c["heads"], c["head_dim"]
+        q = _query(c, g)
+        out = _zeros("f", H * D)
+        tc.step(c["layer"], q, out)
+        print('{"case":%s,"path":"float","kind":"-","out":"%s"}' % (name, _hex(out)))
+        if tc.int_ok:
+            qc, qs = _zeros("b", H * D), _zeros("H", H)
+            oq, oe = _zeros("i", H * D), _zeros("i", H)
+            quantize_query(q, qc, qs, H)
+            for kind in kernels.available():
+                tc.att.k = kernels.select(kind)
+                tc.step_q8(c["layer"], qc, qs, oq, oe)
+                print('{"case":%s,"path":"int","kind":"%s","q":"%s","e":[%s]}'
+                      % (name, kind, _hex(oq), ",".join([str(x) for x in oe])))
+            kernels.select()
+    finally:
+        tc.close()
 
 
 def main(cases_json):

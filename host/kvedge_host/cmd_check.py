@@ -24,6 +24,7 @@ from . import numref
 from .paths import DEVICE, HOST_PKG
 
 RUNTIMES = ("cpython", "unix", "wasm")
+M3_HEAP = 2097152  # the emulated Cortex-M3's benchmark image: room for the larger cases
 HEAP = 8 * 1024 * 1024  # a cross-check, not a board test: room for the larger cases
 I2_BOUND = 0.8  # 2-bit values, four levels each: over seeds 1-10 the lowest cosine was 0.836
 I2_MODEL_TOL = 2.0  # 2-bit K/V on stories260K: measured 1.22 at the default 64 positions (4.47 at 256)
@@ -43,8 +44,9 @@ SHAPES = [
 
 
 def add_arguments(p):
-    p.add_argument("--runtime", choices=RUNTIMES + ("all",), default="cpython",
-                   help="where the device code runs (all = cpython, unix, wasm)")
+    p.add_argument("--runtime", choices=RUNTIMES + ("m3", "all"), default="cpython",
+                   help="where the device code runs (all = cpython, unix, wasm; m3 = the emulated Cortex-M3 board: "
+                        "float32, 31-bit ints, Thumb-2 viper, the package as .mpy, a littlefs RAM disk)")
     p.add_argument("--port", help="run on the board at this serial port (or `kvedge sim`'s) instead of "
                                   "--runtime; deploy kvedge there first (`kvedge deploy --port PORT`)")
     p.add_argument("--cases", type=int, default=0, metavar="N",
@@ -97,6 +99,31 @@ def standard_cases(seed):
             cases.append(make_case(name, H, KVH, D, n, W, S, L, T, dt, seed * 1000 + i * 10 + j))
     # i8 with an f32 prefix (trap 5): the float path reads prefix rows at f32 (no integer path there)
     cases.append(make_case("gqa2-prefix4-i8", 4, 2, 32, 80, 24, 4, 1, 16, "i8", seed * 1000 + 99, prefix=4))
+    return cases + tiered_cases(seed)
+
+
+# tiered caches (kvedge.tiered): name, heads, kv_heads, head_dim, tokens, window, sinks, layers, tile, block,
+# cold blocks, sinks at f32 (prefix = sinks) or in the ring's dtype; the ring wraps many times and the oldest
+# blocks are dropped at the cold cap
+TIERED = [
+    ("tiered-gqa2", 4, 2, 32, 90, 16, 4, 2, 8, 4, 5, True),
+    ("tiered-gqa4", 8, 2, 16, 120, 24, 2, 1, 16, 8, 4, False),
+    ("tiered-mqa", 4, 1, 64, 60, 8, 0, 1, 4, 4, 6, False),
+]
+# (hot ring dtype, cold dtype): the criterion is the cold dtype's (f32 in both: exact attention)
+TIER_DTYPES = (("f32", "f32"), ("f32", "i4"), ("i8", "i4"), ("i8", "i8"))
+
+
+def tiered_cases(seed):
+    cases = []
+    for i, (sname, H, KVH, D, n, W, S, L, T, B, C, f32_sinks) in enumerate(TIERED):
+        for j, (ring, cold) in enumerate(TIER_DTYPES):
+            name = "%s-h%dkv%d-d%d-w%ds%d-b%dc%d-%s-%s" % (sname, H, KVH, D, W, S, B, C, ring, cold)
+            c = make_case(name, H, KVH, D, n, W, S, L, T, ring, seed * 1000 + 200 + i * 10 + j,
+                          prefix=S if f32_sinks else 0)
+            c.update(dtype=cold, ring=ring, max_tokens=S + W, align=0,
+                     tier={"block": B, "cold": cold, "cold_blocks": C})
+            cases.append(c)
     return cases
 
 
@@ -139,6 +166,15 @@ def run_script(runtime, code, port=None, timeout=900):
             return 0, deploy.mpremote(port, ["run", script], timeout=timeout)
         finally:
             os.unlink(script)
+    if runtime == "m3":
+        from . import m3board
+        from .cli import UserError
+        try:
+            return 0, m3board.run_code(code, heap=M3_HEAP, timeout=timeout * 4)
+        except m3board.M3Missing as e:
+            raise UserError(str(e))
+        except m3board.M3Error as e:
+            return 1, e.output
     if runtime == "cpython":
         env = dict(os.environ)
         env["PYTHONPATH"] = DEVICE
@@ -210,7 +246,11 @@ def case_inputs(c):
 def reference(c, wrong_mapping=False):
     """{"exact": attention over the true inputs, "f16": over half-rounded K/V} for the live positions."""
     K, V, q = case_inputs(c)
-    live = numref.live_positions(c["tokens"], c["window"], c["sinks"])
+    if "tier" in c:
+        t = c["tier"]
+        live = numref.tiered_live_positions(c["tokens"], c["window"], c["sinks"], t["block"], t["cold_blocks"])
+    else:
+        live = numref.live_positions(c["tokens"], c["window"], c["sinks"])
     H, KVH = c["heads"], c["kv_heads"]
     mapping = numref.wrong_mapping(H, KVH) if wrong_mapping else None
     K, V = K[live], V[live]

@@ -27,6 +27,17 @@ def live_positions(tokens, window=0, sinks=0):
     return np.concatenate([head, tail])
 
 
+def tiered_live_positions(tokens, window, sinks, block, cold_blocks):
+    """Logical positions a tiered cache (kvedge.tiered) holds after `tokens` appends: the first `sinks` for ever;
+    the ring of `window` sends its oldest `block` positions to flash whenever a position finds its slot taken
+    (positions sinks + window, + block, + 2 block, ...); flash keeps the newest `cold_blocks` blocks."""
+    if tokens <= sinks + window:
+        return np.arange(tokens)
+    sent = (tokens - 1 - (sinks + window)) // block + 1  # blocks that left the ring
+    first = sinks + max(0, sent - cold_blocks) * block
+    return np.concatenate([np.arange(sinks), np.arange(first, tokens)])
+
+
 def attention(q, K, V, heads, kv_heads, mapping=None):
     """out[h] = softmax(q[h] . K[:, kv(h)] / sqrt(D)) V[:, kv(h)].
 

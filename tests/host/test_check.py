@@ -32,6 +32,12 @@ def test_check_passes_on_every_runtime():
     names = {r["case"] for r in rows}
     for part in ("mha-", "gqa2-", "gqa4-", "gqa8-", "mqa-"):
         assert any(n.startswith(part) for n in names), part
+    # the tiered cache (hot ring + cold blocks read back from flash): f32 exact, i4/i8 cold on both paths
+    tiered = [r for r in rows if r["case"].startswith("tiered-")]
+    for rt in ("cpython", "unix", "wasm"):
+        got = {("-".join(r["case"].rsplit("-", 2)[1:]), r["path"]) for r in tiered if r["runtime"] == rt}
+        assert {("f32-f32", "float"), ("f32-i4", "float"), ("i8-i4", "int plain"), ("i8-i8", "int plain")} <= got
+    assert max(r["rel_err"] for r in tiered if r["case"].endswith("f32-f32")) <= 1e-5
 
 
 def test_wrong_head_mapping_fails_the_check():
@@ -61,6 +67,19 @@ def test_numref_against_a_loop_reference():
     assert list(numref.live_positions(10, 4, 2)) == [0, 1, 6, 7, 8, 9]
     assert list(numref.live_positions(3, 4, 2)) == [0, 1, 2]
     assert list(numref.live_positions(5)) == [0, 1, 2, 3, 4]
+    # a tiered cache, against a step-by-step model: the ring sends its oldest block to flash when a position
+    # finds its slot taken, flash keeps the newest C blocks
+    for n, W, S, B, C in ((30, 8, 2, 4, 3), (10, 8, 2, 4, 3), (11, 8, 2, 4, 3), (200, 16, 0, 8, 5), (57, 12, 4, 4, 9)):
+        ring, cold = [], []
+        for p in range(n):
+            if p >= S and len(ring) == W:
+                cold.append(ring[:B])
+                ring = ring[B:]
+                cold = cold[-C:]
+            if p >= S:
+                ring.append(p)
+        want = list(range(min(S, n))) + [x for b in cold for x in b] + ring
+        assert list(numref.tiered_live_positions(n, W, S, B, C)) == want, (n, W, S, B, C)
 
 
 def test_device_errors_and_crashes_are_failures():
