@@ -6,8 +6,8 @@ qemu -icount: 1 us of ticks_us = 1000 instructions; its littlefs RAM disk stands
   .venv/bin/python tools/bench_tiered.py [--runtime m3|unix|cpython] [--board rp2040] [--cold i4,i8]
                                          [--blocks 0,2,4,8] [--float] [--json]
 
-Shape: stories260K's attention (5 layers, 8 heads, 4 KV heads, head_dim 8), 4 f32 sinks, a hot ring of 64 i8
-tokens, blocks of 16 tokens. For each cold dtype the store is filled block by block; at each --blocks count one
+Shape: stories260K's attention (5 layers, 8 heads, 4 KV heads, head_dim 8), 4 sinks and a hot ring of 64 tokens
+in the ring's dtype (i8; f32 with --float), blocks of 16 tokens: the layout `kvedge plan` writes. For each cold dtype the store is filled block by block; at each --blocks count one
 token's attention (step_q8 over the 5 layers) is timed, and the slope over the cold tokens is the cost per token
 per cold token (flash reads included). For comparison: the same step over an i8 KVCache holding the tokens in RAM
 (its slope is the in-RAM cost per cached token). The demotion cost is the time of the start_token() that moves a
@@ -71,7 +71,7 @@ def token(c, pos, q8):
             vf[i] = vc[i] / 64.0
         for h in range(KVH):
             ks[h] = vs[h] = 0x2400  # f16 0.0156
-        if q8 and pos >= S:
+        if q8:
             c.write_q8(layer, kc, ks, vc, vs)
         else:
             c.write(layer, kf, vf)
@@ -94,7 +94,7 @@ def attend(c, q8, reps):
 
 def tiered(cold, blocks, q8, reps):
     name = "_bench_tiered"
-    cfg = CacheConfig(L, H, KVH, D, S + W, "i8" if q8 else "f32", window=W, sinks=S, prefix=S, align=0)
+    cfg = CacheConfig(L, H, KVH, D, S + W, "i8" if q8 else "f32", window=W, sinks=S, align=0)  # as kvedge plan
     c = TieredCache(cfg, name, block=B, cold=cold, cold_blocks=max(blocks) or 1, fresh=True)
     pos = 0
     rows = []
@@ -183,12 +183,12 @@ def slope(points):
     return b, my - b * mx
 
 
-def run(runtime, board, colds, blocks, with_float, reps):
+def run(runtime, board, colds, blocks, with_float, reps, heap=None):
     code = DEVICE_CODE % {"shape": (LAYERS, HEADS, KV_HEADS, HEAD_DIM, SINKS, WINDOW, BLOCK)}
     code += "\nmain(%r, %r, %r, %r)\n" % (colds, blocks, with_float, reps)
     if runtime == "m3":
         from kvedge_host import m3board
-        out = m3board.run_code(code, board=board, timeout=7200)
+        out = m3board.run_code(code, board=board, heap=heap or None, timeout=7200)
     else:
         from kvedge_host import runtimes
         from kvedge_host.paths import DEVICE
@@ -242,7 +242,9 @@ def summarize(res, unit):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runtime", choices=("m3", "unix", "cpython"), default="m3")
-    ap.add_argument("--board", default="rp2040", help="board profile whose heap the emulated board has")
+    ap.add_argument("--board", default="rp2040", help="board profile (its .mpy -march; its heap with --heap 0)")
+    ap.add_argument("--heap", type=int, default=2097152, help="emulated board heap (default: the benchmark image's "
+                    "2 MiB, room for the in-RAM comparison; instruction counts do not depend on it)")
     ap.add_argument("--cold", default="i4,i8")
     ap.add_argument("--blocks", default="0,2,4,8")
     ap.add_argument("--float", action="store_true", help="also the float path (f32 ring)")
@@ -251,7 +253,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     colds = a.cold.split(",")
     blocks = [int(x) for x in a.blocks.split(",")]
-    res = run(a.runtime, a.board, colds, blocks, a.float, a.reps)
+    res = run(a.runtime, a.board, colds, blocks, a.float, a.reps, a.heap)
     unit = 1000.0 if a.runtime == "m3" else 1.0  # instructions (m3) or microseconds
     rows = summarize(res, unit)
     what = "instructions" if a.runtime == "m3" else "us"
