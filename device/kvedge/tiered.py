@@ -192,10 +192,14 @@ class TieredCache:
 
     def _encode(self, layer, p0):
         """The staging block := tokens p0..p0+B-1 of `layer`, read from the ring and re-quantized (the staging
-        KVCache's own write path; i4 then quantizes its one KIVI group of B tokens: quantize_residual)."""
+        KVCache's own write path; i4 then quantizes its one KIVI group of B tokens: quantize_residual). A cold
+        store in the ring's own dtype (f32, f16, i8) takes the rows and scales verbatim instead."""
         r = self.ring
         st = self.stg
         st.reset()
+        if self.cold == r.cfg.dtype and self.cold != I4:
+            self._copy_rows(layer, p0)
+            return
         D = self.D
         kb = self.kbuf
         vb = self.vbuf
@@ -212,6 +216,27 @@ class TieredCache:
             st.start_token()
             st.write(0, kb, vb)
         st.quantize_residual()
+
+    def _copy_rows(self, layer, p0):
+        """Rows (and i8 scales) of tokens p0.. of `layer` copied byte for byte from the ring into the staging
+        block: no second rounding, and no float work."""
+        r = self.ring
+        st = self.stg
+        a = r.arena
+        sa = st.arena
+        n = r.row
+        i8 = self.cold == I8
+        for t in range(self.B):
+            b = r.slot_of(p0 + t) - r.P
+            st.start_token()
+            for kv in (0, 1):
+                for h in range(self.H):
+                    src = ((layer * 2 + kv) * self.H + h) * r.B + b
+                    dst = (kv * self.H + h) * self.B + t
+                    o = st.DATA + dst * st.prow
+                    sa[o:o + n] = a[r.DATA + src * r.prow:r.DATA + src * r.prow + n]
+                    if i8:
+                        sa[st.META + 2 * dst:st.META + 2 * dst + 2] = a[r.META + 2 * src:r.META + 2 * src + 2]
 
     def _stage_ready(self):
         st = self.stg

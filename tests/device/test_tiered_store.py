@@ -12,7 +12,7 @@ from kvedge.errors import BudgetError, ColdStoreError
 from kvedge.tiered import TieredCache
 from _support import Rng, need, raises, message
 from _tieredref import (PATH, case, cfg_of, cosine, exact_rows, feed, live_positions, query, reference, rel_err, remove,
-                        size, stored_rows)
+                        size, stored_rows, token)
 
 
 def test_ram_and_flash_equal_the_budget_formula():
@@ -64,6 +64,31 @@ def test_cap_policies_drop_oldest_blocks_or_reset():
     finally:
         tc.close()
         remove()
+
+
+def test_cold_store_in_the_rings_dtype_keeps_its_bytes():
+    need("fs")
+    from kvedge.cache import KVCache
+    for dt in ("i8", "f16"):
+        tc = TieredCache(cfg_of(2, 1, 8, 8, 2, dt, 1, False), PATH, block=4, cold=dt, cold_blocks=4, fresh=True)
+        plain = KVCache(CacheConfig(1, 2, 1, 8, 40, dt, align=0))  # the same writes, all kept in RAM
+        try:
+            kb, vb = zeros("f", 8), zeros("f", 8)
+            for p in range(40):
+                token(6, p, 0, kb, vb, 8)
+                tc.append([kb], [vb])
+                plain.append([kb], [vb])
+            assert tc.store.count == 4
+            a, b = zeros("f", 8), zeros("f", 8)
+            for p in live_positions(tc):
+                for kv in (0, 1):
+                    tc.read(0, 0, p, kv, a)
+                    plain.read(0, 0, p, kv, b)
+                    assert list(a) == list(b), (dt, p, kv)  # no second rounding on the way to flash
+        finally:
+            tc.close()
+            remove()
+        gc.collect()
 
 
 def _sink_bytes(tc):
