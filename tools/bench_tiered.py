@@ -4,7 +4,7 @@ the demotion of a block from the hot ring to flash, on the emulated Cortex-M3 bo
 qemu -icount: 1 us of ticks_us = 1000 instructions; its littlefs RAM disk stands in for flash) or a unix port.
 
   .venv/bin/python tools/bench_tiered.py [--runtime m3|unix|cpython] [--board rp2040] [--cold i4,i8]
-                                         [--blocks 0,2,4,8] [--float] [--json]
+                                         [--blocks 0,2,4,8] [--float] [--json] [--save]
 
 Shape: stories260K's attention (5 layers, 8 heads, 4 KV heads, head_dim 8), 4 sinks and a hot ring of 64 tokens
 in the ring's dtype (i8; f32 with --float), blocks of 16 tokens: the layout `kvedge plan` writes. For each cold dtype the store is filled block by block; at each --blocks count one
@@ -12,7 +12,8 @@ token's attention (step_q8 over the 5 layers) is timed, and the slope over the c
 per cold token (flash reads included). For comparison: the same step over an i8 KVCache holding the tokens in RAM
 (its slope is the in-RAM cost per cached token). The demotion cost is the time of the start_token() that moves a
 block to flash (re-quantize, append, flush, commit), spread over the block's tokens. --float adds the float path
-(f32 ring)."""
+(f32 ring). --save (m3 only) writes the figures to host/kvedge_host/tiered_cost.py, where `kvedge plan` reads
+them."""
 import argparse
 import json
 import os
@@ -244,6 +245,31 @@ def summarize(res, unit):
     return out
 
 
+def machine(runtime, heap):
+    if runtime != "m3":
+        return runtime
+    from kvedge_host import m3board
+    return "qemu %s -icount shift=0, MicroPython %s" % (m3board.MACHINE, os.path.basename(m3board.firmware_for(heap)))
+
+
+COST_MODULE = os.path.join(ROOT, "host", "kvedge_host", "tiered_cost.py")
+
+
+def save(doc):
+    keep = ("path", "cold", "per_cold_token", "base", "in_ram_per_token", "demote_per_block", "demote_per_token",
+            "step_alloc_bytes")
+    rows = [dict((k, round(r[k]) if isinstance(r[k], float) else r[k]) for k in keep) for r in doc["rows"]]
+    import pprint
+    out = dict((k, doc[k]) for k in ("machine", "kernels", "unit", "shape", "command"))
+    out["command"] = out["command"].replace(" --save", "").replace(" --json", "")
+    out["rows"] = rows
+    with open(COST_MODULE, "w") as f:
+        f.write('"""What a tiered cache costs per token on the emulated Cortex-M3 (instructions over the layers, per\n'
+                'cold token held; see tools/bench_tiered.py for each figure). Written by\n\n    %s --save\n\n'
+                'and read by `kvedge plan`."""\n' % out["command"])
+        f.write("MEASURED = %s\n" % pprint.pformat(out, width=110, sort_dicts=False))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runtime", choices=("m3", "unix", "cpython"), default="m3")
@@ -255,6 +281,7 @@ def main(argv=None):
     ap.add_argument("--float", action="store_true", help="also the float path (f32 ring)")
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--save", action="store_true", help="write host/kvedge_host/tiered_cost.py for kvedge plan")
     a = ap.parse_args(argv)
     colds = a.cold.split(",")
     blocks = [int(x) for x in a.blocks.split(",")]
@@ -262,11 +289,18 @@ def main(argv=None):
     unit = 1000.0 if a.runtime == "m3" else 1.0  # instructions (m3) or microseconds
     rows = summarize(res, unit)
     what = "instructions" if a.runtime == "m3" else "us"
+    doc = {"runtime": a.runtime, "board": a.board, "heap": a.heap, "unit": what, "kernels": res["kernels"],
+           "command": "tools/bench_tiered.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+           "machine": machine(a.runtime, a.heap),
+           "shape": {"layers": LAYERS, "heads": HEADS, "kv_heads": KV_HEADS, "head_dim": HEAD_DIM, "sinks": SINKS,
+                     "window": WINDOW, "block": BLOCK},
+           "rows": rows}
+    if a.save:
+        if a.runtime != "m3":
+            raise SystemExit("--save records instructions on the emulated board: use --runtime m3")
+        save(doc)
     if a.json:
-        print(json.dumps({"runtime": a.runtime, "board": a.board, "unit": what, "kernels": res["kernels"],
-                          "shape": {"layers": LAYERS, "heads": HEADS, "kv_heads": KV_HEADS, "head_dim": HEAD_DIM,
-                                    "sinks": SINKS, "window": WINDOW, "block": BLOCK},
-                          "rows": rows}, indent=1))
+        print(json.dumps(doc, indent=1))
         return 0
     print("tiered cache, stories260K attention shape, %s, kernels %s; %s per token (5 layers)"
           % (a.runtime, res["kernels"], what))

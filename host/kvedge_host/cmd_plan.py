@@ -28,7 +28,7 @@ KIVI_MIN = 2 * budget.QK  # i4's default sliding residual (one group) and the gr
 # heuristic quality order when no measured table is given (lower = closer to the full f32 cache)
 KIND_GROUP = {"keep": 0, "prefix": 0, "h2o": 1, "sinks": 2, "tiered": 3, "window": 4, "shorter": 5}
 TIER_BLOCK = 16  # tokens per cold block of a tiered cache (keys quantized per channel over it)
-TIER_COLD = budget.I4  # what the cold blocks hold (KIVI), see docs/tiered.md for the measured alternatives
+TIER_COLDS = (budget.I4, budget.I8)  # what cold blocks hold: i4 (KIVI, least flash) or i8 (cheaper to attend)
 TIER_RINGS = (budget.F32, budget.F16, budget.I8)
 DTYPE_RANK = {budget.F32: 0, budget.F16: 1, budget.I8: 2, budget.I4: 3, budget.I2: 4}
 # the quality table `--quality` uses when given no file: `kvedge eval --json` on stories260K (the written corpus)
@@ -146,7 +146,7 @@ def load_quality(path):
             q["residual"] = cfg["residual"]
         if kind == "tiered":
             tier = row.get("tier") if isinstance(row.get("tier"), dict) else {}
-            q["cold"] = tier.get("cold_dtype") or (TIER_COLD if "i4" in _norm(label) else None)
+            q["cold"] = tier.get("cold_dtype") or next((d for d in TIER_COLDS if "cold" + d in _norm(label)), None)
         table.append(q)
     if not table:
         raise UserError("%s: no row has kl, ppl or top1 figures" % path)
@@ -207,13 +207,18 @@ def _tiered_row(table, cand):
     ring = cand["cache"]["window"] + cand["cache"]["sinks"]
     cold = cand["tier"]["cold_dtype"]
     rows = [r for r in table if r["kind"] == "tiered" and r.get("cold") in (cold, None)]
+    if not rows and cold == budget.I8:  # an i8 store loses no more than an i4 one: its row bounds the cost
+        rows = [dict(r, uncertain=True) for r in table if r["kind"] == "tiered" and r.get("cold") == budget.I4]
     if not rows:
         return None
     same = [r for r in rows if r["dtype"] == cand["cache"]["dtype"]] or rows
     below = [r for r in same if r.get("tokens", 0) <= ring]
     row = max(below, key=lambda r: r.get("tokens", 0)) if below else min(same, key=lambda r: r.get("tokens", 0))
     if row["dtype"] != cand["cache"]["dtype"]:
-        return _other_dtype(table, row, cand["cache"]["dtype"])
+        moved = _other_dtype(table, row, cand["cache"]["dtype"])
+        if row.get("uncertain"):
+            moved["uncertain"] = True
+        return moved
     return row
 
 
@@ -264,19 +269,18 @@ def quality_cost(q):
 
 # ---- what a tiered cache costs per token (measured on the emulated board) ----
 
-TIER_COST_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "tiered_cost.json")
-
-
-def tier_cost(spec, ring_dtype, cold, cold_tokens, path=TIER_COST_FILE):
+def tier_cost(spec, ring_dtype, cold, cold_tokens, measured=None):
     """Instructions per token the cold tokens add (attention over them, flash reads included) and the demotion of
-    blocks (spread over their tokens), from `tools/bench_tiered.py --json` on the emulated Cortex-M3 (the file
-    names its command and firmware). Measured for stories260K's attention shape; other shapes are scaled by
-    layers x heads x head_dim (the work per cold token) and say so. None when no measurement is at hand."""
-    try:
-        with open(path) as f:
-            m = json.load(f)
-    except (OSError, ValueError):
-        return None
+    blocks (spread over their tokens), as `tools/bench_tiered.py --save` measured them on the emulated Cortex-M3
+    (kvedge_host/tiered_cost.py names its command and firmware). Measured for stories260K's attention shape;
+    other shapes are scaled by layers x heads x head_dim (the work per cold token) and say so. None when no
+    measurement is at hand."""
+    if measured is None:
+        try:
+            from .tiered_cost import MEASURED as measured
+        except ImportError:
+            return None
+    m = measured
     q8 = ring_dtype in (budget.I8, budget.I4) and cold in (budget.I8, budget.I4)
     rows = [r for r in m.get("rows", []) if r.get("path") == ("int" if q8 else "float") and r.get("cold") == cold]
     if not rows:
@@ -288,8 +292,8 @@ def tier_cost(spec, ring_dtype, cold, cold_tokens, path=TIER_COST_FILE):
            "instructions_per_cold_token": int(r["per_cold_token"] * f),
            "cold_instructions_per_token": int(r["per_cold_token"] * f * cold_tokens),
            "demote_instructions_per_token": int(r["demote_per_token"] * f),
-           "measured": "%s on %s (%s kernels): %s" % (m.get("unit", "instructions"), m.get("machine", "?"),
-                                                     m.get("kernels", "?"), m.get("command", "?"))}
+           "measured": "%s on %s (%s kernels), `%s`" % (m.get("unit", "instructions"), m.get("machine", "?"),
+                                                       m.get("kernels", "?"), m.get("command", "?"))}
     if abs(f - 1.0) > 1e-9:
         out["scaled"] = "from %d layers x %d heads x head_dim %d, by %.3g" % (sh["layers"], sh["heads"],
                                                                           sh["head_dim"], f)
@@ -457,9 +461,9 @@ class Planner:
                               make(B), place, B, C, policy={"kind": "h2o", "budget": B, "recent": recent},
                               scores=scores(B))
 
-    def tiered(self, dtype, place):
-        """Sinks and a hot ring of `dtype` in RAM, every older token of the context re-quantized to i4 (KIVI
-        over blocks of TIER_BLOCK tokens) in a cold store on flash, all attended every step (kvedge.tiered). The
+    def tiered(self, dtype, place, cold):
+        """Sinks and a hot ring of `dtype` in RAM, every older token of the context in `cold` (i4: KIVI over
+        blocks of TIER_BLOCK tokens; i8) in a cold store on flash, all attended every step (kvedge.tiered). The
         ring is the largest that fits beside its staging block and tables; the store holds the rest of the
         context even right after a block left the ring (then the ring holds W - B + 1 tokens)."""
         if not self.tiered_ok or not self.prof.get("flash_bytes") or self.native_window:
@@ -471,7 +475,7 @@ class Planner:
 
         def size(W):
             return budget.tiered_bytes(self.spec.layers, self.spec.heads, self.spec.kv_heads, self.spec.head_dim,
-                                       W, S, B, -(-(C - S - W + B - 1) // B), dtype, TIER_COLD, self.align, 0,
+                                       W, S, B, -(-(C - S - W + B - 1) // B), dtype, cold, self.align, 0,
                                        f32_sinks=False)
 
         def ok(W):
@@ -482,11 +486,11 @@ class Planner:
             return None
         z = size(W)
         blocks = z["cold_tokens"] // B
-        tier = {"kind": "tiered", "block": B, "cold_dtype": TIER_COLD, "cold_blocks": blocks, "at_cap": "drop",
+        tier = {"kind": "tiered", "block": B, "cold_dtype": cold, "cold_blocks": blocks, "at_cap": "drop",
                 "cold_align": 0, "ring_bytes": z["ring"], "staging_bytes": z["staging"], "tables_bytes": z["tables"],
                 "ram_bytes": z["ram"], "cold_bytes": blocks * z["block"], "flash_bytes": z["flash"],
-                "cold_tokens": z["cold_tokens"], "cost": tier_cost(self.spec, dtype, TIER_COLD, z["cold_tokens"])}
-        name = "%s hot ring %d + %d sinks, older %d tokens i4 on flash" % (dtype, W, S, z["cold_tokens"])
+                "cold_tokens": z["cold_tokens"], "cost": tier_cost(self.spec, dtype, cold, z["cold_tokens"])}
+        name = "%s hot ring %d + %d sinks, older %d tokens %s on flash" % (dtype, W, S, z["cold_tokens"], cold)
         return self.candidate("tiered", name, self.cfg(S + W, dtype, window=W, sinks=S), place, C, C,
                               policy={"kind": "tiered"}, tier=tier)
 
@@ -531,7 +535,9 @@ class Planner:
             found.append(self._note("%s window%s" % (dt, tag), self.window(dt, place, 0)))
         for dt in dts:
             if dt in TIER_RINGS and self.tiered_ok:
-                found.append(self._note("%s hot ring + i4 blocks on flash%s" % (dt, tag), self.tiered(dt, place)))
+                for cold in TIER_COLDS:
+                    found.append(self._note("%s hot ring + %s blocks on flash%s" % (dt, cold, tag),
+                                            self.tiered(dt, place, cold)))
         for dt in dts:
             found.append(self._note("%s, shorter context%s" % (dt, tag), self.shorter(dt, place)))
         return found
@@ -562,7 +568,8 @@ class Planner:
         seen = set()
         unique = []
         for c in found:
-            key = (json.dumps(c["cache"], sort_keys=True), c["kind"], c["weights"]["place"])
+            key = (json.dumps(c["cache"], sort_keys=True), c["kind"], c["weights"]["place"],
+                   (c["tier"] or {}).get("cold_dtype"))
             if key not in seen:
                 seen.add(key)
                 unique.append(c)
@@ -608,7 +615,8 @@ class Planner:
             out.append({"array": name, "bytes": n, "where": where, "why": why})
         if tier:
             out.append({"array": "cold KV store", "bytes": tier["flash_bytes"] * self.batch,
-                        "where": "flash files (%d blocks of %d tokens, i4)" % (tier["cold_blocks"], tier["block"]),
+                        "where": "flash files (%d blocks of %d tokens, %s)" % (tier["cold_blocks"], tier["block"],
+                                                                               tier["cold_dtype"]),
                         "why": "older tokens, re-quantized; every block is read back once per layer and token"})
         return out
 
@@ -761,6 +769,7 @@ def run(a):
                      "with flash; --no-tiered leaves it out")
     if table is None:
         notes.append("no --quality table: ranked by the heuristic order (run `kvedge eval --json` to measure)")
+    notes += _tier_notes(ranked[a.pick - 1] if ranked and a.pick <= len(ranked) else None, ranked)
     result = {"model": spec.name, "board": tgt["name"], "heap_bytes": tgt["heap_bytes"], "context": context,
               "align": a.align, "batch": a.batch, "requested": pl.baseline, "trace": pl.trace,
               "configurations": ranked, "notes": notes,
@@ -782,6 +791,21 @@ def run(a):
     else:
         print_plan(spec, tgt, result, chosen, a.top)
     return 0 if ranked else 1
+
+
+def _tier_notes(chosen, ranked):
+    """A tiered choice on the float path: say which tiered configuration takes the integer path, and its cost."""
+    k = ((chosen or {}).get("tier") or {}).get("cost")
+    if not k or not k["path"].startswith("float"):
+        return []
+    for i, c in enumerate(ranked, 1):
+        kc = (c.get("tier") or {}).get("cost")
+        if c["kind"] == "tiered" and kc and kc["path"].startswith("integer"):
+            return ["the chosen tiered cache runs the float path (%s instructions per token for its cold tokens on "
+                    "the emulated board); #%d (%s) takes the integer path at %s: --pick %d"
+                    % ("{:,}".format(k["cold_instructions_per_token"]), i, c["strategy"],
+                       "{:,}".format(kc["cold_instructions_per_token"]), i)]
+    return []
 
 
 def _b(n):

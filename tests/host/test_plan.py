@@ -144,10 +144,18 @@ def test_quality_table_reorders(capsys, stories, tmp_path):
     r = plan(capsys, "--model", stories, "--board", "rp2350", "--weights-dtype", "i8", "--quality", str(q))
     # the measured tiered row (every token kept, the older ones i4 on flash) is the cheapest: it comes first
     assert r["configurations"][0]["kind"] == "tiered"
-    tiered = dict((c["cache"]["dtype"], c) for c in r["configurations"] if c["kind"] == "tiered")
-    assert tiered["i8"]["quality"]["metrics"]["kl"] == 0.001 and tiered["i8"]["quality"]["tokens"] == 64
-    assert tiered["f32"]["quality"]["estimated"]  # the i8 row moved by f32 - i8: 0.001 - 0.002, floored at 0
-    assert tiered["f32"]["quality"]["metrics"]["kl"] == 0.0
+    tiered = dict(((c["cache"]["dtype"], c["tier"]["cold_dtype"]), c) for c in r["configurations"]
+                  if c["kind"] == "tiered")
+    q = tiered["i8", "i4"]["quality"]
+    assert q["metrics"]["kl"] == 0.001 and q["tokens"] == 64 and not q.get("uncertain")
+    assert tiered["f32", "i4"]["quality"]["estimated"]  # the i8 row moved by f32 - i8: 0.001 - 0.002, floored at 0
+    assert tiered["f32", "i4"]["quality"]["metrics"]["kl"] == 0.0
+    q = tiered["i8", "i8"]["quality"]  # no i8-store row: the i4 store's cost bounds it, marked uncertain
+    assert q["metrics"]["kl"] == 0.001 and q["uncertain"]
+    order = r["configurations"]
+    assert order.index(tiered["i8", "i4"]) < order.index(tiered["i8", "i8"])
+    if order[0]["tier"]["cost"]["path"].startswith("float"):  # the plan points at the integer path's rank
+        assert any("takes the integer path" in n and "--pick" in n for n in r["notes"]), r["notes"]
     rest = [c for c in r["configurations"] if c["kind"] != "tiered"]
     assert rest[0]["kind"] == "sinks"
     sinks = dict((c["cache"]["dtype"], c) for c in rest if c["kind"] == "sinks" and c["cache"]["align"] == 0)
@@ -266,9 +274,10 @@ def test_quality_table_in_kvedge_eval_format(capsys, stories, tmp_path):
     assert by_kind["h2o"]["quality"] is None  # not measured: ranked after every measured row
     tiered = [c for c in r["configurations"] if c["kind"] == "tiered"]
     assert {c["cache"]["dtype"] for c in tiered} == {"f32", "f16", "i8"}
-    for c in tiered:  # the f32-ring row, moved to f16/i8 rings by the full-cache KL difference
+    for c in tiered:  # the f32-ring i4-store row, moved to f16/i8 rings by the full-cache KL difference
         want = 0.02 + {"f32": 0.0, "f16": 0.0001, "i8": 0.003}[c["cache"]["dtype"]]
         assert abs(c["quality"]["metrics"]["kl"] - want) < 1e-12 and c["quality"]["tokens"] == 132
+        assert bool(c["quality"].get("uncertain")) == (c["tier"]["cold_dtype"] == "i8")  # an i4 row bounds i8
     order = [c["kind"] for c in r["configurations"]]
     assert order.index("tiered") < order.index("sinks") < order.index("window") < order.index("h2o")
 
@@ -305,6 +314,7 @@ def test_tiered_cache_offered_by_default_and_built_from_the_plan(capsys, stories
     r = plan(capsys, "--model", stories, "--board", "rp2040", "--weights-dtype", "i8")
     tiers = [c for c in r["configurations"] if c["kind"] == "tiered"]
     assert tiers and not any("--flash-tier" in n for n in r["notes"])
+    assert {(c["cache"]["dtype"], c["tier"]["cold_dtype"]) for c in tiers} >= {("i8", "i4"), ("i8", "i8"), ("f32", "i4")}
     for c in tiers:
         t, cfg = c["tier"], CacheConfig.from_dict(c["cache"])
         z = budget.tiered_bytes(5, 8, 4, 8, cfg.window, cfg.sinks, t["block"], t["cold_blocks"], cfg.dtype,
@@ -315,6 +325,14 @@ def test_tiered_cache_offered_by_default_and_built_from_the_plan(capsys, stories
         assert c["tokens_kept"] == 512 <= cfg.sinks + t["cold_tokens"] + cfg.window - t["block"] + 1
         assert c["total_bytes"] <= c["heap_bytes"] and t["ram_bytes"] <= c["budget_bytes"]
         assert any(p["array"] == "cold KV store" and p["where"].startswith("flash") for p in c["placement"])
+    from kvedge_host.tiered_cost import MEASURED
+    for c in tiers:  # the measured cost per token, from tools/bench_tiered.py on the emulated board
+        t, k = c["tier"], c["tier"]["cost"]
+        path = "int" if c["cache"]["dtype"] == "i8" else "float"
+        row = [m for m in MEASURED["rows"] if m["path"] == path and m["cold"] == t["cold_dtype"]][0]
+        assert k["instructions_per_cold_token"] == row["per_cold_token"] and "scaled" not in k
+        assert k["cold_instructions_per_token"] == row["per_cold_token"] * t["cold_tokens"]
+        assert MEASURED["command"] in k["measured"]
     pick = r["configurations"].index(tiers[0]) + 1
     plan(capsys, "--model", stories, "--board", "rp2040", "--weights-dtype", "i8", "--out", out, "--pick", str(pick))
     doc = json.load(open(out))
@@ -332,3 +350,17 @@ def test_tiered_cache_offered_by_default_and_built_from_the_plan(capsys, stories
     assert [c["strategy"] for c in old["configurations"]] == [c["strategy"] for c in r["configurations"]]
     unix = plan(capsys, "--model", stories, "--board", "unix", "--weights-dtype", "i8")  # no flash: no tier
     assert "tiered" not in set(c["kind"] for c in unix["configurations"])
+
+
+def test_tiered_cost_scales_to_other_shapes():
+    from kvedge_host import cmd_plan, models
+    fake = {"shape": {"layers": 2, "heads": 4, "head_dim": 8}, "unit": "instructions", "machine": "m", "kernels": "k",
+            "command": "c", "rows": [{"path": "int", "cold": "i4", "per_cold_token": 1000, "demote_per_token": 50},
+                                     {"path": "float", "cold": "i4", "per_cold_token": 9000, "demote_per_token": 70}]}
+    spec = models.preset("stories15m")  # 6 layers, 6 heads, head_dim 48: 6 x 6 x 48 / (2 x 4 x 8) = 27x the work
+    k = cmd_plan.tier_cost(spec, "i8", "i4", 100, fake)
+    f = spec.layers * spec.heads * spec.head_dim / 64.0
+    assert k["instructions_per_cold_token"] == int(1000 * f) and k["cold_instructions_per_token"] == int(1000 * f * 100)
+    assert k["demote_instructions_per_token"] == int(50 * f) and "scaled" in k and k["path"].startswith("integer")
+    assert cmd_plan.tier_cost(spec, "f32", "i4", 100, fake)["instructions_per_cold_token"] == int(9000 * f)
+    assert cmd_plan.tier_cost(spec, "i8", "i8", 100, fake) is None  # not measured: no figure invented

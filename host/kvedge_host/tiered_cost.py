@@ -1,0 +1,43 @@
+"""What a tiered cache costs per token on the emulated Cortex-M3 (instructions over the layers, per
+cold token held; see tools/bench_tiered.py for each figure). Written by
+
+    tools/bench_tiered.py --runtime m3 --blocks 0,2,4,8 --float --save
+
+and read by `kvedge plan`."""
+MEASURED = {'machine': 'qemu mps2-an385 -icount shift=0, MicroPython firmware-heap2097152.elf',
+ 'kernels': 'viper',
+ 'unit': 'instructions',
+ 'shape': {'layers': 5, 'heads': 8, 'kv_heads': 4, 'head_dim': 8, 'sinks': 4, 'window': 64, 'block': 16},
+ 'command': 'tools/bench_tiered.py --runtime m3 --blocks 0,2,4,8 --float',
+ 'rows': [{'path': 'int',
+           'cold': 'i4',
+           'per_cold_token': 433174,
+           'base': 7803000,
+           'in_ram_per_token': 95118,
+           'demote_per_block': 105713000,
+           'demote_per_token': 6607062,
+           'step_alloc_bytes': 0},
+          {'path': 'int',
+           'cold': 'i8',
+           'per_cold_token': 157754,
+           'base': 7827000,
+           'in_ram_per_token': 95118,
+           'demote_per_block': 15648000,
+           'demote_per_token': 978000,
+           'step_alloc_bytes': 0},
+          {'path': 'float',
+           'cold': 'i4',
+           'per_cold_token': 6260152,
+           'base': 135460000,
+           'in_ram_per_token': 2830111,
+           'demote_per_block': 104301000,
+           'demote_per_token': 6518812,
+           'step_alloc_bytes': 609728},
+          {'path': 'float',
+           'cold': 'i8',
+           'per_cold_token': 3457980,
+           'base': 137375500,
+           'in_ram_per_token': 2830111,
+           'demote_per_block': 92549000,
+           'demote_per_token': 5784312,
+           'step_alloc_bytes': 777184}]}
