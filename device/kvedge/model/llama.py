@@ -287,7 +287,10 @@ def generate(model, tokenizer, sampler, prompt_ids, steps, emit=None):
     flogits = None
     if getattr(model, "intp", None) is not None and sampler.temperature:
         flogits = zeros("f", model.cfg.vocab_size)  # sampling with a temperature needs float logits
-    out = []
+    # the generated ids, allocated once: a list grown token by token reallocates (2 KB at 256 ids on a 64-bit
+    # port) when the heap is at its fullest, and a board's heap may have no such hole left by then
+    out = [0] * max(0, steps - len(prompt_ids) + 1)
+    n = 0
     token = prompt_ids[0]
     pos = 0
     while pos < steps:
@@ -305,8 +308,10 @@ def generate(model, tokenizer, sampler, prompt_ids, steps, emit=None):
         if nxt == BOS:
             break
         if pos >= len(prompt_ids):
-            out.append(nxt)
+            out[n] = nxt
+            n += 1
         if emit is not None:
             emit(tokenizer.piece(token, nxt))
         token = nxt
+    del out[n:]  # in place: no copy
     return out
