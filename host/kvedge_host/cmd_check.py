@@ -44,7 +44,7 @@ SHAPES = [
 
 
 def add_arguments(p):
-    p.add_argument("--runtime", choices=RUNTIMES + ("m3", "all"), default="cpython",
+    p.add_argument("--runtime", choices=RUNTIMES + ("m3", "circuitpython", "all"), default="cpython",
                    help="where the device code runs (all = cpython, unix, wasm; m3 = the emulated Cortex-M3 board: "
                         "float32, 31-bit ints, Thumb-2 viper, the package as .mpy, a littlefs RAM disk)")
     p.add_argument("--port", help="run on the board at this serial port (or `kvedge sim`'s) instead of "

@@ -40,6 +40,23 @@ def test_check_passes_on_every_runtime():
     assert max(r["rel_err"] for r in tiered if r["case"].endswith("f32-f32")) <= 1e-5
 
 
+def test_check_tiered_cases_on_circuitpython():
+    """`kvedge check --runtime circuitpython`: the tiered cases (and the rest) on real CircuitPython (its unix
+    emulation on the MicroPython unix port where the binary is absent)."""
+    from kvedge_host import runtimes
+    try:
+        runtimes.micropython_bin()
+    except runtimes.RuntimeMissing as e:
+        import pytest
+        pytest.skip(str(e))
+    cases = [c for c in cmd_check.standard_cases(1) if c["name"].startswith("tiered-")]
+    rows = cmd_check.check_runtime("circuitpython", cases)
+    assert rows and not [r for r in rows if not r["ok"]], rows
+    got = {("-".join(r["case"].rsplit("-", 2)[1:]), r["path"]) for r in rows}
+    assert {("f32-f32", "float"), ("f32-i4", "float"), ("i8-i4", "int plain"), ("i8-i8", "int plain")} <= got
+    assert max(r["rel_err"] for r in rows if r["case"].endswith("f32-f32")) <= 1e-5
+
+
 def test_wrong_head_mapping_fails_the_check():
     rc, out, err = _kvedge("--runtime", "cpython", "--wrong-mapping", "--only", "gqa4")
     assert rc == 1, (rc, out[-2000:], err[-2000:])
