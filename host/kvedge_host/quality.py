@@ -307,9 +307,17 @@ def strategies(tokens, window=128, sinks=4, prefix=None, group=32):
         rows.append(("window %d" % w, {"dtype": "f32", "window": w, "max_tokens": w}))
         rows.append(("sinks %d + window %d" % (sinks, w - sinks),
                      {"dtype": "f32", "window": w - sinks, "sinks": sinks, "max_tokens": w}))
-    w = _sizes(window)[0]  # tiered: a ring of this window (or half of it) in RAM, every older token on flash
-    rows += [tiered(w // 2, stream=tokens), tiered(w, stream=tokens), tiered(w, "i8", stream=tokens)]
+    rings = tier_rings(_sizes(window), tokens)  # tiered: a ring of each in RAM, every older token on flash
+    rows += [tiered(r, stream=tokens) for r in rings] + [tiered(rings[-1], "i8", stream=tokens)]
     return rows
+
+
+def tier_rings(windows, context):
+    """The two hot-ring sizes of the tiered rows: the two smallest windows below the context (one window: half
+    of it and itself), each a multiple of the block when it is larger."""
+    small = sorted(w for w in windows if w < context)[:2] or [min(windows)]
+    rings = small if len(small) == 2 else [max(1, small[0] // 2), small[0]]
+    return [r - r % TIER_BLOCK if r > TIER_BLOCK else r for r in rings]
 
 
 def h2o_policy(slots, recent=None, sinks=0):
@@ -435,8 +443,9 @@ def evaluate_long(path, contexts=3, seed=42, windows=(128, 512), sinks=4, align=
                      {"dtype": "f32", "window": w - sinks, "sinks": sinks, "max_tokens": w}))
     w = windows[0]
     todo.append(("H2O %d slots (%d recent)" % (w, w // 2), None))
-    todo += [tiered(w // 2, tokens=ctx), tiered(w, tokens=ctx), tiered(w, sinks=sinks, tokens=ctx),
-             tiered(w, stream=n)]
+    rings = tier_rings(windows, ctx)
+    todo += [tiered(r, tokens=ctx) for r in rings]
+    todo += [tiered(rings[-1], sinks=sinks, tokens=ctx), tiered(rings[-1], stream=n)]
     rows = []
     base = None
     for name, kv in todo:

@@ -279,3 +279,18 @@ def test_generate_stats_stream_for_the_monitor(tinyfiles, capfd):
     samples = [parse(line) for line in err.splitlines() if line.startswith("KVSTATS")]
     assert samples[0]["event"] == "start" and samples[-1]["event"] == "final"
     assert samples[-1]["tokens_seen"] == 20 and samples[-1]["evictions"] == 10
+
+
+def test_long_eval_has_tiered_rows_beside_window_and_sinks(tinyfiles):
+    # two trained contexts of the tiny model; the tiered rows hold a context's worth (oldest blocks dropped) or all
+    assert quality.tier_rings((64, 128, 256, 512), 512) == [64, 128]
+    assert quality.tier_rings((128, 512), 512) == [64, 128] and quality.tier_rings((8,), 40) == [4, 8]
+    ctx = quality.RefModel(tinyfiles["f32"]).cfg.seq_len
+    res = quality.evaluate_long(tinyfiles["f32"], contexts=2, seed=3, windows=(16, ctx), sinks=2)
+    rows = {r["name"]: r for r in res["rows"]}
+    tiered = [r for n, r in rows.items() if n.startswith("tiered")]
+    assert len(tiered) == 4 and all(len(r["segments"]) == 2 and r["flash_bytes"] > 0 for r in tiered)
+    assert "window 16" in rows and "sinks 2 + window 14" in rows
+    # holding every token on flash is the full cache up to its quantization: closer to it than a window
+    full = [r for r in tiered if "all held" in r["name"]][0]
+    assert full["kl"] < rows["window 16"]["kl"] and full["peak_bytes"] < res["rows"][0]["peak_bytes"]
