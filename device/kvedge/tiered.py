@@ -400,6 +400,18 @@ class TieredCache:
             geo[6] = 0
             geo[7] = B
             geo[8] = 0
+            rows = getattr(att.k, "att_rows_i8", None) if att.fused else None
+            if rows is not None:  # a fused kernel: the block's every tile in one call per query head
+                ist = self.ist
+                g = self.group
+                for h in range(kvh * g, kvh * g + g):
+                    att.q8_head(h, qs)
+                    att.q8_load(ist, 5 * h)
+                    att.iacc = self.iaccs[h]
+                    geo[6] = 0
+                    rows(att, st.arena, qc, st.slot_pos)
+                    att.q8_save(ist, 5 * h)
+                return
             while att.k.att_fill_i8(st.slot_pos, tile, geo):
                 self._fold_q8(kvh, st.arena, qc, qs)
             return
