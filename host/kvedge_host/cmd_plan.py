@@ -213,7 +213,10 @@ def _tiered_row(table, cand):
         return None
     same = [r for r in rows if r["dtype"] == cand["cache"]["dtype"]] or rows
     below = [r for r in same if r.get("tokens", 0) <= ring]
-    row = max(below, key=lambda r: r.get("tokens", 0)) if below else min(same, key=lambda r: r.get("tokens", 0))
+    if below:
+        row = max(below, key=lambda r: r.get("tokens", 0))
+    else:  # every measured ring is larger than this one: more tokens are cold here, the cost may be higher
+        row = dict(min(same, key=lambda r: r.get("tokens", 0)), uncertain=True)
     if row["dtype"] != cand["cache"]["dtype"]:
         moved = _other_dtype(table, row, cand["cache"]["dtype"])
         if row.get("uncertain"):

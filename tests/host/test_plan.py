@@ -144,8 +144,14 @@ def test_quality_table_reorders(capsys, stories, tmp_path):
     r = plan(capsys, "--model", stories, "--board", "rp2350", "--weights-dtype", "i8", "--quality", str(q))
     # the measured tiered row (every token kept, the older ones i4 on flash) is the cheapest: it comes first
     assert r["configurations"][0]["kind"] == "tiered"
-    tiered = dict(((c["cache"]["dtype"], c["tier"]["cold_dtype"]), c) for c in r["configurations"]
-                  if c["kind"] == "tiered")
+    tiered = {}  # per ring dtype and cold dtype, the candidate with the largest ring
+    for c in r["configurations"]:
+        key = (c["cache"]["dtype"], (c["tier"] or {}).get("cold_dtype"))
+        if c["kind"] == "tiered" and (key not in tiered or c["cache"]["window"] > tiered[key]["cache"]["window"]):
+            tiered[key] = c
+    for c in r["configurations"]:  # a ring smaller than the measured one (64) has more cold tokens: uncertain
+        if c["kind"] == "tiered" and c["cache"]["window"] + c["cache"]["sinks"] < 64:
+            assert c["quality"]["uncertain"], c["strategy"]
     q = tiered["i8", "i4"]["quality"]
     assert q["metrics"]["kl"] == 0.001 and q["tokens"] == 64 and not q.get("uncertain")
     assert tiered["f32", "i4"]["quality"]["estimated"]  # the i8 row moved by f32 - i8: 0.001 - 0.002, floored at 0
@@ -277,7 +283,8 @@ def test_quality_table_in_kvedge_eval_format(capsys, stories, tmp_path):
     for c in tiered:  # the f32-ring i4-store row, moved to f16/i8 rings by the full-cache KL difference
         want = 0.02 + {"f32": 0.0, "f16": 0.0001, "i8": 0.003}[c["cache"]["dtype"]]
         assert abs(c["quality"]["metrics"]["kl"] - want) < 1e-12 and c["quality"]["tokens"] == 132
-        assert bool(c["quality"].get("uncertain")) == (c["tier"]["cold_dtype"] == "i8")  # an i4 row bounds i8
+        ring = c["cache"]["window"] + c["cache"]["sinks"]  # an i4 row bounds i8; a smaller ring is not measured
+        assert bool(c["quality"].get("uncertain")) == (c["tier"]["cold_dtype"] == "i8" or ring < 132), c["strategy"]
     order = [c["kind"] for c in r["configurations"]]
     assert order.index("tiered") < order.index("sinks") < order.index("window") < order.index("h2o")
 
