@@ -338,6 +338,11 @@ class KVCache:
     def write_q8(self, layer, k_codes, k_scales, v_codes, v_scales):
         """i8 caches: store pre-quantized rows: int8 codes (-128..127, kv_heads*head_dim each) and f16 scale bits
         per KV head (finite, >= 0: 0..0x7BFF). Allocates nothing; everything is checked before a byte moves."""
+        self.check_write_q8(layer, k_codes, k_scales, v_codes, v_scales)
+        self._write_q8(layer, k_codes, k_scales, v_codes, v_scales)
+
+    def check_write_q8(self, layer, k_codes, k_scales, v_codes, v_scales):
+        """write_q8()'s checks, without writing (a tiered cache adds its own before the write)."""
         if self.cfg.dtype != I8:
             raise TypeError("write_q8 needs an i8 cache, this one is %s" % self.cfg.dtype)
         self._check_layer(layer)
@@ -354,6 +359,8 @@ class KVCache:
         check.codes("v_codes", v_codes, n, -128, 127)
         check.codes("k_scales", k_scales, self.H, 0, check.SCALE_MAX)
         check.codes("v_scales", v_scales, self.H, 0, check.SCALE_MAX)
+
+    def _write_q8(self, layer, k_codes, k_scales, v_codes, v_scales):
         b = self.cur_slot - self.P
         a = self.arena
         D = self.D
