@@ -91,7 +91,7 @@ def _snap(obj, out, seen):
             out.append(id(v))
 
 
-KINDS = ("KVCache", "Attention", "H2O", "PagedPool", "Stream", "ColdTier")  # followed inside a snapshot
+KINDS = ("KVCache", "Attention", "H2O", "PagedPool", "Stream", "ColdTier", "TieredCache", "ColdStore")  # followed inside a snapshot
 
 
 def _same(obj, before, i, seen):
@@ -147,6 +147,7 @@ class Fuzz:
         self.rng = Lcg(seed)
         self.roots = []
         self.tier = None
+        self.extra = None  # a function returning more state to compare (a tiered cache's files)
         self.refused = 0
         self.valid = 0
         self.before = None
@@ -160,6 +161,8 @@ class Fuzz:
             f = self.tier.f
             f.seek(0)
             out.append(f.read())
+        if self.extra is not None:
+            out.append(self.extra())
         return out
 
     def same(self):
@@ -172,7 +175,13 @@ class Fuzz:
         if self.tier is not None and self.tier.f is not None:
             f = self.tier.f
             f.seek(0)
-            return f.read() == self.before[i]
+            if f.read() != self.before[i]:
+                return False
+            i += 1
+        if self.extra is not None:
+            if self.extra() != self.before[i]:
+                return False
+            i += 1
         return i == len(self.before)
 
     def settle(self):
@@ -204,13 +213,13 @@ class Fuzz:
             names = []
             for r in self.roots:
                 _names(r, names, [], type(r).__name__ + ".")
-            names.append("tier file")
+            names.append("tier file" if self.extra is None else "files")
             bad = [names[i] if i < len(names) else str(i) for i in range(len(after))
                    if i >= len(self.before) or after[i] != self.before[i]]
             raise AssertionError("%s: refused %s changed %s" % (self.name, _what(what, args), bad))
 
-    def done(self):
-        assert self.refused + self.valid >= FLOOR // 4 and self.refused >= FLOOR // 10, (self.refused, self.valid)
+    def done(self, floor=FLOOR // 4):
+        assert self.refused + self.valid >= floor and self.refused >= floor * 2 // 5, (self.refused, self.valid)
         print("fuzz %s: %d calls (%d refused, %d valid), seed %d" % (
             self.name, self.refused + self.valid, self.refused, self.valid, self.seed))
 
