@@ -15,7 +15,8 @@
 # array, which is what heavy-hitter eviction accumulates.
 import math
 
-from . import kernels, quant
+from . import check, kernels, quant
+from .cache import KVCache
 from .compat import zeros, const
 from .budget import I2, I4, I8
 from .kernels_plain import (T_N, T_D, T_QOFF, T_T, T_B, T_EQ, T_M, T_WS, T_EVMAX, T_TMAX, T_EVT, T_HDR, T_KIVI,
@@ -28,6 +29,9 @@ _G_END = const(24)
 LOG2E = 1.4426950408889634
 MAX_TILE = 64  # keeps a tile's weighted V sum within 2**28
 _LIM = 1 << 28
+SCORE_CAP = (1 << 30) - 1  # a `scores` entry never passes this (31-bit small ints on boards)
+SCORE_STEP = 65537  # most one query head adds to one slot's score in one step (Q16 probability + rounding)
+_NEG_INF = float("-inf")
 
 
 def _float_array(n):
@@ -90,6 +94,9 @@ class Attention:
     fused = True
 
     def __init__(self, cache, tile=32):
+        if not isinstance(cache, KVCache):
+            raise TypeError("cache must be a KVCache, got %s" % check.show(cache))
+        check.index("tile", tile)
         cfg = cache.cfg
         if not (1 <= tile <= MAX_TILE):
             raise ValueError("tile must be 1..%d, got %r" % (MAX_TILE, tile))
@@ -106,6 +113,11 @@ class Attention:
         self.st = _float_array(2)  # running max and sum of the head being attended
         self.s = zeros("f", tile)
         self.tslot = zeros("i", tile)
+        self.hm = _float_array(cfg.heads)  # per head: running max and 1/sum, kept for the scores pass
+        self.hinv = _float_array(cfg.heads)
+        # a `scores` entry may be at most this before a step (the step adds <= heads * SCORE_STEP)
+        self.score_room = SCORE_CAP - cfg.heads * SCORE_STEP
+        self.seen = [None, None, None, None]  # buffers whose item size was checked: qc, out_q, slots, scores
         # integer path scratch
         self.int_ok = cfg.dtype in (I8, I4, I2) and D <= 256
         self.P, self.G = cfg.prefix, cfg.group
@@ -133,7 +145,84 @@ class Attention:
 
     def kv_head(self, h):
         """The KV head query head h reads (GQA / MQA mapping)."""
+        check.index("query head", h, self.heads)
         return h // self.group
+
+    # ---- input checks: all of them before anything is touched (a refused step changes nothing) ----
+
+    def _sized(self, k, name, x, size):
+        """x has `size`-byte items: the viper kernels read it through raw pointers (k = 3, scores: a list or
+        items of >= 4 bytes). Checked once per buffer object, since the check allocates a small view."""
+        if self.seen[k] is not x:
+            n = check.itemsize(x)
+            if n != size and not (k == 3 and (n == 0 or n > 4)):
+                raise TypeError("%s must be an array of %d-byte items, got %s" % (name, size, check.show(x)))
+            self.seen[k] = x
+
+    def _check_scores(self, scores):
+        """One int per slot, each within 0..score_room (this step then cannot push one past 2**30)."""
+        if scores is None:
+            return
+        n = self.cache.N
+        try:
+            m = len(scores)
+        except TypeError:
+            m = -1
+        if m < n or self.score_room < 0:
+            raise ValueError("scores must hold one int per slot (%d), got %s" % (n, check.show(scores)))
+        self._sized(3, "scores", scores, 4)
+        room = self.score_room
+        # an int array: C-speed bounds; otherwise (or if they fail) item by item, which says which one
+        # (above room: H2O.observe() was not called)
+        if type(scores) is list or type(scores[0]) is not int or min(scores) < 0 or max(scores) > room:
+            check.codes("scores", scores, n, 0, room)
+        try:
+            scores[0] = scores[0]
+        except check._BAD:
+            raise TypeError("scores must be writable, got %s" % check.show(scores))
+
+    def _check_slots(self, slots, nslots):
+        """slots None (nslots -1): the cache's live slots; else slots[0:nslots] (nslots >= 1), live slots."""
+        c = self.cache
+        check.index("nslots", nslots)
+        if slots is None:
+            if nslots != -1 or not c.n_cached:
+                raise ValueError("nslots needs slots" if nslots != -1 else "no cached tokens to attend to")
+            return
+        try:
+            ok = 1 <= nslots <= len(slots)
+        except TypeError:
+            raise TypeError("slots must be an int array, got %s" % check.show(slots))
+        if not ok:
+            raise ValueError("nslots must be 1..len(slots), got %d" % nslots)
+        self._sized(2, "slots", slots, 4)
+        check.codes("slots", slots, nslots, 0, c.N - 1)
+        sp = c.slot_pos
+        for j in range(nslots):
+            if sp[slots[j]] < 0:
+                raise ValueError("slots[%d] = %d holds no token" % (j, slots[j]))
+
+    def check_step(self, layer, q, out, scores=None):
+        """step()'s checks of everything but the slots, without attending: for a caller that must not move
+        before a step would be refused (a cold tier's page-in)."""
+        self._check(layer, q, out, self.heads * self.D)
+        self._check_scores(scores)
+
+    def _check(self, layer, q, out, n):
+        """layer, and q and out of n = heads*head_dim floats (q finite, within float32)."""
+        self.cache._check_layer(layer)
+        check.length("q", q, n)
+        check.floats("q", q, n, check.F32_MAX)
+        check.length("out", out, n)
+        check.out("out", out, n, 0.5)
+
+    def check_step_q8(self, layer, qc, qs, out_q, out_exp, scores=None):
+        """step_q8()'s checks of everything but the slots. Allocates nothing once warm (see _sized)."""
+        if not self.int_ok:
+            raise ValueError("the integer path needs an i8, i4 or i2 cache with head_dim <= 256")
+        self.cache._check_layer(layer)
+        self._check_q8(qc, qs, out_q, out_exp)
+        self._check_scores(scores)
 
     def _fill(self, slots, nslots, n):
         """Next tile: up to T slots from the cursor into tslot; returns how many. Allocates nothing."""
@@ -159,20 +248,29 @@ class Attention:
         """out[h*D:(h+1)*D] = softmax(q_h . K / sqrt(D)) V for every query head, over the live tokens of
         `layer` (or over slots[0:nslots], e.g. a session's block table). q and out hold heads*head_dim
         floats. With `scores` (array('i') per slot), adds each token's probability in Q16."""
+        self.check_step(layer, q, out, scores)
+        self._check_slots(slots, nslots)
+        self._step(layer, q, out, scores, slots, nslots)
+
+    def _step(self, layer, q, out, scores, slots, nslots):
+        """step() on checked arguments (a PagedPool passes the slots it built itself)."""
         c = self.cache
-        self._check(layer, q, out, self.heads * self.D)
         if slots is None:
             slots, nslots = c.slot_pos, -1
         n = c.N if nslots < 0 else nslots
         st, acc = self.st, self.acc
+        D = self.D
         for h in range(self.heads):
             kvh = h // self.group
-            qo = h * self.D
+            qo = h * D
             self.begin(st, 0, acc, 0)
             self.fold_rows(c, layer, kvh, q, qo, slots, nslots, n, st, 0, acc, 0)
-            inv = self.finish(layer, st, 0, acc, 0, out, qo)
-            if scores is not None:
-                self._report_float(layer, kvh, q, qo, st[0], inv, scores, slots, nslots)
+            self.hinv[h] = self.finish(layer, st, 0, acc, 0, out, qo)
+            self.hm[h] = st[0]
+        if scores is not None:  # only once every head succeeded: a refused step adds nothing
+            for h in range(self.heads):
+                self._report_float(layer, h // self.group, q, h * D, self.hm[h], self.hinv[h], scores, slots,
+                                   nslots)
 
     # The running state of one query head is (max st[so], sum st[so+1], output acc[ao:ao+D]); it may live in
     # the caller's arrays, so that rows from several sources (kvedge.tiered: cold blocks, then the hot ring)
@@ -180,14 +278,14 @@ class Attention:
 
     def begin(self, st, so, acc, ao):
         """Empty running state: nothing attended yet."""
-        st[so] = -1e30
+        st[so] = _NEG_INF
         st[so + 1] = 0.0
         for i in range(self.D):
             acc[ao + i] = 0.0
 
     def fold_rows(self, c, layer, kvh, q, qo, slots, nslots, n, st, so, acc, ao):
-        """Fold the live rows of `c` (any object with the cache's read_slot) for one query head, a tile at a
-        time: slot_pos-style slots (nslots < 0, -1 = empty) or the slot list slots[0:nslots]."""
+        """Fold the live rows of KVCache `c` for one query head, a tile at a time: slot_pos-style slots
+        (nslots < 0, -1 = empty) or the slot list slots[0:nslots]."""
         self.cur = 0
         while True:
             nt = self._fill(slots, nslots, n)
@@ -203,12 +301,12 @@ class Attention:
         l = st[so + 1]
         tmax = m
         for t in range(nt):
-            c.read_slot(layer, kvh, ts[t], 0, row)
+            c._read_slot(layer, kvh, ts[t], 0, row)
             d = 0.0
             for i in range(D):
                 d += q[qo + i] * row[i]
-            d *= self.scale
-            s[t] = d
+            s[t] = d * self.scale
+            d = s[t]  # the stored (float32) score: the maximum's weight is then exactly exp(0) = 1
             if d > tmax:
                 tmax = d
         if tmax > m:  # the maximum grew: rescale what was summed so far
@@ -220,20 +318,27 @@ class Attention:
         for t in range(nt):
             w = math.exp(s[t] - m)
             l += w
-            c.read_slot(layer, kvh, ts[t], 1, row)
+            c._read_slot(layer, kvh, ts[t], 1, row)
             for i in range(D):
                 acc[ao + i] += w * row[i]
         st[so] = m
         st[so + 1] = l
 
     def finish(self, layer, st, so, acc, ao, out, qo):
-        """out[qo:qo+D] = output / sum; returns 1 / sum."""
+        """out[qo:qo+D] = output / sum; returns 1 / sum. A sum below 1 (the largest weight is exp(0) = 1) or
+        NaN means a score overflowed the float range; an output beyond float32 is refused too."""
         l = st[so + 1]
         if l == 0.0:
             raise ValueError("no cached tokens to attend to in layer %d" % layer)
+        if not (l >= 1.0):
+            raise ValueError("q . k overflows the float range in layer %d: scale q down" % layer)
         inv = 1.0 / l
+        big = check.F32_MAX
         for i in range(self.D):
-            out[qo + i] = acc[ao + i] * inv
+            o = acc[ao + i] * inv
+            if not (-big <= o <= big):
+                raise ValueError("attention output overflows float32 in layer %d" % layer)
+            out[qo + i] = o
         return inv
 
     def _report_float(self, layer, kvh, q, qo, m, inv, scores, slots, nslots):
@@ -244,22 +349,11 @@ class Attention:
             slot = j if nslots < 0 else slots[j]
             if nslots < 0 and slots[j] < 0:
                 continue
-            c.read_slot(layer, kvh, slot, 0, row)
+            c._read_slot(layer, kvh, slot, 0, row)
             d = 0.0
             for i in range(self.D):
                 d += q[qo + i] * row[i]
             scores[slot] += int(math.exp(d * self.scale - m) * inv * 65536 + 0.5)
-
-    def _check(self, layer, q, out, n):
-        c = self.cache
-        c._check_layer(layer)
-        for name, x in (("q", q), ("out", out)):
-            try:
-                m = len(x)
-            except TypeError:
-                raise TypeError("%s must be a buffer of %d values, got %s" % (name, n, type(x).__name__))
-            if m != n:
-                raise ValueError("%s has %d values, expected heads*head_dim = %d" % (name, m, n))
 
     # ---- integer path ----
     # Slots are visited in three passes (the online softmax does not care about order): 0 = f32 prefix rows,
@@ -387,11 +481,13 @@ class Attention:
         """Integer attention for i8, i4 and i2 caches: qc int8 query codes (heads*head_dim, array('b')), qs f16
         scale bits per query head; writes out_q (array('i'), heads*head_dim) and out_exp (per head) so that
         the output is out_q * 2**out_exp. Allocates nothing once warm; all ints stay within +-2**30."""
-        if not self.int_ok:
-            raise ValueError("the integer path needs an i8, i4 or i2 cache with head_dim <= 256")
+        self.check_step_q8(layer, qc, qs, out_q, out_exp, scores)
+        self._check_slots(slots, nslots)
+        self._step_q8(layer, qc, qs, out_q, out_exp, scores, slots, nslots)
+
+    def _step_q8(self, layer, qc, qs, out_q, out_exp, scores, slots, nslots):
+        """step_q8() on checked arguments."""
         c = self.cache
-        c._check_layer(layer)
-        self._check_q8(qc, qs, out_q, out_exp)
         if slots is None:
             slots = c.slot_pos
             nslots = -1
@@ -415,11 +511,19 @@ class Attention:
             self.q8_finish(h, out_q, out_exp)
 
     def _check_q8(self, qc, qs, out_q, out_exp):
+        """The query and output buffers of the integer path. Allocates nothing once warm (see _sized)."""
         n = self.heads * self.D
-        if len(qc) != n or len(out_q) != n:
-            raise ValueError("qc and out_q must hold heads*head_dim = %d values" % n)
-        if len(qs) != self.heads or len(out_exp) != self.heads:
-            raise ValueError("qs and out_exp must hold heads = %d values" % self.heads)
+        check.length("qc", qc, n)
+        self._sized(0, "qc", qc, 1)  # bytes: ints by construction, so C-speed bounds suffice
+        if min(qc) < -128 or max(qc) > 127:
+            check.codes("qc", qc, n, -128, 127)
+        check.length("qs", qs, self.heads)
+        check.codes("qs", qs, self.heads, 0, check.SCALE_MAX)
+        check.length("out_q", out_q, n)
+        check.out("out_q", out_q, n, -SCORE_CAP - 1)
+        self._sized(1, "out_q", out_q, 4)
+        check.length("out_exp", out_exp, self.heads)
+        check.out("out_exp", out_exp, self.heads, -128)
 
     # The integer running state of one query head is M, lsum, ws, evmax, first and iacc[0:D]. step_q8 runs one
     # head at a time; kvedge.tiered keeps one state per head (q8_save/q8_load, its own iacc per head) so that
@@ -542,9 +646,27 @@ class Attention:
                         src = self._prep(c, kind, layer, kvh, nt)
 
 
+def _check_heads(heads, x, name):
+    check.index("heads", heads)
+    try:
+        n = len(x)
+    except TypeError:
+        n = 0
+    if heads < 1 or n == 0 or n % heads:
+        raise ValueError("%s must hold heads (%r) x head_dim values, got %s" % (name, heads, check.show(x)))
+    return n
+
+
 def quantize_query(q, qc, qs, heads):
-    """Float query (heads*head_dim) -> int8 codes in qc and f16 scale bits per head in qs (float path)."""
-    D = len(q) // heads
+    """Float query (heads*head_dim) -> int8 codes in qc and f16 scale bits per head in qs (float path).
+    Every value of q must be finite and within what an i8 row's f16 scale covers."""
+    n = _check_heads(heads, q, "q")
+    check.floats("q", q, n, check.I8_MAX)
+    check.length("qc", qc, n)
+    check.out("qc", qc, n, -127)
+    check.length("qs", qs, heads)
+    check.out("qs", qs, heads, check.SCALE_MAX)
+    D = n // heads
     for h in range(heads):
         amax = 0.0
         for i in range(h * D, (h + 1) * D):
@@ -560,8 +682,15 @@ def quantize_query(q, qc, qs, heads):
 
 
 def dequantize_output(out_q, out_exp, out, heads):
-    """out = out_q * 2**out_exp per head, the floats the integer path stands for (converted once)."""
-    D = len(out_q) // heads
+    """out = out_q * 2**out_exp per head, the floats the integer path stands for (converted once).
+    out_q: ints within +-2**30, out_exp: ints within -1024..64 (what step_q8 gives is far inside both)."""
+    n = _check_heads(heads, out_q, "out_q")
+    check.length("out_exp", out_exp, heads)
+    check.codes("out_q", out_q, n, -SCORE_CAP - 1, SCORE_CAP)
+    check.codes("out_exp", out_exp, heads, -1024, 64)
+    check.length("out", out, n)
+    check.out("out", out, n, 0.5)
+    D = n // heads
     for h in range(heads):
         e = out_exp[h]
         for i in range(h * D, (h + 1) * D):

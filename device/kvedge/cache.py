@@ -28,8 +28,9 @@ import struct
 
 from .compat import zeros
 from .budget import CODE_BITS, FULL, LOWBIT, I8, F16, F32, align_up, residual_rows, row_bytes
+from .config import CacheConfig
 from .errors import BudgetError, CacheFullError
-from . import quant
+from . import check, quant
 
 POS_LIMIT = (1 << 30) - 1  # logical positions stay small ints on 31-bit boards
 K = 0
@@ -38,6 +39,10 @@ V = 1
 
 class KVCache:
     def __init__(self, cfg, budget=None):
+        if not isinstance(cfg, CacheConfig):
+            raise TypeError("cfg must be a CacheConfig, got %s" % check.show(cfg))
+        if budget is not None:
+            check.index("budget", budget)
         need = cfg.nbytes()
         if budget is not None and need > budget:
             raise BudgetError("KV cache (%s, %d slots)" % (cfg.dtype, cfg.slots), need, budget)
@@ -82,6 +87,8 @@ class KVCache:
         self.res_hi = zeros("i", L)  # KIVI: one past the newest token written, per layer
         self.group_live = zeros("H", self.NG)  # i4 KIVI: live tokens per group (for used_bytes)
         self._f32 = "<%df" % D
+        # largest |value| a row may hold: float32 range, what an i8 row's f16 scale covers, the f16 range
+        self.vlim = check.F32_MAX if cfg.dtype == F32 else (check.I8_MAX if cfg.dtype == I8 else check.F16_MAX)
         self._scratch = zeros("f", D)  # one row, for quantizing
         self.policy = None
         # bytes one cached token occupies, by where it lives (for used_bytes)
@@ -171,7 +178,8 @@ class KVCache:
 
     def release_slot(self, slot):
         """Empty `slot` without counting an eviction (a pool session closed or reset: nothing was evicted)."""
-        if slot < 0 or slot >= self.N or self.slot_pos[slot] < 0:
+        check.index("slot", slot, self.N)
+        if self.slot_pos[slot] < 0:
             raise IndexError("slot %d holds no token" % slot)
         self.slot_pos[slot] = -1
         self.n_cached -= 1
@@ -194,8 +202,8 @@ class KVCache:
         Not for KIVI i4 caches: their open group follows the position order of one sequence."""
         if self.kivi:
             raise TypeError("explicit slots need a cache without KIVI groups (i4 with residual=0)")
-        if slot < 0 or slot >= self.N:
-            raise IndexError("slot %d out of range (0..%d)" % (slot, self.N - 1))
+        check.index("slot", slot, self.N)
+        check.index("pos", pos)
         if self.slot_pos[slot] >= 0:
             raise ValueError("slot %d already holds position %d" % (slot, self.slot_pos[slot]))
         if pos < 0 or pos >= POS_LIMIT:
@@ -203,7 +211,8 @@ class KVCache:
         self._occupy(slot, pos)
 
     def _check_live_slot(self, slot):
-        if slot < 0 or slot >= self.N or self.slot_pos[slot] < 0:
+        check.index("slot", slot, self.N)
+        if self.slot_pos[slot] < 0:
             raise IndexError("slot %d holds no token: occupy_slot() first" % slot)
 
     def write_slot(self, slot, layer, k, v):
@@ -230,6 +239,8 @@ class KVCache:
 
     def slot_of(self, pos):
         """Slot holding logical position pos; IndexError if it is not cached."""
+        if type(pos) is not int:
+            check.index("pos", pos)
         if pos < 0 or pos >= self.n_seen:
             raise IndexError("position %d out of range (0..%d)" % (pos, self.n_seen - 1))
         s = self._natural_slot(pos)
@@ -244,6 +255,7 @@ class KVCache:
 
     def positions(self, out):
         """Write the live logical positions, in increasing order, into out; return their count."""
+        check.out("out", out, self.n_cached, self.n_seen - 1)
         sp = self.slot_pos
         n = 0
         for s in range(self.N):
@@ -261,42 +273,35 @@ class KVCache:
     # ---- writes ----
 
     def _check_layer(self, layer):
-        if not (0 <= layer < self.L):
-            raise IndexError("layer %d out of range (0..%d)" % (layer, self.L - 1))
+        if type(layer) is not int or layer < 0 or layer >= self.L:
+            check.index("layer", layer, self.L)
 
     def _check_current(self):
         if self.cur_slot < 0:
             raise ValueError("no current token: call start_token() first")
+        if self.slot_pos[self.cur_slot] < 0:
+            raise ValueError("the current token's slot %d was released: call start_token()" % self.cur_slot)
 
     def _check_rows(self, k, v):
+        """k and v: kv_heads*head_dim real numbers each, finite and within the storage type's range (a value
+        that passes can always be stored: nothing is refused half-way through a row)."""
         n = self.H * self.D
-        for name, x in (("k", k), ("v", v)):
+        check.length("k", k, n)
+        check.length("v", v, n)
+        check.floats("k", k, n, self.vlim)
+        check.floats("v", v, n, self.vlim)
+
+    def _check_layers(self, ks, vs):
+        """append(): one row of K and of V per layer, all checked before anything moves."""
+        check.length("ks", ks, self.L)
+        check.length("vs", vs, self.L)
+        for layer in range(self.L):
             try:
-                m = len(x)
-            except TypeError:
-                raise TypeError("%s must be a sequence of %d numbers, got %s" % (name, n, type(x).__name__))
-            if m != n:
-                raise ValueError("%s has %d values, expected kv_heads*head_dim = %d" % (name, m, n))
-        dt = self.cfg.dtype
-        for name, x in (("k", k), ("v", v)):
-            for i in range(n):
-                e = x[i]
-                try:
-                    finite = e - e == 0
-                except TypeError:
-                    raise TypeError("%s[%d] is not a number: %r" % (name, i, e))
-                if not finite:
-                    raise ValueError("%s[%d] is not finite: %r" % (name, i, e))
-                if (dt == F16 or self.lowbit) and (e > quant.F16_MAX or e < -quant.F16_MAX):
-                    raise ValueError("%s[%d] = %r is outside the f16 range" % (name, i, e))
-            if dt == I8:
-                for h in range(self.H):
-                    amax = 0.0
-                    for i in range(h * self.D, (h + 1) * self.D):
-                        a = abs(x[i])
-                        if a > amax:
-                            amax = a
-                    quant.i8_scale_bits(amax)  # raises if the scale does not fit f16
+                k = ks[layer]
+                v = vs[layer]
+            except check._BAD:
+                raise TypeError("ks and vs must be indexed by layer")
+            self._check_rows(k, v)
 
     def write(self, layer, k, v):
         """Store the current token's K and V for one layer (flat kv_heads*head_dim floats each)."""
@@ -331,31 +336,32 @@ class KVCache:
                     self._low.put_row(self, off, moff, x, h * self.D)
 
     def write_q8(self, layer, k_codes, k_scales, v_codes, v_scales):
-        """i8 caches: store pre-quantized rows (int8 codes, f16 scale bits per KV head). Allocates nothing."""
+        """i8 caches: store pre-quantized rows: int8 codes (-128..127, kv_heads*head_dim each) and f16 scale bits
+        per KV head (finite, >= 0: 0..0x7BFF). Allocates nothing; everything is checked before a byte moves."""
+        self.check_write_q8(layer, k_codes, k_scales, v_codes, v_scales)
+        self._write_q8(layer, k_codes, k_scales, v_codes, v_scales)
+
+    def check_write_q8(self, layer, k_codes, k_scales, v_codes, v_scales):
+        """write_q8()'s checks, without writing (a tiered cache adds its own before the write)."""
         if self.cfg.dtype != I8:
             raise TypeError("write_q8 needs an i8 cache, this one is %s" % self.cfg.dtype)
         self._check_layer(layer)
         self._check_current()
-        n = self.H * self.D
-        if len(k_codes) != n or len(v_codes) != n:
-            raise ValueError("codes must have kv_heads*head_dim = %d values" % n)
-        if len(k_scales) != self.H or len(v_scales) != self.H:
-            raise ValueError("scales must have kv_heads = %d values" % self.H)
-        # no tuples or floats here: this path must allocate nothing
-        for kv in range(2):
-            sc = k_scales if kv == K else v_scales
-            for h in range(self.H):
-                s = sc[h]
-                if s < 0 or s > 0xFFFF or (s & 0x7C00) == 0x7C00:
-                    raise ValueError("scale bits %d are not a finite f16" % s)
-            cs = k_codes if kv == K else v_codes
-            for i in range(n):
-                c = cs[i]
-                if c < -128 or c > 127:
-                    raise ValueError("code %d at %d is not int8" % (c, i))
-        b = self.cur_slot - self.P
-        if b < 0:
+        if self.cur_slot < self.P:
             raise ValueError("position in the full-precision prefix: use write() with floats")
+        n = self.H * self.D
+        # no tuples or floats here: this path must allocate nothing
+        check.length("k_codes", k_codes, n)
+        check.length("v_codes", v_codes, n)
+        check.length("k_scales", k_scales, self.H)
+        check.length("v_scales", v_scales, self.H)
+        check.codes("k_codes", k_codes, n, -128, 127)
+        check.codes("v_codes", v_codes, n, -128, 127)
+        check.codes("k_scales", k_scales, self.H, 0, check.SCALE_MAX)
+        check.codes("v_scales", v_scales, self.H, 0, check.SCALE_MAX)
+
+    def _write_q8(self, layer, k_codes, k_scales, v_codes, v_scales):
+        b = self.cur_slot - self.P
         a = self.arena
         D = self.D
         for kv in range(2):
@@ -374,10 +380,7 @@ class KVCache:
 
     def append(self, ks, vs):
         """Convenience: a new token with K and V for every layer (ks[layer], vs[layer] flat sequences)."""
-        if len(ks) != self.L or len(vs) != self.L:
-            raise ValueError("append needs %d layers of K and V" % self.L)
-        for layer in range(self.L):  # validate every layer before the position moves
-            self._check_rows(ks[layer], vs[layer])
+        self._check_layers(ks, vs)  # every layer before the position moves
         pos = self.start_token()
         for layer in range(self.L):
             self.write(layer, ks[layer], vs[layer])
@@ -421,25 +424,29 @@ class KVCache:
 
     # ---- reads ----
 
-    def _check_read(self, layer, head, kv, out):
-        self._check_layer(layer)
-        if not (0 <= head < self.H):
-            raise IndexError("kv head %d out of range (0..%d)" % (head, self.H - 1))
-        if kv != K and kv != V:
-            raise ValueError("kv must be 0 (K) or 1 (V), got %r" % (kv,))
-        try:
-            n = len(out)
-        except TypeError:
-            raise TypeError("out must be a buffer of %d numbers, got %s" % (self.D, type(out).__name__))
-        if n < self.D:
-            raise ValueError("out holds %d values, head_dim is %d" % (n, self.D))
+    def _check_read(self, layer, head, kv, out, codes=False):
+        # fast path first: reads are small, the checks must not cost more than the read
+        if not (type(layer) is int and type(head) is int and type(kv) is int and 0 <= layer < self.L
+                and 0 <= head < self.H and (kv == K or kv == V)):
+            self._check_layer(layer)
+            check.index("kv head", head, self.H)
+            check.index("kv", kv)
+            if kv != K and kv != V:
+                raise ValueError("kv must be 0 (K) or 1 (V), got %r" % (kv,))
+        check.out("out", out, self.D, -128 if codes else 0.5)
 
     def read(self, layer, head, pos, kv, out):
         """Dequantized K (kv=0) or V (kv=1) row of logical position pos into out[0:head_dim]."""
         self._check_read(layer, head, kv, out)
-        self.read_slot(layer, head, self.slot_of(pos), kv, out)
+        self._read_slot(layer, head, self.slot_of(pos), kv, out)
 
     def read_slot(self, layer, head, slot, kv, out):
+        """read() by slot: a live slot (IndexError otherwise)."""
+        self._check_read(layer, head, kv, out)
+        self._check_live_slot(slot)
+        self._read_slot(layer, head, slot, kv, out)
+
+    def _read_slot(self, layer, head, slot, kv, out):
         """read() by slot, without checks (the attention loop's access)."""
         if slot < self.P:
             self._get_f32(self.PRE + self._rowidx(layer, kv, head, self.P, slot) * self.frow, out)
@@ -472,7 +479,7 @@ class KVCache:
         """i8 caches: the int8 codes of a row into out (array('b')); returns its f16 scale bits. No allocation."""
         if self.cfg.dtype != I8:
             raise TypeError("read_codes needs an i8 cache, this one is %s" % self.cfg.dtype)
-        self._check_read(layer, head, kv, out)
+        self._check_read(layer, head, kv, out, True)
         slot = self.slot_of(pos)
         if slot < self.P:
             raise ValueError("position %d is in the f32 prefix: use read()" % pos)

@@ -1,4 +1,20 @@
-# Exceptions of the package. Every failing call leaves the object it was called on unchanged.
+# Exceptions of the package. Every failing call leaves the object it was called on unchanged: each public
+# method of KVCache, Attention, H2O, PagedPool, Stream, ColdTier and TieredCache checks all of its inputs
+# (kvedge.check) before it touches the arena, a table, a counter, an LRU tick, a score or a file on flash.
+# What a refusal raises, and nothing else:
+#   TypeError       an argument of the wrong kind: not an int where an index, id or code is meant (bool counts
+#                   as an int, as in Python's own indexing), not a real number where a value is meant (complex,
+#                   str, None), not a sequence, or a buffer that cannot hold the results (e.g. array('B') for
+#                   signed codes, a tuple for an output, array('h') where the integer kernels need array('i')).
+#   ValueError      the right kind but an unusable value: wrong length, NaN or inf, a value outside the storage
+#                   type's range (float32 for f32 rows, +-65504 for f16/i4, 127 * 65504 for i8 rows), an int8
+#                   code outside -128..127, f16 scale bits outside 0..0x7BFF (0x7C00 = inf/NaN), or a call in
+#                   the wrong state (no current token, nothing to attend to, a closed tier or tiered cache).
+#   IndexError      an index out of range: layer, KV head, query head, slot, position, record, handle.
+#   KeyError        a session id that is not open (closed, reclaimed, never opened).
+#   CacheFullError  no room and nothing may be evicted (counted in alloc_failures / appends_failed, the one
+#                   documented change a refusal makes); BudgetError: a configuration over its byte budget.
+#   OSError         the cold tier's file system failed.
 
 
 class KVEdgeError(Exception):

@@ -13,6 +13,8 @@
 #              fades with half-life ~ 0.69 * 2**d steps; the steady state stays below s_max * 2**d.
 # One step adds at most heads * 65536 (+ rounding) per layer attended, so `scores` itself stays far below
 # 2**30 as long as observe() is called once per token (heads * layers attended <= 16383 is checked).
+from . import check
+from .cache import KVCache
 from .compat import zeros
 from .budget import LOWBIT
 from .errors import CacheFullError
@@ -30,6 +32,8 @@ class H2O:
     layers   attention steps per token that add into `scores` (to check the per-step bound)"""
 
     def __init__(self, cache, budget=None, recent=4, sinks=0, decay=0, layers=None):
+        if not isinstance(cache, KVCache):
+            raise TypeError("cache must be a KVCache, got %s" % check.show(cache))
         cfg = cache.cfg
         if cfg.window:
             raise ValueError("H2O replaces the ring buffer: build the cache with window=0 (got window=%d)"
@@ -54,6 +58,8 @@ class H2O:
             raise ValueError("budget (%d) must exceed protected sinks/prefix (%d) + recent (%d)"
                              % (budget, protect, recent))
         layers = cfg.layers if layers is None else layers
+        if not isinstance(layers, int) or isinstance(layers, bool) or layers < 1:
+            raise ValueError("layers must be an int >= 1, got %r" % (layers,))
         if cfg.heads * layers * 65537 >= CAP:
             raise ValueError("heads * layers (%d) too large for one step's Q16 scores" % (cfg.heads * layers))
         self.cache = cache
@@ -72,10 +78,16 @@ class H2O:
     # ---- the cache's placement hook ----
 
     def place(self, cache, pos):
-        """Slot for the new position pos; evicts the least-attended unprotected token when at budget."""
+        """Slot for the new position pos; evicts the least-attended unprotected token when at budget.
+        Called by cache.start_token() only: cache must be this policy's cache and pos its next position."""
+        if cache is not self.cache or cache.policy is not self:
+            raise ValueError("place() belongs to the cache this H2O was built for")
+        check.index("pos", pos)
+        if pos != cache.n_seen:
+            raise ValueError("place() takes the cache's next position %d, got %d" % (cache.n_seen, pos))
         P = cache.P
         sp = cache.slot_pos
-        self.last_victim = -1
+        victim = -1
         if pos < P:  # the f32 prefix keeps its own rows, and is protected for ever
             slot = pos
         elif cache.n_cached < self.budget:
@@ -84,8 +96,9 @@ class H2O:
                 slot += 1
         else:
             slot = self._victim(sp, pos)
-            self.last_victim = sp[slot]
+            victim = sp[slot]
             cache.evict_slot(slot)
+        self.last_victim = victim
         self.acc[slot] = 0
         self.scores[slot] = 0
         return slot

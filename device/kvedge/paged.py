@@ -13,9 +13,11 @@
 # raises CacheFullError and changes nothing. A session's data is only ever touched through its own table.
 #
 # Waste is the unfilled part of each session's last block, reported as waste_bytes.
+from . import check
 from .attention import Attention
 from .budget import LOWBIT
 from .cache import KVCache
+from .config import CacheConfig
 from .compat import zeros
 from .errors import CacheFullError
 
@@ -31,6 +33,8 @@ class PagedPool:
     on_pressure    callback(session_id) -> bool, see the header; None reclaims the LRU session unasked"""
 
     def __init__(self, cfg, block, sessions=8, session_blocks=0, on_pressure=None, budget=None, tile=16):
+        if not isinstance(cfg, CacheConfig):
+            raise TypeError("cfg must be a CacheConfig, got %s" % check.show(cfg))
         if cfg.window or cfg.sinks:
             raise ValueError("a paged pool grows sessions by blocks: build its config with window=0")
         if cfg.prefix:
@@ -44,8 +48,11 @@ class PagedPool:
         if cfg.max_tokens % block:
             raise ValueError("max_tokens (%d) must be a multiple of block (%d)" % (cfg.max_tokens, block))
         nb = cfg.max_tokens // block
-        if not isinstance(session_blocks, int) or session_blocks < 0 or session_blocks > nb:
+        if (not isinstance(session_blocks, int) or isinstance(session_blocks, bool) or session_blocks < 0
+                or session_blocks > nb):
             raise ValueError("session_blocks must be 0..%d, got %r" % (nb, session_blocks))
+        if on_pressure is not None and not callable(on_pressure):
+            raise TypeError("on_pressure must be a callable or None, got %s" % check.show(on_pressure))
         self.cache = KVCache(cfg, budget)
         self.cfg = cfg
         self.B = block
@@ -82,6 +89,7 @@ class PagedPool:
     # ---- sessions ----
 
     def _handle(self, sid):
+        check.index("session id", sid)
         sids = self.sid
         for i in range(self.S):
             if sids[i] == sid and sid > 0:
@@ -140,6 +148,7 @@ class PagedPool:
                 return sid
 
     def is_open(self, sid):
+        check.index("session id", sid)
         for i in range(self.S):
             if self.sid[i] == sid and sid > 0:
                 return True
@@ -167,8 +176,8 @@ class PagedPool:
             b = self.table[base + j]
             if b >= 0:
                 self._free_block(b, self._filled(i, j))
-            else:
-                self.tier.drop(-b - 1)
+            elif self.tier is not None:  # a closed tier keeps its records on file (adoptable later)
+                self.tier._drop(-b - 1)
         self.snb[i] = 0
         self.scold[i] = 0
         self.slen[i] = 0
@@ -191,6 +200,9 @@ class PagedPool:
 
     def take_block(self, i):
         """A free block for handle i, under pressure reclaiming LRU sessions. Public for kvedge.tier."""
+        check.index("handle", i, self.S)
+        if not self.sid[i]:
+            raise ValueError("handle %d holds no open session" % i)
         if self.nfree == 0:
             self._pressure(i)
         self.nfree -= 1
@@ -226,10 +238,7 @@ class PagedPool:
         in the session. On any error nothing changes (except the pressure counters and reclaimed sessions)."""
         i = self._handle(sid)
         c = self.cache
-        if len(ks) != c.L or len(vs) != c.L:
-            raise ValueError("append needs %d layers of K and V" % c.L)
-        for layer in range(c.L):
-            c._check_rows(ks[layer], vs[layer])
+        c._check_layers(ks, vs)
         slot = self._next_slot(i)
         for layer in range(c.L):
             c.write_slot(slot, layer, ks[layer], vs[layer])
@@ -274,6 +283,7 @@ class PagedPool:
 
     def slot_of(self, sid, pos):
         i = self._handle(sid)
+        check.index("pos", pos)
         if pos < 0 or pos >= self.slen[i]:
             raise IndexError("position %d out of range (0..%d)" % (pos, self.slen[i] - 1))
         b = self.table[i * self.MB + pos // self.B]
@@ -286,11 +296,17 @@ class PagedPool:
         slot = self.slot_of(sid, pos)
         c = self.cache
         c._check_read(layer, head, kv, out)
-        c.read_slot(layer, head, slot, kv, out)
+        c._read_slot(layer, head, slot, kv, out)
 
     def expand(self, sid):
         """The session's slots in position order into self.slots; returns how many. Allocates nothing."""
         i = self._handle(sid)
+        n = self._expand(i)
+        self._touch(i)
+        return n
+
+    def _expand(self, i):
+        sid = self.sid[i]
         if self.scold[i]:
             raise ValueError("session %d has %d blocks on flash: attend through its ColdTier"
                              % (sid, self.scold[i]))
@@ -302,18 +318,26 @@ class PagedPool:
         base = i * self.MB
         for p in range(n):
             sl[p] = self.table[base + p // B] * B + p % B
-        self._touch(i)
         return n
 
     def attend(self, sid, layer, q, out, scores=None):
-        """Float attention of one layer over the session's tokens only (Attention.step)."""
-        n = self.expand(sid)
-        self.att.step(layer, q, out, scores, self.slots, n)
+        """Float attention of one layer over the session's tokens only (Attention.step). The session counts
+        as used (LRU) only when the step succeeds."""
+        i = self._handle(sid)
+        n = self._expand(i)  # self.slots is the step's scratch, not state
+        att = self.att
+        att.check_step(layer, q, out, scores)
+        att._step(layer, q, out, scores, self.slots, n)  # the slots are the session's own: no re-check
+        self._touch(i)
 
     def attend_q8(self, sid, layer, qc, qs, out_q, out_exp, scores=None):
         """Integer attention (i8 pools) over the session's tokens; allocates nothing once warm."""
-        n = self.expand(sid)
-        self.att.step_q8(layer, qc, qs, out_q, out_exp, scores, self.slots, n)
+        i = self._handle(sid)
+        n = self._expand(i)
+        att = self.att
+        att.check_step_q8(layer, qc, qs, out_q, out_exp, scores)
+        att._step_q8(layer, qc, qs, out_q, out_exp, scores, self.slots, n)
+        self._touch(i)
 
     # ---- accounting ----
 

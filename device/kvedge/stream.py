@@ -6,7 +6,8 @@
 #     session's: the next token gets position 0, the same slot and the same bytes a new cache would give it.
 # Windowed and H2O caches evict on their own and never reach their cap; a cache without a window, or a pool
 # session, reaches it and is reset there (force="reset") or refuses the token (force="error").
-from .cache import POS_LIMIT
+from . import check
+from .cache import POS_LIMIT, KVCache
 from .errors import CacheFullError
 
 LO = 1 << 30  # lifetime token count as hi * 2**30 + lo: no long ints on 31-bit boards
@@ -21,8 +22,18 @@ class Stream:
     def __init__(self, target, every=0, session=0, force="reset"):
         if not isinstance(every, int) or isinstance(every, bool) or every < 0:
             raise ValueError("every must be an int >= 0, got %r" % (every,))
-        if force not in ("reset", "error"):
+        if not isinstance(force, str) or force not in ("reset", "error"):
             raise ValueError("force must be 'reset' or 'error', got %r" % (force,))
+        check.index("session", session)
+        if isinstance(target, KVCache):
+            if session:
+                raise ValueError("session (%d) applies to a PagedPool target only" % session)
+        elif not isinstance(getattr(target, "cache", None), KVCache) or not hasattr(target, "_handle"):
+            # a PagedPool is recognised by its shape: importing kvedge.paged here would cost a cache-only
+            # stream the pool's code in RAM
+            raise TypeError("target must be a KVCache or a PagedPool, got %s" % check.show(target))
+        elif not session:
+            raise ValueError("a PagedPool target needs session = an open session id")
         self.pool = None
         self.cache = None
         self.sid = session
@@ -74,9 +85,16 @@ class Stream:
             self.reset_target()
             self.resets_forced += 1
 
+    def _check_start(self, marker):
+        if marker is not True and marker is not False:
+            raise TypeError("marker must be True or False, got %s" % check.show(marker))
+        if self.pool is not None:
+            self.pool._handle(self.sid)  # KeyError before a reset point if the session was closed or reclaimed
+
     def start_token(self, marker=False):
         """Reserve the next token, first taking a reset point if one is due. Returns its position in the
         current segment. Then write each layer with write()/write_q8(). Allocates nothing."""
+        self._check_start(marker)
         self._before(marker)
         if self.pool is not None:
             self.slot = self.pool.start_token(self.sid)
@@ -91,14 +109,28 @@ class Stream:
         self.tokens_lo = lo
         return pos
 
+    def _check_slot(self):
+        """Pool: the slot start_token() reserved must still be the session's newest token (a reclaimed or reset
+        session's slot may belong to another session by now)."""
+        p = self.pool
+        i = p._handle(self.sid)
+        n = p.slen[i]
+        if self.slot < 0 or n == 0:
+            raise ValueError("no current token: call start_token() first")
+        b = p.table[i * p.MB + (n - 1) // p.B]
+        if b < 0 or self.slot != b * p.B + (n - 1) % p.B:
+            raise ValueError("the session moved on since start_token(): call start_token() again")
+
     def write(self, layer, k, v):
         if self.pool is not None:
+            self._check_slot()
             self.pool.cache.write_slot(self.slot, layer, k, v)
         else:
             self.cache.write(layer, k, v)
 
     def write_q8(self, layer, kc, ks, vc, vs):
         if self.pool is not None:
+            self._check_slot()
             self.pool.cache.write_slot_q8(self.slot, layer, kc, ks, vc, vs)
         else:
             self.cache.write_q8(layer, kc, ks, vc, vs)
@@ -106,10 +138,8 @@ class Stream:
     def append(self, ks, vs, marker=False):
         """A token with K and V for every layer; validated before anything moves. Returns its position."""
         c = self.pool.cache if self.pool is not None else self.cache
-        if len(ks) != c.L or len(vs) != c.L:
-            raise ValueError("append needs %d layers of K and V" % c.L)
-        for layer in range(c.L):
-            c._check_rows(ks[layer], vs[layer])
+        c._check_layers(ks, vs)
+        self._check_start(marker)
         pos = self.start_token(marker)
         for layer in range(c.L):
             self.write(layer, ks[layer], vs[layer])

@@ -15,8 +15,10 @@
 # a single staging block would need the attention step to expose its running max and sum.)
 import struct
 
+from . import check
 from .budget import F32, F16, I8, I4, I2
 from .compat import zeros
+from .paged import PagedPool
 
 MAGIC = b"KVT1"
 VERSION = 1
@@ -32,8 +34,16 @@ class ColdTier:
     """Cold blocks of `pool` in the file `path` (created, or reopened if it exists and matches the pool)."""
 
     def __init__(self, pool, path, capacity):
+        if not isinstance(pool, PagedPool):
+            raise TypeError("pool must be a PagedPool, got %s" % check.show(pool))
+        if not isinstance(path, str):
+            raise TypeError("path must be a str, got %s" % check.show(path))
         if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
             raise ValueError("capacity must be an int >= 1 (records), got %r" % (capacity,))
+        if pool.tier is not None:
+            raise ValueError("the pool already has a cold tier (%s): close it first" % pool.tier.path)
+        if pool.cfg.dtype not in DTYPES:
+            raise ValueError("no cold tier format for dtype %s" % pool.cfg.dtype)
         self.pool = pool
         self.path = path
         self.capacity = capacity
@@ -127,15 +137,20 @@ class ColdTier:
             raise ValueError("%s was written for another pool layout (record %d bytes, capacity %d, "
                              "layers %d, kv_heads %d, head_dim %d, block %d, dtype %s, align %d)"
                              % (self.path, rb, cap, L, H, D, B, DTYPES[dt] if dt < 4 else "?", align))
-        self.gen = gen + 1 if gen < GEN_LIMIT else 1
-        f.seek(0)
-        f.write(self._header(self.gen))
-        for r in range(self.capacity):
+        size = f.seek(0, 2)
+        want = HDR_BYTES + self.capacity * self.stride
+        if size < want:
+            f.close()
+            raise ValueError("%s is truncated: %d bytes, its header promises %d" % (self.path, size, want))
+        for r in range(self.capacity):  # read everything before the file is written (a refusal changes nothing)
             f.seek(HDR_BYTES + r * self.stride)
             g, sid, idx, _ = struct.unpack(TAG, f.read(TAG_BYTES))
             self.rec_gen[r] = g
             self.rec_sid[r] = sid
             self.rec_idx[r] = idx
+        self.gen = gen + 1 if gen < GEN_LIMIT else 1
+        f.seek(0)
+        f.write(self._header(self.gen))
         f.flush()
 
     def _put_tag(self, r, gen, sid, idx, ntok):
@@ -148,11 +163,19 @@ class ColdTier:
 
     # ---- moving blocks ----
 
+    def _check_open(self):
+        if self.f is None:
+            raise ValueError("the cold tier %s is closed" % self.path)
+
     def spill(self, sid, n=1):
         """Move up to n of the session's oldest full RAM blocks to the file; returns how many moved (fewer if
         the session has no more full RAM blocks or the file is full)."""
+        self._check_open()
         p = self.pool
         i = p._handle(sid)
+        check.index("n", n)
+        if n < 0:
+            raise ValueError("n must be >= 0, got %d" % n)
         moved = 0
         base = i * p.MB
         for j in range(p.snb[i]):
@@ -188,6 +211,7 @@ class ColdTier:
 
     def fetch(self, sid):
         """Bring every cold block of the session back into pool blocks (under the pool's pressure policy)."""
+        self._check_open()
         p = self.pool
         i = p._handle(sid)
         base = i * p.MB
@@ -209,7 +233,7 @@ class ColdTier:
                 c.occupy_slot(s + t, j * p.B + t)
             p.table[base + j] = b
             p.scold[i] -= 1
-            self.drop(r)
+            self._drop(r)
 
     def _read_record(self, r, b):
         f = self.f
@@ -219,16 +243,36 @@ class ColdTier:
                 raise OSError("%s: record %d is truncated" % (self.path, r))
 
     def drop(self, r):
+        """Free record r of an earlier generation (see saved()); this generation's records belong to open
+        sessions and are refused (close, reset or fetch the session instead)."""
+        self._check_open()
+        check.index("record", r, self.capacity)
+        if self.rec_sid[r] and self.rec_gen[r] == self.gen:
+            raise ValueError("record %d belongs to open session %d" % (r, self.rec_sid[r]))
+        self._drop(r)
+
+    def _drop(self, r):
         """Free record r (its session was closed, reset, reclaimed or fetched it back)."""
         self._put_tag(r, 0, 0, 0, 0)
         self.f.flush()
 
+    def _check_attend(self, sid):
+        self._check_open()
+        p = self.pool
+        if not p.slen[p._handle(sid)]:
+            raise ValueError("session %d holds no tokens to attend to" % sid)
+
     def attend(self, sid, layer, q, out, scores=None):
-        """Float attention over the whole session, cold blocks paged in first."""
+        """Float attention over the whole session, cold blocks paged in first (after every argument is
+        checked: a refused call pages nothing in)."""
+        self._check_attend(sid)
+        self.pool.att.check_step(layer, q, out, scores)
         self.fetch(sid)
         self.pool.attend(sid, layer, q, out, scores)
 
     def attend_q8(self, sid, layer, qc, qs, out_q, out_exp, scores=None):
+        self._check_attend(sid)
+        self.pool.att.check_step_q8(layer, qc, qs, out_q, out_exp, scores)
         self.fetch(sid)
         self.pool.attend_q8(sid, layer, qc, qs, out_q, out_exp, scores)
 
@@ -251,10 +295,13 @@ class ColdTier:
     def adopt(self, gen, old_sid):
         """A new session made of the blocks an earlier generation saved for old_sid (all cold until attended).
         Returns its id."""
+        self._check_open()
+        check.index("gen", gen)
+        check.index("old_sid", old_sid)
         p = self.pool
         recs = []
         for r in range(self.capacity):
-            if self.rec_sid[r] == old_sid and self.rec_gen[r] == gen and gen != self.gen:
+            if self.rec_sid[r] == old_sid and old_sid and self.rec_gen[r] == gen and gen != self.gen:
                 recs.append(r)
         if not recs:
             raise KeyError("no saved blocks for session %d of generation %d" % (old_sid, gen))

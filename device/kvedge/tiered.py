@@ -19,9 +19,10 @@
 # only after its bytes are on flash, and a reopened store is verified whole or refused. After a reboot the ring
 # is empty (RAM is gone): the sinks come back from flash, and the sequence resumes at position resume_pos,
 # right after the last committed block; tokens that were only in the ring must be fed again if they matter.
+from . import check
 from .attention import Attention
-from .budget import F16, I8, I4, CACHE_DTYPES, tiered_bytes
-from .cache import KVCache
+from .budget import F32, F16, I8, I4, LOWBIT, CACHE_DTYPES, tiered_bytes
+from .cache import KVCache, POS_LIMIT
 from .coldstore import ColdStore
 from .compat import float_array, zeros
 from .config import CacheConfig
@@ -44,6 +45,10 @@ class TieredCache:
     def __init__(self, cfg, path, block=16, cold=I4, cold_blocks=32, at_cap="drop", tile=16, cold_align=0,
                  budget=None, fresh=False):
         self._validate(cfg, block, cold, cold_blocks, at_cap, cold_align)
+        if budget is not None:
+            check.index("budget", budget)
+        if not isinstance(path, str) or not path:
+            raise TypeError("path must be a file name, got %s" % check.show(path))
         L, H, D, S, W = cfg.layers, cfg.kv_heads, cfg.head_dim, cfg.sinks, cfg.window
         size = tiered_bytes(L, cfg.heads, H, D, W, S, block, cold_blocks, cfg.dtype, cold, cfg.align, cold_align,
                             cfg.group, cfg.prefix == S)
@@ -75,7 +80,9 @@ class TieredCache:
         if self.int_ok:
             self.ist = zeros("i", 5 * cfg.heads)
             self.iaccs = [zeros("i", D) for _ in range(cfg.heads)]
-        self.q16 = quant.f16_bits_down(quant.F16_MAX / 127.0)  # i8 scales whose rows fit an f16/i4 cold store
+        self.q16 = quant.f16_bits_down(quant.F16_MAX / 127.0)  # i8 scales whose rows fit an f16/i4/i2 cold store
+        self.clim = check.F32_MAX if cold == F32 else self.stg.vlim  # what a re-quantized row may hold
+        self.closed = False
         self.demoted = self.drops = self.cap_resets = 0
         lay = (CACHE_DTYPES.index(cold), L, H, D, block, cold_blocks, S, cold_align, size["sink_row"] if S else 0)
         self.store = ColdStore(path, lay, size, self.rec, fresh)
@@ -119,6 +126,8 @@ class TieredCache:
     @classmethod
     def from_plan(cls, doc, path, budget=None, fresh=False):
         """From a `kvedge plan --out` document whose kind is "tiered"."""
+        if not isinstance(doc, dict):
+            raise TypeError("plan must be a dict (a kvedge plan --out document), got %s" % check.show(doc))
         t = doc.get("tier") or {}
         if doc.get("kind") != "tiered" or t.get("kind") != "tiered":
             raise ValueError("plan kind is %r, not 'tiered'" % (doc.get("kind"),))
@@ -135,8 +144,11 @@ class TieredCache:
     def start_token(self):
         """Reserve the next position; when its ring slot is taken, the ring's oldest block goes to flash first
         (or, at the cold cap, the oldest cold block is dropped / a reset point is taken). Returns the position."""
+        self._check_open()
         r = self.ring
         pos = r.n_seen
+        if pos >= POS_LIMIT:  # the ring refuses it (counted): before a block moves to flash
+            return r.start_token()
         if pos >= self.S:
             slot = self.S + (pos - self.S) % self.W
             if r.slot_pos[slot] >= 0:
@@ -197,7 +209,7 @@ class TieredCache:
         r = self.ring
         st = self.stg
         st.reset()
-        if self.cold == r.cfg.dtype and self.cold != I4:
+        if self.cold == r.cfg.dtype and not r.lowbit:  # i4/i2 rings keep KIVI groups: re-quantized per block
             self._copy_rows(layer, p0)
             return
         D = self.D
@@ -208,11 +220,9 @@ class TieredCache:
             s = r.slot_of(p0 + t)
             for h in range(self.H):
                 r.read_slot(layer, h, s, 0, row)
-                for i in range(D):
-                    kb[h * D + i] = row[i]
+                self._clamp(row, kb, h * D)
                 r.read_slot(layer, h, s, 1, row)
-                for i in range(D):
-                    vb[h * D + i] = row[i]
+                self._clamp(row, vb, h * D)
             st.start_token()
             st.write(0, kb, vb)
         st.quantize_residual()
@@ -238,6 +248,24 @@ class TieredCache:
                     if i8:
                         sa[st.META + 2 * dst:st.META + 2 * dst + 2] = a[r.META + 2 * src:r.META + 2 * src + 2]
 
+    def _clamp(self, row, dst, o):
+        """dst[o:o+D] = row, saturated at the cold range: a value that fit it when written can come back from an
+        i8/i4/i2 ring a rounding step beyond it (65504 from an i8 row reads 65532), which the cold row then
+        saturates instead of refusing the block half-way through a demotion."""
+        lim = self.clim
+        nlim = -lim
+        for i in range(self.D):
+            x = row[i]
+            if x > lim:
+                x = lim
+            elif x < nlim:
+                x = nlim
+            dst[o + i] = x
+
+    def _check_open(self):
+        if self.closed:
+            raise ValueError("tiered cache %r is closed" % (self.path,))
+
     def _stage_ready(self):
         st = self.stg
         if st.n_cached != self.B or st.res_hi[0] > st.res_lo[0]:  # an encode did not finish: a block again
@@ -247,6 +275,7 @@ class TieredCache:
 
     def reset(self):
         """A reset point: forget every token, hot and cold (the empty state is committed to flash)."""
+        self._check_open()
         self.store.commit(0, 0, False)
         self.ring.reset()
 
@@ -255,29 +284,35 @@ class TieredCache:
     def write(self, layer, k, v):
         """The current token's K and V for one layer (flat kv_heads*head_dim floats each). Values must also fit the
         cold dtype (checked now, not when the token leaves the ring)."""
+        self._check_open()
         r = self.ring
+        r._check_layer(layer)
+        r._check_current()
+        r._check_rows(k, v)
         if r.cur_slot >= self.S:
             self.stg._check_rows(k, v)
         r.write(layer, k, v)
 
     def write_q8(self, layer, k_codes, k_scales, v_codes, v_scales):
         """i8 rings: pre-quantized rows (see KVCache.write_q8). Allocates nothing."""
-        if self.cold in (F16, I4) and self.ring.cur_slot >= self.S:
+        self._check_open()
+        r = self.ring
+        r.check_write_q8(layer, k_codes, k_scales, v_codes, v_scales)
+        if (self.cold == F16 or self.cold in LOWBIT) and r.cur_slot >= self.S:
             for sc in (k_scales, v_scales):
-                for h in range(len(sc)):
-                    if 0 <= sc[h] <= 0xFFFF and (sc[h] & 0x7FFF) > self.q16:
+                for h in range(self.H):
+                    if sc[h] > self.q16:
                         raise ValueError("scale bits %d: 127 * scale exceeds the f16 range of the %s cold store"
                                          % (sc[h], self.cold))
-        self.ring.write_q8(layer, k_codes, k_scales, v_codes, v_scales)
+        r._write_q8(layer, k_codes, k_scales, v_codes, v_scales)
 
     def append(self, ks, vs):
         """A new token with K and V for every layer; every layer is validated before anything moves."""
+        self._check_open()
         r = self.ring
-        if len(ks) != self.L or len(vs) != self.L:
-            raise ValueError("append needs %d layers of K and V" % self.L)
-        for layer in range(self.L):
-            r._check_rows(ks[layer], vs[layer])
-            if r.n_seen >= self.S:
+        r._check_layers(ks, vs)
+        if r.n_seen >= self.S:
+            for layer in range(self.L):
                 self.stg._check_rows(ks[layer], vs[layer])
         pos = self.start_token()
         for layer in range(self.L):
@@ -288,8 +323,10 @@ class TieredCache:
 
     def read(self, layer, head, pos, kv, out):
         """Dequantized K (kv=0) or V (kv=1) row of position pos, hot or cold, into out[0:head_dim]."""
+        self._check_open()
         r = self.ring
         r._check_read(layer, head, kv, out)
+        check.index("pos", pos)
         if pos < 0 or pos >= r.n_seen:
             raise IndexError("position %d out of range (0..%d)" % (pos, r.n_seen - 1))
         k = (pos - self.S) // self.B
@@ -303,6 +340,7 @@ class TieredCache:
     def positions(self, out):
         """The live positions in increasing order (sinks, cold blocks, ring) into out; returns their count."""
         r = self.ring
+        check.out("out", out, r.n_cached + self.store.count * self.B, max(r.n_seen - 1, 0))
         hot = zeros("i", r.N)
         nh = r.positions(hot)
         n = 0
@@ -325,10 +363,12 @@ class TieredCache:
 
     def step(self, layer, q, out):
         """Float attention of one layer over sinks, cold blocks and ring: out as Attention.step."""
+        self._check_open()
         att = self.att
         r = self.ring
         st = self.stg
         att._check(layer, q, out, self.heads * self.D)
+        self._check_some()
         D = self.D
         B = self.B
         fst = self.fst
@@ -348,12 +388,14 @@ class TieredCache:
         """Integer attention (i8/i4 ring, i8/i4 cold): out_q * 2**out_exp as Attention.step_q8. Each cold block
         is read once per layer, its rows converted once per KV head, and folded into every query head; allocates
         nothing; ints stay within +-2**30."""
+        self._check_open()
         if not self.int_ok:
-            raise ValueError("the integer path needs an i8 or i4 ring and an i8 or i4 cold store")
+            raise ValueError("the integer path needs an i8, i4 or i2 ring and an i8 or i4 cold store")
         att = self.att
         r = self.ring
         r._check_layer(layer)
         att._check_q8(qc, qs, out_q, out_exp)
+        self._check_some()
         ist = self.ist
         accs = self.iaccs
         D = self.D
@@ -440,6 +482,10 @@ class TieredCache:
             att._tile_q8(src, qc)
             att.q8_save(ist, 5 * h)
 
+    def _check_some(self):
+        if not self.ring.n_cached and not self.store.count:
+            raise ValueError("no cached tokens to attend to")
+
     # ---- stats ----
 
     def ram_bytes(self):
@@ -484,3 +530,4 @@ class TieredCache:
 
     def close(self):
         self.store.close()
+        self.closed = True

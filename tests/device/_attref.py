@@ -35,13 +35,20 @@ def _fill(cfg, rng, n_tokens):
     return c, K, V
 
 
+_OUT = float_array(256)  # the reference's buffers, allocated at import while the heap is still compact: later a
+_W = float_array(80)  # 2 KB block may not exist between the cached rows and the attention path's garbage
+
+
 def reference(cfg, K, V, live, layer, q, mapping=None):
     """softmax(q_h . k / sqrt(D)) v over `live` positions, with the full score vector (no tiling).
-    Buffers are arrays allocated up front: lists of boxed floats fragment a small MicroPython heap."""
+    Buffers are arrays allocated up front: lists of boxed floats fragment a small MicroPython heap. The
+    result is a view of a shared buffer: use it before the next call."""
     D, H = cfg.head_dim, cfg.heads
     group = H // cfg.kv_heads
-    out = float_array(H * D)
-    w = float_array(len(live))
+    out = _OUT if H * D <= len(_OUT) else float_array(H * D)
+    w = _W if len(live) <= len(_W) else float_array(len(live))
+    for i in range(H * D):
+        out[i] = 0.0
     for h in range(H):
         kvh = mapping(h) if mapping else h // group
         m = -1e300
@@ -64,7 +71,7 @@ def reference(cfg, K, V, live, layer, q, mapping=None):
                 out[h * D + i] += w[j] * v[kvh * D + i]
         for i in range(D):
             out[h * D + i] /= l
-    return out
+    return memoryview(out)[:H * D]
 
 
 def rel_err(a, b):

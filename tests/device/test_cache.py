@@ -190,27 +190,28 @@ def test_bad_input_raises_precisely_and_leaves_state_unchanged():
     nan = float("nan")
     inf = float("inf")
     cases = [
-        (ValueError, "k has 3 values, expected kv_heads*head_dim = 4", c.write, 1, [0.1] * 3, good),
+        (ValueError, "k has 3 values, expected 4", c.write, 1, [0.1] * 3, good),
         (TypeError, "v must be a sequence", c.write, 1, good, 7),
         (ValueError, "k[2] is not finite: nan", c.write, 1, [0.1, 0.2, nan, 0.3], good),
         (ValueError, "v[0] is not finite: inf", c.write, 1, good, [inf, 0.1, 0.1, 0.1]),
         (TypeError, "k[1] is not a number", c.write, 1, [0.1, "x", 0.1, 0.1], good),
         (IndexError, "layer 2 out of range (0..1)", c.write, 2, good, good),
         (IndexError, "layer -1 out of range", c.write, -1, good, good),
-        (ValueError, "too large for an i8 row", c.write, 1, [1e7, 0.0, 0.0, 0.0], good),
+        (ValueError, "outside an i8 row's range", c.write, 1, [1e7, 0.0, 0.0, 0.0], good),
         (IndexError, "kv head 1 out of range (0..0)", c.read, 0, 1, 0, 0, array("f", [0.0] * 4)),
         (IndexError, "position 5 out of range (0..1)", c.read, 0, 0, 5, 0, array("f", [0.0] * 4)),
         (IndexError, "position -1 out of range", c.read, 0, 0, -1, 0, array("f", [0.0] * 4)),
-        (ValueError, "out holds 3 values, head_dim is 4", c.read, 0, 0, 0, 0, array("f", [0.0] * 3)),
-        (TypeError, "out must be a buffer", c.read, 0, 0, 0, 0, None),
+        (ValueError, "out holds 3 values, needs 4", c.read, 0, 0, 0, 0, array("f", [0.0] * 3)),
+        (TypeError, "out must be a writable buffer", c.read, 0, 0, 0, 0, None),
         (ValueError, "kv must be 0 (K) or 1 (V)", c.read, 0, 0, 0, 2, array("f", [0.0] * 4)),
-        (ValueError, "append needs 2 layers", c.append, [good], [good]),
+        (ValueError, "ks has 1 values, expected 2", c.append, [good], [good]),
         (ValueError, "k[0] is not finite", c.append, [[nan] * 4, good], [good, good]),
-        (ValueError, "codes must have kv_heads*head_dim = 4", c.write_q8, 1, array("b", [1] * 3), [0x3C00],
+        (ValueError, "k_codes has 3 values, expected 4", c.write_q8, 1, array("b", [1] * 3), [0x3C00],
          array("b", [1] * 4), [0x3C00]),
-        (ValueError, "scale bits 31744 are not a finite f16", c.write_q8, 1, array("b", [1] * 4), [0x7C00],
-         array("b", [1] * 4), [0x3C00]),
-        (ValueError, "code 200 at 0 is not int8", c.write_q8, 1, [200, 0, 0, 0], [0x3C00], [0] * 4, [0x3C00]),
+        (ValueError, "k_scales[0] = 31744 is outside 0..31743 (f16 scale bits", c.write_q8, 1,
+         array("b", [1] * 4), [0x7C00], array("b", [1] * 4), [0x3C00]),
+        (ValueError, "k_codes[0] = 200 is outside -128..127", c.write_q8, 1, [200, 0, 0, 0], [0x3C00], [0] * 4,
+         [0x3C00]),
     ]
     for exc, text, fn, *args in cases:
         e = raises(exc, fn, *args)

@@ -119,5 +119,3 @@ def test_integer_step_over_cold_blocks_allocates_nothing():
             remove()
         tc = qc = qs = oq = oe = None
         gc.collect()
-
-

@@ -238,7 +238,7 @@ def test_bad_input_changes_nothing():
         assert (bytes(tc.ring.arena), tc.stats_json()) == before
         e = raises(IndexError, tc.step, 1, zeros("f", 16), zeros("f", 16))
         e = raises(ValueError, tc.step_q8, 0, zeros("b", 16), zeros("H", 2), zeros("i", 16), zeros("i", 2))
-        assert "i8 or i4 ring" in message(e)
+        assert "i8, i4 or i2 ring" in message(e)
     finally:
         tc.close()
         remove()

@@ -7,7 +7,7 @@ from kvedge.compat import ticks_diff, ticks_ms  # CircuitPython boards have no t
 
 # The generation loop's own heap beside the model and tokenizer: sampler, token lists, stdout buffers and
 # names interned on first use. Measured on the unix port at about 7 KB for stories260K.
-RUN_OVERHEAD = 8192
+RUN_OVERHEAD = 9216
 
 
 def _ms():
