@@ -20,10 +20,11 @@ sys.path[:0] = [os.path.join(ROOT, "host"), os.path.join(ROOT, "device")]
 from kvedge_host import kiviref, quality  # noqa: E402
 from kvedge_host.paths import SHARED_MODELS  # noqa: E402
 
-# ideal, each cause of the device's storage alone, the device's storage, the device with each cause undone,
-# and KIVI's own (f16 nearest)
+# ideal min-max, each cause of kvedge's storage alone (zero down, scale up, ties up), that storage (which the
+# "kvedge cache" row must equal), it with each cause undone, KIVI's own (f16 nearest); then min-max refined by
+# least squares, in float64 and stored as nearest halves (not in kvedge: a candidate)
 DEFAULT = ["exact/exact/even", "down/exact/even", "exact/up/even", "exact/exact/up", "near/near/even",
-           "down/up/up", "near/up/up", "down/near/up", "down/up/even"]
+           "down/up/up", "near/up/up", "down/near/up", "down/up/even", "exact/exact/even/lsq4", "near/near/up/lsq4"]
 
 
 def row(texts, bases, kv):
