@@ -21,6 +21,7 @@ from kvedge.cache import KVCache
 from kvedge.config import CacheConfig
 from kvedge.model.sampler import Sampler
 
+from . import kiviref
 from .llama_ref import RefModel
 from .paths import ROOT, SHARED_MODELS
 
@@ -181,6 +182,40 @@ class TieredRef(CachedRef):
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
+class NumpyKivi(RefModel):
+    """RefModel whose attention reads K/V through the numpy KIVI reference (kvedge_host.kiviref), not a device
+    cache: the same residual rule with float64 (or any chosen) arithmetic, to measure what the device's storage
+    costs against the ideal. Tokens enter as f32, as they enter the device cache."""
+
+    def __init__(self, path, kv, tokens):
+        RefModel.__init__(self, path)
+        c = self.cfg
+        self.bits = {"i4": 4, "i2": 2}[kv["dtype"]]
+        self.G = kv.get("group", 32)
+        self.R = kv.get("residual", self.G)
+        self.arith = tuple(kv["numpy"])
+        self.capacity = tokens
+        shape = (c.n_layers, tokens, c.n_kv_heads, c.head_dim)
+        self.mk = np.zeros(shape)
+        self.mv = np.zeros(shape)
+        self.lo = [0] * c.n_layers
+
+    def attend(self, layer, q, k, v, pos):
+        c = self.cfg
+        if pos >= self.capacity:
+            raise ValueError("run longer than the %d tokens it was sized for" % self.capacity)
+        shape = (c.n_kv_heads, c.head_dim)
+        self.mk[layer, pos] = np.float32(k).reshape(shape)
+        self.mv[layer, pos] = np.float32(v).reshape(shape)
+        lo = kiviref.residual_lo(pos + 1, self.G, self.R)
+        for g in range(self.lo[layer], lo, self.G):  # a group leaves the residual
+            sl = slice(g, g + self.G)
+            self.mk[layer, sl] = kiviref.quant_keys(self.mk[layer, sl], self.bits, self.arith)
+            self.mv[layer, sl] = kiviref.quant_values(self.mv[layer, sl], self.bits, self.arith)
+        self.lo[layer] = lo
+        return self.attention(q, self.mk[layer, :pos + 1], self.mv[layer, :pos + 1])
+
+
 def log_softmax(x):
     m = x.max()
     return x - m - np.log(np.exp(x - m).sum())
@@ -231,7 +266,14 @@ def written_texts(tokenizer=TOKENIZER, folder=CORPUS, vocab_size=512, limit=None
 
 def teacher_force(path, ids, kv, policy=None):
     """Logits (float64, [len(ids) - 1, vocab]) predicting ids[1:], and the cache's stats, for one strategy
-    (kv: CacheConfig fields, or {"tiered": TieredRef's tier dict})."""
+    (kv: CacheConfig fields, or {"tiered": TieredRef's tier dict}). A kv with "numpy" (an arithmetic of
+    kvedge_host.kiviref) runs the numpy KIVI reference instead of a cache."""
+    if "numpy" in kv:
+        m = NumpyKivi(path, kv, len(ids))
+        out = np.empty((len(ids) - 1, m.cfg.vocab_size))
+        for i in range(len(ids) - 1):
+            out[i] = m.forward(ids[i])
+        return out, {"config": dict(kv, numpy=list(kv["numpy"]))}
     m = TieredRef(path, kv["tiered"], len(ids)) if "tiered" in kv else CachedRef(path, kv, len(ids), policy)
     try:
         out = np.empty((len(ids) - 1, m.cfg.vocab_size))
