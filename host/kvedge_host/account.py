@@ -86,8 +86,8 @@ def weights(spec, dtype=None):
     return budget.weights_bytes(params(spec), dtype), dtype
 
 
-def activations(spec, batch=1):
-    return budget.activation_bytes(spec.dim, spec.hidden_dim, spec.heads, spec.vocab, batch=batch,
+def activations(spec, batch=1, tile=32):
+    return budget.activation_bytes(spec.dim, spec.hidden_dim, spec.heads, spec.vocab, tile=tile, batch=batch,
                                    head_dim=spec.head_dim)
 
 
@@ -159,14 +159,16 @@ def account(spec, context, kv_dtype, tgt, weights_dtype=None, align=0, batch=1, 
 
 # ---- the runtime's own heap, measured on the emulated board (kvedge footprint; boards/*.json "footprint") ----
 
-KERNEL_KINDS = ("viper", "native", "plain")  # fastest first
+KERNEL_KINDS = ("asm", "viper", "native", "plain")  # fastest first
 # Heap a plan leaves free beyond its account: a nearly full heap has its last free bytes in holes, and set-up and
 # each token's stats line need blocks of a few hundred bytes. Measured on the emulated board with stories260K and
 # the stats stream (kvedge plan --margin N, then the plan run there): the least that ran was 2-2.5 % of the usable
 # heap (rp2040, viper: 4,202 ran, 3,000 failed; esp32s3: 5,301 ran, 4,000 failed; esp32, plain: 2,000 ran);
-# how the last free bytes are split changes from build to build, so a plan keeps twice that, at least 4 KB.
-MARGIN_FRACTION = 0.04
-MARGIN_MIN = 4096
+# how the last free bytes are split changes from build to build, so a plan keeps 3 %. And at least 5 KB: set-up
+# needs a few KB beyond what it keeps (the checkpoint's layout tables, a module's reader while it loads); on the
+# esp32 heap a plan that left 3 KB failed while loading the weights, one that left 5 KB ran.
+MARGIN_FRACTION = 0.03
+MARGIN_MIN = 5120
 
 
 def kernel_kinds(prof):
@@ -199,6 +201,10 @@ class Runtime:
         self.telemetry = fp.get("telemetry_bytes", 0)
         self.evict = fp.get("evict_bytes", 0)
         self.loop = fp.get("loop_" + kind, 0)
+        self.file = fp.get("file_bytes", 0)  # one open file (the filesystem's buffers)
+        # plain kernels run the float attention path, whose tile only batches scores: 8 costs little time and
+        # 1.1 KB less heap than 32 (stories260K); the integer kernels fold 32 tokens a call
+        self.tile = 8 if kind == "plain" else 32
         # the block a run's arena takes at start-up (kvedge.model.run.main(kv_bytes=...)); a larger heap than the
         # image's has the same start-up allocations below it
         self.largest = self.usable - (fp["heap_usable"] - fp["largest_bytes"])
@@ -243,7 +249,8 @@ def runner_scratch(shape, weights_dtype, stream=False):
     return llama.scratch_bytes(shape, weights_dtype, stream)
 
 
-def runner_objects(shape, cfg, word=4):
-    """The runner's Python objects for a cache config (kvedge.model.llama.object_bytes, `word`-byte pointers)."""
+def runner_objects(shape, cfg, word=4, tile=32, kernels="plain"):
+    """The runner's Python objects for a cache config (kvedge.model.llama.object_bytes, `word`-byte pointers),
+    with the integer attention path's scratch when those kernels run it."""
     from kvedge.model import llama
-    return llama.object_bytes(shape, cfg, 32, word)
+    return llama.object_bytes(shape, cfg, tile, word, cfg.dtype in ("i8", "i4") and kernels in ("asm", "viper"))

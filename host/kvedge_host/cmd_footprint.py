@@ -15,7 +15,8 @@ from .cli import UserError
 def add_arguments(p):
     p.add_argument("--board", default="rp2040", help="board profile to measure (default rp2040)")
     p.add_argument("--kernels", metavar="KINDS",
-                   help="comma-separated kernel kinds (default: viper,native,plain; plain on CircuitPython)")
+                   help="comma-separated kernel kinds (default: asm on Arm chips, viper, native, plain; plain on "
+                        "CircuitPython)")
     p.add_argument("--write", action="store_true", help="record the figures in boards/BOARD.json")
     p.add_argument("--json", action="store_true", help="print the raw measurements as JSON")
 

@@ -50,14 +50,18 @@ def add_arguments(p):
     # before kvedge.tiered the flash tier was opt-in; it is offered by default now and the old flag does nothing
     p.add_argument("--flash-tier", action="store_true", help=__import__("argparse").SUPPRESS)
     p.add_argument("--kernels", default="auto", metavar="KIND",
-                   help="viper, native, plain or auto: the fastest kind with a measured footprint (kvedge footprint) "
+                   help="asm, viper, native, plain or auto: the fastest kind with a measured footprint (kvedge footprint) "
                         "for which a configuration fits (default auto)")
     p.add_argument("--tokenizer", metavar="PATH",
                    help="tokenizer the runner loads, counted in the plan (default: tok512.bin or tokenizer.bin beside "
                         "a llama2.c model)")
+    p.add_argument("--no-stats", action="store_true",
+                   help="the run writes no stats stream: kvedge.telemetry is not counted")
+    p.add_argument("--no-prompt", action="store_true",
+                   help="the run encodes no prompt (generation from BOS): the tokenizer's sorted ids are not counted")
     p.add_argument("--margin", type=int, metavar="BYTES",
-                   help="heap kept free beyond the plan (default with a measured footprint: the larger of 4%% of "
-                        "the usable heap and 4,096 bytes; see kvedge_host.account)")
+                   help="heap kept free beyond the plan (default with a measured footprint: the larger of 3%% of "
+                        "the usable heap and 5,120 bytes; see kvedge_host.account)")
     p.add_argument("--quality", metavar="FILE.json", nargs="?", const=DEFAULT_QUALITY,
                    help="rank by a quality table written by `kvedge eval --json`; without FILE, the stories260K "
                         "table measured on the written corpus (kvedge_host/data/quality-stories260K.json)")
@@ -323,13 +327,14 @@ def _largest(fits, lo, hi, step=1):
 
 class Planner:
     def __init__(self, spec, context, tgt, align, weights_dtype, batch, runtime=None, tokenizer_bytes=0):
+        self.tile = runtime.tile if runtime is not None else 32
         self.spec, self.context, self.tgt, self.align, self.batch = spec, context, tgt, align, batch
         self.base_align = align
         self.tiered_ok = True
         self.prof = tgt["profile"] or {}
         self.weights_bytes, self.weights_label = account.weights(spec, weights_dtype)
         self.weights_dtype = weights_dtype or spec.weights_dtype
-        self.act = account.activations(spec, batch)
+        self.act = account.activations(spec, batch, self.tile)
         self.ws = tgt["workspace_bytes"]
         # the runtime's measured footprint (account.Runtime), when the profile has one: the usable heap less a
         # margin is the limit, the largest free block bounds the arena, and the runner's own parts are counted
@@ -353,7 +358,7 @@ class Planner:
         """The runner's objects for this cache (32-bit word on a board) and, with H2O, its module and state."""
         if self.rt is None:
             return 0
-        n = account.runner_objects(self.shape, cfg, self.word()) * self.batch
+        n = account.runner_objects(self.shape, cfg, self.word(), self.tile, self.rt.kind) * self.batch
         return n + (self.rt.evict + account.H2O_STATE_BYTES if h2o else 0)
 
     def word(self):
@@ -392,7 +397,14 @@ class Planner:
         """scores: RAM each sequence needs beside its cache arena (H2O's arrays, a tiered cache's staging block
         and tables); h2o: the eviction module is loaded (counted with a measured runtime)."""
         return (self.weights_heap(place) + cfg.nbytes() * self.batch + scores * self.batch + self.activations(place)
-                + self.ws + self.runner(cfg, h2o))
+                + self.ws + self.runner(cfg, h2o) + self.files(place))
+
+    def files(self, place):
+        """The filesystem's buffers of the files a run keeps open: the tokenizer's, and the weights' when they
+        are read from flash."""
+        if self.rt is None:
+            return 0
+        return self.rt.file * ((1 if self.tokenizer_bytes else 0) + (1 if place == "flash" else 0))
 
     def block_limit(self, h2o=False):
         return self.block if self.rt is None else self.rt.block_limit(h2o)
@@ -406,7 +418,7 @@ class Planner:
         h2o = (policy or {}).get("kind") == "h2o"
         extra = scores + (tier["staging_bytes"] + tier["tables_bytes"] if tier else 0)
         total = self.total(cfg, place, extra, h2o)
-        ws = self.ws + self.runner(cfg, h2o)
+        ws = self.ws + self.runner(cfg, h2o) + self.files(place)
         if cfg.align != self.base_align:
             name += ", align %d" % cfg.align
         c = {"kind": kind, "strategy": name, "cache": cfg.to_dict(), "kv_bytes": kv, "tokens_kept": tokens,
@@ -636,7 +648,8 @@ class Planner:
             rt = self.rt
             parts += [("boot", rt.boot), ("runtime code (%s kernels)" % rt.kind, rt.code),
                       ("stats stream", rt.telemetry), ("generation loop", rt.loop),
-                      ("tokenizer", self.tokenizer_bytes), ("the runner's objects", self.runner(cfg, False))]
+                      ("tokenizer", self.tokenizer_bytes), ("the runner's objects", self.runner(cfg, False)),
+                      ("open files' buffers", self.files(place))]
         else:
             parts.append(("workspace", self.ws))
         parts.append(("KV cache, 1 token", cfg.nbytes() * self.batch))
@@ -762,7 +775,7 @@ def run_all_boards(a):
         b.board = name
         spec, context, tgt = load_inputs(b)
         rts = runtimes(b, tgt)
-        tok = tokenizer_for(b, spec) if rts else (0, None)
+        tok = tokenizer_for(b, spec) if rts else (0, None, False)
         ranked = []
         for rt in rts or [None]:  # the fastest kernels with which something fits, as for one board
             pl = Planner(spec, context, tgt, a.align, a.weights_dtype, a.batch, rt, tok[0])
@@ -842,29 +855,34 @@ def runtimes(a, tgt):
     for rt in out:
         if a.margin is not None:
             rt.margin = a.margin
+        if a.no_stats:
+            rt.telemetry = 0
     return out
 
 
 def tokenizer_for(a, spec):
-    """(bytes the loaded tokenizer keeps, its path) or (0, None): --tokenizer, else tok512.bin or tokenizer.bin
-    beside a llama2.c .bin model when its size fits the model's vocabulary."""
+    """(bytes the runner's tokenizer keeps, its path, whether a prompt is encoded) or (0, None, False):
+    --tokenizer, else tok512.bin or tokenizer.bin beside a llama2.c .bin model when its size fits the model's
+    vocabulary. The tokenizer stays in its file (kvedge.model.tokenizer.FileTokenizer); encoding a prompt sorts
+    its ids once (2 bytes a token), which --no-prompt leaves out."""
     from kvedge.model.tokenizer import FileTokenizer as Tokenizer
+    encode = not a.no_prompt
     path = a.tokenizer
     if path is None:
         if not (a.model and a.model.endswith(".bin") and os.path.isfile(a.model)):
-            return 0, None
+            return 0, None, encode
         for name in ("tok512.bin", "tokenizer.bin"):
             p = os.path.join(os.path.dirname(os.path.abspath(a.model)), name)
             if os.path.isfile(p) and os.path.getsize(p) >= 4 + 8 * spec.vocab:
-                return Tokenizer.nbytes(p, spec.vocab), p
-        return 0, None
+                return Tokenizer.nbytes(p, spec.vocab, encode), p, encode
+        return 0, None, encode
     try:
         size = os.path.getsize(path)
     except OSError as e:
         raise UserError("%s: cannot read: %s" % (path, e.strerror or e))
     if size < 4 + 8 * spec.vocab:
         raise UserError("%s: %d bytes is too short for a tokenizer of %d tokens" % (path, size, spec.vocab))
-    return Tokenizer.nbytes(path, spec.vocab), path
+    return Tokenizer.nbytes(path, spec.vocab, encode), path, encode
 
 
 def runtime_info(rt, prof, tokenizer):
@@ -872,12 +890,13 @@ def runtime_info(rt, prof, tokenizer):
     if rt is None:
         return None
     src = next((s for s in prof.get("sources", []) if s["figure"] == "footprint.runtime_" + rt.kind), {})
-    return {"source": "measured", "kernels": rt.kind, "heap_bytes": rt.heap, "heap_image": rt.image,
+    return {"source": "measured", "kernels": rt.kind, "tile": rt.tile, "heap_bytes": rt.heap, "heap_image": rt.image,
             "usable_heap": rt.usable, "boot_bytes": rt.boot, "code_bytes": rt.code,
-            "telemetry_bytes": rt.telemetry, "evict_bytes": rt.evict, "loop_bytes": rt.loop,
-            "largest_block_bytes": rt.largest, "margin_bytes": rt.margin, "tokenizer_bytes": tokenizer[0],
-            "tokenizer": tokenizer[1], "command": src.get("command"), "firmware": src.get("firmware"),
-            "date": src.get("date")}
+            "telemetry_bytes": rt.telemetry, "evict_bytes": rt.evict, "loop_bytes": rt.loop, "file_bytes": rt.file,
+            "largest_block_bytes": rt.largest, "margin_bytes": rt.margin, "stats": rt.telemetry > 0,
+            "tokenizer_bytes": tokenizer[0],
+            "tokenizer": tokenizer[1], "prompt": tokenizer[2], "command": src.get("command"),
+            "firmware": src.get("firmware"), "date": src.get("date")}
 
 
 def run(a):
@@ -895,7 +914,7 @@ def run(a):
     table = load_quality(a.quality) if a.quality else None
     spec, context, tgt = load_inputs(a)
     rts = runtimes(a, tgt)
-    tok = tokenizer_for(a, spec) if rts else (0, None)
+    tok = tokenizer_for(a, spec) if rts else (0, None, False)
     plans = []
     for rt in rts or [None]:
         pl = Planner(spec, context, tgt, a.align, a.weights_dtype, a.batch, rt, tok[0])

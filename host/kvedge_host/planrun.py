@@ -24,12 +24,58 @@ def runner_args(doc, steps, stats_ms=0, prompt="", temperature=0.0, seed=1):
           "stream": doc["weights"]["place"] != "heap", "h2o": h2o, "stats_ms": stats_ms, "peak": True,
           "kv_bytes": doc["kv_bytes"] if doc.get("batch", 1) == 1 else 0}
     if rt.get("source") == "measured":
+        if stats_ms and not rt.get("stats", True):
+            raise ValueError("the plan counted no stats stream (kvedge plan --no-stats): run with stats_ms=0")
         kw["kernel"] = rt["kernels"]
+        kw["tile"] = rt["tile"]
+        kw["encode"] = bool(rt.get("prompt", True))
         kw["budget"] = rt["usable_heap"] - rt["margin_bytes"]
         kw["workspace"] = rt["boot_bytes"] + rt["code_bytes"] + rt["telemetry_bytes"] + (rt["evict_bytes"] if h2o
                                                                                          else 0)
-        kw["overhead"] = rt["loop_bytes"]
+        # the loop, and the buffers of the files the run keeps open (the tokenizer; the weights when streamed)
+        kw["overhead"] = rt["loop_bytes"] + rt["file_bytes"] * (1 + (1 if kw["stream"] else 0))
+        if prompt and not rt.get("prompt", True):
+            raise ValueError("the plan counted no prompt (kvedge plan --no-prompt); plan again without it")
     return kw
+
+
+MIN_TOKENS = 8  # fewer tokens kept than this (or a cut context) is not a generation worth a stats stream
+
+
+def plan_for(board, model, tokenizer, out, heap=None, prompt="", stats=True, log=None):
+    """`kvedge plan` for kvedge's runner on `board` (int8 weights, an i8 cache, unpadded rows, no tiered cache,
+    the tokenizer counted, the prompt counted when there is one) written to `out`; with the stats stream unless
+    it leaves the cache fewer than MIN_TOKENS tokens (or only a cut context), in which case the run goes without
+    it (the returned document's runtime.stats says which). Returns the plan document; UserError when nothing
+    fits either way."""
+    import io
+    from contextlib import redirect_stdout
+    from .cli import UserError, main
+    args = ["plan", "--model", model, "--tokenizer", tokenizer, "--board", board, "--weights-dtype", "i8",
+            "--kv-dtype", "i8", "--align", "0", "--no-tiered", "--out", out, "--json"]
+    if heap:
+        args += ["--heap", str(heap)]
+    if not prompt:
+        args.append("--no-prompt")
+    tries = ([[], ["--no-stats"]] if stats else [["--no-stats"]])
+    doc = None
+    for extra in tries:
+        if os.path.exists(out):
+            os.remove(out)
+        buf = io.StringIO()
+        with redirect_stdout(buf):
+            rc = main(args + extra)
+        if rc == 0:
+            with open(out) as f:
+                doc = json.load(f)
+            if doc["tokens_kept"] >= MIN_TOKENS and doc["kind"] != "shorter":
+                return doc
+            if log and extra == [] and len(tries) > 1:
+                log("with the stats stream the cache keeps %d tokens (%s): planning without it"
+                    % (doc["tokens_kept"], doc["strategy"]))
+    if doc is None:
+        raise UserError("nothing fits %s: kvedge plan %s" % (board, " ".join(args[1:])))
+    return doc
 
 
 def runner_code(model, tokenizer, kw):

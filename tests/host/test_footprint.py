@@ -22,9 +22,10 @@ KVFP module kvedge.budget 6208
 KVFP largest_imports 134208
 KVFP optional kvedge.evict 2752
 KVFP optional kvedge.telemetry 2720
-KVFP telemetry_state 240
 Once upon a time
 KVFP warm 176
+KVFP telemetry_state 240
+KVFP file 1152
 KVFP run 20000 12328 2562
 KVFP largest 129696 134544
 """
@@ -44,11 +45,11 @@ def test_board_lines_become_the_profiles_figures():
     assert r["optional"] == {"kvedge.evict": 2752, "kvedge.telemetry": 2720}
     fp = footprint.figures(res)
     assert fp == {"heap_image": 215040, "heap_usable": 210112, "boot_bytes": 1968, "largest_bytes": 199920,
-                  "evict_bytes": 2752, "telemetry_bytes": 2720 + 240,
+                  "evict_bytes": 2752, "telemetry_bytes": 2720 + 240, "file_bytes": 1152,
                   "runtime_plain": 7856 + 848 + 6208 + 176,          # code + what the first run left
-                  "loop_plain": 20000 - 176 - 12328 - 2562}          # the run's peak beyond its formulas
+                  "loop_plain": 20000 - 176 - 12328 - 2562 - 2 * 1152}  # the run's peak beyond its formulas
     # a kind that cannot run even the tiny model keeps its code's cost (the plan then finds nothing fits)
-    short = footprint.parse(OUT.split("KVFP telemetry_state")[0] + "KVFP nofit memory allocation failed\n")
+    short = footprint.parse(OUT.split("Once upon")[0] + "KVFP nofit memory allocation failed\n")
     short["boot"], short["usable"] = 1968, 210112
     fp = footprint.figures(dict(_res(), kinds={"viper": short}))
     assert fp["runtime_viper"] == 7856 + 848 + 6208 and "loop_viper" not in fp
@@ -81,7 +82,7 @@ def test_a_bad_kernel_kind_is_one_line(capsys):
     from kvedge_host import cli
     assert cli.main(["footprint", "--board", "rp2040", "--kernels", "sse"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        "kvedge footprint: error: --kernels: unknown kind 'sse' (choose from viper, native, plain)"]
+        "kvedge footprint: error: --kernels: unknown kind 'sse' (choose from asm, viper, native, plain)"]
 
 
 @needs_m3

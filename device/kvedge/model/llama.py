@@ -56,7 +56,14 @@ def scratch_bytes(cfg, wdtype, stream=False):
     return n
 
 
-def object_bytes(cfg, ccfg, tile=32, word=WORD):
+def integer_bytes(cfg, tile=32):
+    """The integer attention path's scratch in kvedge.attention beyond its tile state: the tile header and
+    columns (16 + 7 per token, int32), its geometry and a head's state (about 24 + head_dim int32), the
+    accumulators (head_dim int32) and the 2**x table (257 uint16); with the arrays' headers."""
+    return 4 * (16 + 7 * tile) + 4 * (24 + cfg.head_dim) + 4 * cfg.head_dim + 2 * 257 + 4 * 32
+
+
+def object_bytes(cfg, ccfg, tile=32, word=WORD, integer=False):
     """Heap beside the formula-sized buffers: the Python objects (model, weights, cache, attention, one per
     weight matrix and their lists), the cache's slot table (4 bytes a slot) and the attention loop's tile
     state beyond budget.activation_bytes. word: the runtime's pointer size (default this runtime's). Measured
@@ -65,12 +72,14 @@ def object_bytes(cfg, ccfg, tile=32, word=WORD):
     board (plain and viper kernels); about 320 bytes a matrix on the 64-bit unix port. Rounded up."""
     # rows the int8 kernels cannot read in place (an f32 prefix, i4) are converted a tile at a time
     conv = 2 * tile * cfg.head_dim + 4 * tile + 8 * cfg.head_dim + 64 if ccfg.prefix or ccfg.dtype == "i4" else 0
+    if integer:  # kvedge.attention's integer path runs (viper or asm kernels and an i8/i4 cache)
+        conv += integer_bytes(cfg, tile)
     if word == 4:
         return 4608 + 40 * (7 * cfg.n_layers + 2) + 4 * ccfg.slots + 16 * tile + conv
     return 2048 + 320 * (7 * cfg.n_layers + 2) + 4 * ccfg.slots + 256 * tile + conv
 
 
-def plan(cfg, wdtype, ccfg, stream=False, tile=32, workspace=0, forward="float", word=WORD):
+def plan(cfg, wdtype, ccfg, stream=False, tile=32, workspace=0, forward="float", word=WORD, integer=False):
     """The run's memory account (kvedge.budget.deployment_bytes): weights resident in RAM, KV arena,
     activations + model scratch (the forward pass's own: _path(forward).scratch_bytes for the others), and
     workspace = the runtime's share (caller) + this run's Python objects (object_bytes for a runtime with
@@ -82,7 +91,7 @@ def plan(cfg, wdtype, ccfg, stream=False, tile=32, workspace=0, forward="float",
     else:
         scratch = _path(forward).scratch_bytes(cfg, stream)
     return _budget.deployment_bytes(resident_bytes(cfg, wdtype, stream), ccfg.nbytes(), act + scratch,
-                                    workspace + object_bytes(cfg, ccfg, tile, word))
+                                    workspace + object_bytes(cfg, ccfg, tile, word, integer))
 
 
 def _path(forward):
@@ -98,7 +107,7 @@ def _path(forward):
 
 
 def check(path, kv=None, budget=None, workspace=0, stream=False, tile=32, policy=False, forward="float",
-          attention=None):
+          attention=None, integer=False):
     """(model config, weights dtype, cache config, plan) of a run of this checkpoint; ValueError when the forward
     pass cannot run it, BudgetError when the plan is over `budget`. Reads the header only: nothing is allocated
     (Llama() checks first, and so can a caller that allocates other things first, e.g. the tokenizer)."""
@@ -109,11 +118,21 @@ def check(path, kv=None, budget=None, workspace=0, stream=False, tile=32, policy
     stream = weights_place(path, stream) if forward == "float" else bool(stream)
     if policy:
         workspace += 8 * ccfg.slots + 256  # a policy's per-slot scores and accumulators
-    p = plan(cfg, wdtype, ccfg, stream, tile, workspace, forward)
+    p = plan(cfg, wdtype, ccfg, stream, tile, workspace, forward, WORD, integer)
     if budget is not None and p["total"] > budget:
         raise BudgetError("model run (weights %d + kv %d + activations %d + workspace %d)" % (
             p["weights"], p["kv"], p["activations"], p["workspace"]), p["total"], budget)
     return cfg, wdtype, ccfg, p
+
+
+def integer_path(kv, int_attention="auto", attention=None):
+    """Whether kvedge.attention's integer path will run: an i8/i4 cache and (auto) viper or asm kernels."""
+    if attention is not None or not int_attention:
+        return False
+    dtype = (kv or {}).get("dtype", "f32")
+    if int_attention == "auto":
+        return dtype in ("i8", "i4") and kernels.kind() in ("asm", "viper")
+    return dtype in ("i8", "i4")
 
 
 def _default_attention(cache, tile, integer=True):
@@ -149,7 +168,7 @@ class Llama:
         # "rom" only where the file is mapped (the float pass reads rows in place; the others stream them)
         stream = weights_place(path, stream) if alt is None else bool(stream)
         cfg, wdtype, ccfg, self.plan = check(path, kv, budget, workspace, stream, tile, policy is not None,
-                                             forward, attention)
+                                             forward, attention, integer_path(kv, int_attention, attention))
         self.cfg = cfg
         self.wdtype = wdtype
         self.k = kernels.get()

@@ -72,7 +72,7 @@ def _load(kernel, h2o, stats):
 
 def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=None, budget=None, workspace=0,
          stream=False, kernel="auto", tile=32, peak=False, h2o=0, stats_ms=0, overhead=RUN_OVERHEAD,
-         kv_bytes=0, ctrl_c=False, forward="float"):
+         kv_bytes=0, encode=None, ctrl_c=False, forward="float"):
     """Returns the stats dict it prints. Raises BudgetError before allocating when the run does not fit: the
     plan counts the tokenizer (kept in its file: kvedge.model.tokenizer.FileTokenizer) and `overhead`, this
     loop's own heap (a plan made from the board's measured footprint passes the loop it measured), in the
@@ -83,10 +83,11 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
     kvedge.telemetry's KVSTATS lines (start, every stats_ms during generation, final) between the pieces, for
     `kvedge monitor`. kv_bytes > 0 (the plan's kv_bytes) allocates the cache's arena first, before anything
     is imported: the heap is then still one free block (imports leave holes that can make the largest block
-    far smaller than what is free); the cache checks it is its size. ctrl_c=True looks for a Ctrl-C waiting
-    on stdin after every token (a board's USB stack interrupts a program by itself; firmware that reads its
-    UART only when asked, like the emulated Cortex-M3's, cannot be stopped otherwise). forward: "float", "int" or
-    "ulab" (kvedge.model.llama.Llama)."""
+    far smaller than what is free); the cache checks it is its size. encode: count the tokenizer's sorted ids
+    (default: when there is a prompt), as the plan did. ctrl_c=True looks for a Ctrl-C waiting on stdin after
+    every token (a board's USB stack interrupts a program by itself; firmware that reads its UART only when
+    asked, like the emulated Cortex-M3's, cannot be stopped otherwise). forward: "float", "int" or "ulab"
+    (kvedge.model.llama.Llama)."""
     if budget is not None and kv_bytes > budget:
         from kvedge.errors import BudgetError
         raise BudgetError("KV arena", kv_bytes, budget)
@@ -94,7 +95,7 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
     import gc
     k = _load(kernel, h2o, stats_ms > 0)
     from kvedge import compat
-    from kvedge.model.llama import Llama, check, generate
+    from kvedge.model.llama import Llama, check, generate, integer_path
     from kvedge.model.sampler import Sampler
     from kvedge.model.tokenizer import FileTokenizer
     from kvedge.model.checkpoint import read_config
@@ -112,8 +113,12 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
     if h2o:
         def policy(cache):
             return H2O(cache, budget=h2o, recent=h2o // 2)
-    ws = workspace + FileTokenizer.nbytes(tokenizer, vocab) + overhead
-    check(model, kv, budget, ws, stream, tile, h2o > 0, forward)  # BudgetError before anything else is allocated
+    if encode is None:
+        encode = len(prompt) > 0  # encoding a text sorts the tokenizer's ids once
+    ws = workspace + FileTokenizer.nbytes(tokenizer, vocab, encode) + overhead
+    # BudgetError before anything else is allocated
+    check(model, kv, budget, ws, stream, tile, h2o > 0, forward, None,
+          integer_path(kv) if forward == "float" else False)
     tok = FileTokenizer(tokenizer, vocab)  # pieces stay in the file; its offsets go before the small objects
     gc.collect()  # set-up leaves garbage between what it keeps: free it before the next arrays are placed
     m = Llama(model, kv=kv, budget=budget, workspace=ws, stream=stream, tile=tile, policy=policy, arena=arena,

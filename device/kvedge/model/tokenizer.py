@@ -260,8 +260,10 @@ class FileTokenizer(Tokenizer):
         return Tokenizer.id_of(self, piece)
 
     @staticmethod
-    def nbytes(path, vocab_size):
-        """Heap it keeps: the offsets, the sorted ids (once a text is encoded), the open file, the object."""
+    def nbytes(path, vocab_size, encode=True):
+        """Heap it keeps: the offsets, the object, and once a text is encoded (encode=True) the sorted ids; the
+        open file's buffer is the filesystem's (counted by the caller: kvedge footprint's file_bytes)."""
         import os
         wide = os.stat(path)[6] + 8 > 65535
-        return (4 if wide else 2) * (vocab_size + 1) + (2 if vocab_size <= 65535 else 4) * vocab_size + 512
+        order = (2 if vocab_size <= 65535 else 4) * vocab_size if encode else 0
+        return (4 if wide else 2) * (vocab_size + 1) + order + 512
