@@ -253,4 +253,4 @@ def runner_objects(shape, cfg, word=4, tile=32, kernels="plain"):
     """The runner's Python objects for a cache config (kvedge.model.llama.object_bytes, `word`-byte pointers),
     with the integer attention path's scratch when those kernels run it."""
     from kvedge.model import llama
-    return llama.object_bytes(shape, cfg, tile, word, cfg.dtype in ("i8", "i4") and kernels in ("asm", "viper"))
+    return llama.object_bytes(shape, cfg, tile, word, cfg.dtype in ("i8", "i4", "i2") and kernels in ("asm", "viper"))

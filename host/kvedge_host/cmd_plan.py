@@ -13,6 +13,7 @@ import os
 import re
 
 from kvedge import budget
+from kvedge.model import streambytes
 from kvedge.config import CacheConfig
 
 from . import account, validate
@@ -371,10 +372,10 @@ class Planner:
 
     def weights_heap(self, place):
         """Weights held in RAM: all of them, or what the runner keeps when they stay on flash (norms, the row
-        buffer, a chunk's scales: kvedge.budget.weights_stream_bytes)."""
+        buffer, a chunk's scales: kvedge.model.streambytes.weights_stream_bytes)."""
         if place == "heap":
             return self.weights_bytes
-        return budget.weights_stream_bytes(account.params(self.spec), self.spec.dim, self.spec.hidden_dim,
+        return streambytes.weights_stream_bytes(account.params(self.spec), self.spec.dim, self.spec.hidden_dim,
                                            self._stream_dtype())
 
     def _stream_dtype(self):

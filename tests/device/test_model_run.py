@@ -82,10 +82,11 @@ def test_streamed_int8_weights_hold_only_norms_and_one_chunk():
     # every matrix: their lengths are kvedge.budget's streaming formula (kept per matrix, the scales would cost
     # 4 bytes a row: 14 KB for stories260K, more than the rest together)
     from kvedge import budget
+    from kvedge.model import streambytes
     cfg, wd = checkpoint.read_config(_files()["i8"])
     w = checkpoint.Weights(_files()["i8"], stream=True)
     widest, narrowest = max(cfg.dim, cfg.hidden_dim), min(cfg.dim, cfg.hidden_dim)
-    assert len(w.scratch) == budget.STREAM_ROWS * widest
+    assert len(w.scratch) == streambytes.STREAM_ROWS * widest
     assert len(w.scales) == len(w.scratch) // narrowest
     norms = 4 * cfg.dim * (2 * cfg.n_layers + 1)
     assert checkpoint.resident_bytes(cfg, wd, stream=True) == norms + len(w.scratch) + 4 * len(w.scales)

@@ -7,6 +7,7 @@ import os
 import pytest
 
 from kvedge import budget
+from kvedge.model import streambytes
 from kvedge.config import CacheConfig
 from kvedge_host import boards, cli
 
@@ -43,7 +44,7 @@ def recompute_total(doc, weights_dtype="i8", board="rp2350", runtime=None):
     if not flash:
         w = budget.weights_bytes(p, weights_dtype)
     else:
-        w = budget.weights_stream_bytes(p, 64, 172, weights_dtype)
+        w = streambytes.weights_stream_bytes(p, 64, 172, weights_dtype)
     h2o = (doc["policy"] or {}).get("kind") == "h2o"
     scores = budget.h2o_score_bytes(cfg.slots) if h2o else 0
     if (doc["policy"] or {}).get("kind") == "tiered":  # beside the ring: staging block and tables, recomputed
@@ -59,7 +60,7 @@ def recompute_total(doc, weights_dtype="i8", board="rp2350", runtime=None):
     kind = rt["kernels"]
     runtime = fp["boot_bytes"] + fp["runtime_" + kind] + fp["telemetry_bytes"] + fp.get("loop_" + kind, 0)
     tile = 8 if kind == "plain" else 32
-    integer = kind in ("asm", "viper") and cfg.dtype in ("i8", "i4")
+    integer = kind in ("asm", "viper") and cfg.dtype in ("i8", "i4", "i2")
     runner = (llama.scratch_bytes(_Shape, weights_dtype, flash) + llama.object_bytes(_Shape, cfg, tile, 4, integer)
               + (budget.activation_bytes(64, 172, 8, 512, tile) - act))
     files = fp["file_bytes"] * ((1 if rt["tokenizer_bytes"] else 0) + (1 if flash else 0))

@@ -355,7 +355,7 @@ class Weights:
             self.scratch = alloc("f", stream_bytes // 4) if self.dtype == "f32" else alloc("b", stream_bytes)
             self.mscratch = memoryview(self.scratch)
             if self.dtype == "i8":
-                from kvedge.budget import stream_scale_slots
+                from kvedge.model.streambytes import stream_scale_slots
                 self.scales = alloc("f", stream_scale_slots(cfg.dim, cfg.hidden_dim, "i8", stream_bytes))
                 self.mscales = memoryview(self.scales)
         try:
@@ -402,16 +402,17 @@ class Weights:
 
 
 def stream_scratch_bytes(cfg, dtype):
-    """Row buffer for streamed weights: kvedge.budget.STREAM_ROWS rows of the widest matrix."""
-    from kvedge.budget import stream_buffer_bytes
+    """Row buffer for streamed weights: kvedge.model.streambytes.STREAM_ROWS rows of the widest matrix."""
+    from kvedge.model.streambytes import stream_buffer_bytes
     return stream_buffer_bytes(cfg.dim, cfg.hidden_dim, dtype)
 
 
 def resident_bytes(cfg, dtype, stream=False, stream_bytes=0):
     """Bytes of weights held in RAM: the whole model (kvedge.budget.weights_bytes: one f32 scale per row for
-    int8), when streaming kvedge.budget.weights_stream_bytes (norms, the row buffer, a chunk's scales), or
+    int8), when streaming kvedge.model.streambytes.weights_stream_bytes (norms, the row buffer, a chunk's scales), or
     (stream="rom": read in place from a mapped file) the norms alone."""
-    from kvedge.budget import weights_bytes, weights_stream_bytes
+    from kvedge.budget import weights_bytes
+    from kvedge.model.streambytes import weights_stream_bytes
     p = cfg.params()
     if not stream:
         return weights_bytes(p, dtype)

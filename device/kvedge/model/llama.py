@@ -39,8 +39,9 @@ def acc_rows(cfg, stream=False):
     """Rows of int32 sums a matvec needs at once: the tallest matrix, or with weights streamed from flash one
     chunk of rows (each chunk is scaled out before the next is read)."""
     if stream:
-        return _budget.stream_scale_slots(cfg.dim, cfg.hidden_dim, "i8",
-                                          _budget.stream_buffer_bytes(cfg.dim, cfg.hidden_dim, "i8"))
+        from kvedge.model import streambytes as _sb
+        buf = _sb.stream_buffer_bytes(cfg.dim, cfg.hidden_dim, "i8")
+        return _sb.stream_scale_slots(cfg.dim, cfg.hidden_dim, "i8", buf)
     return max(cfg.dim, cfg.hidden_dim, cfg.vocab_size)
 
 
@@ -70,9 +71,10 @@ def object_bytes(cfg, ccfg, tile=32, word=WORD, integer=False):
     after a first run (the first one also interns names and builds tables: the runtime's footprint, counted
     by the caller's workspace), stories260K streamed at tile 32: 5,752-6,696 bytes on the 32-bit Cortex-M3
     board (plain and viper kernels); about 320 bytes a matrix on the 64-bit unix port. Rounded up."""
-    # rows the int8 kernels cannot read in place (an f32 prefix, i4) are converted a tile at a time
-    conv = 2 * tile * cfg.head_dim + 4 * tile + 8 * cfg.head_dim + 64 if ccfg.prefix or ccfg.dtype == "i4" else 0
-    if integer:  # kvedge.attention's integer path runs (viper or asm kernels and an i8/i4 cache)
+    # rows the int8 kernels cannot read in place (an f32 prefix, i4, i2) are converted a tile at a time
+    conv = 2 * tile * cfg.head_dim + 4 * tile + 8 * cfg.head_dim + 64 if ccfg.prefix or ccfg.dtype in ("i4", "i2") \
+        else 0
+    if integer:  # kvedge.attention's integer path runs (viper or asm kernels and an i8/i4/i2 cache)
         conv += integer_bytes(cfg, tile)
     if word == 4:
         return 4608 + 40 * (7 * cfg.n_layers + 2) + 4 * ccfg.slots + 16 * tile + conv
@@ -126,13 +128,13 @@ def check(path, kv=None, budget=None, workspace=0, stream=False, tile=32, policy
 
 
 def integer_path(kv, int_attention="auto", attention=None):
-    """Whether kvedge.attention's integer path will run: an i8/i4 cache and (auto) viper or asm kernels."""
+    """Whether kvedge.attention's integer path will run: an i8/i4/i2 cache and (auto) viper or asm kernels."""
     if attention is not None or not int_attention:
         return False
     dtype = (kv or {}).get("dtype", "f32")
     if int_attention == "auto":
-        return dtype in ("i8", "i4") and kernels.kind() in ("asm", "viper")
-    return dtype in ("i8", "i4")
+        return dtype in ("i8", "i4", "i2") and kernels.kind() in ("asm", "viper")
+    return dtype in ("i8", "i4", "i2")
 
 
 def _default_attention(cache, tile, integer=True):
