@@ -38,7 +38,7 @@ def cache_config(cfg, kv=None):
 def acc_rows(cfg, stream=False):
     """Rows of int32 sums a matvec needs at once: the tallest matrix, or with weights streamed from flash one
     chunk of rows (each chunk is scaled out before the next is read)."""
-    if stream:
+    if stream and stream != "rom":  # rows read in place from ROMFS are summed all at once
         from kvedge.model import streambytes as _sb
         buf = _sb.stream_buffer_bytes(cfg.dim, cfg.hidden_dim, "i8")
         return _sb.stream_scale_slots(cfg.dim, cfg.hidden_dim, "i8", buf)
