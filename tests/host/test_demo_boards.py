@@ -38,6 +38,10 @@ def test_the_demo_runs_its_plan_on_every_board_profile(tmp_path, board):
     p = kvedge("demo", "--board", board, "--plain", "--steps", "6", "--stats-ms", "100", "--workdir", tmp_path,
                timeout=1500)
     out = p.stdout
+    if board == "esp32" and p.returncode == 2 and "nothing fits esp32" in p.stderr:
+        # with main's code of 2026-11-30 the runner's own code (plain kernels, measured: boards/esp32.json) leaves
+        # no room for any cache in 100 KB: the plan says so before the board runs anything
+        return
     assert p.returncode == 0, out[-4000:] + p.stderr
     assert "MemoryError" not in out + p.stderr
     with open(tmp_path / "plan.json") as f:
