@@ -93,7 +93,9 @@ class Attention:
     # fused = False, drive the same tiles from Python (_tile_q8): the same results (tested)
     fused = True
 
-    def __init__(self, cache, tile=32):
+    def __init__(self, cache, tile=32, integer=True):
+        # integer=False: the float path only; the integer path's scratch and tables (about 1.6 KB at tile 32)
+        # are then not allocated, and step_q8 refuses
         if not isinstance(cache, KVCache):
             raise TypeError("cache must be a KVCache, got %s" % check.show(cache))
         check.index("tile", tile)
@@ -119,7 +121,7 @@ class Attention:
         self.score_room = SCORE_CAP - cfg.heads * SCORE_STEP
         self.seen = [None, None, None, None]  # buffers whose item size was checked: qc, out_q, slots, scores
         # integer path scratch
-        self.int_ok = cfg.dtype in (I8, I4, I2) and D <= 256
+        self.int_ok = integer and cfg.dtype in (I8, I4, I2) and D <= 256
         self.P, self.G = cfg.prefix, cfg.group
         self.i4 = cache.lowbit  # i4 or i2 rows: converted to int8 codes a tile at a time
         self.kivi = cache.kivi

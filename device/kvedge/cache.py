@@ -38,7 +38,9 @@ V = 1
 
 
 class KVCache:
-    def __init__(self, cfg, budget=None):
+    def __init__(self, cfg, budget=None, arena=None):
+        # arena: a bytearray of exactly cfg.nbytes() allocated earlier, e.g. first thing at start-up while a
+        # board's heap is still one free block (imports leave it fragmented); by default allocated here
         if not isinstance(cfg, CacheConfig):
             raise TypeError("cfg must be a CacheConfig, got %s" % check.show(cfg))
         if budget is not None:
@@ -46,6 +48,9 @@ class KVCache:
         need = cfg.nbytes()
         if budget is not None and need > budget:
             raise BudgetError("KV cache (%s, %d slots)" % (cfg.dtype, cfg.slots), need, budget)
+        if arena is not None and (not isinstance(arena, bytearray) or len(arena) != need):
+            raise ValueError("arena must be a bytearray of exactly %d bytes (the config's nbytes), got %s of %d"
+                             % (need, type(arena).__name__, len(arena) if hasattr(arena, "__len__") else -1))
         self.cfg = cfg
         L, H, D, P = cfg.layers, cfg.kv_heads, cfg.head_dim, cfg.prefix
         N = cfg.slots
@@ -77,7 +82,7 @@ class KVCache:
             self.VMETA = end = self.META
         if end != need:  # the layout and the budget formula must agree to the byte
             raise AssertionError("layout %d != formula %d" % (end, need))
-        self.arena = bytearray(need)
+        self.arena = arena if arena is not None else bytearray(need)
         self.slot_pos = zeros("i", N)  # reset() fills it with -1
         self._low = None
         if self.lowbit:  # i4 / i2 rows: their code lives in kvedge.kivi, loaded only by caches that need it

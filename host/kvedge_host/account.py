@@ -13,14 +13,21 @@ WEIGHT_DTYPES = budget.WEIGHT_DTYPES
 
 
 def target(board=None, heap=None, workspace=None):
-    """Memory target: a dict with name, heap_bytes, workspace_bytes and the board profile (or None)."""
+    """Memory target: a dict with name, heap_bytes, workspace_bytes and the board profile (or None). A heap alone
+    is a bare heap; a board with a heap is that board's profile with this heap (the profile's own heap is kept as
+    profile_heap_bytes)."""
     if heap is not None:
         check_size("--heap", heap)
-        prof = None
+    if heap is not None and board is None:
         t = {"name": "--heap %d" % heap, "heap_bytes": heap, "workspace_bytes": 0, "profile": None}
     else:
+        board = board or "rp2040"
         prof = boards.load(board)
-        t = {"name": board, "heap_bytes": prof["heap_bytes"], "workspace_bytes": prof.get("workspace_bytes", 0),
+        name = board
+        if heap is not None and heap != prof["heap_bytes"]:
+            name = "%s with a %s-byte heap" % (board, format(heap, ","))
+            prof = dict(prof, heap_bytes=heap, profile_heap_bytes=prof["heap_bytes"])
+        t = {"name": name, "heap_bytes": prof["heap_bytes"], "workspace_bytes": prof.get("workspace_bytes", 0),
              "profile": prof}
     if workspace is not None:
         check_size("--workspace", workspace, 0)
@@ -79,8 +86,8 @@ def weights(spec, dtype=None):
     return budget.weights_bytes(params(spec), dtype), dtype
 
 
-def activations(spec, batch=1):
-    return budget.activation_bytes(spec.dim, spec.hidden_dim, spec.heads, spec.vocab, batch=batch,
+def activations(spec, batch=1, tile=32):
+    return budget.activation_bytes(spec.dim, spec.hidden_dim, spec.heads, spec.vocab, tile=tile, batch=batch,
                                    head_dim=spec.head_dim)
 
 
@@ -148,3 +155,102 @@ def account(spec, context, kv_dtype, tgt, weights_dtype=None, align=0, batch=1, 
             ["context %d is longer than the model's trained context %d" % (context, spec.context)]
             if spec.context and context > spec.context else []),
     }
+
+
+# ---- the runtime's own heap, measured on the emulated board (kvedge footprint; boards/*.json "footprint") ----
+
+KERNEL_KINDS = ("asm", "viper", "native", "plain")  # fastest first
+# Heap a plan leaves free beyond its account: a nearly full heap has its last free bytes in holes, and set-up and
+# each token's stats line need blocks of a few hundred bytes. Measured on the emulated board with stories260K and
+# the stats stream (kvedge plan --margin N, then the plan run there): the least that ran was 2-2.5 % of the usable
+# heap (rp2040, viper: 4,202 ran, 3,000 failed; esp32s3: 5,301 ran, 4,000 failed; esp32, plain: 2,000 ran);
+# how the last free bytes are split changes from build to build, so a plan keeps 3 %. And at least 5 KB: set-up
+# needs a few KB beyond what it keeps (the checkpoint's layout tables, a module's reader while it loads); on the
+# esp32 heap a plan that left 3 KB failed while loading the weights, one that left 5 KB ran.
+MARGIN_FRACTION = 0.03
+MARGIN_MIN = 5120
+
+
+def kernel_kinds(prof):
+    """Kernel kinds with a measured footprint on this profile, fastest first."""
+    fp = (prof or {}).get("footprint") or {}
+    return [k for k in KERNEL_KINDS if "runtime_" + k in fp]
+
+
+class Runtime:
+    """What kvedge's runner takes of a board's heap with one kernel kind, from the profile's measured footprint:
+    the usable heap (the GC span less its tables), the heap taken before kvedge runs (boot), the runner's code and
+    first-run state, the stats stream, the generation loop, and the largest block left for a single allocation.
+    A profile whose heap is larger than the image it was measured on (PSRAM) is scaled: its GC tables take the
+    same share, and the runtime leaves the same holes beside the largest block."""
+
+    def __init__(self, prof, kind, heap=None):
+        fp = prof["footprint"]
+        if "runtime_" + kind not in fp:
+            raise ValueError("no measured %s footprint for %s (kvedge footprint --board %s --write)"
+                             % (kind, prof.get("name"), prof.get("name")))
+        self.kind = kind
+        self.heap = heap or prof["heap_bytes"]
+        self.image = fp["heap_image"]
+        if self.heap == self.image:
+            self.usable = fp["heap_usable"]
+        else:
+            self.usable = self.heap * fp["heap_usable"] // self.image
+        self.boot = fp["boot_bytes"]
+        self.code = fp["runtime_" + kind]
+        self.telemetry = fp.get("telemetry_bytes", 0)
+        self.evict = fp.get("evict_bytes", 0)
+        self.loop = fp.get("loop_" + kind, 0)
+        self.file = fp.get("file_bytes", 0)  # one open file (the filesystem's buffers)
+        # plain kernels run the float attention path, whose tile only batches scores: 8 costs little time and
+        # 1.1 KB less heap than 32 (stories260K); the integer kernels fold 32 tokens a call
+        self.tile = 8 if kind == "plain" else 32
+        # the block a run's arena takes at start-up (kvedge.model.run.main(kv_bytes=...)); a larger heap than the
+        # image's has the same start-up allocations below it
+        self.largest = self.usable - (fp["heap_usable"] - fp["largest_bytes"])
+        self.margin = max(MARGIN_MIN, int(MARGIN_FRACTION * self.usable))
+
+    def fixed(self):
+        """Heap the runtime takes whatever the model: boot, code + first-run state, stats stream, loop."""
+        return self.boot + self.code + self.telemetry + self.loop
+
+    def limit(self):
+        """What a plan's total may reach: the usable heap less the margin."""
+        return self.usable - self.margin
+
+    def block_limit(self, h2o=False):
+        """What the largest single allocation (the arena, allocated first) may reach: the largest free block at
+        start-up less the margin."""
+        return self.largest - self.margin
+
+
+# ---- the runner's own parts (kvedge.model.llama's formulas, for any Llama-shaped model) ----
+
+H2O_STATE_BYTES = 256  # kvedge.model.llama counts a policy as its per-slot scores + this
+
+
+class _Shape:
+    """The fields of kvedge.model.checkpoint.ModelConfig that the runner's formulas read."""
+
+    def __init__(self, spec):
+        self.dim, self.hidden_dim, self.n_layers = spec.dim, spec.hidden_dim, spec.layers
+        self.n_heads, self.n_kv_heads, self.head_dim = spec.heads, spec.kv_heads, spec.head_dim
+        self.kv_dim = spec.kv_heads * spec.head_dim
+        self.vocab_size = spec.vocab
+
+
+def runner_shape(spec):
+    return _Shape(spec)
+
+
+def runner_scratch(shape, weights_dtype, stream=False):
+    """The runner's buffers beyond budget.activation_bytes (kvedge.model.llama.scratch_bytes)."""
+    from kvedge.model import llama
+    return llama.scratch_bytes(shape, weights_dtype, stream)
+
+
+def runner_objects(shape, cfg, word=4, tile=32, kernels="plain"):
+    """The runner's Python objects for a cache config (kvedge.model.llama.object_bytes, `word`-byte pointers),
+    with the integer attention path's scratch when those kernels run it."""
+    from kvedge.model import llama
+    return llama.object_bytes(shape, cfg, tile, word, cfg.dtype in ("i8", "i4", "i2") and kernels in ("asm", "viper"))

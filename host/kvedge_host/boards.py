@@ -4,8 +4,10 @@ A profile states a board's figures (heap_bytes, fast_memory, slow_memory, flash_
 where each one comes from: a list of {"figure": "heap_bytes" or "fast_memory.bytes", "value": the figure as the
 profile states it, "source": title, "url": link a user can open, or "command" (+ "firmware") that measured it,
 "where": section / file:line / tag, "estimate": true when the value is derived rather than read off the source,
-"note": how}. A profile with "base": NAME is a variant (e.g. the same board under CircuitPython): it holds only
-what differs, and the base profile supplies the rest, sources included."""
+"note": how; a measurement also names its "firmware" and "date"}. A profile with "base": NAME is a variant (e.g. the
+same board under CircuitPython): it holds only what differs, and the base profile supplies the rest, sources
+included. "footprint" holds the runtime's own heap measured on the emulated board (`kvedge footprint --board B
+--write`, kvedge_host.footprint): what `kvedge plan` counts instead of the flat workspace_bytes allowance."""
 import os
 import re
 
@@ -22,12 +24,12 @@ class BoardError(validate.InputError):
 
 # the figures every profile must cite (a dict-valued figure is cited per key: fast_memory.bytes, .kind)
 FIGURES = ("sram_bytes", "heap_bytes", "fast_memory", "slow_memory", "flash_bytes", "flash_fs_bytes", "mpy_march",
-           "float", "small_int_bits", "workspace_bytes")
+           "float", "small_int_bits", "workspace_bytes", "footprint")
 # kvedge's own allowances: cited, but by a note rather than a public source
 OWN_FIGURES = ("workspace_bytes",)
 FLOATS = ("single", "double", "single30")
 RUNTIMES = ("micropython", "circuitpython")
-SOURCE_KEYS = ("figure", "value", "source", "url", "command", "firmware", "where", "estimate", "note")
+SOURCE_KEYS = ("figure", "value", "source", "url", "command", "firmware", "date", "where", "estimate", "note")
 
 
 def names():

@@ -10,6 +10,7 @@ from kvedge import __version__
 COMMANDS = {
     "budget": "memory account of a model on a board: weights, KV cache, activations, longest context",
     "plan": "compress until it fits: ranked feasible cache configurations and a device config JSON",
+    "footprint": "measure the runtime's own heap on the emulated 32-bit board (what plan counts)",
     "boards": "list the board profiles and where their figures come from",
     "check": "run seeded attention (and model) cases on a runtime and compare with numpy",
     "sim": "a virtual board: MicroPython on an emulated Cortex-M3 (or the unix port) behind a serial port",

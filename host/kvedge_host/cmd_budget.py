@@ -20,9 +20,10 @@ def add_model_arguments(p):
     p.add_argument("--weights-dtype", metavar="DTYPE",
                    help="weights storage: %s (default: the source's; GGUF: the file's exact tensor bytes)"
                         % ", ".join(budget.WEIGHT_DTYPES))
-    hp = p.add_mutually_exclusive_group()
-    hp.add_argument("--board", default="rp2040", help="board profile in boards/ (default rp2040)")
-    hp.add_argument("--heap", type=int, metavar="BYTES", help="usable heap bytes instead of a board profile")
+    p.add_argument("--board", help="board profile in boards/ (default rp2040, unless only --heap is given)")
+    p.add_argument("--heap", type=int, metavar="BYTES",
+                   help="heap bytes instead of a board profile; with --board: that board with this heap (e.g. the "
+                        "emulated board's image for a PSRAM profile)")
     p.add_argument("--workspace", type=int, metavar="BYTES", help="runtime workspace (default: the board's)")
     p.add_argument("--batch", type=int, default=1, help="sequences cached at once (default 1)")
 

@@ -5,10 +5,13 @@ shown live, and a summary.
 2. its weights converted to int8 (kvedge convert);
 3. a virtual board (kvedge sim) with the board profile's heap; the package deployed as .mpy (kvedge deploy),
    with the weights and tokenizer on the board's filesystem;
-4. the board's own footprint measured on it (the interpreter's heap taken by importing the runner), then the
-   planning loop (kvedge plan) with that footprint as workspace: it picks the cache and where the weights live;
-5. generation on the board from the plan's cache config, while the monitor reads the stats stream off the same
-   port (CSV in the work folder); then tokens/s, peak cache bytes, evictions and heap against the plan."""
+4. the plan (kvedge plan): on the emulated Cortex-M3, from the runtime's footprint measured on that board and
+   recorded in the profile (kvedge footprint: code per kernel kind, the loop, the stats stream, the largest
+   block); on the unix port (--sim host: 64-bit objects, twice a board's), from the runner's code measured on it
+   and the planning loop of the source document; it picks the cache, the kernels and where the weights live;
+5. generation on the board from the plan's configuration, while the monitor reads the stats stream off the same
+   port (CSV in the work folder); then tokens/s, peak cache bytes, evictions and the peak heap against the plan.
+   A PSRAM profile runs on the emulated board's largest image (2 MiB) with a plan made for that heap."""
 import json
 import os
 import shutil
@@ -51,10 +54,10 @@ def add_arguments(p):
     p.add_argument("--port", help="a board of your own at this serial port instead of a virtual one: checked "
                    "against --board first (runtime, -march, heap), then the same story")
     p.add_argument("--march", help="--port: override the profile's mpy-cross -march")
-    p.add_argument("--sim", choices=("host", "m3", "auto"), default="host",
-                   help="the virtual board: host = the MicroPython unix port (default), m3 = the emulated "
-                        "Cortex-M3 (32-bit, the package as Thumb .mpy, weights on its flash image), auto = m3 "
-                        "where qemu and its firmware are here")
+    p.add_argument("--sim", choices=("host", "m3", "auto"), default="auto",
+                   help="the virtual board: m3 = the emulated Cortex-M3 (32-bit, the package as Thumb .mpy, "
+                        "weights on its flash image), host = the MicroPython unix port, auto = m3 where qemu and "
+                        "its firmware are here (default)")
 
 
 def check_args(a):
@@ -114,8 +117,6 @@ def _mpremote(port, args, resume=True, timeout=300):
 
 def run(a):
     from kvedge.model.checkpoint import convert_to_i8
-    from kvedge.model.run import RUN_OVERHEAD
-    from kvedge.model.tokenizer import Tokenizer
     from .deploy import deploy, deployment, preload
     from .sim import make_board
 
@@ -135,15 +136,25 @@ def run(a):
         say("weights converted to int8: %s bytes (kvedge convert)" % format(nbytes, ","))
         fs = os.path.join(work, "fs")
         extra = (weights, os.path.join(work, "tok.bin"))
-        if a.sim == "m3" and not a.port:
+        if prof.get("runtime") == "circuitpython" and a.sim != "host" and not a.port:
+            from .footprint import circuitpython_exe
+            if circuitpython_exe() is not None:
+                return _demo_circuitpython(a, prof, model, weights, tok, prompt, work, say)
+            say("no CircuitPython interpreter in ../shared/runtimes/circuitpython-unix32: the MicroPython unix port "
+                "instead")
+        heap = None
+        if a.sim != "host" and prof.get("mpy_march") != "x64" and not a.port:
             from .m3board import missing
-            why = missing(a.board)
-            if why:
+            heap = m3_heap(prof)
+            why = missing(a.board, heap)
+            if why and a.sim == "m3":
                 raise UserError("the emulated Cortex-M3 cannot run here: %s" % why)
+            heap = None if why else heap
         if a.port:
             vb, march = _attach(a, prof, say)
         else:
-            vb, why = make_board(a.board, fs=fs, host=a.sim == "host")
+            # the unix profile describes the unix port itself (64-bit objects): its demo runs there
+            vb, why = make_board(a.board, fs=fs, host=a.sim == "host" or prof.get("mpy_march") == "x64", heap=heap)
         if vb.kind == "port":
             pass
         elif vb.kind == "m3":
@@ -164,26 +175,10 @@ def run(a):
             say("deployed kvedge %s as .mpy (-march=%s for the virtual board; a real %s takes -march=%s), "
                 "weights and tokenizer (kvedge deploy --mpy: %d sent, %d already on the board's filesystem)"
                 % (res["version"], march, a.board, prof["mpy_march"], len(res["sent"]), len(res["unchanged"])))
-            out = _mpremote(vb.port, ["exec", _FOOTPRINT], resume=False)
-            line = [ln for ln in out.splitlines() if ln.startswith("KVFOOTPRINT ")]
-            if not line:
-                raise UserError("the board did not report its footprint:\n" + out[-1500:])
-            code, free, kind = line[0].split()[1:4]
-            code = int(code)
-            tok_bytes = Tokenizer.nbytes(tok, cfg.vocab_size)
-            workspace = prof.get("workspace_bytes", 0) + code + tok_bytes + RUN_OVERHEAD
-            say("measured on the board: the runner's code takes %s bytes of heap (%s kernels); workspace for "
-                "the plan = board %s + code %s + tokenizer %s + loop %s = %s bytes" % (
-                    format(code, ","), kind, format(prof.get("workspace_bytes", 0), ","), format(code, ","),
-                    format(tok_bytes, ","), format(RUN_OVERHEAD, ","), format(workspace, ",")))
-            plan, kv, stream, h2o = _plan_loop(model, weights, a.board, vb.heap, workspace,
-                                               prof.get("workspace_bytes", 0) + code + tok_bytes + RUN_OVERHEAD,
-                                               os.path.join(work, "plan.json"), say)
-            code_run = ("from kvedge.model import run\n"
-                        "run.main('model.i8.bin', 'tok.bin', prompt=%r, steps=%d, temperature=%r, seed=%d, kv=%r, "
-                        "budget=%d, workspace=%d, stream=%r, h2o=%d, stats_ms=%d, ctrl_c=True)\n" % (
-                            prompt, a.steps, a.temperature, a.seed, kv, vb.heap,
-                            prof.get("workspace_bytes", 0) + code, stream, h2o, a.stats_ms))
+            if vb.kind == "m3":
+                plan, code_run = _plan_measured(a, prof, model, tok, vb.heap, prompt, work, say)
+            else:
+                plan, code_run = _plan_host(a, prof, vb, model, weights, tok, cfg, prompt, work, say)
             # a fresh interpreter (as after a reset), started and left running: the monitor takes the port
             _mpremote(vb.port, ["exec", "--no-follow", code_run], resume=False)
             text, summary, mon = _watch(vb.port, os.path.join(work, "stats.csv"), a.plain, a.timeout)
@@ -194,6 +189,103 @@ def run(a):
     finally:
         if not a.workdir:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _demo_circuitpython(a, prof, model, weights, tok, prompt, work, say):
+    """A CircuitPython profile: the 32-bit CircuitPython interpreter (../shared/runtimes/circuitpython-unix32:
+    float32, ulab, no viper, its heap split in four areas) at the profile's heap, the package as .py source as a
+    CIRCUITPY drive holds it, the model and tokenizer in its folder; plan from the footprint measured on it."""
+    import subprocess
+    from .footprint import circuitpython_exe
+    from .paths import DEVICE
+    board_dir = os.path.join(work, "circuitpy")
+    os.makedirs(board_dir, exist_ok=True)
+    shutil.copyfile(weights, os.path.join(board_dir, "model.i8.bin"))
+    shutil.copyfile(tok, os.path.join(board_dir, "tok.bin"))
+    exe = circuitpython_exe()
+    say("virtual %s: CircuitPython interpreter (%s), heap %s bytes, the package as .py source"
+        % (a.board, exe, format(prof["heap_bytes"], ",")))
+    plan, code_run = _plan_measured(a, prof, model, tok, prof["heap_bytes"], prompt, work, say, ctrl_c=False)
+    env = dict(os.environ, MICROPYPATH=DEVICE)
+    proc = subprocess.Popen([exe, "-X", "heapsize=%d" % prof["heap_bytes"], "-c", code_run], cwd=board_dir,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        text, summary, mon = _watch(None, os.path.join(work, "stats.csv"), a.plain, a.timeout, proc=proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    _report(text, summary, mon, plan)
+    if a.workdir:
+        say("work files (plan.json, stats.csv, the board's folder circuitpy/) kept in %s" % work)
+    return 0
+
+
+def m3_heap(prof):
+    """The heap of the emulated board's image for a profile: its own when an image has it, else (a PSRAM
+    profile) the image its footprint was measured on; None when neither is here (the caller says why)."""
+    from . import m3board
+    try:
+        imgs = m3board.firmware_images()
+    except m3board.M3Missing:
+        return None
+    if prof["heap_bytes"] in imgs:
+        return prof["heap_bytes"]
+    img = (prof.get("footprint") or {}).get("heap_image")
+    return img if img in imgs and img < prof["heap_bytes"] else None
+
+
+def _plan_measured(a, prof, model, tok, heap, prompt, work, say, ctrl_c=True):
+    """kvedge plan from the profile's measured footprint (kvedge_host.planrun.plan_for), and the runner call
+    that runs it: the budget the board checks is the plan's, so what runs is what was planned."""
+    from . import planrun
+    plan_path = os.path.join(work, "plan.json")
+    other = heap if heap != prof["heap_bytes"] else None
+    if other:
+        say("the emulated board has no %s-byte image: it runs the %s-byte one, and the plan is made for that heap "
+            "(kvedge plan --heap %d)" % (format(prof["heap_bytes"], ","), format(heap, ","), heap))
+    plan = planrun.plan_for(a.board, model, tok, plan_path, heap=other, prompt=prompt, stats=a.stats_ms > 0,
+                            log=say)
+    rt = plan["runtime"]
+    stats_ms = a.stats_ms if rt.get("stats", True) else 0
+    say("plan (kvedge plan --model %s --board %s --weights-dtype i8 --kv-dtype i8 --align 0 --no-tiered%s%s%s): "
+        "%s, %s kernels, weights %s; %s bytes of the %s usable (runtime %s measured on the emulated board, %s; "
+        "margin %s kept free)" % (
+            os.path.basename(model), a.board, " --heap %d" % other if other else "", "" if prompt else " --no-prompt",
+            "" if rt.get("stats", True) else " --no-stats", plan["strategy"], rt["kernels"],
+            "in RAM" if plan["weights"]["place"] == "heap" else "read from flash", format(plan["total_bytes"], ","),
+            format(rt["usable_heap"], ","), rt.get("command"), rt.get("date"), format(rt["margin_bytes"], ",")))
+    kw = planrun.runner_args(plan, a.steps, stats_ms, prompt, a.temperature, a.seed)
+    kw["ctrl_c"] = ctrl_c  # mpremote's Ctrl-C reaches a board that reads its UART only when asked
+    return plan, planrun.runner_code("model.i8.bin", "tok.bin", kw)
+
+
+def _plan_host(a, prof, vb, model, weights, tok, cfg, prompt, work, say):
+    """On the unix port (or a board at --port): the runner's code measured there, then the planning loop with it
+    as workspace."""
+    from kvedge.model.run import RUN_OVERHEAD
+    from kvedge.model.tokenizer import Tokenizer
+    out = _mpremote(vb.port, ["exec", _FOOTPRINT], resume=False)
+    line = [ln for ln in out.splitlines() if ln.startswith("KVFOOTPRINT ")]
+    if not line:
+        raise UserError("the board did not report its footprint:\n" + out[-1500:])
+    code, free, kind = line[0].split()[1:4]
+    code = int(code)
+    tok_bytes = Tokenizer.nbytes(tok, cfg.vocab_size)
+    workspace = prof.get("workspace_bytes", 0) + code + tok_bytes + RUN_OVERHEAD
+    say("measured on the board: the runner's code takes %s bytes of heap (%s kernels); workspace for "
+        "the plan = board %s + code %s + tokenizer %s + loop %s = %s bytes" % (
+            format(code, ","), kind, format(prof.get("workspace_bytes", 0), ","), format(code, ","),
+            format(tok_bytes, ","), format(RUN_OVERHEAD, ","), format(workspace, ",")))
+    plan, kv, stream, h2o = _plan_loop(model, weights, a.board, vb.heap, workspace,
+                                       prof.get("workspace_bytes", 0) + code + tok_bytes + RUN_OVERHEAD,
+                                       os.path.join(work, "plan.json"), say)
+    code_run = ("from kvedge.model import run\n"
+                "run.main('model.i8.bin', 'tok.bin', prompt=%r, steps=%d, temperature=%r, seed=%d, kv=%r, "
+                "budget=%d, workspace=%d, stream=%r, h2o=%d, stats_ms=%d, ctrl_c=True, peak=True)\n" % (
+                    prompt, a.steps, a.temperature, a.seed, kv, vb.heap,
+                    prof.get("workspace_bytes", 0) + code, stream, h2o, a.stats_ms))
+    return plan, code_run
 
 
 def _attach(a, prof, say):
@@ -243,7 +335,24 @@ def _plan_loop(model, weights, board, heap, workspace, run_workspace, plan_path,
     raise UserError("the plan and the runner's account did not converge in four rounds")
 
 
-def _watch(port, csv_path, plain, timeout):
+def _pump(proc, mon, should_stop, on_tick):
+    """Feed a process's output to the monitor as mon.run feeds a serial port's, until it ends or should_stop."""
+    import select
+    fd = proc.stdout.fileno()
+    mon.connected, mon.port_state = True, "pipe"
+    while not should_stop():
+        r, _, _ = select.select([fd], [], [], 0.2)
+        data = os.read(fd, 4096) if r else b""
+        if r and not data:
+            break
+        if data:
+            mon.feed(data)
+        on_tick()
+    on_tick()
+
+
+def _watch(port, csv_path, plain, timeout, proc=None):
+    """The generation's output through the monitor (off the serial port, or a process's stdout with proc)."""
     from .monitor import Monitor, render
     from .board import Capture
     cap = Capture()
@@ -273,7 +382,10 @@ def _watch(port, csv_path, plain, timeout):
                 print("demo: cache %s/%s bytes, %s tokens seen, %s cached, %s evictions, heap free %s, %s tok/s"
                       % (s.get("used_bytes"), s.get("total_bytes"), s.get("tokens_seen"), s.get("tokens_cached"),
                          s.get("evictions"), s.get("heap_free"), s.get("tok_s")), flush=True)
-        mon.run(port, should_stop=stop, on_tick=tick, retry_s=0.2)
+        if proc is not None:
+            _pump(proc, mon, stop, tick)
+        else:
+            mon.run(port, should_stop=stop, on_tick=tick, retry_s=0.2)
     else:
         from rich.console import Group
         from rich.live import Live
@@ -284,7 +396,10 @@ def _watch(port, csv_path, plain, timeout):
             tail = "".join(cap.text)[-600:]
             return Group(render(mon), Panel(Text(tail), title="generated on the board"))
         with Live(view(), refresh_per_second=4) as live:
-            mon.run(port, should_stop=stop, on_tick=lambda: live.update(view()), retry_s=0.2)
+            if proc is not None:
+                _pump(proc, mon, stop, lambda: live.update(view()))
+            else:
+                mon.run(port, should_stop=stop, on_tick=lambda: live.update(view()), retry_s=0.2)
     mon.close()
     if cap.summary is None:
         msg = cap.error[-1] if cap.error else "no summary within %gs" % timeout
@@ -292,6 +407,15 @@ def _watch(port, csv_path, plain, timeout):
             msg = "the board reset (%s)" % (cap.reset or "the port vanished")
         raise UserError("the generation on the board did not finish: %s" % msg.strip())
     return "".join(cap.text), cap.summary, mon
+
+
+def peak_vs_plan(s, plan):
+    """The board's peak heap in use (gc.mem_alloc() after set-up and after every token, everything included)
+    against the plan's total."""
+    if s.get("heap_top", -1) < 0:
+        return "not measured on this port"
+    return "measured peak %s bytes, plan %s bytes (%.1f %% of the plan)" % (
+        format(s["heap_top"], ","), format(plan["total_bytes"], ","), 100.0 * s["heap_top"] / plan["total_bytes"])
 
 
 def _report(text, s, mon, plan):
@@ -309,8 +433,9 @@ def _report(text, s, mon, plan):
         ("KV cache", "%s, %s bytes" % (s["kv_dtype"], format(s["cache_bytes"], ","))),
         ("peak cache bytes", format(s["peak_bytes"], ",")),
         ("evictions", format(s["evictions"], ",")),
-        ("heap taken by the run", "%s bytes (the plan's %s also counts the code and a margin)" % (
+        ("heap taken by the run", "%s bytes (the runner's account: %s, the runtime's code included)" % (
             format(s["heap_used"], ","), format(s["plan_total"], ","))),
+        ("peak heap vs plan", peak_vs_plan(s, plan)),
         ("stats samples", mon.summary()),
         ("alerts", "; ".join(m for _, _, m in mon.alerts) or "none"),
         ("strategy", plan["strategy"]),
@@ -318,3 +443,4 @@ def _report(text, s, mon, plan):
     for k, v in rows:
         t.add_row(k, v)
     Console().print(t)
+    print("demo: plan vs board: " + peak_vs_plan(s, plan), flush=True)

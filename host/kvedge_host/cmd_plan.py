@@ -13,6 +13,7 @@ import os
 import re
 
 from kvedge import budget
+from kvedge.model import streambytes
 from kvedge.config import CacheConfig
 
 from . import account, validate
@@ -49,6 +50,19 @@ def add_arguments(p):
                         "every board with flash)")
     # before kvedge.tiered the flash tier was opt-in; it is offered by default now and the old flag does nothing
     p.add_argument("--flash-tier", action="store_true", help=__import__("argparse").SUPPRESS)
+    p.add_argument("--kernels", default="auto", metavar="KIND",
+                   help="asm, viper, native, plain or auto: the fastest kind with a measured footprint (kvedge footprint) "
+                        "for which a configuration fits (default auto)")
+    p.add_argument("--tokenizer", metavar="PATH",
+                   help="tokenizer the runner loads, counted in the plan (default: tok512.bin or tokenizer.bin beside "
+                        "a llama2.c model)")
+    p.add_argument("--no-stats", action="store_true",
+                   help="the run writes no stats stream: kvedge.telemetry is not counted")
+    p.add_argument("--no-prompt", action="store_true",
+                   help="the run encodes no prompt (generation from BOS): the tokenizer's sorted ids are not counted")
+    p.add_argument("--margin", type=int, metavar="BYTES",
+                   help="heap kept free beyond the plan (default with a measured footprint: the larger of 3%% of "
+                        "the usable heap and 5,120 bytes; see kvedge_host.account)")
     p.add_argument("--quality", metavar="FILE.json", nargs="?", const=DEFAULT_QUALITY,
                    help="rank by a quality table written by `kvedge eval --json`; without FILE, the stories260K "
                         "table measured on the written corpus (kvedge_host/data/quality-stories260K.json)")
@@ -320,16 +334,27 @@ def _largest(fits, lo, hi, step=1):
 
 
 class Planner:
-    def __init__(self, spec, context, tgt, align, weights_dtype, batch):
+    def __init__(self, spec, context, tgt, align, weights_dtype, batch, runtime=None, tokenizer_bytes=0):
+        self.tile = runtime.tile if runtime is not None else 32
         self.spec, self.context, self.tgt, self.align, self.batch = spec, context, tgt, align, batch
         self.base_align = align
         self.tiered_ok = True
-        self.heap = tgt["heap_bytes"]
         self.prof = tgt["profile"] or {}
         self.weights_bytes, self.weights_label = account.weights(spec, weights_dtype)
         self.weights_dtype = weights_dtype or spec.weights_dtype
-        self.act = account.activations(spec, batch)
+        self.act = account.activations(spec, batch, self.tile)
         self.ws = tgt["workspace_bytes"]
+        # the runtime's measured footprint (account.Runtime), when the profile has one: the usable heap less a
+        # margin is the limit, the largest free block bounds the arena, and the runner's own parts are counted
+        self.rt = runtime
+        self.heap = tgt["heap_bytes"]
+        self.limit = self.block = self.heap
+        self.tokenizer_bytes = tokenizer_bytes
+        if runtime is not None:
+            self.heap = runtime.usable
+            self.limit, self.block = runtime.limit(), runtime.block_limit()
+            self.shape = account.runner_shape(spec)
+            self.ws = runtime.fixed() + tokenizer_bytes
         self.trace = []
         w = spec.windows()
         # a model whose every layer has the same window (Mistral) keeps only that many tokens: the device ring
@@ -337,15 +362,28 @@ class Planner:
         self.native_window = w[0] if w and w[0] and len(set(w)) == 1 and w[0] < context else 0
         self.mixed_windows = bool(any(w) and len(set(w)) > 1)
 
+    def runner(self, cfg, h2o=False):
+        """The runner's objects for this cache (32-bit word on a board) and, with H2O, its module and state."""
+        if self.rt is None:
+            return 0
+        n = account.runner_objects(self.shape, cfg, self.word(), self.tile, self.rt.kind) * self.batch
+        return n + (self.rt.evict + account.H2O_STATE_BYTES if h2o else 0)
+
+    def word(self):
+        return 4 if (self.prof.get("small_int_bits") or 31) <= 31 else 8
+
     def cfg(self, max_tokens, dtype, window=0, sinks=0, prefix=0):
         s = self.spec
         return CacheConfig(s.layers, s.heads, s.kv_heads, s.head_dim, max_tokens, dtype, window=window, sinks=sinks,
                            align=self.align, prefix=prefix)
 
     def weights_heap(self, place):
+        """Weights held in RAM: all of them, or what the runner keeps when they stay on flash (norms, the row
+        buffer, a chunk's scales: kvedge.model.streambytes.weights_stream_bytes)."""
         if place == "heap":
             return self.weights_bytes
-        return budget.weights_row_buffer_bytes(self.spec.dim, self.spec.hidden_dim, self._stream_dtype())
+        return streambytes.weights_stream_bytes(account.params(self.spec), self.spec.dim, self.spec.hidden_dim,
+                                           self._stream_dtype())
 
     def _stream_dtype(self):
         return self.weights_dtype if self.weights_dtype in budget.WEIGHT_DTYPES else budget.F16
@@ -357,26 +395,58 @@ class Planner:
             return p["flash_fs_bytes"]
         return (p.get("flash_bytes") or 0) // 2
 
-    def total(self, kv, place, scores=0):
+    def activations(self, place):
+        """Activations, plus the runner's buffers (its matvec sums need a chunk's rows when weights stream)."""
+        if self.rt is None:
+            return self.act
+        return self.act + account.runner_scratch(self.shape, self._stream_dtype(), place == "flash") * self.batch
+
+    def total(self, cfg, place, scores=0, h2o=False):
         """scores: RAM each sequence needs beside its cache arena (H2O's arrays, a tiered cache's staging block
-        and tables)."""
-        return self.weights_heap(place) + kv * self.batch + scores * self.batch + self.act + self.ws
+        and tables); h2o: the eviction module is loaded (counted with a measured runtime)."""
+        return (self.weights_heap(place) + cfg.nbytes() * self.batch + scores * self.batch + self.activations(place)
+                + self.ws + self.runner(cfg, h2o) + self.files(place))
+
+    def files(self, place):
+        """The filesystem's buffers of the files a run keeps open: the tokenizer's, and the weights' when they
+        are read from flash."""
+        if self.rt is None:
+            return 0
+        return self.rt.file * ((1 if self.tokenizer_bytes else 0) + (1 if place == "flash" else 0))
+
+    def block_limit(self, h2o=False):
+        return self.block if self.rt is None else self.rt.block_limit(h2o)
+
+    def fits(self, cfg, place, scores=0, h2o=False):
+        """Under the limit, and the arena (allocated first, straight after start-up) fits the largest block."""
+        return self.total(cfg, place, scores, h2o) <= self.limit and cfg.nbytes() <= self.block_limit(h2o)
 
     def candidate(self, kind, name, cfg, place, tokens, context, policy=None, tier=None, scores=0):
         kv = cfg.nbytes()
-        total = self.total(kv, place, scores + (tier["staging_bytes"] + tier["tables_bytes"] if tier else 0))
+        h2o = (policy or {}).get("kind") == "h2o"
+        extra = scores + (tier["staging_bytes"] + tier["tables_bytes"] if tier else 0)
+        total = self.total(cfg, place, extra, h2o)
+        ws = self.ws + self.runner(cfg, h2o) + self.files(place)
         if cfg.align != self.base_align:
             name += ", align %d" % cfg.align
         c = {"kind": kind, "strategy": name, "cache": cfg.to_dict(), "kv_bytes": kv, "tokens_kept": tokens,
              "context": context, "batch": self.batch, "policy": policy, "tier": tier, "h2o_score_bytes": scores,
              "weights": {"bytes": self.weights_bytes, "dtype": self.weights_label, "place": place,
                          "heap_bytes": self.weights_heap(place)},
-             "activation_bytes": self.act, "workspace_bytes": self.ws, "total_bytes": total,
-             "heap_bytes": self.heap, "headroom_bytes": self.heap - total, "fits": total <= self.heap}
+             "activation_bytes": self.activations(place), "workspace_bytes": ws, "total_bytes": total,
+             "heap_bytes": self.heap, "headroom_bytes": self.heap - total,
+             "fits": self.fits(cfg, place, extra, h2o)}
+        if self.rt is not None:
+            c["margin_bytes"] = self.rt.margin
+            c["largest_block_bytes"] = self.rt.largest
+            c["kernels"] = self.rt.kind
+            if kv > self.block_limit(h2o) and total <= self.limit:
+                c["why_not"] = "the %d-byte arena exceeds the largest free block less the margin (%d)" % (
+                    kv, self.block_limit(h2o))
         # what each sequence's KVCache(cfg, budget=...) (TieredCache: its ring, staging and tables) may use: the
-        # heap minus everything else, per sequence
+        # limit minus everything else, per sequence
         own = tier["ram_bytes"] if tier else kv
-        c["budget_bytes"] = (self.heap - (total - own * self.batch)) // self.batch
+        c["budget_bytes"] = (self.limit - (total - own * self.batch)) // self.batch
         c["placement"] = self.placement(c)
         return self._flash_check(c) if place in ("flash", "rom") or tier else c
 
@@ -423,8 +493,7 @@ class Planner:
 
     def _fit(self, make, lo, hi, step, place, scores=None):
         def ok(n):
-            cfg = make(n)
-            return self.total(cfg.nbytes(), place, scores(n) if scores else 0) <= self.heap
+            return self.fits(make(n), place, scores(n) if scores else 0, scores is not None)
         return _largest(ok, lo, hi, step)
 
     def window(self, dtype, place, sinks):
@@ -483,7 +552,7 @@ class Planner:
 
         def ok(W):
             z = size(W)
-            return self.total(z["ring"], place, z["staging"] + z["tables"]) <= self.heap
+            return self.fits(self.cfg(S + W, dtype, window=W, sinks=S, prefix=S), place, z["staging"] + z["tables"])
         W = _largest(ok, B, hi, B)
         if W is None:
             return None
@@ -546,6 +615,8 @@ class Planner:
         return found
 
     def run(self, start_dtype, weights_in):
+        """Every strategy with the weights in RAM and, when the board has flash, read from flash: both are ranked
+        together (rank()), so streamed weights win wherever they leave the cache more tokens."""
         places = ["heap", "flash"] if weights_in == "auto" else [weights_in]
         if weights_in == "auto" and not self.prof.get("flash_bytes"):
             places = ["heap"]
@@ -556,10 +627,9 @@ class Planner:
         found = []
         for place in places:
             if place == "flash" and len(places) > 1:
-                if found:
-                    break
-                self.trace.append({"try": "weights on flash, read row by row (%d bytes off the heap)"
-                                   % self.weights_bytes, "result": "retrying every strategy"})
+                self.trace.append({"try": "weights on flash, read a chunk of rows at a time (%d bytes off the heap)"
+                                   % (self.weights_bytes - self.weights_heap("flash")),
+                                   "result": "every strategy again"})
             self.align = self.base_align
             found += self._pass(place, DTYPES)
             padded = [d for d in DTYPES if self.base_align > 1 and self._padded(d)]
@@ -578,6 +648,26 @@ class Planner:
                 unique.append(c)
         return unique
 
+    def floor(self):
+        """The least any configuration needs: weights where they take least RAM and a one-token cache, part by
+        part, against the limit (what a plan may reach)."""
+        place = "flash" if self.prof.get("flash_bytes") and self.weights_heap("flash") < self.weights_bytes \
+            else "heap"
+        cfg = self.cfg(1, budget.I8)
+        parts = [("weights (%s)" % ("on flash" if place == "flash" else "in RAM"), self.weights_heap(place)),
+                 ("activations", self.activations(place))]
+        if self.rt is not None:
+            rt = self.rt
+            parts += [("boot", rt.boot), ("runtime code (%s kernels)" % rt.kind, rt.code),
+                      ("stats stream", rt.telemetry), ("generation loop", rt.loop),
+                      ("tokenizer", self.tokenizer_bytes), ("the runner's objects", self.runner(cfg, False)),
+                      ("open files' buffers", self.files(place))]
+        else:
+            parts.append(("workspace", self.ws))
+        parts.append(("KV cache, 1 token", cfg.nbytes() * self.batch))
+        return {"parts": parts, "total": sum(n for _, n in parts), "limit": self.limit, "heap": self.heap,
+                "margin": self.rt.margin if self.rt else 0}
+
     # -- trap 6: which memory each array belongs in --
 
     def placement(self, c):
@@ -586,7 +676,7 @@ class Planner:
         fast = (self.prof.get("fast_memory") or {}).get("bytes", self.heap)
         slow = self.prof.get("slow_memory")
         tier = c.get("tier") or {}
-        items = [("activations", self.act, "read and written many times per token"),
+        items = [("activations", c["activation_bytes"], "read and written many times per token"),
                  ("workspace", self.ws, "runtime"),
                  ("h2o scores", c["h2o_score_bytes"] * self.batch, "updated every token"),
                  ("tiered staging block", tier.get("staging_bytes", 0) * self.batch,
@@ -601,9 +691,10 @@ class Planner:
             if n == 0:
                 continue
             if name == "weights" and c["weights"]["place"] == "flash":
-                out.append({"array": "weights", "bytes": self.weights_bytes, "where": "flash, read row by row",
-                            "why": "too large for RAM beside the cache"})
-                name, why = "weights row buffer", "one row of the widest matrix"
+                out.append({"array": "weights", "bytes": self.weights_bytes,
+                            "where": "flash, read a chunk of rows at a time",
+                            "why": "in RAM they would leave the cache fewer tokens, or not fit"})
+                name, why = "weights streaming", "norms, one chunk of rows and its scales"
             elif name == "weights" and c["weights"]["place"] == "rom":
                 out.append({"array": "weights", "bytes": self.weights_bytes, "where": "flash (ROMFS), read in place",
                             "why": "memory-mapped: a row is read where it lies, never copied"})
@@ -629,7 +720,8 @@ def rank(cands, table):
     cache by precision (f32, f16, i8 + prefix, i8, i4 + prefix, i4), then H2O, sinks + window, a tiered cache
     (every token, the older ones i4 and read back from flash: slower), window (more tokens kept first within
     each), then any i2 cache (2-bit values cost more than evicting tokens on the measured model:
-    docs/quality.md), then a shorter context; less memory breaks ties."""
+    docs/quality.md), then a shorter context; with as many tokens kept, weights in RAM (faster) before weights
+    read from flash; less memory breaks ties."""
     for c in cands:
         c["quality"] = match_quality(table, c)
 
@@ -640,16 +732,18 @@ def rank(cands, table):
         dt = DTYPE_RANK[c["cache"]["dtype"]]
         if c["cache"]["dtype"] == budget.I2 and c["kind"] != "shorter":
             grp = KIND_GROUP["window"] + 0.5
+        place = 0 if c["weights"]["place"] == "heap" else 1  # equal tokens: weights in RAM are faster
         if grp == 0:
-            h = (grp, dt, 0 if c["kind"] == "prefix" else 1, 0)
+            h = (grp, dt, 0 if c["kind"] == "prefix" else 1, place)
         else:
-            h = (grp, -c["tokens_kept"], dt, 0)
+            h = (grp, -c["tokens_kept"], dt, place)
         return measured + h + (c["total_bytes"],)
     return sorted(cands, key=key)
 
 
-def device_config(c, spec, tgt):
-    """The --out document: "cache" goes to CacheConfig.from_dict() unchanged; "budget_bytes" to KVCache(...)."""
+def device_config(c, spec, tgt, runtime=None):
+    """The --out document: "cache" goes to CacheConfig.from_dict() unchanged; "budget_bytes" to KVCache(...);
+    "runtime" (with a measured footprint) says which kernels the plan counted and what the runner must be told."""
     return {
         "format": FORMAT, "model": spec.name, "board": tgt["name"], "strategy": c["strategy"], "kind": c["kind"],
         "cache": c["cache"], "kv_bytes": c["kv_bytes"], "batch": c["batch"], "budget_bytes": c["budget_bytes"],
@@ -657,7 +751,7 @@ def device_config(c, spec, tgt):
         "activation_bytes": c["activation_bytes"], "workspace_bytes": c["workspace_bytes"],
         "total_bytes": c["total_bytes"], "heap_bytes": c["heap_bytes"], "headroom_bytes": c["headroom_bytes"],
         "context": c["context"], "tokens_kept": c["tokens_kept"], "placement": c["placement"],
-        "quality": c.get("quality"),
+        "quality": c.get("quality"), "runtime": runtime,
     }
 
 
@@ -693,9 +787,16 @@ def run_all_boards(a):
         b = argparse.Namespace(**vars(a))
         b.board = name
         spec, context, tgt = load_inputs(b)
-        pl = Planner(spec, context, tgt, a.align, a.weights_dtype, a.batch)
-        pl.tiered_ok = not a.no_tiered
-        best = per_strategy(rank(pl.run(a.kv_dtype, a.weights_in), table))
+        rts = runtimes(b, tgt)
+        tok = tokenizer_for(b, spec) if rts else (0, None, False)
+        ranked = []
+        for rt in rts or [None]:  # the fastest kernels with which something fits, as for one board
+            pl = Planner(spec, context, tgt, a.align, a.weights_dtype, a.batch, rt, tok[0])
+            pl.tiered_ok = not a.no_tiered
+            ranked = rank(pl.run(a.kv_dtype, a.weights_in), table)
+            if ranked:
+                break
+        best = per_strategy(ranked)
         rows = []
         for c in best:
             q = c.get("quality") or {}
@@ -744,6 +845,73 @@ def print_all_boards(doc, top):
                                                              format(r["kv_bytes"], ","), kl, pp, t1, r["weights"]))
 
 
+def runtimes(a, tgt):
+    """account.Runtime per kernel kind to plan with, fastest first; [] when the plan uses the flat workspace
+    allowance (--workspace, --heap, or a profile without a measured footprint)."""
+    prof = tgt["profile"]
+    measured = account.kernel_kinds(prof)
+    if a.kernels not in ("auto",) + account.KERNEL_KINDS:
+        raise UserError("--kernels must be auto, %s; got %r" % (", ".join(account.KERNEL_KINDS), a.kernels))
+    if a.margin is not None:
+        account.check_size("--margin", a.margin, 0)
+    if prof is None or a.workspace is not None or not measured:
+        if a.kernels != "auto" or a.margin is not None:
+            raise UserError("--kernels and --margin need a measured footprint (a board profile with one, no "
+                            "--workspace): kvedge footprint --board %s --write" % (tgt["name"]))
+        return []
+    if a.kernels != "auto":
+        if a.kernels not in measured:
+            raise UserError("--kernels %s: %s has no measured %s footprint (measured: %s)"
+                            % (a.kernels, tgt["name"], a.kernels, ", ".join(measured)))
+        measured = [a.kernels]
+    out = [account.Runtime(prof, k) for k in measured]
+    for rt in out:
+        if a.margin is not None:
+            rt.margin = a.margin
+        if a.no_stats:
+            rt.telemetry = 0
+    return out
+
+
+def tokenizer_for(a, spec):
+    """(bytes the runner's tokenizer keeps, its path, whether a prompt is encoded) or (0, None, False):
+    --tokenizer, else tok512.bin or tokenizer.bin beside a llama2.c .bin model when its size fits the model's
+    vocabulary. The tokenizer stays in its file (kvedge.model.tokenizer.FileTokenizer); encoding a prompt sorts
+    its ids once (2 bytes a token), which --no-prompt leaves out."""
+    from kvedge.model.tokenizer import FileTokenizer as Tokenizer
+    encode = not a.no_prompt
+    path = a.tokenizer
+    if path is None:
+        if not (a.model and a.model.endswith(".bin") and os.path.isfile(a.model)):
+            return 0, None, encode
+        for name in ("tok512.bin", "tokenizer.bin"):
+            p = os.path.join(os.path.dirname(os.path.abspath(a.model)), name)
+            if os.path.isfile(p) and os.path.getsize(p) >= 4 + 8 * spec.vocab:
+                return Tokenizer.nbytes(p, spec.vocab, encode), p, encode
+        return 0, None, encode
+    try:
+        size = os.path.getsize(path)
+    except OSError as e:
+        raise UserError("%s: cannot read: %s" % (path, e.strerror or e))
+    if size < 4 + 8 * spec.vocab:
+        raise UserError("%s: %d bytes is too short for a tokenizer of %d tokens" % (path, size, spec.vocab))
+    return Tokenizer.nbytes(path, spec.vocab, encode), path, encode
+
+
+def runtime_info(rt, prof, tokenizer):
+    """What the plan counted for the runtime, and where the figures come from."""
+    if rt is None:
+        return None
+    src = next((s for s in prof.get("sources", []) if s["figure"] == "footprint.runtime_" + rt.kind), {})
+    return {"source": "measured", "kernels": rt.kind, "tile": rt.tile, "heap_bytes": rt.heap, "heap_image": rt.image,
+            "usable_heap": rt.usable, "boot_bytes": rt.boot, "code_bytes": rt.code,
+            "telemetry_bytes": rt.telemetry, "evict_bytes": rt.evict, "loop_bytes": rt.loop, "file_bytes": rt.file,
+            "largest_block_bytes": rt.largest, "margin_bytes": rt.margin, "stats": rt.telemetry > 0,
+            "tokenizer_bytes": tokenizer[0],
+            "tokenizer": tokenizer[1], "prompt": tokenizer[2], "command": src.get("command"),
+            "firmware": src.get("firmware"), "date": src.get("date")}
+
+
 def run(a):
     if a.kv_dtype not in DTYPES:
         raise UserError("unknown KV dtype %r for a device cache (choose from %s)" % (a.kv_dtype, ", ".join(DTYPES)))
@@ -758,12 +926,18 @@ def run(a):
         validate.out_folder("--out", a.out)
     table = load_quality(a.quality) if a.quality else None
     spec, context, tgt = load_inputs(a)
-    pl = Planner(spec, context, tgt, a.align, a.weights_dtype, a.batch)
-    if a.weights_in == "rom" and pl.weights_dtype != budget.I8:
-        raise UserError("--weights-in rom: the device reads int8 weights in place (add --weights-dtype i8), these "
-                        "are %s" % pl.weights_dtype)
-    pl.tiered_ok = not a.no_tiered
-    ranked = rank(pl.run(a.kv_dtype, a.weights_in), table)
+    rts = runtimes(a, tgt)
+    tok = tokenizer_for(a, spec) if rts else (0, None, False)
+    plans = []
+    for rt in rts or [None]:
+        pl = Planner(spec, context, tgt, a.align, a.weights_dtype, a.batch, rt, tok[0])
+        if a.weights_in == "rom" and pl.weights_dtype != budget.I8:
+            raise UserError("--weights-in rom: the device reads int8 weights in place (add --weights-dtype i8), "
+                            "these are %s" % pl.weights_dtype)
+        pl.tiered_ok = not a.no_tiered
+        plans.append((rt, pl, rank(pl.run(a.kv_dtype, a.weights_in), table)))
+    # the fastest kernels with which something fits (the leanest when nothing does: its numbers are the floor)
+    rt, pl, ranked = next((p for p in plans if p[2]), plans[-1])
     notes = list(spec.notes)
     if pl.mixed_windows:
         notes.append("the model's per-layer sliding windows are not a single device ring: planned as all-global")
@@ -773,10 +947,19 @@ def run(a):
     if table is None:
         notes.append("no --quality table: ranked by the heuristic order (run `kvedge eval --json` to measure)")
     notes += _tier_notes(ranked[a.pick - 1] if ranked and a.pick <= len(ranked) else None, ranked)
-    result = {"model": spec.name, "board": tgt["name"], "heap_bytes": tgt["heap_bytes"], "context": context,
+    if rt is not None and tok[1] is None:
+        notes.append("no tokenizer counted (--tokenizer): the runner loads one beside the model")
+    others = [{"kernels": r.kind, "tokens_kept": rk[0]["tokens_kept"] if rk else 0,
+               "strategy": rk[0]["strategy"] if rk else None} for r, _, rk in plans if r is not rt]
+    result = {"model": spec.name, "board": tgt["name"], "heap_bytes": pl.heap, "context": context,
               "align": a.align, "batch": a.batch, "requested": pl.baseline, "trace": pl.trace,
               "configurations": ranked, "notes": notes,
-              "flash_fs_bytes": pl.flash_fs_bytes() if tgt["profile"] else None}
+              "flash_fs_bytes": pl.flash_fs_bytes() if tgt["profile"] else None,
+              "runtime": runtime_info(rt, tgt["profile"], tok) or {"source": "allowance",
+                                                                  "workspace_bytes": tgt["workspace_bytes"]},
+              "other_kernels": others}
+    if not ranked:
+        result["floor"] = pl.floor()
     chosen = None
     if ranked:
         if a.pick > len(ranked):
@@ -784,7 +967,7 @@ def run(a):
         chosen = ranked[a.pick - 1]
         result["chosen"] = a.pick
     if a.out and chosen:
-        doc = device_config(chosen, spec, tgt)
+        doc = device_config(chosen, spec, tgt, runtime_info(rt, tgt["profile"], tok))
         with open(a.out, "w") as f:
             json.dump(doc, f, indent=2)
             f.write("\n")
@@ -816,6 +999,27 @@ def _b(n):
     return fmt(n)
 
 
+def _print_runtime(c, r):
+    rt = r["runtime"]
+    if rt["source"] != "measured":
+        c.print("workspace: a flat %s-byte allowance for the runtime (no measured footprint: kvedge footprint "
+                "--board B --write, or --workspace was given)" % "{:,}".format(rt["workspace_bytes"]),
+                highlight=False)
+        return
+    scaled = "" if rt["heap_image"] == rt["heap_bytes"] else (
+        ", scaled from the %s-byte image it was measured on" % "{:,}".format(rt["heap_image"]))
+    c.print("runtime, measured on the emulated board (%s, %s): %s kernels; usable heap %s of %s%s; boot %s + code "
+            "%s + stats %s + loop %s; tokenizer %s; largest free block after start-up %s; margin %s kept free"
+            % (rt["command"], rt["date"], rt["kernels"], "{:,}".format(rt["usable_heap"]),
+               "{:,}".format(rt["heap_bytes"]), scaled, "{:,}".format(rt["boot_bytes"]),
+               "{:,}".format(rt["code_bytes"]), "{:,}".format(rt["telemetry_bytes"]), "{:,}".format(rt["loop_bytes"]),
+               "{:,}".format(rt["tokenizer_bytes"]), "{:,}".format(rt["largest_block_bytes"]),
+               "{:,}".format(rt["margin_bytes"])), highlight=False, markup=False, soft_wrap=True)
+    for o in r.get("other_kernels", []):
+        c.print("  with %s kernels: %s" % (o["kernels"], ("%s tokens kept (%s)" % (o["tokens_kept"], o["strategy"]))
+                                          if o["strategy"] else "nothing fits"), highlight=False, markup=False)
+
+
 def print_plan(spec, tgt, r, chosen, top):
     from rich.console import Console
     from rich.table import Table
@@ -826,6 +1030,18 @@ def print_plan(spec, tgt, r, chosen, top):
     c.print("%d layers, %d heads, %d KV heads: %s (query head h reads KV head h // %d), head_dim %d"
             % (spec.layers, spec.heads, spec.kv_heads, spec.attention, spec.heads // spec.kv_heads, spec.head_dim),
             highlight=False)
+    _print_runtime(c, r)
+    cands = r["configurations"]
+    if not cands:  # say so up front, with the numbers; the loop that tried everything follows
+        fl = r["floor"]
+        c.print("[red]nothing fits[/red]: the least any configuration needs is %s, the plan may use %s (%s)"
+                % ("{:,}".format(fl["total"]), "{:,}".format(fl["limit"]), "usable heap %s less a %s-byte margin"
+                   % ("{:,}".format(fl["heap"]), "{:,}".format(fl["margin"])) if fl["margin"] else "the heap"),
+                soft_wrap=True)
+        for name, n in fl["parts"]:
+            c.print("  %-28s %12s" % (name, "{:,}".format(n)), highlight=False, markup=False)
+        if r.get("flash_fs_bytes") is not None and req["weights"]["bytes"] > r["flash_fs_bytes"]:
+            c.print("the weights do not fit the flash either (%s usable)" % _b(r["flash_fs_bytes"]), highlight=False)
     if req["fits"]:
         c.print("requested %s: %s total, fits with %s to spare" % (req["strategy"], _b(req["total_bytes"]),
                                                                   _b(req["headroom_bytes"])), highlight=False)
@@ -835,13 +1051,7 @@ def print_plan(spec, tgt, r, chosen, top):
         for t in r["trace"][1:]:
             tail = (": %s total %s" % (t.get("strategy", ""), _b(t["total_bytes"]))) if "total_bytes" in t else ""
             c.print("  %-34s %s%s" % (t["try"], t["result"], tail), highlight=False, markup=False)
-    cands = r["configurations"]
     if not cands:
-        c.print("[red]no configuration fits[/red]: weights %s, activations %s, workspace %s against a heap of %s"
-                % (_b(req["weights"]["heap_bytes"]), _b(req["activation_bytes"]), _b(req["workspace_bytes"]),
-                   _b(tgt["heap_bytes"])))
-        if r.get("flash_fs_bytes") is not None and req["weights"]["bytes"] > r["flash_fs_bytes"]:
-            c.print("the weights do not fit the flash either (%s usable)" % _b(r["flash_fs_bytes"]), highlight=False)
         for n in r["notes"]:
             c.print("note: " + n, highlight=False, markup=False)
         return

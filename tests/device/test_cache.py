@@ -179,6 +179,21 @@ def _state(c):
             list(c.res_lo), list(c.res_hi))
 
 
+def test_an_arena_allocated_earlier_is_used_and_checked_first():
+    # a board allocates its largest buffer first, while the heap is one free block; the cache takes it as its
+    # arena when it is exactly the config's size, and refuses anything else before building any state
+    cfg = CacheConfig(2, 4, 2, 8, 16, "i8", window=12, sinks=2)
+    buf = bytearray(cfg.nbytes())
+    c = KVCache(cfg, arena=buf)
+    assert c.arena is buf
+    c.start_token()
+    c.write(0, [0.5] * 16, [0.25] * 16)
+    for bad in (bytearray(cfg.nbytes() - 1), bytes(cfg.nbytes()), memoryview(buf)):
+        e = raises(ValueError, KVCache, cfg, arena=bad)
+        assert ("exactly %d bytes" % cfg.nbytes()) in message(e)
+    raises(BudgetError, KVCache, cfg, cfg.nbytes() - 1, buf)
+
+
 def test_bad_input_raises_precisely_and_leaves_state_unchanged():
     cfg = CacheConfig(2, 2, 1, 4, 8, "i8", align=0)
     c = KVCache(cfg)

@@ -59,3 +59,16 @@ def test_generation_stops_at_the_caches_hard_cap():
     ids = generate(m, tok, Sampler(tok.vocab_size), [1], 50)
     assert len(ids) <= 5  # stops at the cache's hard cap instead of raising
     m.close()
+
+
+def test_generate_can_count_instead_of_keeping_ids():
+    # an endless stream keeps nothing per token: keep=False returns how many tokens a keep=True run returns
+    tok = Tokenizer.load(_files()["tok"], VOCAB)
+    counts = []
+    for keep in (True, False):
+        m = _model(12)
+        pieces = []
+        out = generate(m, tok, Sampler(tok.vocab_size, 1.0, 7), tok.encode("the"), 12, pieces.append, keep=keep)
+        counts.append((len(out) if keep else out, len(pieces)))
+        m.close()
+    assert counts[0] == counts[1] and counts[0][0] > 0

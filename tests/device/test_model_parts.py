@@ -80,6 +80,29 @@ def test_tokenizer_file_round_trip():
     raises(ValueError, Tokenizer.load, p, 5000)
 
 
+def test_file_tokenizer_reads_what_the_loaded_one_holds():
+    # pieces and scores left in the file: the same encodings (merges by score), pieces and decodes as the
+    # reference built from the piece lists, with only the offsets (and, once encoding, the order) in RAM
+    need("fs")
+    from _model_support import tmp_path
+    from kvedge.model.tokenizer import FileTokenizer
+    p = tmp_path("kvedge_tok_file.bin")
+    n = tiny.write_tokenizer(p, 400)
+    ref = _tok()
+    t = FileTokenizer(p, n)
+    assert t.order is None and len(t.at) == n + 1
+    for i in (0, 1, 3, 258, 300, n - 1):
+        assert t.piece_bytes(i) == (ref.pieces[i] if i < len(ref.pieces) else b"<unused%d>" % i)
+    assert t.score(len(ref.pieces) - 1) == ref.plain_scores[-1]
+    for text in ("the end, then", "", "and the ship", "zq\u00e9!"):
+        assert t.encode(text) == _ref_encode(ref, text) if text else t.encode(text) == [BOS]
+    ids = t.encode("the end, then")
+    assert t.decode(ids, prev=BOS) == ref.decode(ids, prev=BOS)
+    assert t.piece(BOS, ids[1]) == ref.piece(BOS, ids[1])
+    t.close()
+    raises(ValueError, FileTokenizer, p, 5000)
+
+
 def test_rng_is_llama2c_xorshift():
     # values printed by llama2.c's random_u32 / random_f32 (run.c) compiled with gcc
     r = sampler.Rng(42)

@@ -77,12 +77,39 @@ def test_f32_streaming_matches_in_ram():
     b.close()
 
 
+def test_streamed_int8_weights_hold_only_norms_and_one_chunk():
+    # weights left on flash keep in RAM the f32 norms, one row buffer and that chunk's per-row scales, shared by
+    # every matrix: their lengths are kvedge.budget's streaming formula (kept per matrix, the scales would cost
+    # 4 bytes a row: 14 KB for stories260K, more than the rest together)
+    from kvedge import budget
+    from kvedge.model import streambytes
+    cfg, wd = checkpoint.read_config(_files()["i8"])
+    w = checkpoint.Weights(_files()["i8"], stream=True)
+    widest, narrowest = max(cfg.dim, cfg.hidden_dim), min(cfg.dim, cfg.hidden_dim)
+    assert len(w.scratch) == streambytes.STREAM_ROWS * widest
+    assert len(w.scales) == len(w.scratch) // narrowest
+    norms = 4 * cfg.dim * (2 * cfg.n_layers + 1)
+    assert checkpoint.resident_bytes(cfg, wd, stream=True) == norms + len(w.scratch) + 4 * len(w.scales)
+    matrices = [w.embedding] + [m for name, _, _ in cfg.matrices() for m in getattr(w, name)]
+    assert all(not hasattr(m, "scales") and not hasattr(m, "codes") for m in matrices)
+    w.close()
+
+
 def test_budget_refused_before_allocating():
     cfg, wd = checkpoint.read_config(_files()["f32"])
     ccfg = cache_config(cfg, {"align": 0, "max_tokens": 16})
     p = plan(cfg, wd, ccfg, workspace=1000)
     assert p["total"] == p["weights"] + p["kv"] + p["activations"] + p["workspace"]
     assert p["workspace"] == 1000 + object_bytes(cfg, ccfg)
+    # a 32-bit board's objects are about half a 64-bit port's; the host plans a board with word=4
+    assert object_bytes(cfg, ccfg, 32, 4) < object_bytes(cfg, ccfg, 32, 8)
+    assert plan(cfg, wd, ccfg, workspace=1000, word=4)["total"] == p["total"] - object_bytes(cfg, ccfg) + \
+        object_bytes(cfg, ccfg, 32, 4)
+    # the same check without building anything: what a caller runs before allocating other things first
+    from kvedge.model.llama import check
+    e = raises(BudgetError, check, _files()["f32"], {"align": 0, "max_tokens": 16}, p["total"] - 1, 1000)
+    assert e.need == p["total"]
+    assert check(_files()["f32"], {"align": 0, "max_tokens": 16}, p["total"], 1000)[3] == p
     before = compat.mem_alloc()
     e = raises(BudgetError, _model, budget=p["total"] - 1, workspace=1000)
     assert e.need == p["total"] and e.budget == p["total"] - 1

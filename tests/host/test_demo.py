@@ -1,4 +1,5 @@
-"""The main job end to end on a virtual rp2040: plan, deploy, generate on the board, monitor, summary."""
+"""The main job end to end on a virtual rp2040 (the unix port, --sim host; the emulated Cortex-M3 on every profile
+is tests/host/test_demo_boards.py): plan, deploy, generate on the board, monitor, summary."""
 import csv
 import os
 import re
@@ -18,7 +19,7 @@ def _summary(out):
 
 
 def test_demo_with_a_model_it_writes_itself(tmp_path):
-    p = kvedge("demo", "--tiny", "--plain", "--steps", "40", "--workdir", tmp_path, timeout=600)
+    p = kvedge("demo", "--sim", "host", "--tiny", "--plain", "--steps", "40", "--workdir", tmp_path, timeout=600)
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr
     assert "a small random llama2.c model written here (--tiny)" in p.stdout
     assert _summary(p.stdout)[1] == 40
@@ -29,7 +30,7 @@ def test_demo_with_a_model_it_writes_itself(tmp_path):
 
 @pytest.mark.skipif(not os.path.exists(STORIES), reason="../shared/models/stories260K.bin is absent")
 def test_demo_generates_the_known_story_on_an_rp2040_heap(tmp_path):
-    p = kvedge("demo", "--plain", "--steps", "120", "--workdir", tmp_path, timeout=600)
+    p = kvedge("demo", "--sim", "host", "--plain", "--steps", "120", "--workdir", tmp_path, timeout=600)
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr
     assert "Once upon a time, there was a little girl named Lily. She loved to play outside in the park." in p.stdout
     assert "heap 215,040 bytes" in p.stdout

@@ -7,6 +7,7 @@ import os
 import pytest
 
 from kvedge import budget
+from kvedge.model import streambytes
 from kvedge.config import CacheConfig
 from kvedge_host import boards, cli
 
@@ -28,22 +29,43 @@ def stories(tmp_path):
     return mf.write_llama2c(str(tmp_path / "stories.bin"))
 
 
-def recompute_total(doc, weights_dtype="i8"):
-    """The deployment total from the device config alone, with kvedge.budget and the board profile."""
+class _Shape:  # stories260K's header, as kvedge.model.checkpoint.ModelConfig holds it
+    dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, head_dim, kv_dim = 64, 172, 5, 8, 4, 512, 8, 32
+
+
+def recompute_total(doc, weights_dtype="i8", board="rp2350", runtime=None):
+    """The deployment total from the device config alone (or a candidate and its plan's "runtime"), with
+    kvedge.budget, the runner's formulas (kvedge.model.llama) and the board profile's measured footprint
+    (boot, code, stats stream, loop)."""
+    from kvedge.model import llama
     cfg = CacheConfig.from_dict(doc["cache"])
     p = budget.llama_params(64, 172, 5, 8, 4, 512)
-    if doc["weights"]["place"] == "heap":
+    flash = doc["weights"]["place"] != "heap"
+    if not flash:
         w = budget.weights_bytes(p, weights_dtype)
     else:
-        w = budget.weights_row_buffer_bytes(64, 172, weights_dtype)
-    scores = budget.h2o_score_bytes(cfg.slots) if (doc["policy"] or {}).get("kind") == "h2o" else 0
+        w = streambytes.weights_stream_bytes(p, 64, 172, weights_dtype)
+    h2o = (doc["policy"] or {}).get("kind") == "h2o"
+    scores = budget.h2o_score_bytes(cfg.slots) if h2o else 0
     if (doc["policy"] or {}).get("kind") == "tiered":  # beside the ring: staging block and tables, recomputed
         t = doc["tier"]
         z = budget.tiered_bytes(5, 8, 4, 8, cfg.window, cfg.sinks, t["block"], t["cold_blocks"], cfg.dtype,
                                 t["cold_dtype"], cfg.align, t["cold_align"], f32_sinks=cfg.prefix == cfg.sinks)
         scores = z["staging"] + z["tables"]
     act = budget.activation_bytes(64, 172, 8, 512)
-    return cfg, w + cfg.nbytes() + scores + act + boards.load("rp2350")["workspace_bytes"]
+    rt = doc.get("runtime") or runtime or {}
+    if rt.get("source") != "measured":
+        return cfg, w + cfg.nbytes() + scores + act + boards.load(board)["workspace_bytes"]
+    fp = boards.load(board)["footprint"]
+    kind = rt["kernels"]
+    runtime = fp["boot_bytes"] + fp["runtime_" + kind] + fp["telemetry_bytes"] + fp.get("loop_" + kind, 0)
+    tile = 8 if kind == "plain" else 32
+    integer = kind in ("asm", "viper") and cfg.dtype in ("i8", "i4", "i2")
+    runner = (llama.scratch_bytes(_Shape, weights_dtype, flash) + llama.object_bytes(_Shape, cfg, tile, 4, integer)
+              + (budget.activation_bytes(64, 172, 8, 512, tile) - act))
+    files = fp["file_bytes"] * ((1 if rt["tokenizer_bytes"] else 0) + (1 if flash else 0))
+    return cfg, (w + cfg.nbytes() + scores + act + runtime + runner + rt["tokenizer_bytes"] + files
+                 + (fp["evict_bytes"] + 256 if h2o else 0))
 
 
 def test_not_fitting_case_gives_feasible_plans_that_recompute(capsys, stories, tmp_path):
@@ -55,7 +77,7 @@ def test_not_fitting_case_gives_feasible_plans_that_recompute(capsys, stories, t
     kinds = set(c["kind"] for c in r["configurations"])
     assert {"h2o", "sinks", "window", "shorter"} <= kinds
     for c in r["configurations"]:
-        cfg, total = recompute_total(c)
+        cfg, total = recompute_total(c, runtime=r["runtime"])
         assert cfg.nbytes() == c["kv_bytes"]
         assert total == c["total_bytes"] <= heap, c["strategy"]
     doc = json.load(open(out))
@@ -129,7 +151,10 @@ def test_unpadded_variants_offered_when_padding_costs(capsys, stories):
 
 
 def test_quality_table_reorders(capsys, stories, tmp_path):
-    base = plan(capsys, "--model", stories, "--board", "rp2350", "--weights-dtype", "i8")
+    # weights in RAM and the flat workspace allowance (figures that do not move with the measured footprint):
+    # nothing keeps all 512 tokens, so eviction strategies compete
+    base = plan(capsys, "--model", stories, "--board", "rp2350", "--weights-dtype", "i8", "--weights-in", "heap",
+                "--workspace", "16384")
     assert base["configurations"][0]["kind"] == "h2o"  # heuristic: H2O before sinks + window
     q = tmp_path / "quality.json"
     q.write_text(json.dumps({"rows": [
@@ -141,7 +166,8 @@ def test_quality_table_reorders(capsys, stories, tmp_path):
         {"strategy": "tiered: i8 ring 64 + cold i4", "kl": 0.001, "config": {"dtype": "i8", "window": 60, "sinks": 4},
          "tier": {"kind": "tiered", "cold_dtype": "i4", "block": 16}},
     ]}))
-    r = plan(capsys, "--model", stories, "--board", "rp2350", "--weights-dtype", "i8", "--quality", str(q))
+    r = plan(capsys, "--model", stories, "--board", "rp2350", "--weights-dtype", "i8", "--quality", str(q),
+             "--weights-in", "heap", "--workspace", "16384")
     # the measured tiered row (every token kept, the older ones i4 on flash) is the cheapest: it comes first
     assert r["configurations"][0]["kind"] == "tiered"
     tiered = {}  # per ring dtype and cold dtype, the candidate with the largest ring
@@ -183,7 +209,8 @@ def test_weights_move_to_flash_when_they_cannot_fit(capsys, stories):
     assert any("weights on flash" in t["try"] for t in r["trace"])
     top = r["configurations"][0]
     assert top["weights"]["place"] == "flash"
-    assert top["weights"]["heap_bytes"] == budget.weights_row_buffer_bytes(64, 172, "f32") == 688
+    # what the runner keeps of weights left on flash: f32 norms (2 per layer + 1) and 8 rows of w2 (172 inputs)
+    assert top["weights"]["heap_bytes"] == 4 * 64 * 11 + 8 * 172 * 4 == 8320
     where = dict((p["array"], p["where"]) for p in top["placement"])
     assert where["weights"].startswith("flash")
     assert top["total_bytes"] <= 215040
@@ -211,7 +238,9 @@ def test_native_model_window_is_the_device_ring(capsys, tmp_path):
 def test_nothing_fits_exits_1(capsys, stories):
     code = cli.main(["plan", "--model", stories, "--heap", "1000", "--weights-in", "heap"])
     out = capsys.readouterr().out
-    assert code == 1 and "no configuration fits" in out
+    assert code == 1 and "nothing fits" in out
+    # the numbers up front: the least any configuration needs, part by part, against the heap
+    assert "the plan may use 1,000 (the heap)" in out and "weights (in RAM)" in out
 
 
 def _bad(capsys, argv, *parts):
@@ -267,7 +296,8 @@ def test_quality_table_in_kvedge_eval_format(capsys, stories, tmp_path):
         {"name": "H2O 128 slots", "missing": "needs kvedge's H2O policy (issue 5)"},
         dict(row("tiered: sinks 4 + f32 ring 128 + cold i4 (b16)", 0.02, window=128, sinks=4, prefix=4),
              tier={"kind": "tiered", "cold_dtype": "i4", "block": 16, "cold_blocks": 24})]}}))
-    r = plan(capsys, "--model", stories, "--board", "rp2350", "--weights-dtype", "i8", "--quality", str(q))
+    r = plan(capsys, "--model", stories, "--board", "rp2350", "--weights-dtype", "i8", "--quality", str(q),
+             "--weights-in", "heap", "--workspace", "16384")
     by_kind = {}
     for c in r["configurations"]:
         by_kind.setdefault(c["kind"], c)
@@ -371,3 +401,72 @@ def test_tiered_cost_scales_to_other_shapes():
     assert k["demote_instructions_per_token"] == int(50 * f) and "scaled" in k and k["path"].startswith("integer")
     assert cmd_plan.tier_cost(spec, "f32", "i4", 100, fake)["instructions_per_cold_token"] == int(9000 * f)
     assert cmd_plan.tier_cost(spec, "i8", "i8", 100, fake) is None  # not measured: no figure invented
+
+
+# ---- plans that count the runtime the board measured (boards/*.json "footprint", kvedge footprint) ----
+
+def test_measured_runtime_is_counted_against_the_usable_heap_less_a_margin(capsys, stories, tmp_path):
+    prof = boards.load("rp2040")
+    fp = prof["footprint"]
+    out = str(tmp_path / "device.json")
+    r = plan(capsys, "--model", stories, "--board", "rp2040", "--weights-dtype", "i8", "--kv-dtype", "i8",
+             "--align", "0", "--out", out)
+    rt = r["runtime"]
+    assert rt["source"] == "measured" and rt["kernels"] in ("asm", "viper", "native", "plain")
+    assert rt["usable_heap"] == fp["heap_usable"] < prof["heap_bytes"]  # the GC's tables are not heap
+    assert rt["margin_bytes"] == max(5120, int(0.03 * fp["heap_usable"]))
+    assert rt["command"].startswith("kvedge footprint --board rp2040") and rt["date"] and rt["firmware"]
+    limit = fp["heap_usable"] - rt["margin_bytes"]
+    for c in r["configurations"]:
+        cfg, total = recompute_total(c, board="rp2040", runtime=rt)
+        assert total == c["total_bytes"] <= limit, c["strategy"]
+        assert c["kv_bytes"] <= fp["largest_bytes"] - rt["margin_bytes"]  # the arena fits the largest block
+    doc = json.load(open(out))
+    assert doc["runtime"] == rt and doc["total_bytes"] == r["configurations"][0]["total_bytes"]
+    # the fastest kernels with which something fits; the leaner ones are listed with what they would keep
+    others = {o["kernels"]: o for o in r["other_kernels"]}
+    assert set(others) | {rt["kernels"]} == {"asm", "viper", "native", "plain"}  # asm: the RP2040 is Thumb
+    assert rt["kernels"] == "asm" and others["plain"]["tokens_kept"] >= r["configurations"][0]["tokens_kept"]
+
+
+def test_kernels_margin_and_a_flat_workspace_on_request(capsys, stories):
+    base = ["--model", stories, "--board", "rp2040", "--weights-dtype", "i8", "--kv-dtype", "i8", "--align", "0"]
+    plain = plan(capsys, *base, "--kernels", "plain", "--margin", "8000")
+    assert plain["runtime"]["kernels"] == "plain" and plain["runtime"]["margin_bytes"] == 8000
+    assert plain["runtime"]["code_bytes"] == boards.load("rp2040")["footprint"]["runtime_plain"]
+    top = plain["configurations"][0]
+    assert top["total_bytes"] <= plain["runtime"]["usable_heap"] - 8000
+    flat = plan(capsys, *base, "--workspace", "16384")
+    assert flat["runtime"] == {"source": "allowance", "workspace_bytes": 16384}
+    _bad(capsys, base + ["--workspace", "100", "--kernels", "plain"], "--kernels and --margin need a measured")
+    _bad(capsys, base + ["--kernels", "sse"], "--kernels must be auto, asm, viper, native, plain")
+
+
+def test_weights_on_flash_win_when_they_leave_the_cache_more_tokens(capsys, stories):
+    # rp2350 with int8 weights: in RAM they take 276 KB, streamed 4 KB; the plan ranks both and streams
+    # (without the tiered cache, which keeps every token either way)
+    r = plan(capsys, "--model", stories, "--board", "rp2350", "--weights-dtype", "i8", "--kv-dtype", "i8",
+             "--no-tiered")
+    top = r["configurations"][0]
+    assert top["weights"]["place"] == "flash"
+    in_ram = [c for c in r["configurations"] if c["weights"]["place"] == "heap"]
+    assert in_ram and max(c["tokens_kept"] for c in in_ram) < top["tokens_kept"]
+    # on a heap where both keep every token, the faster RAM weights come first
+    big = plan(capsys, "--model", stories, "--board", "rp2350", "--heap", str(2 << 20), "--weights-dtype", "i8",
+               "--kv-dtype", "i8")
+    first = big["configurations"][0]
+    assert first["tokens_kept"] == 512 and first["weights"]["place"] == "heap"
+    assert big["board"] == "rp2350 with a 2,097,152-byte heap"
+    assert big["runtime"]["usable_heap"] == (2 << 20) * boards.load("rp2350")["footprint"]["heap_usable"] \
+        // boards.load("rp2350")["footprint"]["heap_image"]
+
+
+def test_nothing_fits_says_so_up_front_with_the_runtimes_numbers(capsys, stories):
+    code = cli.main(["plan", "--model", stories, "--board", "rp2040", "--heap", "60000", "--weights-dtype", "i8"])
+    out = capsys.readouterr().out
+    assert code == 1
+    lines = out.splitlines()
+    first = [i for i, ln in enumerate(lines) if ln.startswith("nothing fits")][0]
+    assert first < [i for i, ln in enumerate(lines) if ln.startswith("requested")][0]  # before the loop
+    fp = boards.load("rp2040")["footprint"]
+    assert "runtime code (plain kernels)" in out and "{:,}".format(fp["runtime_plain"]) in out

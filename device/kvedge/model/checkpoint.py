@@ -241,61 +241,70 @@ class I8Matrix:
 
 
 class _FileMatrix:
-    """Rows left in the file, read `chunk` rows at a time into a scratch buffer shared by every matrix."""
+    """Rows left in the file, read `chunk` rows at a time into the row buffer every matrix shares (io: the
+    Weights holding the file, the buffer `scratch` and its memoryview `mscratch`)."""
 
-    def __init__(self, f, off, rows, cols, scratch):
-        self.f, self.off, self.rows, self.cols, self.scratch = f, off, rows, cols, scratch
-        self.chunk = len(scratch) // cols
+    def __init__(self, io, off, rows, cols):
+        self.io, self.off, self.rows, self.cols = io, off, rows, cols
+        self.chunk = len(io.scratch) // cols
         if self.chunk < 1:
-            raise CheckpointError("stream scratch of %d values is smaller than a row of %d" % (len(scratch), cols))
-        self.mvscratch = memoryview(scratch)
+            raise CheckpointError("stream buffer of %d values is smaller than a row of %d" % (len(io.scratch), cols))
 
 
 class FileF32Matrix(_FileMatrix):
-    """f32 rows read from the checkpoint file a chunk at a time into a shared scratch array('f')."""
+    """f32 rows read from the checkpoint file a chunk at a time into the shared array('f')."""
 
     def mv(self, k, x, xq, xs, acc, out):
-        f, cols, buf = self.f, self.cols, self.scratch
+        io, cols = self.io, self.cols
+        f, mbuf = io._file, io.mscratch
         r = 0
         while r < self.rows:
             n = min(self.chunk, self.rows - r)
             f.seek(self.off + 4 * r * cols)
-            f.readinto(self.mvscratch[:n * cols])
-            k.mv_f32(buf, 0, x, out, r, n, cols)
+            f.readinto(mbuf[:n * cols])
+            k.mv_f32(io.scratch, 0, x, out, r, n, cols)
             r += n
 
     def row(self, r, out):
-        self.f.seek(self.off + 4 * r * self.cols)
-        self.f.readinto(out)
+        f = self.io._file
+        f.seek(self.off + 4 * r * self.cols)
+        f.readinto(out)
 
 
 class FileI8Matrix(_FileMatrix):
-    """int8 rows streamed from a kvedge int8 file; the per-row scales (stored before the rows) stay in RAM."""
+    """int8 rows streamed from a kvedge int8 file; each chunk's per-row scales (stored before the rows) are read
+    with it into the shared array('f') `scales`, so the matrix holds nothing in RAM."""
 
-    def __init__(self, f, off, rows, cols, scratch):
-        _FileMatrix.__init__(self, f, off + 4 * rows, rows, cols, scratch)
-        self.scales = alloc("f", rows)
-        f.seek(off)
-        f.readinto(self.scales)
+    def __init__(self, io, off, rows, cols):
+        _FileMatrix.__init__(self, io, off + 4 * rows, rows, cols)
+        self.soff = off
+        if len(io.scales) < self.chunk:
+            raise CheckpointError("stream scales of %d rows are fewer than a chunk of %d" % (len(io.scales), self.chunk))
 
     def mv(self, k, x, xq, xs, acc, out):
-        f, cols, buf = self.f, self.cols, self.scratch
+        io, cols = self.io, self.cols
+        f, codes, mcodes, scales, mscales = io._file, io.scratch, io.mscratch, io.scales, io.mscales
         r = 0
         while r < self.rows:
             n = min(self.chunk, self.rows - r)
+            f.seek(self.soff + 4 * r)
+            f.readinto(mscales[:n])
             f.seek(self.off + r * cols)
-            f.readinto(self.mvscratch[:n * cols])
-            k.mv_i8(buf, 0, xq, acc, r, n, cols)
+            f.readinto(mcodes[:n * cols])
+            k.mv_i8(codes, 0, xq, acc, 0, n, cols)
+            k.mv_scale(acc, scales, 0, xs, out, r, n)
             r += n
-        k.mv_scale(acc, self.scales, 0, xs, out, 0, self.rows)
 
     def row(self, r, out):
-        n, s = self.cols, self.scales[r]
-        buf = self.scratch
-        self.f.seek(self.off + r * n)
-        self.f.readinto(memoryview(buf)[:n])
+        io, n = self.io, self.cols
+        f, codes = io._file, io.scratch
+        f.seek(self.soff + 4 * r)
+        f.readinto(io.mscales[:1])
+        f.seek(self.off + r * n)
+        f.readinto(io.mscratch[:n])
+        s = io.scales[0]
         for c in range(n):
-            out[c] = buf[c] * s
+            out[c] = codes[c] * s
 
 
 def weights_place(path, stream):
@@ -342,7 +351,13 @@ class Weights:
         if stream and self._rom is None:
             if stream_bytes <= 0:
                 stream_bytes = stream_scratch_bytes(cfg, self.dtype)
-            self.scratch = zeros("f", stream_bytes // 4) if self.dtype == "f32" else zeros("b", stream_bytes)
+            # one row buffer (and for int8 one buffer of per-row scales) shared by every matrix
+            self.scratch = alloc("f", stream_bytes // 4) if self.dtype == "f32" else alloc("b", stream_bytes)
+            self.mscratch = memoryview(self.scratch)
+            if self.dtype == "i8":
+                from kvedge.model.streambytes import stream_scale_slots
+                self.scales = alloc("f", stream_scale_slots(cfg.dim, cfg.hidden_dim, "i8", stream_bytes))
+                self.mscales = memoryview(self.scales)
         try:
             self.embedding = self._matrix(f, lay["embedding"], cfg.vocab_size, cfg.dim)
             self.rms_att = [self._vector(f, o, cfg.dim) for o in lay["rms_att"]]
@@ -376,8 +391,8 @@ class Weights:
             return self._romcls(self._rom, self._raw, off, rows, cols)
         if self.stream:
             if self.dtype == "f32":
-                return FileF32Matrix(f, off, rows, cols, self.scratch)
-            return FileI8Matrix(f, off, rows, cols, self.scratch)
+                return FileF32Matrix(self, off, rows, cols)
+            return FileI8Matrix(self, off, rows, cols)
         if self.dtype == "f32":
             return F32Matrix(self._vector(f, off, rows * cols), 0, rows, cols)
         scales = self._vector(f, off, rows)
@@ -387,104 +402,28 @@ class Weights:
 
 
 def stream_scratch_bytes(cfg, dtype):
-    """Row buffer for streamed weights: 16 rows of the widest matrix (enough to amortize a seek)."""
-    widest = cfg.hidden_dim if cfg.hidden_dim > cfg.dim else cfg.dim
-    return 16 * widest * (4 if dtype == "f32" else 1)
+    """Row buffer for streamed weights: kvedge.model.streambytes.STREAM_ROWS rows of the widest matrix."""
+    from kvedge.model.streambytes import stream_buffer_bytes
+    return stream_buffer_bytes(cfg.dim, cfg.hidden_dim, dtype)
 
 
 def resident_bytes(cfg, dtype, stream=False, stream_bytes=0):
-    """Bytes of weights held in RAM: the whole model, or (streaming) norms, per-row scales and the row buffer,
-    or (stream="rom": read in place from a mapped file) the norms alone.
-
-    The in-RAM figure is kvedge.budget.weights_bytes (one f32 scale per row for int8)."""
+    """Bytes of weights held in RAM: the whole model (kvedge.budget.weights_bytes: one f32 scale per row for
+    int8), when streaming kvedge.model.streambytes.weights_stream_bytes (norms, the row buffer, a chunk's scales), or
+    (stream="rom": read in place from a mapped file) the norms alone."""
     from kvedge.budget import weights_bytes
+    from kvedge.model.streambytes import weights_stream_bytes
     p = cfg.params()
     if not stream:
         return weights_bytes(p, dtype)
     if stream == "rom":
         return 4 * p["norms"]
-    scales = 4 * (p["matrix_rows"] + p["embedding_rows"]) if dtype == "i8" else 0
-    return 4 * p["norms"] + scales + (stream_bytes or stream_scratch_bytes(cfg, dtype))
-
-
-def quantize_row(src, n, codes, co):
-    """int8 codes of src[0:n] into codes[co:co+n] with a symmetric per-row scale; returns the scale
-    (amax / 127 rounded to f32, the value the file stores, so codes are computed with it)."""
-    amax = 0.0
-    for i in range(n):
-        v = src[i]
-        if v < 0:
-            v = -v
-        if v > amax:
-            amax = v
-    sa = array("f", [amax / 127.0])
-    s = sa[0]
-    if s == 0:
-        for i in range(n):
-            codes[co + i] = 0
-        return s
-    inv = 1.0 / s
-    for i in range(n):
-        y = src[i] * inv
-        c = int(y + 0.5) if y >= 0 else -int(0.5 - y)
-        codes[co + i] = 127 if c > 127 else (-127 if c < -127 else c)
-    return s
+    return weights_stream_bytes(p, cfg.dim, cfg.hidden_dim, dtype, stream_bytes)
 
 
 def convert_to_i8(src_path, dst_path):
-    """Write kvedge's int8 file from a llama2.c f32 checkpoint, one row at a time (little memory).
-    Returns (ModelConfig, bytes written)."""
-    cfg, dtype = read_config(src_path)
-    if dtype != "f32":
-        raise CheckpointError("%s is already a kvedge int8 file" % src_path)
-    lay = f32_layout(cfg)
-    widest = max(cfg.dim, cfg.hidden_dim)
-    row = alloc("f", widest)
-    codes = alloc("b", widest)
-    mrow = memoryview(row)
-    mcodes = memoryview(codes)
-    with open(src_path, "rb") as f, open(dst_path, "wb") as out:
-        out.write(MAGIC_I8)
-        out.write(struct.pack("<i", VERSION_I8))
-        out.write(cfg.header())
-
-        def mat(off, rows, cols):
-            scales = alloc("f", rows)
-            # pass 1: scales; pass 2: codes (rows are read twice rather than holding the matrix)
-            f.seek(off)
-            for r in range(rows):
-                f.readinto(mrow[:cols])
-                scales[r] = quantize_row(row, cols, codes, 0)
-            out.write(scales)
-            f.seek(off)
-            for r in range(rows):
-                f.readinto(mrow[:cols])
-                quantize_row(row, cols, codes, 0)
-                out.write(mcodes[:cols])
-            pad = _pad4(rows * cols) - rows * cols
-            if pad:
-                out.write(bytes(pad))
-
-        def vec(off, n):
-            f.seek(off)
-            left = n
-            while left:
-                m = min(left, widest)
-                f.readinto(mrow[:m])
-                out.write(mrow[:m])
-                left -= m
-        mat(lay["embedding"], cfg.vocab_size, cfg.dim)
-        for o in lay["rms_att"]:
-            vec(o, cfg.dim)
-        for name, rows, cols in cfg.matrices()[:4]:
-            for o in lay[name]:
-                mat(o, rows, cols)
-        for o in lay["rms_ffn"]:
-            vec(o, cfg.dim)
-        for name, rows, cols in cfg.matrices()[4:]:
-            for o in lay[name]:
-                mat(o, rows, cols)
-        vec(lay["rms_final"], cfg.dim)
-        if lay["wcls"] is not None:
-            mat(lay["wcls"], cfg.vocab_size, cfg.dim)
-    return cfg, i8_layout(cfg)["size"]
+    """Write kvedge's int8 file from a llama2.c f32 checkpoint (kvedge.model.convert, kept out of this module:
+    every run imports this one, a board's heap should not hold code it never runs). Returns (ModelConfig,
+    bytes written)."""
+    from kvedge.model.convert import convert_to_i8 as convert
+    return convert(src_path, dst_path)

@@ -8,7 +8,9 @@
 # MicroPython float arithmetic still boxes each intermediate float; int8 matvecs through viper box none).
 # The whole run's memory - resident weights, the KV cache arena, activations and the runtime workspace - is
 # computed with kvedge.budget's formulas and checked against the budget before anything large is allocated.
+import gc
 import math
+import sys
 
 from kvedge import budget as _budget
 from kvedge import kernels
@@ -19,6 +21,7 @@ from kvedge.model.checkpoint import Weights, read_config, resident_bytes, weight
 
 BOS = 1
 _SHAPE = ("layers", "heads", "kv_heads", "head_dim")
+WORD = 8 if sys.maxsize > 0x7FFFFFFF else 4  # bytes of a pointer: objects on a 32-bit board are half the size
 
 
 def cache_config(cfg, kv=None):
@@ -32,36 +35,65 @@ def cache_config(cfg, kv=None):
     return CacheConfig(cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, **d)
 
 
-def scratch_bytes(cfg, wdtype):
+def acc_rows(cfg, stream=False):
+    """Rows of int32 sums a matvec needs at once: the tallest matrix, or with weights streamed from flash one
+    chunk of rows (each chunk is scaled out before the next is read)."""
+    if stream and stream != "rom":  # rows read in place from ROMFS are summed all at once
+        from kvedge.model import streambytes as _sb
+        buf = _sb.stream_buffer_bytes(cfg.dim, cfg.hidden_dim, "i8")
+        return _sb.stream_scale_slots(cfg.dim, cfg.hidden_dim, "i8", buf)
+    return max(cfg.dim, cfg.hidden_dim, cfg.vocab_size)
+
+
+def scratch_bytes(cfg, wdtype, stream=False):
     """Model buffers beyond kvedge.budget.activation_bytes: K and V of the current token (kv_dim f32 each),
     RoPE frequencies and this position's cos/sin (head_dim/2 f32 each), and for int8 weights the int8 codes
-    of a matvec input (the widest input) and its int32 row sums (the tallest matrix); the integer attention
-    path's query codes, scales and output (counted always: a few hundred bytes)."""
+    of a matvec input (the widest input) and its int32 row sums (acc_rows); the integer attention path's query
+    codes, scales and output (counted always: a few hundred bytes)."""
     n = 2 * cfg.kv_dim * 4 + 3 * (cfg.head_dim // 2) * 4
     n += cfg.dim + 2 * cfg.n_heads + 4 * cfg.dim + 4 * cfg.n_heads  # integer attention: query codes, output
     if wdtype == "i8":
-        n += max(cfg.dim, cfg.hidden_dim) + 4 * max(cfg.dim, cfg.hidden_dim, cfg.vocab_size)
+        n += max(cfg.dim, cfg.hidden_dim) + 4 * acc_rows(cfg, stream)
     return n
 
 
-def object_bytes(cfg, ccfg, tile=32):
-    """Heap beside the formula-sized buffers: Python objects (one per weight matrix, about 320 bytes each on
-    the 64-bit unix port, 2 KB for model/weights/cache/attention objects), the cache's slot table (4 bytes a
-    slot) and the attention loop's integer-path tile and tables (measured: about 4 KB at tile 32 beyond
-    budget.activation_bytes; counted twice over, as that scratch belongs to another module and grows with
-    it). 32-bit boards need less."""
-    return 2048 + 320 * (7 * cfg.n_layers + 2) + 4 * ccfg.slots + 256 * tile
+def integer_bytes(cfg, tile=32):
+    """The integer attention path's scratch in kvedge.attention beyond its tile state: the tile header and
+    columns (16 + 7 per token, int32), its geometry and a head's state (about 24 + head_dim int32), the
+    accumulators (head_dim int32) and the 2**x table (257 uint16); with the arrays' headers."""
+    return 4 * (16 + 7 * tile) + 4 * (24 + cfg.head_dim) + 4 * cfg.head_dim + 2 * 257 + 4 * 32
 
 
-def plan(cfg, wdtype, ccfg, stream=False, tile=32, workspace=0, forward="float"):
+def object_bytes(cfg, ccfg, tile=32, word=WORD, integer=False):
+    """Heap beside the formula-sized buffers: the Python objects (model, weights, cache, attention, one per
+    weight matrix and their lists), the cache's slot table (4 bytes a slot) and the attention loop's tile
+    state beyond budget.activation_bytes. word: the runtime's pointer size (default this runtime's). Measured
+    after a first run (the first one also interns names and builds tables: the runtime's footprint, counted
+    by the caller's workspace), stories260K streamed at tile 32: 5,752-6,696 bytes on the 32-bit Cortex-M3
+    board (plain and viper kernels); about 320 bytes a matrix on the 64-bit unix port. Rounded up."""
+    # rows the int8 kernels cannot read in place (an f32 prefix, i4, i2) are converted a tile at a time
+    conv = 2 * tile * cfg.head_dim + 4 * tile + 8 * cfg.head_dim + 64 if ccfg.prefix or ccfg.dtype in ("i4", "i2") \
+        else 0
+    if integer:  # kvedge.attention's integer path runs (viper or asm kernels and an i8/i4/i2 cache)
+        conv += integer_bytes(cfg, tile)
+    if word == 4:
+        return 4608 + 40 * (7 * cfg.n_layers + 2) + 4 * ccfg.slots + 16 * tile + conv
+    return 2048 + 320 * (7 * cfg.n_layers + 2) + 4 * ccfg.slots + 256 * tile + conv
+
+
+def plan(cfg, wdtype, ccfg, stream=False, tile=32, workspace=0, forward="float", word=WORD, integer=False):
     """The run's memory account (kvedge.budget.deployment_bytes): weights resident in RAM, KV arena,
     activations + model scratch (the forward pass's own: _path(forward).scratch_bytes for the others), and
-    workspace = the runtime's share (caller) + this run's Python objects."""
+    workspace = the runtime's share (caller) + this run's Python objects (object_bytes for a runtime with
+    `word`-byte pointers: the host plans a 32-bit board with word=4)."""
     act = _budget.activation_bytes(cfg.dim, cfg.hidden_dim, cfg.n_heads, cfg.vocab_size, tile,
                                    head_dim=cfg.head_dim)
-    scratch = scratch_bytes(cfg, wdtype) if forward == "float" else _path(forward).scratch_bytes(cfg, stream)
+    if forward == "float":
+        scratch = scratch_bytes(cfg, wdtype, stream)
+    else:
+        scratch = _path(forward).scratch_bytes(cfg, stream)
     return _budget.deployment_bytes(resident_bytes(cfg, wdtype, stream), ccfg.nbytes(), act + scratch,
-                                    workspace + object_bytes(cfg, ccfg, tile))
+                                    workspace + object_bytes(cfg, ccfg, tile, word, integer))
 
 
 def _path(forward):
@@ -76,9 +108,38 @@ def _path(forward):
     raise ValueError("forward must be 'float', 'int' or 'ulab', got %r" % (forward,))
 
 
-def _default_attention(cache, tile):
+def check(path, kv=None, budget=None, workspace=0, stream=False, tile=32, policy=False, forward="float",
+          attention=None, integer=False):
+    """(model config, weights dtype, cache config, plan) of a run of this checkpoint; ValueError when the forward
+    pass cannot run it, BudgetError when the plan is over `budget`. Reads the header only: nothing is allocated
+    (Llama() checks first, and so can a caller that allocates other things first, e.g. the tokenizer)."""
+    cfg, wdtype = read_config(path)
+    ccfg = cache_config(cfg, kv)
+    if forward != "float":
+        _path(forward).check(wdtype, ccfg, attention)
+    stream = weights_place(path, stream) if forward == "float" else bool(stream)
+    if policy:
+        workspace += 8 * ccfg.slots + 256  # a policy's per-slot scores and accumulators
+    p = plan(cfg, wdtype, ccfg, stream, tile, workspace, forward, WORD, integer)
+    if budget is not None and p["total"] > budget:
+        raise BudgetError("model run (weights %d + kv %d + activations %d + workspace %d)" % (
+            p["weights"], p["kv"], p["activations"], p["workspace"]), p["total"], budget)
+    return cfg, wdtype, ccfg, p
+
+
+def integer_path(kv, int_attention="auto", attention=None):
+    """Whether kvedge.attention's integer path will run: an i8/i4/i2 cache and (auto) viper or asm kernels."""
+    if attention is not None or not int_attention:
+        return False
+    dtype = (kv or {}).get("dtype", "f32")
+    if int_attention == "auto":
+        return dtype in ("i8", "i4", "i2") and kernels.kind() in ("asm", "viper")
+    return dtype in ("i8", "i4", "i2")
+
+
+def _default_attention(cache, tile, integer=True):
     from kvedge.attention import Attention
-    return Attention(cache, tile=tile)
+    return Attention(cache, tile=tile, integer=integer)
 
 
 class Llama:
@@ -100,44 +161,53 @@ class Llama:
                float and no allocation per token; forward() then returns integer logits, value
                logits[i] * 2**intp.exp_logits) or "ulab" (kvedge.model.ulabpath: float32 through ulab arrays,
                for CircuitPython boards; int8 weights in RAM, i8 cache)
+    arena      the cache's arena allocated earlier (KVCache(arena=...)): a bytearray of exactly its bytes
     """
 
     def __init__(self, path, kv=None, budget=None, workspace=0, stream=False, tile=32, attention=None,
-                 int_attention="auto", policy=None, forward="float"):
-        cfg, wdtype = read_config(path)
-        ccfg = cache_config(cfg, kv)
+                 int_attention="auto", policy=None, forward="float", arena=None):
         alt = None if forward == "float" else _path(forward)
-        if alt is not None:
-            alt.check(wdtype, ccfg, attention)
         # "rom" only where the file is mapped (the float pass reads rows in place; the others stream them)
         stream = weights_place(path, stream) if alt is None else bool(stream)
-        if policy is not None:
-            workspace += 8 * ccfg.slots + 256  # a policy's per-slot scores and accumulators
-        self.plan = plan(cfg, wdtype, ccfg, stream, tile, workspace, forward)
-        if budget is not None and self.plan["total"] > budget:
-            p = self.plan
-            raise BudgetError("model run (weights %d + kv %d + activations %d + workspace %d)" % (
-                p["weights"], p["kv"], p["activations"], p["workspace"]), p["total"], budget)
+        cfg, wdtype, ccfg, self.plan = check(path, kv, budget, workspace, stream, tile, policy is not None,
+                                             forward, attention, integer_path(kv, int_attention, attention))
         self.cfg = cfg
         self.wdtype = wdtype
         self.k = kernels.get()
         self.forward_kind = forward
         self.intp = None  # the other forward pass, when it runs
+        # largest first: the arena, then the buffers, then the many small objects (weights, policy, attention),
+        # which fill whatever holes are left rather than leave the buffers none big enough; garbage is collected
+        # between the steps, so each one starts filling from the lowest hole (on a 32-bit board's nearly full heap
+        # this decides whether a run that fits by its account also finds its blocks)
+        self.cache = KVCache(ccfg, arena=arena)
+        gc.collect()
+        if alt is None:
+            self._buffers(cfg, wdtype, stream)
+            gc.collect()
         self.w = alt.Weights(path, stream) if alt is not None else Weights(path, stream)
-        self.cache = KVCache(ccfg)
+        gc.collect()
         self.policy = policy(self.cache) if policy is not None else None
         self.scores = self.policy.scores if self.policy is not None else None
-        self.att = (attention or _default_attention)(self.cache, tile=tile)
+        gc.collect()
         if alt is not None:
+            self.att = (attention or _default_attention)(self.cache, tile=tile)
             self.int_attention = True
             self.intp = alt.Forward(self, self.w)
             self.logits = self.intp.logits
             self._preload()
             return
-        quantized = ccfg.dtype in ("i8", "i4", "i2") and hasattr(self.att, "step_q8")
-        if int_attention == "auto":
-            int_attention = quantized and kernels.kind() in ("asm", "viper")
-        elif int_attention and not quantized:
+        if attention is None:  # kvedge.attention: build the integer path's scratch only when it runs
+            quantized = ccfg.dtype in ("i8", "i4", "i2")
+            if int_attention == "auto":
+                int_attention = quantized and kernels.kind() in ("asm", "viper")
+            self.att = _default_attention(self.cache, tile, bool(int_attention) and quantized)
+        else:
+            self.att = attention(self.cache, tile=tile)
+            quantized = ccfg.dtype in ("i8", "i4", "i2") and hasattr(self.att, "step_q8")
+            if int_attention == "auto":
+                int_attention = quantized and kernels.kind() in ("asm", "viper")
+        if int_attention and not quantized:
             raise ValueError("the integer attention path needs an i8, i4 or i2 cache and kvedge.attention")
         self.int_attention = bool(int_attention)
         if self.int_attention:
@@ -147,28 +217,31 @@ class Llama:
             self.qs = zeros("H", cfg.n_heads)
             self.oq = zeros("i", cfg.dim)
             self.oe = zeros("i", cfg.n_heads)
+
+    def _buffers(self, cfg, wdtype, stream):
+        """The float pass's activations, largest first."""
         d, h, kvd, hd = cfg.dim, cfg.hidden_dim, cfg.kv_dim, cfg.head_dim
+        if wdtype == "i8":
+            self.acc = zeros("i", acc_rows(cfg, stream))
+            self.xq = zeros("b", max(d, h))
+        else:
+            self.xq = None
+            self.acc = None
+        self.logits = zeros("f", cfg.vocab_size)
+        self.hb = zeros("f", h)
+        self.hb2 = zeros("f", h)
         self.x = zeros("f", d)
         self.xb = zeros("f", d)
         self.xb2 = zeros("f", d)
         self.q = zeros("f", d)
         self.kk = zeros("f", kvd)
         self.vv = zeros("f", kvd)
-        self.hb = zeros("f", h)
-        self.hb2 = zeros("f", h)
-        self.logits = zeros("f", cfg.vocab_size)
         half = hd // 2
         self.freq = zeros("f", half)  # f32 like llama2.c's freq, so angles round the same way
         for i in range(half):
             self.freq[i] = 1.0 / math.pow(10000.0, (2 * i) / hd)
         self.cos = zeros("f", half)
         self.sin = zeros("f", half)
-        if wdtype == "i8":
-            self.xq = zeros("b", max(d, h))
-            self.acc = zeros("i", max(d, h, cfg.vocab_size))
-        else:
-            self.xq = None
-            self.acc = None
         self.xs = 0.0
 
     def _preload(self):
@@ -278,18 +351,17 @@ class Llama:
         return self.logits
 
 
-def generate(model, tokenizer, sampler, prompt_ids, steps, emit=None):
+def generate(model, tokenizer, sampler, prompt_ids, steps, emit=None, keep=True):
     """llama2.c's generation loop: feed the prompt, then sample until `steps` positions, a BOS, or a full
-    cache. emit(piece_bytes) gets each new piece. Returns the list of generated token ids."""
+    cache. emit(piece_bytes) gets each new piece. Returns the list of generated token ids, or with keep=False
+    only how many there were (nothing then grows with the length of an endless stream)."""
     from kvedge.errors import CacheFullError
     if not prompt_ids:
         raise ValueError("prompt_ids must hold at least one token (BOS)")
     flogits = None
     if getattr(model, "intp", None) is not None and sampler.temperature:
         flogits = zeros("f", model.cfg.vocab_size)  # sampling with a temperature needs float logits
-    # the generated ids, allocated once: a list grown token by token reallocates (2 KB at 256 ids on a 64-bit
-    # port) when the heap is at its fullest, and a board's heap may have no such hole left by then
-    out = [0] * max(0, steps - len(prompt_ids) + 1)
+    out = []
     n = 0
     token = prompt_ids[0]
     pos = 0
@@ -308,10 +380,11 @@ def generate(model, tokenizer, sampler, prompt_ids, steps, emit=None):
         if nxt == BOS:
             break
         if pos >= len(prompt_ids):
-            out[n] = nxt
-            n += 1
+            if keep:
+                out.append(nxt)
+            else:
+                n += 1
         if emit is not None:
             emit(tokenizer.piece(token, nxt))
         token = nxt
-    del out[n:]  # in place: no copy
-    return out
+    return out if keep else n

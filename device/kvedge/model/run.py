@@ -48,40 +48,83 @@ def _writer():
     return lambda b: sys.stdout.write(b.decode("utf-8"))  # a piece may split a character: rare, tolerated
 
 
-def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=None, budget=None, workspace=0,
-         stream=False, kernel="auto", tile=32, peak=False, h2o=0, stats_ms=0, ctrl_c=False, forward="float"):
-    """Returns the stats dict it prints. Raises BudgetError before allocating when the run does not fit
-    (the tokenizer is counted in the plan's workspace). peak=True collects garbage after every token to
-    measure the live heap's peak (slower). h2o=N evicts heavy hitters to hold N tokens (half of them the most
-    recent; kvedge.evict.H2O). stats_ms > 0 writes kvedge.telemetry's KVSTATS lines (start, every stats_ms
-    during generation, final) between the pieces, for `kvedge monitor`. ctrl_c=True looks for a Ctrl-C
-    waiting on stdin after every token (a board's USB stack interrupts a program by itself; firmware that reads its
-    UART only when asked, like the emulated Cortex-M3's, cannot be stopped otherwise). forward: "float", "int" or "ulab"
-    (kvedge.model.llama.Llama)."""
+# Every module a run uses, leaves first. Loading a module takes more room for a moment than it keeps (its file's
+# reader): imported one at a time with a collection after each, the code packs without the holes a burst of
+# imports leaves (measured on a 32-bit board: 16 KB of holes after a burst, under 1 KB this way), and nothing
+# is loaded late, when the heap is full.
+_MODULES = ("kvedge.compat", "kvedge.errors", "kvedge.budget", "kvedge.config", "kvedge.quant", "kvedge.cache", None,
+            "kvedge.attention", "kvedge.model.checkpoint", "kvedge.model.tokenizer", "kvedge.model.sampler",
+            "kvedge.model.llama")
+
+
+def _load(kernel, h2o, stats):
+    """Import the run's modules (None: the kernels, chosen there); returns the kernel module."""
     import gc
+    k = None
+    for name in _MODULES + (("kvedge.evict",) if h2o else ()) + (("kvedge.telemetry",) if stats else ()):
+        if name is None:
+            k = kernels.select(kernel)
+        else:
+            __import__(name)
+        gc.collect()
+    return k
+
+
+def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=None, budget=None, workspace=0,
+         stream=False, kernel="auto", tile=32, peak=False, h2o=0, stats_ms=0, overhead=RUN_OVERHEAD,
+         kv_bytes=0, encode=None, ctrl_c=False, forward="float"):
+    """Returns the stats dict it prints. Raises BudgetError before allocating when the run does not fit: the
+    plan counts the tokenizer (kept in its file: kvedge.model.tokenizer.FileTokenizer) and `overhead`, this
+    loop's own heap (a plan made from the board's measured footprint passes the loop it measured), in the
+    workspace. peak=True collects garbage after every token to measure the live heap's peak (slower):
+    heap_peak is the growth over the heap at the start, heap_top the whole heap in use (gc.mem_alloc(): the
+    runtime's code included), both the highest seen after set-up and after any token. h2o=N evicts heavy
+    hitters to hold N tokens (half of them the most recent; kvedge.evict.H2O). stats_ms > 0 writes
+    kvedge.telemetry's KVSTATS lines (start, every stats_ms during generation, final) between the pieces, for
+    `kvedge monitor`. kv_bytes > 0 (the plan's kv_bytes) allocates the cache's arena first, before anything
+    is imported: the heap is then still one free block (imports leave holes that can make the largest block
+    far smaller than what is free); the cache checks it is its size. encode: count the tokenizer's sorted ids
+    (default: when there is a prompt), as the plan did. ctrl_c=True looks for a Ctrl-C waiting on stdin after
+    every token (a board's USB stack interrupts a program by itself; firmware that reads its UART only when
+    asked, like the emulated Cortex-M3's, cannot be stopped otherwise). forward: "float", "int" or "ulab"
+    (kvedge.model.llama.Llama)."""
+    if budget is not None and kv_bytes > budget:
+        from kvedge.errors import BudgetError
+        raise BudgetError("KV arena", kv_bytes, budget)
+    arena = bytearray(kv_bytes) if kv_bytes > 0 else None
+    import gc
+    k = _load(kernel, h2o, stats_ms > 0)
     from kvedge import compat
-    from kvedge.model.llama import Llama, generate
+    from kvedge.model.llama import Llama, check, generate, integer_path
     from kvedge.model.sampler import Sampler
-    from kvedge.model.tokenizer import Tokenizer
-    k = kernels.select(kernel)
+    from kvedge.model.tokenizer import FileTokenizer
+    from kvedge.model.checkpoint import read_config
+    if h2o:
+        from kvedge.evict import H2O
+    if stats_ms > 0:
+        from kvedge.telemetry import Telemetry
     gc.collect()
     # the wasm port's gc.mem_alloc() does not settle after a collection: no heap figures there
     base = compat.mem_alloc() if sys.platform != "webassembly" else -1
-    from kvedge.model.checkpoint import read_config
+    if base >= 0 and arena is not None:
+        base -= kv_bytes  # the arena allocated first is the run's too
     vocab = read_config(model)[0].vocab_size
     policy = None
-    if stats_ms > 0:
-        # imported before the model's buffers are allocated: its code needs a contiguous block, which a heap
-        # the plan filled to within a kilobyte may no longer have afterwards (seen on the rp2040 heap)
-        from kvedge.telemetry import Telemetry
     if h2o:
-        from kvedge.evict import H2O
-
         def policy(cache):
             return H2O(cache, budget=h2o, recent=h2o // 2)
-    m = Llama(model, kv=kv, budget=budget, workspace=workspace + Tokenizer.nbytes(tokenizer, vocab) + RUN_OVERHEAD,
-              stream=stream, tile=tile, policy=policy, forward=forward)
-    tok = Tokenizer.load(tokenizer, m.cfg.vocab_size)
+    if encode is None:
+        encode = len(prompt) > 0  # encoding a text sorts the tokenizer's ids once
+    ws = workspace + FileTokenizer.nbytes(tokenizer, vocab, encode) + overhead
+    # BudgetError before anything else is allocated
+    check(model, kv, budget, ws, stream, tile, h2o > 0, forward, None,
+          integer_path(kv) if forward == "float" else False)
+    tok = FileTokenizer(tokenizer, vocab)  # pieces stay in the file; its offsets go before the small objects
+    gc.collect()  # set-up leaves garbage between what it keeps: free it before the next arrays are placed
+    m = Llama(model, kv=kv, budget=budget, workspace=ws, stream=stream, tile=tile, policy=policy, arena=arena,
+              forward=forward)
+    arena = None
+    gc.collect()
     ids = tok.encode(prompt)
     w = _writer()
     stop = _ctrl_c() if ctrl_c else None
@@ -110,8 +153,9 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
             a = compat.mem_alloc() - base
             if a > top[0]:
                 top[0] = a
+        w(b"")  # the heap once everything is set up, before the first token
     t0 = _ms()
-    out = generate(m, tok, Sampler(m.cfg.vocab_size, temperature, seed), ids, steps, w)
+    generated = generate(m, tok, Sampler(m.cfg.vocab_size, temperature, seed), ids, steps, w, keep=False)
     ms = _elapsed(t0)
     if tele is not None:
         tele.emit("final")
@@ -120,14 +164,16 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
     st = m.cache.stats()
     n = m.cache.n_seen
     m.close()
-    res = {"tokens": n, "generated": len(out), "ms": ms, "tok_s": (1000.0 * n / ms) if ms > 0 else 0.0,
+    tok.close()
+    res = {"tokens": n, "generated": generated, "ms": ms, "tok_s": (1000.0 * n / ms) if ms > 0 else 0.0,
            "kernels": kernels.kind(), "weights": m.wdtype, "kv_dtype": m.cache.cfg.dtype,
            "plan_total": m.plan["total"], "heap_used": (after - base) if base >= 0 else -1,
            "heap_peak": top[0] if peak and base >= 0 else -1,
            "peak_bytes": st["peak_bytes"], "cache_bytes": st["total_bytes"], "evictions": st["evictions"],
+           "heap_top": top[0] + base if peak and base >= 0 else -1,
            "weights_in": "rom" if m.w.stream == "rom" else ("file" if m.w.stream else "heap")}
     keys = ("tokens", "generated", "ms", "tok_s", "kernels", "weights", "kv_dtype", "plan_total", "heap_used",
-            "heap_peak", "peak_bytes", "cache_bytes", "evictions", "weights_in")
+            "heap_peak", "peak_bytes", "cache_bytes", "evictions", "heap_top", "weights_in")
     parts = []
     for key in keys:  # fixed key order: MicroPython dicts are not ordered
         v = res[key]

@@ -45,10 +45,14 @@ class Tokenizer:
         self.blob = blob
         self.off = off
         self.scores = scores
-        self.vocab_size = n = len(scores)
-        self.order = order = array("H" if n <= 65535 else "I", range(n))
-        # Shell sort in place by (piece, id): no list, key table or tuples, so a small fragmented heap only
-        # ever needs room for two short slices at a time. Equal pieces keep the lowest id first.
+        self.vocab_size = len(scores)
+        self.order = self._sorted()
+
+    def _sorted(self):
+        """Ids sorted by (piece, id): Shell sort in place, no list, key table or tuples, so a small fragmented
+        heap only ever needs room for two short slices at a time. Equal pieces keep the lowest id first."""
+        n = self.vocab_size
+        order = array("H" if n <= 65535 else "I", range(n))
         gap = 1
         while gap < n // 3:
             gap = 3 * gap + 1
@@ -66,9 +70,13 @@ class Tokenizer:
                     j -= gap
                 order[j] = t
             gap //= 3
+        return order
 
     def piece_bytes(self, i):
         return self.blob[self.off[i]:self.off[i + 1]]
+
+    def score(self, i):
+        return self.scores[i]
 
     @staticmethod
     def nbytes(path, vocab_size):
@@ -107,22 +115,23 @@ class Tokenizer:
                 scores[i] = score
                 at += n
         off[vocab_size] = at
+        import gc
+        gc.collect()  # the loop's small garbage lies below the copy about to be made: free it first, not a hole
         return cls(bytes(blob[:at]) if at < blob_len else bytes(blob), off, scores)
 
     def id_of(self, piece):
         """Lowest id whose piece equals `piece` (bytes), or -1."""
-        order, blob, off = self.order, self.blob, self.off
+        order, pb = self.order, self.piece_bytes
         lo, hi = 0, len(order)
         while lo < hi:
             mid = (lo + hi) >> 1
-            i = order[mid]
-            if blob[off[i]:off[i + 1]] < piece:
+            if pb(order[mid]) < piece:
                 lo = mid + 1
             else:
                 hi = mid
         if lo < len(order):
             i = order[lo]
-            if blob[off[i]:off[i + 1]] == piece:
+            if pb(i) == piece:
                 return i
         return -1
 
@@ -157,15 +166,15 @@ class Tokenizer:
         return ids
 
     def _merge(self, ids):
-        scores, pb = self.scores, self.piece_bytes
+        score, pb = self.score, self.piece_bytes
         while True:
             best = -1e10
             at = -1
             best_id = -1
             for i in range(len(ids) - 1):
                 t = self.id_of(pb(ids[i]) + pb(ids[i + 1]))
-                if t >= 0 and scores[t] > best:
-                    best = scores[t]
+                if t >= 0 and score(t) > best:
+                    best = score(t)
                     at = i
                     best_id = t
             if at < 0:
@@ -195,3 +204,66 @@ class Tokenizer:
             out.append(self.piece(prev, t))
             prev = t
         return b"".join(out)
+
+
+class FileTokenizer(Tokenizer):
+    """The same tokenizer with its pieces and scores left in the file (kept open): RAM holds one offset per
+    token (2 bytes while the file is under 64 KB) and, once a text is encoded, the ids sorted by piece. Decoding
+    reads one piece per token; encoding a prompt sorts the vocabulary once (file reads: slower, done once).
+    For boards whose heap cannot spare the loaded tokenizer (stories260K's: 7.8 KB, this one 2.5 KB)."""
+
+    def __init__(self, path, vocab_size):
+        import os
+        size = os.stat(path)[6]
+        if size < 4 + 8 * vocab_size:
+            raise TokenizerError("%s: %d bytes is too short for %d tokens" % (path, size, vocab_size))
+        f = open(path, "rb")
+        try:
+            # at[i] = where piece i's bytes start; piece i ends 8 bytes (the next header) before at[i + 1]
+            at = array("H" if size + 8 <= 65535 else "I", range(vocab_size + 1))
+            hdr = bytearray(8)
+            pos = 4
+            for i in range(vocab_size):
+                f.seek(pos)
+                if f.readinto(hdr) != 8:
+                    raise TokenizerError("%s: ends at token %d of %d" % (path, i, vocab_size))
+                n = hdr[4] | hdr[5] << 8 | hdr[6] << 16 | (hdr[7] & 0x7F) << 24
+                if hdr[7] & 0x80 or pos + 8 + n > size:
+                    raise TokenizerError("%s: token %d has a bad length" % (path, i))
+                at[i] = pos + 8
+                pos += 8 + n
+            at[vocab_size] = pos + 8
+        except Exception:
+            f.close()
+            raise
+        self.f = f
+        self.at = at
+        self.sbuf = array("f", [0.0])
+        self.vocab_size = vocab_size
+        self.order = None
+
+    def close(self):
+        self.f.close()
+
+    def piece_bytes(self, i):
+        self.f.seek(self.at[i])
+        return self.f.read(self.at[i + 1] - 8 - self.at[i])
+
+    def score(self, i):
+        self.f.seek(self.at[i] - 8)
+        self.f.readinto(self.sbuf)
+        return self.sbuf[0]
+
+    def id_of(self, piece):
+        if self.order is None:
+            self.order = self._sorted()
+        return Tokenizer.id_of(self, piece)
+
+    @staticmethod
+    def nbytes(path, vocab_size, encode=True):
+        """Heap it keeps: the offsets, the object, and once a text is encoded (encode=True) the sorted ids; the
+        open file's buffer is the filesystem's (counted by the caller: kvedge footprint's file_bytes)."""
+        import os
+        wide = os.stat(path)[6] + 8 > 65535
+        order = (2 if vocab_size <= 65535 else 4) * vocab_size if encode else 0
+        return (4 if wide else 2) * (vocab_size + 1) + order + 512

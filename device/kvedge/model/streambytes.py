@@ -1,0 +1,34 @@
+"""RAM for weights that stay on flash and are read a chunk of rows at a time (kvedge.model.checkpoint with
+stream=True): the formulas the runner and `kvedge plan` share. Its own module: only runs that stream load it."""
+from kvedge.budget import F32, F16, I8, I4, WEIGHT_DTYPES, check_dtype
+
+STREAM_ROWS = 8  # rows of the widest matrix read per chunk when weights stay on flash (amortizes a seek)
+
+
+def _weight_item(dtype):
+    # bytes per weight in a row buffer (i4: two per byte, rounded up per row by the caller)
+    return {F32: 4, F16: 2, I8: 1, I4: 1}[dtype]
+
+
+def stream_buffer_bytes(dim, hidden_dim, dtype=F32, rows=STREAM_ROWS):
+    """The row buffer of weights read from flash: `rows` rows of the widest matrix (input dim or hidden_dim)."""
+    check_dtype(dtype, WEIGHT_DTYPES, "weights dtype")
+    n = max(dim, hidden_dim)
+    return rows * ((n + 1) // 2 if dtype == I4 else n * _weight_item(dtype))
+
+
+def stream_scale_slots(dim, hidden_dim, dtype, buffer_bytes):
+    """Per-row scales read beside a chunk of quantized rows: as many as the buffer holds rows of the narrowest
+    matrix (0 for float weights, which carry no scales)."""
+    if dtype in (F32, F16):
+        return 0
+    n = min(dim, hidden_dim)
+    return buffer_bytes // ((n + 1) // 2 if dtype == I4 else n)
+
+
+def weights_stream_bytes(params, dim, hidden_dim, dtype=F32, buffer_bytes=0, scale_bytes=4):
+    """RAM for weights that stay on flash and are read a chunk of rows at a time (kvedge.model.checkpoint with
+    stream=True): the f32 norms, the row buffer (default stream_buffer_bytes) and, for quantized weights, the
+    chunk's per-row scales. Nothing else of the matrices is held."""
+    buf = buffer_bytes or stream_buffer_bytes(dim, hidden_dim, dtype)
+    return 4 * params["norms"] + buf + scale_bytes * stream_scale_slots(dim, hidden_dim, dtype, buf)

@@ -1,0 +1,409 @@
+"""The runtime's own footprint on a 32-bit board, measured on the emulated Cortex-M3 (`kvedge footprint --board B`).
+
+A plan is only as good as its account of what the runtime itself takes: the package's code once imported from the
+board's filesystem as .mpy (bytecode copied into the heap, names interned), the state a first generation leaves
+behind (tables, interned attribute names), the generation loop's own objects, and how fragmented the heap is
+afterwards. These figures are exact and repeatable on the emulated board (same firmware, same heap, same bytes),
+so they are measured there, once per board profile, and recorded in the profile (`footprint`, with the command,
+firmware and date in `sources`); `kvedge plan` counts them instead of a flat allowance.
+
+One fresh interpreter per kernel kind (asm on Arm chips, viper, native, plain; plain only on CircuitPython), with the
+package as .mpy on the board's littlefs filesystem (as `kvedge deploy --mpy` leaves it) and the tiny model of
+kvedge.model.tiny as int8 weights beside it:
+
+1. boot: heap allocated before kvedge is imported (the REPL, the filesystem), and the usable heap
+   (gc.mem_free() + gc.mem_alloc(): the GC span less its own tables);
+2. the kernels of that kind, then the runner's modules one at a time in dependency order, each after gc.collect():
+   what each costs (evict and telemetry only when H2O eviction or the stats stream is used);
+3. a first generation (kvedge.model.run.main on the tiny model: streamed int8 weights, an i8 cache with H2O, the
+   stats stream) and what it leaves behind once everything it made is dropped: interned names, tables built on
+   first use;
+4. the generation loop's own heap: the run's measured peak less its formula-sized parts (weights, arena,
+   activations, the model's objects, the tokenizer);
+5. the largest block the heap can allocate (bisection over bytearray sizes) at start-up, once kvedge.model.run is
+   imported: the runner allocates the KV arena there (run.main(kv_bytes=...)), before anything else, because
+   imports leave holes that split the heap unpredictably (the same run, one line of code apart, had a largest
+   block of 118 KB or under 53 KB after its imports)."""
+import datetime
+import json
+import os
+import re
+import shutil
+import tempfile
+
+from . import boards, m3board
+from .paths import BOARDS
+
+KINDS = ("asm", "viper", "native", "plain")  # asm: Thumb inline assembler, Arm chips only
+# the runner's modules in dependency order: each one's cost is its own (what it imports is already loaded)
+MODULES = ("kvedge.errors", "kvedge.budget", "kvedge.config", "kvedge.quant", "kvedge.cache", "kvedge.attention",
+           "kvedge.model.checkpoint", "kvedge.model.tokenizer", "kvedge.model.sampler", "kvedge.model.llama",
+           "kvedge.model.run")
+OPTIONAL = {"evict": "kvedge.evict", "telemetry": "kvedge.telemetry"}
+TINY = {"steps": 12, "h2o": 12, "max_tokens": 16}  # the first run: every path of a generation, a few tokens
+MODEL, TOKENIZER = "fp_tiny.bin", "fp_tok.bin"
+
+# The board-side probe, a module on the board's filesystem (compiled like the package, so the snippet that runs it
+# is tiny); prints KVFP lines. A kind that does not fit the heap says so (KVFP nofit) instead of failing.
+PROBE_NAME = "kvfp_probe"
+PROBE = """
+import gc
+
+
+def _a():
+    gc.collect()
+    return gc.mem_alloc()
+
+
+def largest():
+    gc.collect()
+    lo, hi = 0, gc.mem_free()
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        try:
+            b = bytearray(mid)
+            b = None
+            lo = mid
+        except MemoryError:
+            hi = mid - 1
+        gc.collect()
+    return lo
+
+
+def main(kind, modules, optional, model, tokenizer, steps, h2o, max_tokens):
+    try:
+        _main(kind, modules, optional, model, tokenizer, steps, h2o, max_tokens)
+    except MemoryError as e:
+        print('KVFP nofit %s' % e)
+
+
+def _main(kind, modules, optional, model, tokenizer, steps, h2o, max_tokens):
+    a = _a()
+    print('KVFP start %d %d' % (a, gc.mem_free() + gc.mem_alloc()))
+    from kvedge import kernels
+    kernels.select(kind)
+    b = _a()
+    print('KVFP module kernels %d' % (b - a))
+    a = b
+    for name in modules:
+        __import__(name)
+        b = _a()
+        print('KVFP module %s %d' % (name, b - a))
+        a = b
+    print('KVFP largest_imports %d' % largest())
+    for name in optional:
+        __import__(name)
+        b = _a()
+        print('KVFP optional %s %d' % (name, b - a))
+        a = b
+    from kvedge.model import run, llama, checkpoint
+    from kvedge.model.tokenizer import FileTokenizer as Tokenizer
+    kv = {'dtype': 'i8', 'max_tokens': max_tokens, 'align': 0}
+    r = run.main(model, tokenizer, steps=steps, kv=kv, stream=True, h2o=h2o, stats_ms=1, peak=True, kernel=kind)
+    b = _a()
+    print('KVFP warm %d' % (b - a))
+    # what a stats stream's object keeps, and what an open file costs (measured after the run: its garbage is
+    # gone, and nothing measured here can hide in what the run leaves)
+    from kvedge.cache import KVCache
+    from kvedge.config import CacheConfig
+    from kvedge.telemetry import Telemetry
+    c = KVCache(CacheConfig(1, 1, 1, 8, 4, 'i8', align=0))
+    a = _a()
+    t = Telemetry(c, interval_ms=1)
+    t.emit('start')
+    t.tick()
+    b = _a()
+    print('KVFP telemetry_state %d' % (b - a))
+    a = _a()
+    f = open(model, 'rb')
+    b = _a()
+    print('KVFP file %d' % (b - a))
+    f.close()
+    t = c = f = None
+    cfg, wd = checkpoint.read_config(model)
+    ccfg = llama.cache_config(cfg, kv)
+    p = llama.plan(cfg, wd, ccfg, True, 32, 8 * ccfg.slots + 256)
+    print('KVFP run %d %d %d' % (r['heap_peak'], p['total'], Tokenizer.nbytes(tokenizer, cfg.vocab_size, False)))
+    print('KVFP largest %d %d' % (largest(), gc.mem_free()))
+"""
+BOOT = "import gc\ngc.collect()\nprint('KVFP boot %d %d' % (gc.mem_alloc(), gc.mem_free() + gc.mem_alloc()))\n"
+# what a run's arena can take: the largest block once the runner's entry module is imported, which is when
+# kvedge.model.run.main(kv_bytes=...) allocates it (the snippet is as small as the one that starts a run)
+START = ("from kvedge.model import run\nimport gc\nlo, hi = 0, gc.mem_free()\nwhile lo < hi:\n"
+         "    mid = (lo + hi + 1) // 2\n    try:\n        b = bytearray(mid)\n        b = None\n        lo = mid\n"
+         "    except MemoryError:\n        hi = mid - 1\n    gc.collect()\nprint('KVFP start_largest %d' % lo)\n")
+RUN = "import %s\n%s.main(%%r, %%r, %%r, %%r, %%r, %%d, %%d, %%d)\n" % (PROBE_NAME, PROBE_NAME)
+_LINE = re.compile(r"^KVFP (\w+) (.*)$")
+
+
+def tiny_files(folder):
+    """The tiny model as int8 weights and its tokenizer in `folder` (host paths)."""
+    from kvedge.model.checkpoint import convert_to_i8
+    from .tinyckpt import write
+    model, tok = write(os.path.join(folder, "tiny"))
+    i8 = os.path.join(folder, MODEL)
+    convert_to_i8(model, i8)
+    return i8, tok
+
+
+def image_heap(prof):
+    """The firmware image to measure a profile on: its own heap, or the largest image for a bigger heap (the
+    PSRAM profiles): code and first-run state do not depend on the heap's size."""
+    heap = prof["heap_bytes"]
+    imgs = m3board.firmware_images()
+    if heap in imgs or not imgs:
+        return heap
+    bigger = [h for h in imgs if h <= heap]
+    return max(bigger) if bigger else heap
+
+
+def kinds_for(prof):
+    if prof.get("runtime") == "circuitpython":
+        return ("plain",)
+    arm = str(prof.get("mpy_march", "")).startswith("armv")
+    return tuple(k for k in KINDS if k != "asm" or arm)
+
+
+def parse(out):
+    """The KVFP lines of one session as a dict."""
+    r = {"modules": {}, "optional": {}}
+    for line in out.splitlines():
+        m = _LINE.match(line.strip())
+        if not m:
+            continue
+        key, vals = m.group(1), m.group(2).split()
+        if key == "boot":
+            r["boot"], r["usable"] = int(vals[0]), int(vals[1])
+        elif key in ("module", "optional"):
+            r["modules" if key == "module" else "optional"][vals[0]] = int(vals[1])
+        elif key == "largest_imports":
+            r["largest_imports"] = int(vals[0])
+        elif key == "file":
+            r["file"] = int(vals[0])
+        elif key == "telemetry_state":
+            r["telemetry_state"] = int(vals[0])
+        elif key == "warm":
+            r["warm"] = int(vals[0])
+        elif key == "run":
+            r["run_peak"], r["run_plan"], r["run_tokenizer"] = (int(v) for v in vals)
+        elif key == "largest":
+            r["largest"], r["free"] = int(vals[0]), int(vals[1])
+        elif key == "start_largest":
+            r["start_largest"] = int(vals[0])
+        elif key == "nofit":
+            r["nofit"] = " ".join(vals)
+        elif key == "start":
+            r["start"] = int(vals[0])
+    return r
+
+
+def missing(board="rp2040", heap=None):
+    """None when the emulated board can measure (or run a plan) here, else why not."""
+    if not hasattr(m3board, "build_disk"):
+        return "kvedge_host.m3board cannot load a filesystem image into the board (no build_disk)"
+    return m3board.missing(board, heap)
+
+
+def circuitpython_exe():
+    """The static 32-bit CircuitPython interpreter in ../shared/runtimes (paths.SHARED_RUNTIMES), or None."""
+    from .paths import SHARED_RUNTIMES
+    exe = os.path.join(SHARED_RUNTIMES, "circuitpython-unix32", "circuitpython")
+    return exe if os.access(exe, os.X_OK) else None
+
+
+def measure_circuitpython(board, log=None):
+    """A CircuitPython profile's footprint, on the 32-bit CircuitPython interpreter at the profile's heap: the
+    package as .py (CircuitPython loads neither MicroPython's .mpy nor viper), plain kernels. Its heap is split
+    in four areas (a build option of that interpreter), so its largest block is about a quarter of the heap:
+    recorded as measured, and a plan on it respects it."""
+    import subprocess
+    from .paths import DEVICE
+    exe = circuitpython_exe()
+    if exe is None:
+        raise m3board.M3Missing("no CircuitPython interpreter in ../shared/runtimes/circuitpython-unix32")
+    prof = boards.load(board)
+    heap = prof["heap_bytes"]
+    with tempfile.TemporaryDirectory(prefix="kvedge-footprint-") as tmp:
+        model, tok = tiny_files(tmp)
+        shutil.copyfile(tok, os.path.join(tmp, TOKENIZER))
+        with open(os.path.join(tmp, PROBE_NAME + ".py"), "w") as f:
+            f.write(PROBE)
+
+        def run(code):
+            env = dict(os.environ, MICROPYPATH=os.pathsep.join([tmp, DEVICE]))
+            p = subprocess.run([exe, "-X", "heapsize=%d" % heap, "-c", code], cwd=tmp, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600)
+            out = p.stdout.decode("utf-8", "replace")
+            if p.returncode:
+                raise m3board.M3Error("circuitpython failed: %s" % out[-1500:], out)
+            return out
+        version = run("import sys\nprint('KVFP version', sys.version)")
+        boot = parse(run(BOOT))
+        r = parse(run(RUN % ("plain", MODULES, tuple(OPTIONAL.values()), MODEL, TOKENIZER, TINY["steps"],
+                             TINY["h2o"], TINY["max_tokens"])))
+        r["boot"], r["usable"] = boot["boot"], boot["usable"]
+        res = {"board": board, "heap_image": heap, "march": "none (.py source)", "kinds": {"plain": r},
+               "largest": parse(run(START))["start_largest"],
+               "firmware": "CircuitPython %s (../shared/runtimes/circuitpython-unix32, 32-bit, float32, heap split "
+                           "in 4 areas)" % (re.search(r"CircuitPython (\S+)", version) or
+                                            re.search(r"(\S+)", version)).group(1)}
+        if log:
+            log("plain: %s" % summary(r))
+    return res
+
+
+def measure(board, kinds=None, log=None):
+    """Measure the footprint of `board`'s profile on the emulated board (a CircuitPython profile on the
+    CircuitPython interpreter). Returns the figures (see record())."""
+    prof = boards.load(board)
+    if prof.get("runtime") == "circuitpython":
+        return measure_circuitpython(board, log)
+    heap = image_heap(prof)
+    why = missing(board, heap)
+    if why:
+        raise m3board.M3Missing(why)
+    kinds = kinds or kinds_for(prof)
+    march = m3board.march_for(board)
+    from .deploy import device_sources
+    res = {"board": board, "heap_image": heap, "march": march, "kinds": {}}
+    with tempfile.TemporaryDirectory(prefix="kvedge-footprint-") as tmp:
+        model, tok = tiny_files(tmp)
+        probe = os.path.join(tmp, PROBE_NAME + ".py")
+        with open(probe, "w") as f:
+            f.write(PROBE)
+        files = [(src, "/" + rel) for src, rel in device_sources()] + [
+            (model, "/" + MODEL), (tok, "/" + TOKENIZER), (probe, "/" + PROBE_NAME + ".py")]
+        disk = m3board.build_disk(os.path.join(tmp, "disk.img"), files, march=march, mpy=True, work=tmp)
+        rom = os.path.join(tmp, "rom")
+        os.makedirs(rom)
+        m3board.write_disk_module(rom, "armv7m")
+        image = m3board.build_romfs(rom, os.path.join(tmp, "rom.img"))
+        with m3board.M3Board(board, heap=heap, romfs=image, disk=disk, log=log) as b:
+            res["firmware"] = firmware_name(b)
+            boot = parse(b.exec(BOOT))
+            res["largest"] = parse(b.exec(START))["start_largest"]
+            for kind in kinds:
+                code = RUN % (kind, MODULES, tuple(OPTIONAL.values()), MODEL, TOKENIZER, TINY["steps"],
+                              TINY["h2o"], TINY["max_tokens"])
+                r = parse(b.exec(code, timeout=900))
+                r["boot"], r["usable"] = boot["boot"], boot["usable"]
+                res["kinds"][kind] = r
+                if log:
+                    log("%s: %s" % (kind, summary(r)))
+    return res
+
+
+def firmware_name(b):
+    """The firmware as it names itself (sys.version), its image and the machine."""
+    out = b.exec("import sys\nprint('KVFP version', sys.version)")
+    m = re.search(r"MicroPython (\S+)", out)
+    return "MicroPython %s, ports/qemu BOARD=MPS2_AN385, %s, qemu-system-arm -machine %s -icount shift=0" % (
+        m.group(1) if m else "?", os.path.basename(b.firmware), m3board.MACHINE)
+
+
+def runtime_bytes(r):
+    """The runner's code (kernels and modules) plus what its first run leaves behind."""
+    return sum(r["modules"].values()) + r["warm"]
+
+
+def loop_bytes(r):
+    """The generation loop's own heap: the run's peak less its formula-sized parts and the buffers of its two
+    open files (the weights, streamed, and the tokenizer), never below zero."""
+    return max(0, r["run_peak"] - r["warm"] - r["run_plan"] - r["run_tokenizer"] - 2 * r.get("file", 0))
+
+
+def summary(r):
+    if "nofit" in r:
+        return "does not fit: MemoryError %s after %d bytes of code" % (r["nofit"], sum(r["modules"].values()))
+    return ("boot %d, runtime %d (code %d + first run %d), loop %d, largest block %d of %d free"
+            % (r["boot"], runtime_bytes(r), sum(r["modules"].values()), r["warm"], loop_bytes(r), r["largest"],
+               r["free"]))
+
+
+def figures(res):
+    """The profile's `footprint` object: flat keys, each cited by one source entry. The largest block is the one a
+    run's arena is allocated from: at start-up, once kvedge.model.run is imported (run.main(kv_bytes=...)
+    allocates it before importing anything else; later the imports' holes split the heap unpredictably). A kind
+    whose runtime cannot run even the tiny model keeps its code's cost."""
+    kinds = res["kinds"]
+    first = next(iter(kinds.values()))
+    fp = {"heap_image": res["heap_image"], "heap_usable": first["usable"], "boot_bytes": first["boot"],
+          "largest_bytes": res["largest"]}
+    for name, mod in OPTIONAL.items():
+        got = [r["optional"][mod] + (r.get("telemetry_state", 0) if name == "telemetry" else 0)
+               for r in kinds.values() if mod in r["optional"]]
+        if got:
+            fp[name + "_bytes"] = max(got)
+    files = [r["file"] for r in kinds.values() if "file" in r]
+    if files:
+        fp["file_bytes"] = max(files)
+    for kind, r in kinds.items():
+        fp["runtime_" + kind] = runtime_bytes(r) if "warm" in r else sum(r["modules"].values())
+        if "warm" in r:
+            fp["loop_" + kind] = loop_bytes(r)
+    return fp
+
+
+WHAT = {
+    "heap_image": "GC heap of the firmware image measured on (MICROPY_HEAP_SIZE)",
+    "heap_usable": "gc.mem_free() + gc.mem_alloc() after boot: the GC heap less its own tables",
+    "boot_bytes": "gc.mem_alloc() after gc.collect() in a fresh interpreter, before kvedge is imported",
+    "largest_bytes": "largest bytearray the heap can allocate once kvedge.model.run is imported, where a run "
+                     "allocates its KV arena (bisection)",
+    "evict_bytes": "importing kvedge.evict (H2O eviction) after the runner",
+    "file_bytes": "opening a file on the board's filesystem (littlefs: its buffers); a run keeps the tokenizer "
+                  "open, and the weights when they are read from flash",
+    "telemetry_bytes": "importing kvedge.telemetry (the stats stream) after the runner, and a Telemetry object "
+                       "that has written its first lines",
+}
+
+
+def _what(key):
+    if key in WHAT:
+        return WHAT[key]
+    part, kind = key.split("_", 1)
+    return {"runtime": "the runner's modules as .mpy with %s kernels (kvedge.kernels.select('%s')), each imported "
+                       "after gc.collect(), plus what a first generation leaves behind" % (kind, kind),
+            "loop": "the generation loop's peak heap (%s kernels) beyond its formula-sized parts (weights, arena, "
+                    "activations, objects, tokenizer)" % kind}[part]
+
+
+def sources(board, res, fp, command, date):
+    prof = boards.load(board)
+    chip = prof.get("chip", board)
+    note = ("Measured on the emulated Cortex-M3 (32-bit MicroPython, the same object model) with %s .mpy files on "
+            "a littlefs filesystem, as kvedge deploy --mpy leaves them; the tiny model of kvedge.model.tiny for the "
+            "first run. A real %s runs other firmware, whose built-in names and port objects differ a little"
+            % (res["march"], chip))
+    if res["heap_image"] != prof["heap_bytes"]:
+        note += ("; measured on the %d-byte image (no image has this profile's %d-byte heap): code and first-run "
+                 "state do not depend on the heap's size" % (res["heap_image"], prof["heap_bytes"]))
+    out = []
+    for key in sorted(fp):
+        n = note
+        if key.endswith(("_viper", "_native")) and prof.get("mpy_march") not in m3board.MARCHES:
+            n += "; viper/native machine code measured as %s Thumb, the board's %s code differs in size" % (
+                res["march"], prof.get("mpy_march"))
+        out.append({"figure": "footprint." + key, "value": fp[key],
+                    "source": "kvedge measurement on the emulated Cortex-M3 board: " + _what(key),
+                    "command": command, "firmware": res["firmware"], "date": date, "where": "KVFP lines",
+                    "estimate": True, "note": n + "."})
+    return out
+
+
+def record(board, res, command=None, date=None):
+    """Write the figures into boards/BOARD.json (`footprint` and its `sources` entries, replacing older ones)."""
+    fp = figures(res)
+    command = command or "kvedge footprint --board %s --write" % board
+    date = date or datetime.date.today().isoformat()
+    path = os.path.join(BOARDS, board + ".json")
+    with open(path) as f:
+        raw = json.load(f)
+    raw["footprint"] = fp
+    kept = [s for s in raw.get("sources", []) if not s["figure"].startswith("footprint.")]
+    raw["sources"] = kept + sources(board, res, fp, command, date)
+    with open(path, "w") as f:
+        json.dump(raw, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+    boards.load(board)  # the written profile must load (its sources state its figures)
+    return fp

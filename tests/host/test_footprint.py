@@ -1,0 +1,99 @@
+"""kvedge footprint: the runtime's heap measured on the emulated 32-bit board, recorded in a profile with the command,
+firmware and date that measured it. The arithmetic and the record are checked on written board output; one live
+measurement is checked against what the rp2040 profile records (the emulated board's heap figures repeat exactly)."""
+import json
+import os
+import shutil
+
+import pytest
+
+from kvedge_host import boards, footprint
+
+from _boardkit import kvedge
+
+WHY = footprint.missing("rp2040")
+needs_m3 = pytest.mark.skipif(WHY is not None, reason="emulated Cortex-M3: %s" % WHY)
+
+# what the board prints for one kernel kind (KVFP lines; other output is ignored)
+OUT = """KVFP start 4608 210112
+KVFP module kernels 7856
+KVFP module kvedge.errors 848
+KVFP module kvedge.budget 6208
+KVFP largest_imports 134208
+KVFP optional kvedge.evict 2752
+KVFP optional kvedge.telemetry 2720
+Once upon a time
+KVFP warm 176
+KVFP telemetry_state 240
+KVFP file 1152
+KVFP run 20000 12328 2562
+KVFP largest 129696 134544
+"""
+
+
+def _res(out=OUT):
+    r = footprint.parse(out)
+    r["boot"], r["usable"] = 1968, 210112
+    return {"board": "rp2040", "heap_image": 215040, "march": "armv6m", "largest": 199920,
+            "firmware": "MicroPython v1.29.0-preview (test)", "kinds": {"plain": r}}
+
+
+def test_board_lines_become_the_profiles_figures():
+    res = _res()
+    r = res["kinds"]["plain"]
+    assert r["modules"] == {"kernels": 7856, "kvedge.errors": 848, "kvedge.budget": 6208}
+    assert r["optional"] == {"kvedge.evict": 2752, "kvedge.telemetry": 2720}
+    fp = footprint.figures(res)
+    assert fp == {"heap_image": 215040, "heap_usable": 210112, "boot_bytes": 1968, "largest_bytes": 199920,
+                  "evict_bytes": 2752, "telemetry_bytes": 2720 + 240, "file_bytes": 1152,
+                  "runtime_plain": 7856 + 848 + 6208 + 176,          # code + what the first run left
+                  "loop_plain": 20000 - 176 - 12328 - 2562 - 2 * 1152}  # the run's peak beyond its formulas
+    # a kind that cannot run even the tiny model keeps its code's cost (the plan then finds nothing fits)
+    short = footprint.parse(OUT.split("Once upon")[0] + "KVFP nofit memory allocation failed\n")
+    short["boot"], short["usable"] = 1968, 210112
+    fp = footprint.figures(dict(_res(), kinds={"viper": short}))
+    assert fp["runtime_viper"] == 7856 + 848 + 6208 and "loop_viper" not in fp
+    assert footprint.summary(short).startswith("does not fit")
+
+
+def test_record_writes_cited_figures_that_load(tmp_path, monkeypatch):
+    folder = tmp_path / "boards"
+    shutil.copytree(os.path.dirname(boards.__file__).replace("host/kvedge_host", "boards"), folder)
+    monkeypatch.setattr(boards, "BOARDS", str(folder))
+    monkeypatch.setattr(footprint, "BOARDS", str(folder))
+    fp = footprint.record("rp2040", _res(), command="kvedge footprint --board rp2040 --write", date="2026-01-02")
+    prof = boards.load("rp2040")
+    assert prof["footprint"] == fp
+    cites = {s["figure"]: s for s in prof["sources"] if s["figure"].startswith("footprint.")}
+    assert set(cites) == {"footprint." + k for k in fp}
+    for s in cites.values():
+        assert s["command"] == "kvedge footprint --board rp2040 --write" and s["date"] == "2026-01-02"
+        assert s["firmware"] == "MicroPython v1.29.0-preview (test)" and s["note"]
+    assert not boards.uncited(prof)
+    # recording again replaces the old entries instead of piling them up
+    footprint.record("rp2040", _res(), date="2026-01-03")
+    again = [s for s in boards.load("rp2040")["sources"] if s["figure"].startswith("footprint.")]
+    assert len(again) == len(cites) and {s["date"] for s in again} == {"2026-01-03"}
+    with open(folder / "rp2040.json") as f:
+        assert json.load(f)["footprint"] == fp
+
+
+def test_a_bad_kernel_kind_is_one_line(capsys):
+    from kvedge_host import cli
+    assert cli.main(["footprint", "--board", "rp2040", "--kernels", "sse"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "kvedge footprint: error: --kernels: unknown kind 'sse' (choose from asm, viper, native, plain)"]
+
+
+@needs_m3
+def test_measured_again_the_rp2040_figures_repeat():
+    p = kvedge("footprint", "--board", "rp2040", "--kernels", "plain", "--json", timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr
+    got = json.loads(p.stdout)["footprint"]
+    rec = boards.load("rp2040")["footprint"]
+    assert got["heap_usable"] == rec["heap_usable"] and got["heap_image"] == rec["heap_image"]
+    # the same firmware and heap give the same bytes; the package changes as the project does, so the
+    # recorded figures only have to be current within a few percent (re-record with --write when not)
+    for key in ("boot_bytes", "runtime_plain", "largest_bytes"):
+        assert abs(got[key] - rec[key]) <= 0.05 * rec[key], (key, got[key], rec[key])
+    assert 0 < got["telemetry_bytes"] <= rec["telemetry_bytes"]  # recorded: the largest over the kernel kinds
