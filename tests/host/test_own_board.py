@@ -1,4 +1,4 @@
-"""docs/boards.md's "On your own board" commands, each run against a stand-in for the board: the emulated Cortex-M3
+"""The README's "On your own board" commands, each run against a stand-in for the board: the emulated Cortex-M3
 (`kvedge sim`'s board with the profile's heap; its serial pty stands in for the USB port) for the MicroPython
 boards, the real CircuitPython (its unix build; a folder as its CIRCUITPY drive) for the CircuitPython board.
 
@@ -21,7 +21,7 @@ from kvedge_host.paths import ROOT
 
 from _boardkit import env
 
-GUIDE = os.path.join(ROOT, "docs", "boards.md")
+GUIDE = os.path.join(ROOT, "README.md")
 PORTS = ("/dev/ttyACM0", "/dev/ttyUSB0")
 HEADS = {"Raspberry Pi Pico (RP2040, MicroPython):": "rp2040", "Raspberry Pi Pico 2 (RP2350, MicroPython):": "rp2350",
          "ESP32-S3 (no PSRAM, MicroPython):": "esp32s3",
