@@ -382,6 +382,8 @@ class Planner:
         buffer, a chunk's scales: kvedge.model.streambytes.weights_stream_bytes)."""
         if place == "heap":
             return self.weights_bytes
+        if place == "rom":  # read in place from the mapped ROMFS file: one row, as the port's plan counts it
+            return budget.weights_row_buffer_bytes(self.spec.dim, self.spec.hidden_dim, budget.I8)
         return streambytes.weights_stream_bytes(account.params(self.spec), self.spec.dim, self.spec.hidden_dim,
                                            self._stream_dtype())
 
