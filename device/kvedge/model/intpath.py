@@ -191,8 +191,9 @@ def code_max(cols):
     return c if c < 32767 else 32767
 
 
-def check(wdtype, ccfg, attention):
-    """Refuse, before anything is allocated, what the integer forward pass cannot run."""
+def check(wdtype, ccfg, attention, stream=False, policy=False):
+    """Refuse, before anything is allocated, what the integer forward pass cannot run (it streams weights and
+    runs eviction policies)."""
     if wdtype != "i8":
         raise ValueError("the integer forward pass needs int8 weights (kvedge convert)")
     if ccfg.dtype != "i8":

@@ -116,7 +116,7 @@ def check(path, kv=None, budget=None, workspace=0, stream=False, tile=32, policy
     cfg, wdtype = read_config(path)
     ccfg = cache_config(cfg, kv)
     if forward != "float":
-        _path(forward).check(wdtype, ccfg, attention)
+        _path(forward).check(wdtype, ccfg, attention, bool(stream), policy)
     stream = weights_place(path, stream) if forward == "float" else bool(stream)
     if policy:
         workspace += 8 * ccfg.slots + 256  # a policy's per-slot scores and accumulators

@@ -23,13 +23,18 @@ from kvedge.quant import i8_scale_bits, f16_value
 LN2 = 0.6931471805599453
 
 
-def check(wdtype, ccfg, attention):
+def check(wdtype, ccfg, attention, stream=False, policy=False):
+    """Refuse, before anything is allocated, what the ulab forward pass cannot run."""
     if wdtype != "i8":
         raise ValueError("the ulab forward pass reads int8 weights (kvedge convert)")
     if ccfg.dtype != "i8" or ccfg.prefix:
         raise ValueError("the ulab forward pass reads an i8 cache without an f32 prefix")
     if attention is not None:
         raise ValueError("the ulab forward pass does its own attention over the i8 cache")
+    if stream:
+        raise ValueError("the ulab forward pass needs the weights in RAM (no stream=True)")
+    if policy:
+        raise ValueError("the ulab forward pass reads slots 0..n-1: no eviction policy")
 
 
 def scratch_bytes(cfg, stream=False):
