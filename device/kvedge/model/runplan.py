@@ -9,8 +9,8 @@ _STREAM = {"heap": False, "flash": True, "rom": "rom"}
 
 
 def plan_args(doc, model=None, tokenizer=None):
-    """main()'s cache and memory arguments from a `kvedge plan --out` document: the cache fields (the shape comes
-    from the checkpoint), H2O's token budget, where the weights live (heap, flash = streamed, rom = read in
+    """main()'s cache and memory arguments from a `kvedge plan --out` document: the cache fields (the checkpoint
+    gives the shape), H2O's token budget, where the weights live (heap, flash = streamed, rom = read in
     place), and the heap the plan was made for. The workspace: with the model and tokenizer files, what the plan's
     total leaves beyond the run's own account (weights as held, cache, buffers, Python objects, tokenizer, loop),
     i.e. the runtime's share; negative when the plan cannot hold this run (plan it with that much more
