@@ -84,15 +84,25 @@ def describe(runtime, board="rp2040"):
             "wasm": "MicroPython wasm port (32-bit, Node.js)"}.get(runtime, runtime)
 
 
-def _script(code, paths):
-    paths = [os.path.abspath(p) for p in paths]
+def _script(code, paths, fixed=False):
+    if fixed:  # relative to the run's folder on the unix ports, under / on the wasm port (its cwd)
+        paths = list(FIXED[:len(paths)])
+    else:
+        paths = [os.path.abspath(p) for p in paths]
     prologue = "import sys\nsys.path[:0] = %r\n" % (paths,)
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(prologue + code)
         return f.name
 
 
-def run_code(runtime, code, heap=None, paths=(), timeout=600, cwd=None):
+# Where the device test runner puts its folders (`fixed`): the same short names wherever the clone is. The heap's
+# layout depends on the length of every path string the interpreter interns, so a test at the edge of a
+# board-sized heap passing in one clone (/work/main) and failing in another (/check/work/main) was a matter of
+# where the clone lay; with fixed names a run here predicts a run anywhere.
+FIXED = ("_d", "_t", "_o")
+
+
+def run_code(runtime, code, heap=None, paths=(), timeout=600, cwd=None, fixed=False):
     """Run `code` on a MicroPython runtime with `paths` (host folders) first on sys.path.
 
     Returns (returncode, output). On the wasm port and the emulated Cortex-M3 the folders are copied into the
@@ -100,13 +110,18 @@ def run_code(runtime, code, heap=None, paths=(), timeout=600, cwd=None):
     in a littlefs RAM disk built on the host: .py files as .mpy for the board's -march with `m3`)."""
     if runtime in M3:
         return _run_m3(runtime, code, heap, paths, timeout)
-    script = _script(code, paths)
+    script = _script(code, paths, fixed)
+    if fixed and runtime in ("unix", "circuitpython"):  # the folders as fixed names in the run's own folder
+        for name, p in zip(FIXED, paths):
+            os.symlink(os.path.abspath(p), os.path.join(cwd, name))
     if runtime == "circuitpython" and circuitpython_bin():
         cmd = [circuitpython_bin()] + (["-X", "heapsize=%d" % heap] if heap else []) + [script]
     elif runtime in ("unix", "circuitpython"):
         cmd = [micropython_bin()] + (["-X", "heapsize=%d" % heap] if heap else []) + [script]
     elif runtime == "wasm":
-        cmd = ["node", wasm_entry(), str(heap or 1024 * 1024), script] + [os.path.abspath(p) for p in paths]
+        mounts = (["%s=/%s" % (os.path.abspath(p), name) for p, name in zip(paths, FIXED)] if fixed
+                  else [os.path.abspath(p) for p in paths])
+        cmd = ["node", wasm_entry(), str(heap or 1024 * 1024), script] + mounts
     else:
         os.unlink(script)
         raise ValueError("unknown MicroPython runtime %r" % runtime)
@@ -180,7 +195,8 @@ class Files:
         # a fresh folder per file: files the tests write cannot meet another run's
         cwd = tempfile.mkdtemp(prefix="kvedge-dev-")
         try:
-            return run_code(self.runtime, code, self.heap, [DEVICE, TESTS_DEVICE, TOOLS], timeout, cwd=cwd)
+            return run_code(self.runtime, code, self.heap, [DEVICE, TESTS_DEVICE, TOOLS], timeout, cwd=cwd,
+                            fixed=True)
         finally:
             shutil.rmtree(cwd, ignore_errors=True)
 
