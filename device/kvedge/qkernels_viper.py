@@ -12,6 +12,9 @@ OK = True
 
 @micropython.viper
 def q_mv(w: ptr8, x: ptr32, out: ptr32, p: ptr32) -> int:  # noqa: F821
+    # w and x, the first two parameters, are the two locals a .mpy's viper code keeps in registers (measured on
+    # the emulated Cortex-M3: every other local lives on the stack): the inner loop moves them along the row
+    # and the input and reads through them at constant offsets; wa and xa keep where they start
     sb = 1
     sb <<= 31
     m32 = sb + sb - 1  # 2**32 - 1 on 64-bit ports, -1 (all ones) on 32-bit ones
@@ -29,31 +32,34 @@ def q_mv(w: ptr8, x: ptr32, out: ptr32, p: ptr32) -> int:  # noqa: F821
         c += 1
     sx = (((sx << 7) & m32) ^ sb) - sb
     p[7] = sx
-    c16 = cols & (0 - 16)
+    n16 = cols >> 4
+    tail = cols & 15
     big = 0
     wa = int(w) + p[0]  # the row's address, moved one row at a time
     xa = int(x)
     r = 0
     while r < rows:
         s = 0
-        c = 0
-        while c < c16:  # sixteen products on constant offsets (index arithmetic costs more than the products)
-            u = ptr8(wa + c)  # noqa: F821
-            v = ptr32(xa + 4 * c)  # noqa: F821
-            s += (u[0] * v[0] + u[1] * v[1] + u[2] * v[2] + u[3] * v[3]
-                  + u[4] * v[4] + u[5] * v[5] + u[6] * v[6] + u[7] * v[7]
-                  + u[8] * v[8] + u[9] * v[9] + u[10] * v[10] + u[11] * v[11]
-                  + u[12] * v[12] + u[13] * v[13] + u[14] * v[14] + u[15] * v[15])
-            c += 16
-        if c + 8 <= cols:
-            u = ptr8(wa + c)  # noqa: F821
-            v = ptr32(xa + 4 * c)  # noqa: F821
-            s += (u[0] * v[0] + u[1] * v[1] + u[2] * v[2] + u[3] * v[3]
-                  + u[4] * v[4] + u[5] * v[5] + u[6] * v[6] + u[7] * v[7])
-            c += 8
-        while c < cols:
-            s += ptr8(wa)[c] * x[c]  # noqa: F821
-            c += 1
+        w = ptr8(wa)  # noqa: F821
+        x = ptr32(xa)  # noqa: F821
+        c = n16
+        while c > 0:  # sixteen products on constant offsets (index arithmetic costs more than the products)
+            s += (w[0] * x[0] + w[1] * x[1] + w[2] * x[2] + w[3] * x[3]
+                  + w[4] * x[4] + w[5] * x[5] + w[6] * x[6] + w[7] * x[7]
+                  + w[8] * x[8] + w[9] * x[9] + w[10] * x[10] + w[11] * x[11]
+                  + w[12] * x[12] + w[13] * x[13] + w[14] * x[14] + w[15] * x[15])
+            w = ptr8(int(w) + 16)  # noqa: F821
+            x = ptr32(int(x) + 64)  # noqa: F821
+            c -= 1
+        if tail >= 8:
+            s += (w[0] * x[0] + w[1] * x[1] + w[2] * x[2] + w[3] * x[3]
+                  + w[4] * x[4] + w[5] * x[5] + w[6] * x[6] + w[7] * x[7])
+            w = ptr8(int(w) + 8)  # noqa: F821
+            x = ptr32(int(x) + 32)  # noqa: F821
+        c = tail & 7
+        while c > 0:
+            c -= 1
+            s += w[c] * x[c]
         wa += cols
         s = (((s - sx) & m32) ^ sb) - sb
         sw = p[8 + ro + r]
