@@ -487,19 +487,20 @@ class Attention:
         self._check_slots(slots, nslots)
         self._step_q8(layer, qc, qs, out_q, out_exp, scores, slots, nslots)
 
-    def _step_q8(self, layer, qc, qs, out_q, out_exp, scores, slots, nslots):
-        """step_q8() on checked arguments."""
+    def _step_q8(self, layer, qc, qs, out_q, out_exp, scores, slots, nslots, span=-1):
+        """step_q8() on checked arguments. span >= 0: no slot from span on holds a token (a caller that places
+        every token knows; the rows' scan stops there), -1: every slot is scanned."""
         c = self.cache
         if slots is None:
             slots = c.slot_pos
             nslots = -1
-        nmax = c.N if nslots < 0 else nslots
+        nmax = (c.N if span < 0 else span) if nslots < 0 else nslots
         iacc = self.iacc
         for i in range(self.D):  # att_div_q10 clears it after each head; an earlier failed call may not have
             iacc[i] = 0
         if scores is None and self.fused and not (self.mixed or self.i4):
             fast = getattr(self.k, "att_step_i8", None)  # kinds with a fused head kernel bring their driver
-            if fast is not None and fast(self, c, layer, qc, qs, out_q, out_exp, slots, nslots):
+            if fast is not None and fast(self, c, layer, qc, qs, out_q, out_exp, slots, nslots, nmax):
                 return
         for h in range(self.heads):
             kvh = h // self.group

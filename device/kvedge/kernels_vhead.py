@@ -5,7 +5,7 @@ import micropython
 
 
 @micropython.viper
-def att_head_i8(arena, q, tile, aux) -> int:
+def att_head_i8(arena: ptr8, q: ptr32, tile, aux) -> int:  # noqa: F821
     """One query head over every i8 row in one call (geo, aux: see kvedge.attention): the same integers as the tile loop of
     kvedge.attention around att_fill_i8, att_scores_i8, att_rescale, att_weights_i8 and att_wsum_i8, computed
     in up to three passes per tile instead of four kernels: (1) gather and score each live row, (2) each row's
@@ -13,14 +13,17 @@ def att_head_i8(arena, q, tile, aux) -> int:
     local accumulators over the tile's rows. Keys and values are read offset-binary ((b ^ 128) = value + 128) and
     the 128 * sum corrections are taken off once (per row for scores, per tile for the sum): the same integers
     as the reference. Rows and the query are read through pointers moved eight bytes at a time, so the
-    inner loops use constant offsets (viper keeps few locals in registers: index arithmetic is expensive)."""
-    a = ptr8(arena)  # noqa: F821
+    inner loops use constant offsets (viper keeps few locals in registers: index arithmetic is expensive).
+    The two pointer parameters are the only locals a .mpy's viper code keeps in registers (measured on the
+    emulated Cortex-M3): after the set-up they are the inner loops' moving pointers (arena: a K or V row, q: the
+    query's ints or eight accumulators)."""
+    a = ptr8(int(arena))  # noqa: F821
     tl = ptr32(tile)  # noqa: F821
     sp = ptr32(aux[0])  # noqa: F821
     ex = ptr16(aux[1])  # noqa: F821
     acc = ptr32(aux[2])  # noqa: F821
     gg = ptr32(aux[3])  # noqa: F821
-    qq = ptr8(q)  # noqa: F821
+    qq = ptr8(int(q))  # noqa: F821
     sbit = 1
     sbit <<= 31
     hi = 0 - sbit
@@ -74,11 +77,14 @@ def att_head_i8(arena, q, tile, aux) -> int:
             ka = kbase + b * prow
             s = 0
             c = 0
+            arena = ptr8(ka)  # noqa: F821
+            q = ptr32(qa)  # noqa: F821
             while c < D8:
-                k = ptr8(ka + c)  # noqa: F821
-                g = ptr32(qa + 4 * c)  # noqa: F821
-                s += ((k[0] ^ 128) * g[0] + (k[1] ^ 128) * g[1] + (k[2] ^ 128) * g[2] + (k[3] ^ 128) * g[3]
-                      + (k[4] ^ 128) * g[4] + (k[5] ^ 128) * g[5] + (k[6] ^ 128) * g[6] + (k[7] ^ 128) * g[7])
+                s += ((arena[0] ^ 128) * q[0] + (arena[1] ^ 128) * q[1] + (arena[2] ^ 128) * q[2]
+                      + (arena[3] ^ 128) * q[3] + (arena[4] ^ 128) * q[4] + (arena[5] ^ 128) * q[5]
+                      + (arena[6] ^ 128) * q[6] + (arena[7] ^ 128) * q[7])
+                arena = ptr8(int(arena) + 8)  # noqa: F821
+                q = ptr32(int(q) + 32)  # noqa: F821
                 c += 8
             while c < D:
                 s += (int(a[ka - base + c]) ^ 128) * int(gg[24 + c])
@@ -214,15 +220,15 @@ def att_head_i8(arena, q, tile, aux) -> int:
                 w = (w * m) >> (10 + evmax - e)
                 if w != 0 and D8:
                     wt += w
-                    k = ptr8(vbase + b * prow)  # noqa: F821
-                    a0 += w * (k[0] ^ 128)
-                    a1 += w * (k[1] ^ 128)
-                    a2 += w * (k[2] ^ 128)
-                    a3 += w * (k[3] ^ 128)
-                    a4 += w * (k[4] ^ 128)
-                    a5 += w * (k[5] ^ 128)
-                    a6 += w * (k[6] ^ 128)
-                    a7 += w * (k[7] ^ 128)
+                    arena = ptr8(vbase + b * prow)  # noqa: F821
+                    a0 += w * (arena[0] ^ 128)
+                    a1 += w * (arena[1] ^ 128)
+                    a2 += w * (arena[2] ^ 128)
+                    a3 += w * (arena[3] ^ 128)
+                    a4 += w * (arena[4] ^ 128)
+                    a5 += w * (arena[5] ^ 128)
+                    a6 += w * (arena[6] ^ 128)
+                    a7 += w * (arena[7] ^ 128)
                 else:
                     wt += w
             tl[w0 + jj] = w
@@ -239,37 +245,37 @@ def att_head_i8(arena, q, tile, aux) -> int:
         # pass 3: the other dimensions, eight at a time over the stored weights
         c = 8 if D8 else 0
         while c < D8:
-            o = ptr32(int(acc) + 4 * c)  # noqa: F821
-            a0 = int(o[0])
-            a1 = int(o[1])
-            a2 = int(o[2])
-            a3 = int(o[3])
-            a4 = int(o[4])
-            a5 = int(o[5])
-            a6 = int(o[6])
-            a7 = int(o[7])
+            q = ptr32(int(acc) + 4 * c)  # noqa: F821
+            a0 = int(q[0])
+            a1 = int(q[1])
+            a2 = int(q[2])
+            a3 = int(q[3])
+            a4 = int(q[4])
+            a5 = int(q[5])
+            a6 = int(q[6])
+            a7 = int(q[7])
             jj = 0
             while jj < nt:
                 w = int(tl[w0 + jj])
                 if w != 0:
-                    k = ptr8(vbase + int(tl[b0 + jj]) * prow + c)  # noqa: F821
-                    a0 += w * (k[0] ^ 128)
-                    a1 += w * (k[1] ^ 128)
-                    a2 += w * (k[2] ^ 128)
-                    a3 += w * (k[3] ^ 128)
-                    a4 += w * (k[4] ^ 128)
-                    a5 += w * (k[5] ^ 128)
-                    a6 += w * (k[6] ^ 128)
-                    a7 += w * (k[7] ^ 128)
+                    arena = ptr8(vbase + int(tl[b0 + jj]) * prow + c)  # noqa: F821
+                    a0 += w * (arena[0] ^ 128)
+                    a1 += w * (arena[1] ^ 128)
+                    a2 += w * (arena[2] ^ 128)
+                    a3 += w * (arena[3] ^ 128)
+                    a4 += w * (arena[4] ^ 128)
+                    a5 += w * (arena[5] ^ 128)
+                    a6 += w * (arena[6] ^ 128)
+                    a7 += w * (arena[7] ^ 128)
                 jj += 1
-            o[0] = a0
-            o[1] = a1
-            o[2] = a2
-            o[3] = a3
-            o[4] = a4
-            o[5] = a5
-            o[6] = a6
-            o[7] = a7
+            q[0] = a0
+            q[1] = a1
+            q[2] = a2
+            q[3] = a3
+            q[4] = a4
+            q[5] = a5
+            q[6] = a6
+            q[7] = a7
             c += 8
         while c < D:
             a0 = int(acc[c])
@@ -389,10 +395,11 @@ def att_rows_i8(att, arena, qc, slots):
     return True
 
 
-def att_step_i8(att, c, layer, qc, qs, out_q, out_exp, slots, nslots):
+def att_step_i8(att, c, layer, qc, qs, out_q, out_exp, slots, nslots, nmax):
     """attention.step_q8's hot case (i8 rows only, no scores): every head of the layer in one call of
     att_layer_i8 (per head one att_head_i8 and one att_div_q10 of the kind in use); the same
-    integers as the general loop (q8_rows). Returns True (done)."""
+    integers as the general loop (q8_rows). nmax: the slots scanned (nslots < 0) or listed. Returns True
+    (done)."""
     tile = att.tile
     geo = att.geo
     aux = att.aux
@@ -410,7 +417,7 @@ def att_step_i8(att, c, layer, qc, qs, out_q, out_exp, slots, nslots):
     tile[11] = 0  # T_KIVI
     geo[4] = prow
     geo[5] = c.P
-    geo[7] = c.N if nslots < 0 else nslots
+    geo[7] = nmax
     geo[8] = 0 if nslots < 0 else 1
     L = 24 + att.D  # the layer's bases, after the kernels' scratch and query
     geo[L] = att.heads

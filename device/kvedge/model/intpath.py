@@ -401,6 +401,7 @@ class Forward:
         m, e = mantissa(d * EPS)
         self.epsm, self.epse = m, e
         self.exp_logits = 0
+        self.span = 0  # slots from here on hold no token
         self.xm = 0
         self.xe = 0
         if w.stream:
@@ -511,48 +512,90 @@ class Forward:
         z = self.z
         ip = self.ip
         pos = cache.start_token()
+        # every token of this cache is placed here: no slot from self.span on holds one, so the attention's scan
+        # of the slots stops there (at context 256 in a 512-slot cache, half the scan)
+        if pos == 0:
+            self.span = 0  # a new sequence (the cache was reset)
+        span = cache.cur_slot + 1
+        if span < self.span:
+            span = self.span
+        self.span = span
         # embedding row into the residual's fixed point
-        sw = w.emb.p[P_HDR + token]
+        emb = w.emb
+        sw = emb.p[P_HDR + token]
         ip[1] = sw >> 8
-        ip[2] = RES_EXP - (w.emb.exp - 30 - (sw & 255))
-        if w.emb.codes is not None:
+        ip[2] = RES_EXP - (emb.exp - 30 - (sw & 255))
+        if emb.codes is not None:
             ip[0] = token * d
-            A = k.q_embed(w.emb.codes, x, d, ip)
+            A = k.q_embed(emb.codes, x, d, ip)
         else:
             ip[0] = 0
-            part = w.emb.parts[0]
+            part = emb.parts[0]
             w._file.seek(part[0] + token * d)
             _read(w._file, self.wbuf, d)
             k.q_xor80(self.wbuf, d)
             A = k.q_embed(self.wbuf, x, d, ip)
         k.q_angles(self.fq, self.sin, self.cs, pos)
+        # what every layer reads, looked up once a token (locals, not bound methods: those allocate)
         hp = self.hp
+        sp = self.sp
+        codes = self.codes
+        scales = self.scales
+        qc = self.qc
+        qs = self.qs
+        oq = self.oq
+        oe = self.oe
+        ap = self.ap
+        cs = self.cs
+        sig = self.sig
+        h = self.h
+        hd = self.hd
+        nrot = d + self.kvd
+        cd = self.cd
+        ch = self.ch
+        att = m.att
+        scores = m.scores
+        arena = cache.arena
+        q_rope = k.q_rope
+        q_heads = k.q_heads
+        q_store = k.q_store
+        q_align = k.q_align
+        q_swiglu = k.q_swiglu
+        g_att = w.g_att
+        g_ffn = w.g_ffn
+        wqkv = w.wqkv
+        wo = w.wo
+        w13 = w.w13
+        w2 = w.w2
+        prefix = cache.cur_slot < cache.P
+        if not prefix:  # the rows as write_q8 stores them (codes from q_heads are int8 by construction)
+            b = cache.cur_slot - cache.P
+            kd = self.kdata + b * cache.prow
+            km = self.kmeta + 2 * b
         for l in range(m.cfg.n_layers):
             # attention block
-            self._norm(x, A, w.g_att[l])
-            mat = w.wqkv[l]
+            self._norm(x, A, g_att[l])
+            mat = wqkv[l]
             self._mv(mat, z, 0, 0)
-            k.q_rope(z, self.cs, d + self.kvd, self.hd)
+            q_rope(z, cs, nrot, hd)
             hp[2] = mat.exp + self.xe
-            k.q_heads(z, self.codes, self.scales, hp)
-            if cache.cur_slot < cache.P:
+            q_heads(z, codes, scales, hp)
+            if prefix:
                 self._write_prefix(l, hp[2])
-            else:  # the rows as write_q8 stores them (codes from q_heads are int8 by construction)
-                sp = self.sp
-                b = cache.cur_slot - cache.P
-                sp[2] = self.kdata + l * self.lstride + b * cache.prow
+            else:
+                sp[2] = kd + l * self.lstride
                 sp[3] = sp[2] + self.vdelta
-                sp[4] = self.kmeta + l * self.lmstride + 2 * b
+                sp[4] = km + l * self.lmstride
                 sp[5] = sp[4] + self.vmdelta
-                k.q_store(cache.arena, self.codes, self.scales, sp)
-            m.att._step_q8(l, self.qc, self.qs, self.oq, self.oe, m.scores, None, -1)
-            B = k.q_align(self.oq, self.oe, d, self.ap)
-            self._quant(self.oq, d, B, self.ap[2], self.cd)
-            mat = w.wo[l]
+                q_store(arena, codes, scales, sp)
+            att._step_q8(l, qc, qs, oq, oe, scores, None, -1, span)
+            B = q_align(oq, oe, d, ap)
+            self._quant(oq, d, B, ap[2], cd)
+            mat = wo[l]
             A = self._mv(mat, x, RES_EXP - mat.exp - self.xe, 1)
             # feed-forward block
-            self._norm(x, A, w.g_ffn[l])
-            mat = w.w13[l]
+            self._norm(x, A, g_ffn[l])
+            mat = w13[l]
             B = self._mv(mat, z, 0, 0)
             e13 = mat.exp + self.xe
             s = bitlen(B) - 15
@@ -560,9 +603,9 @@ class Forward:
                 s = 0
             ip[0] = s
             ip[1] = e13 + s + 12  # to Q8 sigmoid-table steps of 1/16
-            B = k.q_swiglu(z, self.sig, self.h, ip)
-            self._quant(z, self.h, B, 2 * (e13 + s), self.ch)
-            mat = w.w2[l]
+            B = q_swiglu(z, sig, h, ip)
+            self._quant(z, h, B, 2 * (e13 + s), ch)
+            mat = w2[l]
             A = self._mv(mat, x, RES_EXP - mat.exp - self.xe, 1)
         if m.policy is not None:
             m.policy.observe()
