@@ -1,103 +1,496 @@
-"""The documentation cannot drift from the code: every ```sh runnable block of README.md and docs/*.md is run
-(each line starting with `kvedge ` is a command, run as `python -m kvedge_host.cli ...` from the repository root;
-the lines after it are substrings its output must contain), every ```python runnable block runs as a script on
-CPython with the device package importable, and every relative link points to a file that exists. A command
-that names ../shared is skipped, with the reason, where that folder is absent."""
+"""The documentation cannot drift from the code: every command shown in a fenced block of README.md and
+docs/*.md is run by a test, or listed below with the reason it is not, and every relative link points to a file
+that exists. A fenced block that shows a command (a line starting with `kvedge`, `mpremote`, `tools/...`,
+`.venv/bin/...`, `python` or `pytest`, optionally after NAME=value settings) says how it is run:
+
+- ```sh runnable: each command runs as written; the lines after a command are substrings its output must hold.
+- ```sh board: run against one virtual board, which the doc test starts from the docs' own `kvedge sim ... &`
+  line; the placeholder ports (/dev/ttyACM0, /dev/ttyUSB0, COM3, PORT) become that board's port.
+- ```sh synopsis: a usage line: every option it shows must be one the command accepts, every `a|b|c` one of
+  the option's choices (checked against the command's own argument parser).
+- ```sh: each command is in SMALLER (run with the smaller arguments given there, and why), ELSEWHERE (another
+  test runs it: that test is named, and must hold the command's arguments or read the page itself) or NOT_RUN
+  (why it cannot run here).
+- ```python runnable runs as a script on CPython with the device package importable; any other ```python
+  block is in FRAGMENTS with the reason.
+A command shown in a fence without one of these, or in an indented code block, fails the test; so does an entry
+of SMALLER/ELSEWHERE/NOT_RUN/FRAGMENTS that no page shows any more.
+
+What the test changes in a command, and nothing else: commands run in a scratch folder whose entries are links
+to the checkout's (so `docs/...`, `device/...` and `../shared/...` resolve as from the repository root and files
+a command writes land in the scratch folder); `/tmp/X` becomes the scratch folder's `tmp/X`; `kvedge` is
+`python -m kvedge_host.cli`, `.venv/bin/python` and `python` are the interpreter running the tests, `mpremote`
+the virtual environment's; in board blocks the placeholder ports become the virtual board's. A command that
+needs ../shared (the models and board runtimes) is skipped, with the reason, where that folder is absent."""
 import glob
+import inspect
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SHARED = os.path.join(os.path.dirname(ROOT), "shared")
+from kvedge_host.paths import ROOT, SHARED, venv_tool
+
 PAGES = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
-FENCE = re.compile(r"^```sh runnable[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
-PYFENCE = re.compile(r"^```python runnable[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
+FENCE = re.compile(r"^```([^`\n]*)\n(.*?)^```[ \t]*$", re.M | re.S)
+COMMAND = re.compile(r"^(?:[A-Z][A-Z0-9_]*=\S+ +)*(kvedge|mpremote|tools/\S+|\.venv/bin/\S+|python3?|pytest)(?:\s|$)")
+INDENTED = re.compile(r"^(?: {4,}|\t)(?:[A-Z][A-Z0-9_]*=\S+ +)*(?:kvedge|mpremote|tools/|\.venv/bin/)\S*", re.M)
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+PORTS = ("/dev/ttyACM0", "/dev/ttyUSB0", "COM3", "PORT")
+MODES = ("runnable", "board", "synopsis", "")
+
+# Shown as measured; run here with smaller arguments (the same program and code path, fewer tokens/points).
+# doc command -> (what runs, why smaller)
+SMALLER = {
+    "kvedge generate --steps 256":
+        ("kvedge generate --model ../shared/models/stories260K.bin --steps 48",
+         "256 CPython steps take ~16 s; the default model named explicitly (a worktree's default ../shared may "
+         "differ from the scratch folder's)"),
+    ".venv/bin/python tools/bench_cache.py --runtime both":
+        (".venv/bin/python tools/bench_cache.py --runtime both --shape d64 --reads 8",
+         "one shape and fewer reads: seconds instead of ~10 s"),
+    ".venv/bin/python tools/bench_attention.py":
+        (".venv/bin/python tools/bench_attention.py --tokens 64 --reps 1 --rounds 1",
+         "every point at 64 tokens, one round: the 1024-token float step alone takes ~0.8 s x 25"),
+    "tools/bench_model.py --tokens 32":
+        ("tools/bench_model.py --weights i8 --caches i8 --kernels viper --contexts 16 --tokens 2 --repeat 1",
+         "the full matrix prefills 512 tokens per figure on the float path: many minutes"),
+    "tools/bench_model.py --weights i8 --caches i8 f16 i4 --kernels viper --tokens 32":
+        ("tools/bench_model.py --weights i8 --caches i8 f16 i4 --kernels viper --contexts 32 --tokens 2 "
+         "--repeat 1", "a 32-token context (i4's group) and 2 timed steps instead of 256/512 and 32 x 3"),
+    ".venv/bin/python tools/mprun.py --runtime unix":
+        (".venv/bin/python tools/mprun.py --runtime unix -k test_budget_layers",
+         "one file: tests/host/test_runtimes.py runs every file on every runtime"),
+    ".venv/bin/python tools/mprun.py --runtime wasm":
+        (".venv/bin/python tools/mprun.py --runtime wasm -k test_budget_layers", "one file (as above)"),
+    ".venv/bin/python tools/mprun.py --runtime m3":
+        (".venv/bin/python tools/mprun.py --runtime m3 -k test_budget_layers", "one file (as above)"),
+    ".venv/bin/python tools/mprun.py --runtime m3-py":
+        (".venv/bin/python tools/mprun.py --runtime m3-py -k test_budget_layers", "one file (as above)"),
+    ".venv/bin/python tools/mprun.py --runtime circuitpython":
+        (".venv/bin/python tools/mprun.py --runtime circuitpython -k test_budget_layers", "one file (as above)"),
+    "kvedge eval":
+        ("kvedge eval --samples 1 --tokens 40 --window 16 --texts sampled",
+         "the full run takes ~8 minutes (the written corpus alone is 3,890 tokens); one 40-token sampled text"),
+    "kvedge eval --json > host/kvedge_host/data/quality-stories260K.json":
+        ("kvedge eval --json --samples 1 --tokens 40 --window 16 --texts sampled > /tmp/kvedge-doc-quality.json",
+         "the stored table is rewritten only by hand; this writes a small table to a scratch file"),
+    "kvedge eval --json --only tiered":
+        ("kvedge eval --json --only tiered --samples 1 --tokens 64 --texts sampled",
+         "one 64-token sampled text"),
+    "kvedge eval --texts sampled --samples 3 --tokens 256 --only \"(the f32 reference only)\" --forward float "
+    "--forward int":
+        ("kvedge eval --texts sampled --samples 1 --tokens 32 --only \"(the f32 reference only)\" --forward float "
+         "--forward int", "one 32-token text: the two device passes run on CPython with plain kernels"),
+    "kvedge eval --samples 8 --seed 1 --long":
+        ("kvedge eval --samples 1 --seed 1 --tokens 32 --window 16 --long --contexts 1 --texts sampled --only "
+         "\"sinks 4 + window\"", "8 texts and a 3-context stream take many minutes (2 contexts of one strategy: "
+         "40 s); one text, one context, one strategy"),
+    ".venv/bin/python tools/bench_tiered.py --runtime m3 --blocks 0,2,4,8 --float --save":
+        (".venv/bin/python tools/bench_tiered.py --runtime m3 --blocks 2 --reps 1",
+         "one point, the integer path only (16 s with 0,2); --save would rewrite host/kvedge_host/tiered_cost.py"),
+    "KVEDGE_FUZZ_SCALE=20 .venv/bin/python -m pytest -q -s tests/device/test_fuzz_tiered.py":
+        ("KVEDGE_FUZZ_SCALE=1 .venv/bin/python -m pytest -q -s tests/device/test_fuzz_tiered.py",
+         "scale 20 runs for minutes; scale 1 (what the suite runs) takes seconds"),
+}
+
+# Run by another test: doc command -> (test file, test function, what it runs)
+ELSEWHERE = {
+    "kvedge test --sim rp2040": ("tests/host/test_board_e2e.py", "test_device_suite_passes_on_the_virtual_rp2040",
+                                 "the whole device suite on a virtual rp2040 (minutes)"),
+    "kvedge demo --board rp2040 --plain --steps 6 --stats-ms 100":
+        ("tests/host/test_demo_boards.py", "test_the_demo_runs_its_plan_on_every_board_profile",
+         "the demo on every profile's emulated board, peak heap against the plan", {"rp2040": "boards.names()"}),
+    "kvedge demo --port /dev/ttyACM0 --board rp2040 --workdir pico":
+        ("tests/host/test_own_board.py", "test_micropython_board_commands_on_the_emulated_board",
+         "reads README's On your own board and runs each command on the emulated Cortex-M3"),
+    "kvedge generate --port /dev/ttyACM0 --board rp2040 --model pico/model.i8.bin --tokenizer pico/tok.bin --plan "
+    "pico/plan.json --prompt \"Lily\" --steps 64":
+        ("tests/host/test_own_board.py", "test_micropython_board_commands_on_the_emulated_board", "as above"),
+    "kvedge demo --port /dev/ttyACM0 --board rp2350 --workdir pico2":
+        ("tests/host/test_own_board.py", "test_micropython_board_commands_on_the_emulated_board", "as above"),
+    "kvedge generate --port /dev/ttyACM0 --board rp2350 --model pico2/model.i8.bin --tokenizer pico2/tok.bin --plan "
+    "pico2/plan.json --prompt \"Lily\" --steps 64":
+        ("tests/host/test_own_board.py", "test_micropython_board_commands_on_the_emulated_board", "as above"),
+    "kvedge demo --port /dev/ttyACM0 --board esp32s3 --workdir s3":
+        ("tests/host/test_own_board.py", "test_micropython_board_commands_on_the_emulated_board", "as above"),
+    "kvedge generate --port /dev/ttyACM0 --board esp32s3 --model s3/model.i8.bin --tokenizer s3/tok.bin --plan "
+    "s3/plan.json --prompt \"Lily\" --steps 64":
+        ("tests/host/test_own_board.py", "test_micropython_board_commands_on_the_emulated_board", "as above"),
+    "kvedge convert ../shared/models/stories260K.bin -o stories260K.i8.bin":
+        ("tests/host/test_own_board.py", "test_circuitpython_board_commands_on_real_circuitpython",
+         "README's CircuitPython commands on the CircuitPython interpreter, a folder as its drive"),
+    "kvedge plan --model stories260K.i8.bin --board rp2040-circuitpython --weights-dtype i8 --kv-dtype i8 --align 0 "
+    "--workspace 90128 --out cp.json":
+        ("tests/host/test_own_board.py", "test_circuitpython_board_commands_on_real_circuitpython", "as above"),
+    "kvedge deploy --drive /media/$USER/CIRCUITPY --board rp2040-circuitpython --config cp.json --weights "
+    "stories260K.i8.bin --tokenizer ../shared/models/tok512.bin --set STEPS=64":
+        ("tests/host/test_own_board.py", "test_circuitpython_board_commands_on_real_circuitpython", "as above"),
+    "kvedge monitor --port /dev/ttyACM0 --until final":
+        ("tests/host/test_own_board.py", "test_circuitpython_board_commands_on_real_circuitpython", "as above"),
+}
+
+NOT_RUN = {
+    "tools/test": "the whole suite: the suite does not run itself (CI runs it: .ci/run)",
+    "tools/demo": "runs tools/setup.sh, then `kvedge demo`: the demo is run by tests/host/test_demo.py and "
+                  "tests/host/test_demo_boards.py",
+    "mpremote connect PORT mip install github:OWNER/kvedge":
+        "needs the network and the project published on GitHub; the checkout form beside it installs the same "
+        "package.json and runs here",
+}
+
+# ```python blocks that are not run: (page, first line) -> why
+FRAGMENTS = {
+    ("README.md", "import json"): "reads the kvedge_plan.json a deploy leaves on a board; the same two calls run "
+                                  "in docs/device-api.md's runnable example and tests/device/test_cache.py",
+    ("docs/device-api.md", "from kvedge.cache import KVCache"):
+        "a loop shape over the reader's own token stream; tests/device/test_evict.py runs these calls",
+    ("docs/device-api.md", "from kvedge.paged import PagedPool"):
+        "a fragment over the reader's own data; tests/device/test_paged.py runs these calls",
+    ("docs/device-api.md", "from kvedge.stream import Stream"):
+        "a fragment over the reader's own data; tests/device/test_stream.py runs these calls",
+    ("docs/device-api.md", "from kvedge.tier import ColdTier"):
+        "a fragment over the reader's own data; tests/device/test_tier.py runs these calls",
+    ("docs/device-api.md", "from kvedge.config import CacheConfig"):
+        "a fragment over the reader's own data; tests/device/test_tiered.py runs these calls",
+    ("docs/device-api.md", "from kvedge.telemetry import Telemetry"):
+        "a fragment (`... tel.tick() ...`); tests/device/test_telemetry.py runs these calls",
+    ("docs/tiered.md", "from kvedge.config import CacheConfig"):
+        "a loop shape over the reader's own token stream; tests/device/test_tiered.py runs these calls",
+}
 
 
 def rel(path):
     return os.path.relpath(path, ROOT)
 
 
-def blocks(text):
-    """[(command, [expected substrings])] of every runnable block, in order."""
-    out = []
-    for body in FENCE.findall(text):
-        for line in body.splitlines():
-            if line.startswith("kvedge "):
-                out.append((line, []))
-            elif line.strip():
-                if not out:
-                    raise ValueError("expected output before any command: %r" % line)
-                out[-1][1].append(line.strip())
+def fences(text):
+    """[(info words, body, line number)] of every fenced block."""
+    return [(m.group(1).split(), m.group(2), text.count("\n", 0, m.start()) + 1) for m in FENCE.finditer(text)]
+
+
+def lines_of(body):
+    """The block's lines, continuations (a trailing backslash) joined, comment-only lines dropped."""
+    out, cur = [], ""
+    for line in body.splitlines():
+        if line.rstrip().endswith("\\"):
+            cur += line.rstrip()[:-1].rstrip() + " "
+            continue
+        line = (cur + line.strip()) if cur else line
+        cur = ""
+        if line.strip() and not line.strip().startswith("#"):
+            out.append(line)
     return out
 
 
-def commands():
-    found = []
+def strip_comment(line):
+    """The command without its trailing `# comment` (a # outside quotes, after a space)."""
+    quote = None
+    for i, c in enumerate(line):
+        if quote:
+            quote = None if c == quote else quote
+        elif c in "\"'":
+            quote = c
+        elif c == "#" and (i == 0 or line[i - 1].isspace()):
+            return line[:i].strip()
+    return line.strip()
+
+
+def blocks(text):
+    """[(mode, [(command, [expected substrings])], line)] of every fenced sh block that shows a command."""
+    out = []
+    for words, body, line in fences(text):
+        if words[:1] == ["python"]:
+            continue
+        cmds = []
+        for ln in lines_of(body):
+            if COMMAND.match(ln.strip()):
+                cmds.append((" ".join(strip_comment(ln.strip()).split()), []))
+            elif cmds:
+                cmds[-1][1].append(ln.strip())
+            elif words and words[0] == "sh" and words[1:] == ["runnable"]:
+                raise ValueError("line %d: expected output before any command: %r" % (line, ln))
+        if not cmds:
+            continue
+        if words[:1] != ["sh"] or len(words) > 2 or (words[1:] or [""])[0] not in MODES:
+            raise ValueError("line %d: a block showing `%s` must be ```sh runnable|board|synopsis or ```sh"
+                             % (line, cmds[0][0]))
+        out.append(((words[1:] or [""])[0], cmds, line))
+    return out
+
+
+def python_blocks(text):
+    return [(words[1:] == ["runnable"], body, line) for words, body, line in fences(text) if words[:1] == ["python"]]
+
+
+def _collect():
+    """{mode: [pytest.param(commands of one block)]}, [(page, runnable, body, line)], {command: page}."""
+    found = {m: [] for m in MODES}
+    pys, where = [], {}
     for page in PAGES:
         with open(page) as f:
             text = f.read()
-        for i, (cmd, expected) in enumerate(blocks(text)):
-            found.append(pytest.param(cmd, expected, id="%s:%d" % (rel(page), i + 1)))
-    return found
+        for mode, cmds, line in blocks(text):
+            found[mode].append(pytest.param(cmds, id="%s:%d" % (rel(page), line)))
+            for cmd, _ in cmds:
+                where.setdefault(cmd, rel(page))
+        for runnable, body, line in python_blocks(text):
+            pys.append((rel(page), runnable, body, line))
+    return found, pys, where
 
 
-COMMANDS = commands()
+FOUND, PYTHON, WHERE = _collect()
 
 
-def scripts():
-    found = []
-    for page in PAGES:
-        with open(page) as f:
-            for i, body in enumerate(PYFENCE.findall(f.read())):
-                found.append(pytest.param(body, id="%s:py%d" % (rel(page), i + 1)))
-    return found
+# ---------------------------------------------------------------- the scratch folder and running a command
+
+@pytest.fixture
+def scratch(tmp_path_factory):
+    """A folder whose entries link to the checkout's, with ../shared beside it: commands see the repository's
+    paths, and the files they write stay here."""
+    top = tmp_path_factory.mktemp("docs")
+    repo = top / "repo"
+    repo.mkdir()
+    for name in os.listdir(ROOT):
+        if name not in (".git", "tmp"):
+            os.symlink(os.path.join(ROOT, name), str(repo / name))
+    (repo / "tmp").mkdir()
+    if os.path.isdir(SHARED):
+        os.symlink(SHARED, str(top / "shared"))
+    return str(repo)
 
 
-SCRIPTS = scripts()
+def argv(cmd, scratch, port=None):
+    """(environment additions, argv, file for stdout or None, background?) of a documented command line."""
+    toks = shlex.split(cmd.replace("$USER", "user"))
+    env = {}
+    while toks and re.match(r"^[A-Z][A-Z0-9_]*=", toks[0]):
+        k, v = toks.pop(0).split("=", 1)
+        env[k] = v
+    background = toks[-1] == "&"
+    if background:
+        toks.pop()
+    out = None
+    if ">" in toks:
+        i = toks.index(">")
+        out, toks = toks[i + 1], toks[:i]
+
+    def sub(a):
+        if port and a in PORTS:
+            return port
+        return re.sub(r"(^|=)/tmp/", lambda m: m.group(1) + os.path.join(scratch, "tmp") + "/", a)
+
+    toks = [sub(a) for a in toks]
+    out = sub(out) if out else None
+    prog, rest = toks[0], toks[1:]
+    if prog == "kvedge":
+        run = [sys.executable, "-m", "kvedge_host.cli"] + rest
+    elif prog == "mpremote":
+        run = [venv_tool("mpremote")] + rest
+    elif prog in (".venv/bin/python", "python", "python3"):
+        run = [sys.executable] + rest
+    elif prog == "pytest":
+        run = [sys.executable, "-m", "pytest"] + rest
+    elif prog.startswith("tools/") and prog.endswith(".py"):
+        run = [sys.executable, prog] + rest
+    else:
+        raise AssertionError("%s: no rule to run %r" % (cmd, prog))
+    return env, run, out, background
 
 
-def test_blocks_parse_commands_and_expected_lines():
-    text = "x\n```sh runnable\nkvedge boards\nrp2040\n\nkvedge boards esp32\n```\n```sh\nkvedge nope\n```\n"
-    assert blocks(text) == [("kvedge boards", ["rp2040"]), ("kvedge boards esp32", [])]
+def _env(extra=()):
+    env = dict(os.environ, COLUMNS="200", KVEDGE_SHARED=SHARED)
+    env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "host"), os.path.join(ROOT, "device")] +
+                                        [p for p in [env.get("PYTHONPATH")] if p])
+    env.update(extra)
+    return env
+
+
+MODEL_USERS = ("kvedge generate", "kvedge eval", "tools/bench_model.py", "tools/bench_rom.py",
+               "tools/bench_forward.py", "tools/bench_tiered.py")  # stories260K by default
+
+
+def needs_shared(cmd):
+    """Skip, saying why, a command whose model or board runtime (../shared) is absent here."""
+    model = os.path.join(SHARED, "models", "stories260K.bin")
+    if ("../shared" in cmd or any(u in cmd for u in MODEL_USERS)) and not os.path.exists(model):
+        pytest.skip("needs %s (the shared models), absent here" % model)
+    if re.search(r"--runtime m3\b", cmd):
+        from kvedge_host import m3board
+        why = m3board.missing("rp2040")
+        if why:
+            pytest.skip("needs the emulated Cortex-M3: %s" % why)
+
+
+def run_documented(cmd, expected, scratch, port=None, timeout=300):
+    env, run, out, background = argv(cmd, scratch, port)
+    assert not background, "%s: only a board block's `kvedge sim ... &` runs in the background" % cmd
+    p = subprocess.run(run, cwd=scratch, env=_env(env), capture_output=True, text=True, timeout=timeout)
+    text = p.stdout + p.stderr
+    assert p.returncode == 0, "%s\nexit %d\n%s" % (cmd, p.returncode, text[-3000:])
+    if out:
+        with open(os.path.join(scratch, out), "w") as f:
+            f.write(p.stdout)
+    flat = " ".join(text.split())
+    tmp = os.path.join(scratch, "tmp") + "/"
+    for want in [re.sub(r"(^|[\s=])/tmp/", lambda m: m.group(1) + tmp, w) for w in expected]:
+        assert " ".join(want.split()) in flat, "%s: %r not in its output:\n%s" % (cmd, want, text[-3000:])
+    return text
+
+
+# ---------------------------------------------------------------- the classification
+
+def test_blocks_parse_commands_modes_and_expected_lines():
+    text = ("x\n```sh runnable\nkvedge boards\nrp2040\n\nkvedge boards esp32   # a comment\n```\n"
+            "```\nnot a command\n```\n```sh board\nmpremote connect PORT \\\n  exec 'x # y'\n```\n")
+    assert blocks(text) == [("runnable", [("kvedge boards", ["rp2040"]), ("kvedge boards esp32", [])], 2),
+                            ("board", [("mpremote connect PORT exec 'x # y'", [])], 11)]
     with pytest.raises(ValueError):
         blocks("```sh runnable\nstray\n```\n")
+    for bad in ("```\nkvedge boards\n```\n", "```bash\ntools/test\n```\n", "```sh maybe\nkvedge boards\n```\n"):
+        with pytest.raises(ValueError):  # a command in a fence that does not say how it is run
+            blocks(bad)
 
 
-def test_the_docs_hold_runnable_commands():
-    # the README's worked example and the budget line at least; a page losing its blocks would pass silently
-    assert len(COMMANDS) >= 3
-    assert any(p.id.startswith("README.md:") for p in COMMANDS)
+def test_every_command_block_says_how_it_is_run():
+    for page in PAGES:
+        with open(page) as f:
+            text = f.read()
+        blocks(text)  # raises on an unclassified fence
+        prose = FENCE.sub("", text)
+        indented = INDENTED.findall(prose)
+        assert indented == [], "%s: commands in an indented block (use a ```sh fence): %s" % (rel(page), indented)
 
 
-@pytest.mark.parametrize("cmd,expected", COMMANDS)
-def test_documented_command_runs(cmd, expected):
-    if "../shared" in cmd and not os.path.isdir(SHARED):
-        pytest.skip("needs %s (the shared models and runtimes), absent here" % SHARED)
-    argv = shlex.split(cmd)[1:]
-    env = dict(os.environ, COLUMNS="200")
-    p = subprocess.run([sys.executable, "-m", "kvedge_host.cli"] + argv, cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=300)
-    out = p.stdout + p.stderr
-    assert p.returncode == 0, "%s\nexit %d\n%s" % (cmd, p.returncode, out[-3000:])
-    flat = " ".join(out.split())
-    for want in expected:
-        assert " ".join(want.split()) in flat, "%s: %r not in its output:\n%s" % (cmd, want, out[-3000:])
+def test_every_plain_sh_command_is_smaller_elsewhere_or_not_run_and_no_entry_is_stale():
+    shown = [cmd for p in FOUND[""] for cmd, _ in p.values[0]]
+    unlisted = [c for c in shown if sum(c in d for d in (SMALLER, ELSEWHERE, NOT_RUN)) != 1]
+    assert unlisted == [], "commands in ```sh blocks must be in exactly one of SMALLER, ELSEWHERE, NOT_RUN: %s" \
+        % unlisted
+    stale = [c for d in (SMALLER, ELSEWHERE, NOT_RUN) for c in d if c not in shown]
+    assert stale == [], "listed commands no page shows any more: %s" % stale
+    pys = {(page, body.strip().splitlines()[0]) for page, runnable, body, _ in PYTHON if not runnable}
+    assert pys == set(FRAGMENTS), "```python blocks not run: unlisted %s, stale %s" % (
+        sorted(pys - set(FRAGMENTS)), sorted(set(FRAGMENTS) - pys))
 
 
-@pytest.mark.parametrize("code", SCRIPTS)
-def test_documented_python_runs(code):
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "device"))
-    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+def test_the_docs_hold_commands_of_every_kind():
+    # a page losing its blocks (or a fence's mode mistyped away) would otherwise pass silently
+    count = {m: sum(len(p.values[0]) for p in FOUND[m]) for m in MODES}
+    assert count["runnable"] >= 20 and count["board"] >= 5 and count["synopsis"] >= 4, count
+    assert any(p.id.startswith("README.md:") for p in FOUND["runnable"])
+
+
+# ---------------------------------------------------------------- running them
+
+@pytest.mark.parametrize("cmds", FOUND["runnable"])
+def test_documented_commands_run(cmds, scratch):
+    for cmd, _ in cmds:
+        needs_shared(cmd)
+    for cmd, expected in cmds:  # in order: a block's later commands may use what the earlier ones wrote
+        run_documented(cmd, expected, scratch)
+
+
+def program(cmd):
+    """What a command runs: `kvedge SUB`, the script, or `-m MODULE`."""
+    toks = [t for t in shlex.split(cmd) if not re.match(r"^[A-Z][A-Z0-9_]*=", t)]
+    if toks[0] == "kvedge":
+        return toks[:2]
+    if toks[0] in (".venv/bin/python", "python", "python3"):
+        return toks[1:3] if toks[1] == "-m" else toks[1:2]
+    return toks[:1]
+
+
+def _id(cmd):
+    return cmd.replace("tests/device/", "tests.device.")  # the closing summary counts ids holding tests/device/
+
+
+@pytest.mark.parametrize("cmd", sorted(SMALLER), ids=_id)
+def test_slow_command_runs_smaller(cmd, scratch):
+    small, why = SMALLER[cmd]
+    needs_shared(small)
+    assert program(small) == program(cmd), "%s must run the same program as %s" % (small, cmd)
+    run_documented(small, [], scratch, timeout=600)
+
+
+@pytest.mark.parametrize("cmd", sorted(ELSEWHERE))
+def test_command_run_elsewhere_is_in_that_test(cmd):
+    path, name, _ = ELSEWHERE[cmd][:3]
+    params = ELSEWHERE[cmd][3] if len(ELSEWHERE[cmd]) > 3 else {}  # token -> the parametrization supplying it
+    src = open(os.path.join(ROOT, path)).read()
+    m = re.search(r"^def %s\(.*?(?=^\S)" % re.escape(name), src + "\nEND", re.M | re.S)
+    assert m, "%s has no test %s" % (path, name)
+    if os.path.basename(WHERE[cmd]) in src:
+        return  # the test reads its commands from the page itself
+    from kvedge_host import boards
+    for token, expr in params.items():
+        assert expr in src and token in eval(expr, {"boards": boards}), (path, token, expr)
+    missing = [t for t in shlex.split(cmd)[1:]
+               if '"%s"' % t not in src and "'%s'" % t not in src and t not in params]
+    assert missing == [], "%s::%s does not run %r: %s not in it" % (path, name, cmd, missing)
+
+
+@pytest.mark.parametrize("cmds", FOUND["synopsis"])
+def test_synopsis_shows_only_real_options(cmds):
+    for cmd, expected in cmds:
+        check_synopsis(cmd, expected)
+
+
+def check_synopsis(cmd, expected):
+    from kvedge_host import cli
+    words = cmd.split()
+    assert words[0] == "kvedge", cmd
+    sub = cli.build_parser()._subparsers._group_actions[0].choices[words[1]]
+    options = sub._option_string_actions
+    text = " ".join([cmd] + expected)
+    for opt in re.findall(r"(?<![\w-])(--?[a-zA-Z][\w-]*)", text):
+        assert opt in options, "%s: kvedge %s has no option %s" % (cmd, words[1], opt)
+    for opt, alts in re.findall(r"(--[\w-]+) ([\w.-]+(?:\|[\w.-]+)+)", text):
+        choices = options[opt].choices
+        assert choices and set(alts.split("|")) <= set(choices), "%s: %s takes %s" % (cmd, opt, choices)
+
+
+@pytest.mark.parametrize("code", [pytest.param(body, id="%s:%d" % (page, line))
+                                  for page, runnable, body, line in PYTHON if runnable])
+def test_documented_python_runs(code, scratch):
+    p = subprocess.run([sys.executable, "-c", code], cwd=scratch, env=_env(), capture_output=True, text=True,
                        timeout=300)
     assert p.returncode == 0, "exit %d\n%s" % (p.returncode, (p.stdout + p.stderr)[-3000:])
 
+
+def test_board_blocks_run_on_one_virtual_board(scratch):
+    """Every ```sh board command, in page order, against the board the docs' own `kvedge sim ... &` starts."""
+    cmds = [c for p in FOUND["board"] for c in p.values[0]]
+    starts = [c for c, _ in cmds if c.startswith("kvedge sim ") and c.endswith("&")]
+    assert len(starts) == 1, "the board blocks start exactly one board (`kvedge sim ... &`): %s" % starts
+    env, run, _, _ = argv(starts[0], scratch)
+    link = run[run.index("--link") + 1]
+    sim = subprocess.Popen(run, cwd=scratch, env=_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           start_new_session=True)
+    try:
+        end = time.monotonic() + 120
+        while not os.path.exists(link):
+            assert sim.poll() is None and time.monotonic() < end, "%s did not start:\n%s" % (
+                starts[0], sim.stderr.read().decode() if sim.poll() is not None else "timeout")
+            time.sleep(0.2)
+        for cmd, expected in cmds:
+            if cmd != starts[0]:
+                run_documented(cmd, expected, scratch, port=link, timeout=600)
+    finally:
+        os.killpg(sim.pid, signal.SIGTERM)
+        try:
+            sim.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(sim.pid, signal.SIGKILL)
+            sim.wait(10)
+
+
+# ---------------------------------------------------------------- links
 
 @pytest.mark.parametrize("page", PAGES, ids=rel)
 def test_relative_links_point_to_existing_files(page):
