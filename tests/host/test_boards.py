@@ -241,3 +241,38 @@ def test_probe_on_circuitpython_runtime():
     # this unix build stores floats as full float32 (a board's REPR_C keeps 22 bits: the profile says single30)
     assert r["float_mant_bits"] == 24
     assert heap * 0.9 < r["heap_usable"] <= heap
+
+
+def test_measured_footprints_name_their_command_firmware_and_date():
+    """The runtime footprints `kvedge plan` counts were measured on a stand-in board: each says how, when, on what,
+    and that it is an estimate for the real board."""
+    for name, p in _all():
+        for s in p["sources"]:
+            if s["figure"].startswith("footprint."):
+                what = (name, s["figure"])
+                assert s["command"] == "kvedge footprint --board %s --write" % name, what
+                assert s["firmware"] and re.match(r"\d{4}-\d\d-\d\d$", s["date"]), what
+                assert s["estimate"] is True, what
+
+
+def _doc_table():
+    """{profile: (heap column, [estimates])} from docs/boards.md's table of estimates."""
+    with open(os.path.join(ROOT, "docs", "boards.md")) as f:
+        text = f.read()
+    rows = re.findall(r"^\| ([\w-]+) \| ([^|]+) \| ([^|]+) \|$", text, re.M)
+    return {n: (heap.strip(), [e.strip() for e in est.split(",")]) for n, heap, est in rows
+            if n in boards.names()}
+
+
+def test_docs_table_of_estimates_matches_the_profiles():
+    """docs/boards.md lists each profile's heap and the figures that are estimates (footprints aside: all are):
+    the table must say what the profiles say."""
+    table = _doc_table()
+    assert sorted(table) == sorted(boards.names())
+    for name, p in _all():
+        heap, est = table[name]
+        m = re.match(r"([\d,]+)( MiB)?", heap)
+        shown = int(m.group(1).replace(",", "")) * (2 ** 20 if m.group(2) else 1)
+        assert shown == p["heap_bytes"], (name, heap)
+        actual = [f for f, _ in boards.figures(p) if boards.is_estimate(p, f) and not f.startswith("footprint.")]
+        assert sorted(est) == sorted(actual), (name, est, actual)
