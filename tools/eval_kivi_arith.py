@@ -20,9 +20,9 @@ sys.path[:0] = [os.path.join(ROOT, "host"), os.path.join(ROOT, "device")]
 from kvedge_host import kiviref, quality  # noqa: E402
 from kvedge_host.paths import SHARED_MODELS  # noqa: E402
 
-# ideal min-max, each cause of kvedge's storage alone (zero down, scale up, ties up), that storage (which the
-# "kvedge cache" row must equal), it with each cause undone, KIVI's own (f16 nearest); then min-max refined by
-# least squares, in float64 and stored as nearest halves (not in kvedge: a candidate)
+# min-max: ideal, each cause of kvedge's former storage alone (zero down, scale up, ties up), that storage,
+# it with each cause undone, KIVI's own (f16 nearest); then min-max refined by least squares, ideal and as
+# kvedge.quant stores it now (kiviref.DEVICE, which the "kvedge cache" row must equal)
 DEFAULT = ["exact/exact/even", "down/exact/even", "exact/up/even", "exact/exact/up", "near/near/even",
            "down/up/up", "near/up/up", "down/near/up", "down/up/even", "exact/exact/even/lsq4", "near/near/up/lsq4"]
 

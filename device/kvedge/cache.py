@@ -94,7 +94,7 @@ class KVCache:
         self._f32 = "<%df" % D
         # largest |value| a row may hold: float32 range, what an i8 row's f16 scale covers, the f16 range
         self.vlim = check.F32_MAX if cfg.dtype == F32 else (check.I8_MAX if cfg.dtype == I8 else check.F16_MAX)
-        self._scratch = zeros("f", D)  # one row, for quantizing
+        self._scratch = zeros("f", max(D, G) if self.kivi else D)  # one row (KIVI: or a group's key channel)
         self.policy = None
         # bytes one cached token occupies, by where it lives (for used_bytes)
         self.pre_slot_bytes = 2 * L * H * self.frow

@@ -1,4 +1,4 @@
-# Number formats of the cache: IEEE half, symmetric int8, asymmetric int4 and int2.
+# Number formats of the cache: IEEE half and symmetric int8 (asymmetric int4 and int2: kvedge.kivi).
 #
 # IEEE half is converted here, not with struct's 'e': MicroPython's 'e' rounds ties away from even and wraps
 # on overflow. These functions are exact round-to-nearest-even on every runtime (the scaling by powers of two
@@ -95,19 +95,4 @@ def i8_code(x, inv):
     return 127 if n > 127 else (-127 if n < -127 else n)
 
 
-# ---- int4 / int2, asymmetric: x ~ zero + code * scale, code in 0..top (15 for int4, 3 for int2) ----
-
-def asym_params(mn, mx, top):
-    """(scale bits, zero bits) covering [mn, mx] with top + 1 levels; error <= scale/2 inside."""
-    zb = f16_bits_down(mn)
-    z = f16_value(zb)
-    s = (mx - z) / top
-    if s > F16_MAX:
-        raise ValueError("range [%r, %r] too wide for a %d-level group (f16 scale limit)" % (mn, mx, top + 1))
-    return f16_bits_up(s), zb
-
-
-def asym_code(x, zero, inv, top):
-    n = int((x - zero) * inv + 0.5)
-    return top if n > top else (0 if n < 0 else n)
-
+# int4 / int2 (asymmetric, KIVI) live in kvedge.kivi: only i4/i2 caches load them.

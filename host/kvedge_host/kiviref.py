@@ -6,13 +6,13 @@ the newest R..R+G-1 tokens stay in full precision and a whole group is quantized
 The arithmetic of one group is a tuple of choices, so the gap between the ideal and a device's storage can be
 measured one cause at a time:
 
-  zero   "exact" (float64 min) | "near" (f16 nearest to min) | "down" (largest f16 <= min)
+  zero   "exact" (float64 min) | "near" (f16 nearest to it) | "down" (largest f16 <= it)
   scale  "exact" (float64 (max - zero) / top) | "near" (f16 nearest) | "up" (smallest f16 >= it)
   round  "even" (nearest, ties to even: numpy's rint) | "up" (floor(y + 0.5), ties up)
 
 A fourth, optional element "lsqN" refits zero and scale N times by least squares to the codes of the previous
 fit (the uniform quantizer's Lloyd step: codes fixed, the line zero + code * scale through the group's values)
-before they are stored.
+before they are stored (then zero and scale are the fitted ones, not min and span / top).
 
 Codes are computed against the zero and scale actually stored and clamped to 0..top; the value read back is
 zero + code * scale. IDEAL is float64 throughout; DEVICE is what kvedge.quant stores."""
@@ -20,7 +20,8 @@ import numpy as np
 
 IDEAL = ("exact", "exact", "even")
 KIVI_F16 = ("near", "near", "even")  # KIVI's own code keeps scale and zero in the f16 tensors it works in
-DEVICE = ("down", "up", "up")  # kvedge.quant: min-max, f16 bits chosen so that no value clips, ties up
+MINMAX_F16 = ("down", "up", "up")  # kvedge until the refinement: min-max, no value clips, ties up
+DEVICE = ("near", "near", "up", "lsq4")  # kvedge.quant: min-max refined 4 times by least squares, nearest f16
 ZEROS = ("exact", "near", "down")
 SCALES = ("exact", "near", "up")
 ROUNDS = ("even", "up")

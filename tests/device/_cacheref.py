@@ -80,14 +80,34 @@ def tolerance(cfg, seed, pos, layer, kv, head, i, slot, n=None):
     if cfg.dtype == "i8":
         amax = max(abs(e) for e in x)
         return amax / 127.0 * (1 + 2.0 ** -10) / 2 + amax * 1e-6
-    # i4 / i2: asymmetric, scale = span/15 (span/3) rounded up to f16, zero rounded down to f16
+    # i4 / i2: asymmetric, zero and scale fitted over the row (values, residual-0 keys) or the channel's group
     if kv == 0 and cfg.residual:
         G = cfg.group
         first = pos - (pos - cfg.prefix) % G  # a key group is G consecutive positions after the prefix
         vals = [row(seed, q, layer, kv, cfg.kv_heads * D, D)[head * D + i] for q in range(first, first + G)]
     else:
         vals = x
+    return fit_bound(vals, 15 if cfg.dtype == "i4" else 3)
+
+
+def minmax_sse(vals, top):
+    """Squared error of the group under plain min-max codes (zero = min, scale = span/top, exact floats)."""
     mn, mx = min(vals), max(vals)
-    span = mx - mn + abs(mn) * 2.0 ** -10 + 2.0 ** -24
-    top = 15.0 if cfg.dtype == "i4" else 3.0
-    return span / top * (1 + 2.0 ** -9) / 2 + (abs(mn) + abs(mx)) * 1e-6
+    s = (mx - mn) / top
+    if not s:
+        return 0.0
+    e2 = 0.0
+    for v in vals:
+        q = int((v - mn) / s + 0.5)
+        q = top if q > top else q
+        e2 += (mn + q * s - v) ** 2
+    return e2
+
+
+def fit_bound(vals, top):
+    """Largest |stored - true| for an element of a least-squares-fitted group: the fit's squared error is at most
+    min-max's (each refinement lowers it), and the stored halves of zero and scale add at most a few f16 ulps to
+    every element."""
+    mn, mx = min(vals), max(vals)
+    ulps = (abs(mn) + abs(mx) + (mx - mn)) * 2.0 ** -10 + 2.0 ** -22
+    return (minmax_sse(vals, top) ** 0.5 + len(vals) ** 0.5 * ulps) * (1 + 2.0 ** -20)

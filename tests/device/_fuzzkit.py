@@ -187,6 +187,7 @@ class Fuzz:
     def settle(self):
         """A valid call happened: what follows is compared with this state."""
         self.valid += 1
+        self.before = None  # the old snapshot is done with: never two alive at once (board heaps)
         self.before = self.snap()
 
     def refuse(self, fn, args, what, counted=None):

@@ -9,41 +9,13 @@ from kvedge.cache import KVCache
 from kvedge.config import CacheConfig
 from _support import Rng, need, under_heap_lock
 from _attref import CASES, reference, cosine, _case, _fill, _gauss_rows, _int_step, _same
-
-
-def _int_case(case, seed, dtype="i8", residual=4):
-    cfg, c, K, V, live, q, att = _case(dtype, case, seed, residual=residual)
-    out, oq, oe = _int_step(att, cfg, q)
-    cs = cosine(out, reference(cfg, K, V, live, 0, q))
-    for kind in kernels.available():
-        att.k = kernels.select(kind)
-        _, oq2, oe2 = _int_step(att, cfg, q)
-        assert _same(oq2, oq) and _same(oe2, oe), kind
-    kernels.select()
-    return cs
+from _attint import _int_case
 
 
 def test_integer_path_i8_cosine_and_same_bits_on_every_kernel():
     for i, case in enumerate(CASES):
         cs = _int_case(case, 40 + i)
         assert cs >= 0.999, (case, cs)
-        gc.collect()
-
-
-def test_integer_path_i4_kivi_with_f32_sinks_and_residual():
-    # i4 rows, the f32 prefix (sinks) and the sliding f32 residual (one or two groups) all go through int8 codes
-    for i, case in enumerate(CASES):
-        for residual in (4, 8):
-            cs = _int_case(case, 45 + i, "i4", residual)
-            assert cs >= 0.99, (case, residual, cs)
-            gc.collect()
-
-
-def test_integer_path_i2_kivi_and_same_bits_on_every_kernel():
-    # 2-bit rows (four levels per value) through the same conversion to int8 codes as i4
-    for i, case in enumerate(CASES):
-        cs = _int_case(case, 60 + i, "i2", 8 if i % 2 else 4)
-        assert cs >= 0.9, (case, cs)
         gc.collect()
 
 
