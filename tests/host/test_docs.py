@@ -59,10 +59,30 @@ SMALLER = {
          "every point at 64 tokens, one round: the 1024-token float step alone takes ~0.8 s x 25"),
     "tools/bench_model.py --tokens 32":
         ("tools/bench_model.py --weights i8 --caches i8 --kernels viper --contexts 16 --tokens 2 --repeat 1",
-         "the full matrix prefills 512 tokens per figure on the float path: many minutes"),
-    "tools/bench_model.py --weights i8 --caches i8 f16 i4 --kernels viper --tokens 32":
-        ("tools/bench_model.py --weights i8 --caches i8 f16 i4 --kernels viper --contexts 32 --tokens 2 "
-         "--repeat 1", "a 32-token context (i4's group) and 2 timed steps instead of 256/512 and 32 x 3"),
+         "the full matrix prefills 256 and 512 tokens per figure, most on the float path: minutes"),
+    "tools/bench_model.py --weights i8 --caches i8 --kernels viper --tokens 32":
+        ("tools/bench_model.py --weights i8 --caches i8 --kernels viper --contexts 16 --tokens 2 --repeat 1",
+         "a 16-token context and 2 timed steps instead of 256/512 and 32 x 3"),
+    "tools/bench_model.py --weights i8 --caches f16 i4 --kernels viper --tokens 32 --repeat 1":
+        ("tools/bench_model.py --weights i8 --caches f16 i4 --kernels viper --contexts 32 --tokens 2 --repeat 1",
+         "a 32-token context (i4's group) and 2 timed steps instead of 256/512 and 32"),
+    ".venv/bin/python tools/bench_attention.py --dtype i4 --tokens 64,256 --no-float":
+        (".venv/bin/python tools/bench_attention.py --dtype i4 --tokens 64 --no-float --reps 1 --rounds 1",
+         "one point, one round"),
+    ".venv/bin/python tools/bench_cache.py --runtime m3":
+        (".venv/bin/python tools/bench_cache.py --runtime m3 --shape d64 --reads 2",
+         "the shape that fits, 2 reads: the emulated board's boot dominates (~9 s)"),
+    ".venv/bin/python tools/bench_cache.py --runtime m3 --shape stories --align 0":
+        (".venv/bin/python tools/bench_cache.py --runtime m3 --shape stories --align 0 --reads 2", "2 reads"),
+    ".venv/bin/python tools/bench_attention.py --runtime m3 --tokens 64,128":
+        (".venv/bin/python tools/bench_attention.py --runtime m3 --tokens 32 --no-float",
+         "one 32-token point without the float path (its 128-token step alone is 0.5 G instructions)"),
+    ".venv/bin/python tools/bench_model.py --runtime m3 --weights i8 --caches i8 --kernels viper plain --contexts 128 "
+    "--tokens 8":
+        (".venv/bin/python tools/bench_model.py --runtime m3 --weights i8 --caches i8 --kernels viper --contexts 32 "
+         "--tokens 2", "viper only (a plain token is 0.75 G instructions), a 32-token context, 2 tokens"),
+    ".venv/bin/python tools/bench_rom.py":
+        (".venv/bin/python tools/bench_rom.py --tokens 2 --context 16", "2 tokens at a 16-token context"),
     ".venv/bin/python tools/mprun.py --runtime unix":
         (".venv/bin/python tools/mprun.py --runtime unix -k test_budget_layers",
          "one file: tests/host/test_runtimes.py runs every file on every runtime"),
@@ -320,7 +340,7 @@ def needs_shared(cmd):
     model = os.path.join(SHARED, "models", "stories260K.bin")
     if ("../shared" in cmd or any(u in cmd for u in MODEL_USERS)) and not os.path.exists(model):
         pytest.skip("needs %s (the shared models), absent here" % model)
-    if re.search(r"--runtime m3\b", cmd):
+    if re.search(r"--runtime m3\b", cmd) or "tools/bench_rom.py" in cmd:  # bench_rom runs on it only
         from kvedge_host import m3board
         why = m3board.missing("rp2040")
         if why:
