@@ -12,9 +12,9 @@ that exists. A fenced block that shows a command (a line starting with `kvedge`,
   test runs it: that test is named, and must hold the command's arguments or read the page itself) or NOT_RUN
   (why it cannot run here).
 - ```python runnable runs as a script on CPython with the device package importable; any other ```python
-  block is in FRAGMENTS with the reason.
+  block (calls over the reader's own data) runs after a prelude in STANDINS that defines that data.
 A command shown in a fence without one of these, or in an indented code block, fails the test; so does an entry
-of SMALLER/ELSEWHERE/NOT_RUN/FRAGMENTS that no page shows any more.
+of SMALLER/ELSEWHERE/NOT_RUN/STANDINS that no page shows any more.
 
 What the test changes in a command, and nothing else: commands run in a scratch folder whose entries are links
 to the checkout's (so `docs/...`, `device/...` and `../shared/...` resolve as from the repository root and files
@@ -164,26 +164,48 @@ NOT_RUN = {
         "package.json and runs here",
 }
 
-# ```python blocks that are not run: (page, first line) -> why
-FRAGMENTS = {
-    ("README.md", "import json"): "reads the kvedge_plan.json a deploy leaves on a board; the same two calls run "
-                                  "in docs/device-api.md's runnable example and tests/device/test_cache.py",
+# ```python blocks that show calls over the reader's own data (a token stream, this token's K/V codes): they run
+# against stand-ins. (page, first line) -> (prelude defining the names the block leaves to the reader, checks run
+# after it). Absolute "/kv_cold..." paths (the board's flash) become files in the scratch folder.
+_Q8 = ("from array import array\n"
+       "kc, vc = array('b', range(-16, 16)), array('b', range(16, -16, -1))  # KV heads x head_dim int8 codes\n"
+       "ks, vs = array('H', [0x2C00] * 4), array('H', [0x2C00] * 4)          # f16 scale bits per KV head\n"
+       "qc, qs = array('b', [3] * 64), array('H', [0x2C00] * 8)             # the query: heads x head_dim\n"
+       "out_q, out_exp = array('i', [0] * 64), array('i', [0] * 8)\n")
+_FLOATS = ("from array import array\nfrom kvedge.config import CacheConfig\n"
+           "ks = [array('f', [0.5] * 32) for layer in range(5)]   # this token's K (and V) in every layer\n"
+           "vs = [array('f', [0.25] * 32) for layer in range(5)]\n"
+           "layer, q, out = 0, array('f', [0.25] * 64), array('f', [0.0] * 64)\n")
+_POOL = (_FLOATS + "from kvedge.paged import PagedPool\n"
+         "pool = PagedPool(CacheConfig(5, 8, 4, 8, 256, 'i8', align=0), block=16, sessions=8)\n"
+         "sid = pool.open()\nfor t in range(40):\n    pool.append(sid, ks, vs)\n")
+STANDINS = {
+    ("README.md", "import json"):
+        ("import subprocess, sys\n"
+         "subprocess.run([sys.executable, '-m', 'kvedge_host.cli', 'plan', '--model', 'docs/examples/stories260K.json',"
+         " '--board', 'rp2040', '--weights-dtype', 'i8', '--workspace', '136403', '--out', 'kvedge_plan.json'],"
+         " check=True, capture_output=True)\n",
+         "assert cache.stats()['total_bytes'] == CacheConfig.from_dict(doc['cache']).nbytes() > 0\n"),
     ("docs/device-api.md", "from kvedge.cache import KVCache"):
-        "a loop shape over the reader's own token stream; tests/device/test_evict.py runs these calls",
+        (_Q8 + "stream = range(200)\n",
+         "assert cache.stats()['tokens_cached'] == 128 and cache.stats()['evictions'] == 72, cache.stats()\n"),
     ("docs/device-api.md", "from kvedge.paged import PagedPool"):
-        "a fragment over the reader's own data; tests/device/test_paged.py runs these calls",
+        (_FLOATS + "pinned = set()\n", ""),
     ("docs/device-api.md", "from kvedge.stream import Stream"):
-        "a fragment over the reader's own data; tests/device/test_stream.py runs these calls",
-    ("docs/device-api.md", "from kvedge.tier import ColdTier"):
-        "a fragment over the reader's own data; tests/device/test_tier.py runs these calls",
+        (_FLOATS + "from kvedge.cache import KVCache\n"
+         "cache = KVCache(CacheConfig(5, 8, 4, 8, 64, 'f32', align=0))\nend_of_utterance = True\n",
+         "st.append(ks, vs, marker=True)  # a marker: a reset point before this token\n"
+         "assert '\"resets_marker\":1' in st.stats_json() and cache.stats()['tokens_cached'] == 1, st.stats_json()\n"),
+    ("docs/device-api.md", "from kvedge.tier import ColdTier"): (_POOL, ""),
     ("docs/device-api.md", "from kvedge.config import CacheConfig"):
-        "a fragment over the reader's own data; tests/device/test_tiered.py runs these calls",
+        (_Q8 + "layer = 0\n", ""),
     ("docs/device-api.md", "from kvedge.telemetry import Telemetry"):
-        "a fragment (`... tel.tick() ...`); tests/device/test_telemetry.py runs these calls",
+        ("from kvedge.config import CacheConfig\nfrom kvedge.cache import KVCache\n"
+         "cache = KVCache(CacheConfig(5, 8, 4, 8, 64, 'i8', align=0))\nn = 3\n", ""),
     ("docs/tiered.md", "from kvedge.config import CacheConfig"):
-        "a loop shape over the reader's own token stream; tests/device/test_tiered.py runs these calls",
+        (_Q8 + "stream = range(100)\n",
+         "assert tc.stats()['cold_tokens'] > 0, tc.stats()\n"),
 }
-
 
 def rel(path):
     return os.path.relpath(path, ROOT)
@@ -395,8 +417,8 @@ def test_every_plain_sh_command_is_smaller_elsewhere_or_not_run_and_no_entry_is_
     stale = [c for d in (SMALLER, ELSEWHERE, NOT_RUN) for c in d if c not in shown]
     assert stale == [], "listed commands no page shows any more: %s" % stale
     pys = {(page, body.strip().splitlines()[0]) for page, runnable, body, _ in PYTHON if not runnable}
-    assert pys == set(FRAGMENTS), "```python blocks not run: unlisted %s, stale %s" % (
-        sorted(pys - set(FRAGMENTS)), sorted(set(FRAGMENTS) - pys))
+    assert pys == set(STANDINS), "```python blocks not run: without a stand-in %s, stale %s" % (
+        sorted(pys - set(STANDINS)), sorted(set(STANDINS) - pys))
 
 
 def test_the_docs_hold_commands_of_every_kind():
@@ -481,6 +503,18 @@ def test_documented_python_runs(code, scratch):
     p = subprocess.run([sys.executable, "-c", code], cwd=scratch, env=_env(), capture_output=True, text=True,
                        timeout=300)
     assert p.returncode == 0, "exit %d\n%s" % (p.returncode, (p.stdout + p.stderr)[-3000:])
+
+
+@pytest.mark.parametrize("key", sorted(STANDINS), ids=lambda k: "%s:%s" % k)
+def test_documented_python_runs_on_stand_ins(key, scratch):
+    """A block over the reader's own data, run after a prelude that defines that data, then checked."""
+    prelude, checks = STANDINS[key]
+    body = [b for page, runnable, b, _ in PYTHON if (page, b.strip().splitlines()[0]) == key][0]
+    body = re.sub(r"([\"'])/kv_cold", r"\1kv_cold", body)
+    code = prelude + body + checks
+    p = subprocess.run([sys.executable, "-c", code], cwd=scratch, env=_env(), capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, "exit %d\n%s\n%s" % (p.returncode, code, (p.stdout + p.stderr)[-3000:])
 
 
 def test_board_blocks_run_on_one_virtual_board(scratch):
