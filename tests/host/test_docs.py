@@ -14,7 +14,8 @@ that exists. A fenced block that shows a command (a line starting with `kvedge`,
 - ```python runnable runs as a script on CPython with the device package importable; any other ```python
   block (calls over the reader's own data) runs after a prelude in STANDINS that defines that data.
 A command shown in a fence without one of these, or in an indented code block, fails the test; so does an entry
-of SMALLER/ELSEWHERE/NOT_RUN/STANDINS that no page shows any more.
+of SMALLER/ELSEWHERE/NOT_RUN/STANDINS that no page shows any more. Commands quoted in prose (`kvedge plan --top 3`)
+must name a real command or script and only options it accepts.
 
 What the test changes in a command, and nothing else: commands run in a scratch folder whose entries are links
 to the checkout's (so `docs/...`, `device/...` and `../shared/...` resolve as from the repository root and files
@@ -483,18 +484,66 @@ def test_synopsis_shows_only_real_options(cmds):
         check_synopsis(cmd, expected)
 
 
-def check_synopsis(cmd, expected):
-    from kvedge_host import cli
+def _options(prog):
+    """{option string: argparse action} of `kvedge SUB` (in process) or of a tools/ script (from its --help)."""
+    if prog[0] == "kvedge":
+        from kvedge_host import cli
+        subs = cli.build_parser()._subparsers._group_actions[0].choices
+        assert prog[1] in subs, "kvedge has no command %r" % prog[1]
+        return subs[prog[1]]._option_string_actions
+    path = os.path.join(ROOT, prog[0])
+    assert os.path.exists(path), "no script %s" % prog[0]
+    p = subprocess.run([sys.executable, path, "--help"], capture_output=True, text=True, env=_env(), timeout=120)
+    assert p.returncode == 0, p.stderr
+    return {o: None for o in re.findall(r"(?<![\w-])(--?[a-zA-Z][\w-]*)", p.stdout)}
+
+
+def check_synopsis(cmd, expected, options=None):
     words = cmd.split()
     assert words[0] == "kvedge", cmd
-    sub = cli.build_parser()._subparsers._group_actions[0].choices[words[1]]
-    options = sub._option_string_actions
+    options = options if options is not None else _options(words[:2])
     text = " ".join([cmd] + expected)
     for opt in re.findall(r"(?<![\w-])(--?[a-zA-Z][\w-]*)", text):
         assert opt in options, "%s: kvedge %s has no option %s" % (cmd, words[1], opt)
     for opt, alts in re.findall(r"(--[\w-]+) ([\w.-]+(?:\|[\w.-]+)+)", text):
         choices = options[opt].choices
         assert choices and set(alts.split("|")) <= set(choices), "%s: %s takes %s" % (cmd, opt, choices)
+
+
+INLINE = re.compile(r"`((?:[A-Z][A-Z0-9_]*=\S+ )*(?:kvedge [a-z]+|(?:\.venv/bin/python )?tools/[\w/]+\.py)(?: [^`]*)?)`")
+
+
+def inline_commands():
+    """{(program words): [(page, command)]} of the commands quoted in the pages' prose (`kvedge plan --top 3`)."""
+    out = {}
+    for page in PAGES:
+        with open(page) as f:
+            text = FENCE.sub("", f.read())
+        for cmd in INLINE.findall(" ".join(text.split())):
+            words = [w for w in cmd.split() if not re.match(r"^[A-Z][A-Z0-9_]*=", w) and w != ".venv/bin/python"]
+            prog = tuple(words[:2]) if words[0] == "kvedge" else (words[0],)
+            out.setdefault(prog, []).append((rel(page), cmd))
+    return out
+
+
+def test_commands_quoted_in_prose_name_real_commands_and_options():
+    """Prose quotes commands too (`kvedge plan --board all --quality`): each names a command or script that
+    exists and only options it accepts (and choices among its choices)."""
+    found = inline_commands()
+    assert len(found) >= 10
+    bad = []
+    for prog, uses in sorted(found.items()):
+        options = _options(list(prog))
+        for page, cmd in uses:
+            if prog[0] == "kvedge":
+                try:
+                    check_synopsis(cmd, [], options)
+                except AssertionError as e:
+                    bad.append("%s: %s" % (page, e))
+            else:
+                bad += ["%s: `%s`: %s has no option %s" % (page, cmd, prog[0], o)
+                        for o in re.findall(r"(?<![\w-])(--?[a-zA-Z][\w-]*)", cmd) if o not in options]
+    assert bad == [], "\n".join(bad)
 
 
 @pytest.mark.parametrize("code", [pytest.param(body, id="%s:%d" % (page, line))
