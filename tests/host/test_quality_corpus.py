@@ -54,6 +54,8 @@ def test_kivi_residual_and_two_bit_costs_on_the_written_corpus():
     i4 = rows["i4 KIVI (g32, R32)"]
     assert i4["ppl"] <= base * 1.005 and i4["kl"] <= 0.001, i4
     assert rows["i2 KIVI (g32, R64)"]["kl"] < rows["i2 KIVI (g32, R32)"]["kl"] < rows["i2 per-token keys"]["kl"]
+    # issue 17's i2 target (+10 %), met since the least-squares fit (+2.3 %; min-max codes measured +7.3 %)
+    assert rows["i2 KIVI (g32, R32)"]["ppl"] <= base * 1.10, rows["i2 KIVI (g32, R32)"]
     assert res["samples"] == len(texts) >= 3
 
 
