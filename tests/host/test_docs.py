@@ -184,7 +184,8 @@ STANDINS = {
     ("README.md", "import json"):
         ("import subprocess, sys\n"
          "subprocess.run([sys.executable, '-m', 'kvedge_host.cli', 'plan', '--model', 'docs/examples/stories260K.json',"
-         " '--board', 'rp2040', '--weights-dtype', 'i8', '--workspace', '136403', '--out', 'kvedge_plan.json'],"
+         " '--board', 'rp2040', '--weights-dtype', 'i8', '--workspace', '136403', '--quality', '--top', '3', '--out',"
+         " 'kvedge_plan.json'],"
          " check=True, capture_output=True)\n",
          "assert cache.stats()['total_bytes'] == CacheConfig.from_dict(doc['cache']).nbytes() > 0\n"),
     ("docs/device-api.md", "from kvedge.cache import KVCache"):
