@@ -596,6 +596,18 @@ def test_board_blocks_run_on_one_virtual_board(scratch):
 
 # ---------------------------------------------------------------- links
 
+def anchors(path):
+    """The #fragments a page's headings get (GitHub's rule: lower case, punctuation dropped, spaces -> hyphens)."""
+    with open(path) as f:
+        text = FENCE.sub("", f.read())
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in re.findall(r"^#+ (.*)$", text, re.M)}
+
+
+def test_anchors_follow_githubs_rule():
+    assert "the-forward-passes-integer-float-and-ulab-issue-13" in \
+        anchors(os.path.join(ROOT, "docs", "benchmarks.md"))  # "## The forward passes: integer, float and ulab (issue 13)"
+
+
 @pytest.mark.parametrize("page", PAGES, ids=rel)
 def test_relative_links_point_to_existing_files(page):
     with open(page) as f:
@@ -603,9 +615,12 @@ def test_relative_links_point_to_existing_files(page):
     text = re.sub(r"^```.*?^```", "", text, flags=re.M | re.S)  # code blocks hold no links
     missing = []
     for target in LINK.findall(text):
-        if re.match(r"^[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
-            continue  # a URL, or an anchor on the same page
-        path = target.split("#", 1)[0]
-        if not os.path.exists(os.path.join(os.path.dirname(page), path)):
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target):
+            continue  # a URL
+        path, _, frag = target.partition("#")
+        full = os.path.join(os.path.dirname(page), path) if path else page
+        if not os.path.exists(full):
             missing.append(target)
-    assert missing == [], "%s links to missing files: %s" % (rel(page), missing)
+        elif frag and full.endswith(".md") and frag not in anchors(full):
+            missing.append(target)  # a heading renamed away
+    assert missing == [], "%s links to missing files or headings: %s" % (rel(page), missing)
