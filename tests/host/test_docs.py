@@ -21,7 +21,8 @@ What the test changes in a command, and nothing else: commands run in a scratch 
 to the checkout's (so `docs/...`, `device/...` and `../shared/...` resolve as from the repository root and files
 a command writes land in the scratch folder); `/tmp/X` becomes the scratch folder's `tmp/X`; `kvedge` is
 `python -m kvedge_host.cli`, `.venv/bin/python` and `python` are the interpreter running the tests, `mpremote`
-the virtual environment's; in board blocks the placeholder ports become the virtual board's. A command that
+the virtual environment's; in board blocks the placeholder ports become the virtual board's; XDG_CACHE_HOME is the
+scratch folder's `cache` (a virtual board's default filesystem starts empty there, not in ~/.cache). A command that
 needs ../shared (the models and board runtimes) is skipped, with the reason, where that folder is absent."""
 import glob
 import inspect
@@ -347,8 +348,10 @@ def argv(cmd, scratch, port=None):
     return env, run, out, background
 
 
-def _env(extra=()):
+def _env(extra=(), scratch=None):
     env = dict(os.environ, COLUMNS="200", KVEDGE_SHARED=SHARED)
+    if scratch:  # a virtual board's default filesystem (~/.cache/kvedge/sim/BOARD) starts empty, here
+        env["XDG_CACHE_HOME"] = os.path.join(scratch, "cache")
     env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "host"), os.path.join(ROOT, "device")] +
                                         [p for p in [env.get("PYTHONPATH")] if p])
     env.update(extra)
@@ -374,7 +377,7 @@ def needs_shared(cmd):
 def run_documented(cmd, expected, scratch, port=None, timeout=300):
     env, run, out, background = argv(cmd, scratch, port)
     assert not background, "%s: only a board block's `kvedge sim ... &` runs in the background" % cmd
-    p = subprocess.run(run, cwd=scratch, env=_env(env), capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run(run, cwd=scratch, env=_env(env, scratch), capture_output=True, text=True, timeout=timeout)
     text = p.stdout + p.stderr
     assert p.returncode == 0, "%s\nexit %d\n%s" % (cmd, p.returncode, text[-3000:])
     if out:
@@ -574,7 +577,7 @@ def test_board_blocks_run_on_one_virtual_board(scratch):
     assert len(starts) == 1, "the board blocks start exactly one board (`kvedge sim ... &`): %s" % starts
     env, run, _, _ = argv(starts[0], scratch)
     link = run[run.index("--link") + 1]
-    sim = subprocess.Popen(run, cwd=scratch, env=_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    sim = subprocess.Popen(run, cwd=scratch, env=_env(env, scratch), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            start_new_session=True)
     try:
         end = time.monotonic() + 120
