@@ -411,6 +411,9 @@ def test_every_command_block_says_how_it_is_run():
         with open(page) as f:
             text = f.read()
         blocks(text)  # raises on an unclassified fence
+        nested = re.findall(r"^[ \t]+```.*$", text, re.M)
+        assert nested == [], "%s: fences must start at the line's start (the test reads no others): %s" % (
+            rel(page), nested)
         prose = FENCE.sub("", text)
         indented = INDENTED.findall(prose)
         assert indented == [], "%s: commands in an indented block (use a ```sh fence): %s" % (rel(page), indented)
