@@ -18,7 +18,7 @@ import math
 from . import check, kernels, quant
 from .cache import KVCache
 from .compat import zeros, const
-from .budget import I2, I4, I8
+from .sizes import I2, I4, I8
 from .kernels_plain import (T_N, T_D, T_QOFF, T_T, T_B, T_EQ, T_M, T_WS, T_EVMAX, T_TMAX, T_EVT, T_HDR, T_KIVI,
                            T_LSUM, T_SH, T_CORR, T_QBITS)
 

@@ -27,7 +27,7 @@
 import struct
 
 from .compat import zeros
-from .budget import CODE_BITS, FULL, LOWBIT, I8, F16, F32, align_up, residual_rows, row_bytes
+from .sizes import CODE_BITS, FULL, LOWBIT, I8, F16, F32, align_up, residual_rows, row_bytes
 from .config import CacheConfig
 from .errors import BudgetError, CacheFullError
 from . import check, quant

@@ -1,5 +1,5 @@
 # A validated KV-cache configuration. Construction either succeeds whole or raises ValueError naming the field.
-from .budget import (F32, CACHE_DTYPES, LOWBIT, QK, cache_bytes, cache_slots, check_align, check_dtype, check_int,
+from .sizes import (F32, CACHE_DTYPES, LOWBIT, QK, cache_bytes, cache_slots, check_align, check_dtype, check_int,
                      row_bytes)
 
 _FIELDS = ("layers", "heads", "kv_heads", "head_dim", "max_tokens", "dtype", "window", "sinks", "align",

@@ -16,7 +16,7 @@
 from . import check
 from .cache import KVCache
 from .compat import zeros
-from .budget import LOWBIT
+from .sizes import LOWBIT
 from .errors import CacheFullError
 
 CAP = (1 << 30) - 1

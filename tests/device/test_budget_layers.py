@@ -109,15 +109,17 @@ def test_h2o_scores_and_weight_row_buffer():
 
 def test_weights_streamed_from_flash():
     # stories260K (dim 64, hidden 172, 5 layers): 8 rows of w2's 172 inputs; the scales of a chunk of the
-    # narrowest rows (64 inputs: 1376 // 64 = 21 rows); norms 2 per layer + the final one, f32
+    # narrowest rows (64 inputs: 1376 // 64 = 21 rows); one f32 norm vector read from the file when applied (all
+    # of them, 2 per layer + the final one, with norms=True: what the integer and ulab passes keep)
     from kvedge.model import streambytes
     p = budget.llama_params(64, 172, 5, 8, 4, 512)
-    norms = 4 * (5 * 2 * 64 + 64)
+    norms = 4 * 64
     assert streambytes.STREAM_ROWS == 8
     assert streambytes.stream_buffer_bytes(64, 172, "i8") == 1376
     assert streambytes.stream_scale_slots(64, 172, "i8", 1376) == 21
-    assert streambytes.weights_stream_bytes(p, 64, 172, "i8") == norms + 1376 + 4 * 21 == 4276
-    assert streambytes.weights_stream_bytes(p, 64, 172, "f32") == norms + 8 * 172 * 4 == 8320   # no scales
+    assert streambytes.weights_stream_bytes(p, 64, 172, "i8") == norms + 1376 + 4 * 21 == 1716
+    assert streambytes.weights_stream_bytes(p, 64, 172, "i8", norms=True) == 4 * (5 * 2 * 64 + 64) + 1376 + 4 * 21
+    assert streambytes.weights_stream_bytes(p, 64, 172, "f32") == norms + 8 * 172 * 4 == 5760   # no scales
     assert streambytes.weights_stream_bytes(p, 64, 171, "i4") == norms + 8 * 86 + 4 * (8 * 86 // 32)
     assert streambytes.weights_stream_bytes(p, 64, 172, "i8", buffer_bytes=640) == norms + 640 + 4 * 10
     e = raises(ValueError, streambytes.stream_buffer_bytes, 64, 172, "q8_0")

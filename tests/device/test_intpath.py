@@ -15,6 +15,11 @@ _k = __import__("kvedge.kernels").kernels.get()
 if hasattr(_k, "att_preload"):
     _k.att_preload(_k)
 gc.collect()
+for _kind in __import__("kvedge.kernels").kernels.available():  # every kind's q_* kernels (compared below), now
+    __import__("kvedge.kernels").kernels.select(_kind)
+    intpath.qkernels()
+    gc.collect()
+__import__("kvedge.kernels").kernels.select()
 from _support import need, raises, under_heap_lock  # noqa: E402
 from _model_support import tmp_path  # noqa: E402
 from kvedge import kernels  # noqa: E402

@@ -77,10 +77,10 @@ def test_f32_streaming_matches_in_ram():
     b.close()
 
 
-def test_streamed_int8_weights_hold_only_norms_and_one_chunk():
-    # weights left on flash keep in RAM the f32 norms, one row buffer and that chunk's per-row scales, shared by
-    # every matrix: their lengths are kvedge.budget's streaming formula (kept per matrix, the scales would cost
-    # 4 bytes a row: 14 KB for stories260K, more than the rest together)
+def test_streamed_int8_weights_hold_one_norm_and_one_chunk():
+    # weights left on flash keep in RAM one f32 norm vector, one row buffer and that chunk's per-row scales, shared
+    # by every matrix: their lengths are kvedge.budget's streaming formula (kept per matrix, the scales would cost
+    # 4 bytes a row: 14 KB for stories260K, more than the rest together; all the norms, 2.8 KB)
     from kvedge import budget
     from kvedge.model import streambytes
     cfg, wd = checkpoint.read_config(_files()["i8"])
@@ -88,8 +88,15 @@ def test_streamed_int8_weights_hold_only_norms_and_one_chunk():
     widest, narrowest = max(cfg.dim, cfg.hidden_dim), min(cfg.dim, cfg.hidden_dim)
     assert len(w.scratch) == streambytes.STREAM_ROWS * widest
     assert len(w.scales) == len(w.scratch) // narrowest
-    norms = 4 * cfg.dim * (2 * cfg.n_layers + 1)
-    assert checkpoint.resident_bytes(cfg, wd, stream=True) == norms + len(w.scratch) + 4 * len(w.scales)
+    assert len(w.nbuf) == cfg.dim and all(isinstance(o, int) for o in w.rms_att + w.rms_ffn + [w.rms_final])
+    assert checkpoint.resident_bytes(cfg, wd, stream=True) == 4 * len(w.nbuf) + len(w.scratch) + 4 * len(w.scales)
+    # each norm read when applied is the file's: the same values as the weights held in RAM
+    held = checkpoint.Weights(_files()["i8"])
+    for l in range(cfg.n_layers):
+        assert list(w.norm(w.rms_att[l])) == list(held.rms_att[l])
+        assert list(w.norm(w.rms_ffn[l])) == list(held.rms_ffn[l])
+    assert list(w.norm(w.rms_final)) == list(held.rms_final) and held.norm(held.rms_final) is held.rms_final
+    held.close()
     matrices = [w.embedding] + [m for name, _, _ in cfg.matrices() for m in getattr(w, name)]
     assert all(not hasattr(m, "scales") and not hasattr(m, "codes") for m in matrices)
     w.close()

@@ -75,7 +75,7 @@ class ModelConfig:
 
     def params(self):
         """Parameter groups as kvedge.budget.llama_params counts them."""
-        from kvedge.budget import llama_params
+        from kvedge.sizes import llama_params
         return llama_params(self.dim, self.hidden_dim, self.n_layers, self.n_heads, self.n_kv_heads,
                             self.vocab_size, self.shared_classifier, self.head_dim)
 
@@ -97,25 +97,9 @@ def _pad4(n):
 
 
 def f32_layout(cfg):
-    """Byte offsets of every tensor in a llama2.c file: dict name -> offset (layered groups: a list per
-    layer), and 'size' = the file length the header implies."""
-    off = [HEADER_BYTES]
-    L, d = cfg.n_layers, cfg.dim
-
-    def take(n):
-        off[0] += 4 * n
-        return off[0] - 4 * n
-    lay = {"embedding": take(cfg.vocab_size * d), "rms_att": [take(d) for _ in range(L)]}
-    for name, rows, cols in cfg.matrices()[:4]:
-        lay[name] = [take(rows * cols) for _ in range(L)]
-    lay["rms_ffn"] = [take(d) for _ in range(L)]
-    for name, rows, cols in cfg.matrices()[4:]:
-        lay[name] = [take(rows * cols) for _ in range(L)]
-    lay["rms_final"] = take(d)
-    take(cfg.seq_len * cfg.head_dim)  # two legacy RoPE tables of seq_len * head_dim / 2 floats each
-    lay["wcls"] = None if cfg.shared_classifier else take(cfg.vocab_size * d)
-    lay["size"] = off[0]
-    return lay
+    """Byte offsets of every tensor in a llama2.c file (kvedge.model.f32file.layout)."""
+    from kvedge.model.f32file import layout
+    return layout(cfg)
 
 
 def i8_matrix_bytes(rows, cols):
@@ -212,19 +196,6 @@ def file_size(path):
 # k is the kernel module (kvedge.kernels.get()); x the f32 input, xq/xs its int8 codes and scale (int8 weights
 # only, prepared once per input by the model), acc an array('i') scratch of >= rows, out the f32 result.
 
-class F32Matrix:
-    def __init__(self, data, off, rows, cols):
-        self.data, self.off, self.rows, self.cols = data, off, rows, cols
-
-    def mv(self, k, x, xq, xs, acc, out):
-        k.mv_f32(self.data, self.off, x, out, 0, self.rows, self.cols)
-
-    def row(self, r, out):
-        d, o, n = self.data, self.off + r * self.cols, self.cols
-        for c in range(n):
-            out[c] = d[o + c]
-
-
 class I8Matrix:
     def __init__(self, codes, scales, rows, cols):
         self.codes, self.scales, self.rows, self.cols = codes, scales, rows, cols
@@ -249,26 +220,6 @@ class _FileMatrix:
         self.chunk = len(io.scratch) // cols
         if self.chunk < 1:
             raise CheckpointError("stream buffer of %d values is smaller than a row of %d" % (len(io.scratch), cols))
-
-
-class FileF32Matrix(_FileMatrix):
-    """f32 rows read from the checkpoint file a chunk at a time into the shared array('f')."""
-
-    def mv(self, k, x, xq, xs, acc, out):
-        io, cols = self.io, self.cols
-        f, mbuf = io._file, io.mscratch
-        r = 0
-        while r < self.rows:
-            n = min(self.chunk, self.rows - r)
-            f.seek(self.off + 4 * r * cols)
-            f.readinto(mbuf[:n * cols])
-            k.mv_f32(io.scratch, 0, x, out, r, n, cols)
-            r += n
-
-    def row(self, r, out):
-        f = self.io._file
-        f.seek(self.off + 4 * r * self.cols)
-        f.readinto(out)
 
 
 class FileI8Matrix(_FileMatrix):
@@ -330,7 +281,12 @@ class Weights:
     def __init__(self, path, stream=False, stream_bytes=0):
         self.cfg, self.dtype = read_config(path)
         cfg = self.cfg
-        lay = f32_layout(cfg) if self.dtype == "f32" else i8_layout(cfg)
+        # llama2.c's f32 files: their layout and matrices in their own module (a board runs the int8 file)
+        self._f32 = None
+        if self.dtype == "f32":
+            from kvedge.model import f32file
+            self._f32 = f32file
+        lay = self._f32.layout(cfg) if self._f32 else i8_layout(cfg)
         size = file_size(path)
         if size < lay["size"]:
             raise CheckpointError("%s: %d bytes, the header needs %d" % (path, size, lay["size"]))
@@ -358,11 +314,13 @@ class Weights:
                 from kvedge.model.streambytes import stream_scale_slots
                 self.scales = alloc("f", stream_scale_slots(cfg.dim, cfg.hidden_dim, "i8", stream_bytes))
                 self.mscales = memoryview(self.scales)
+        # streamed: the norms stay in the file too (their offsets here), each read into one vector when applied
+        self.nbuf = alloc("f", cfg.dim) if stream and self._rom is None else None
         try:
             self.embedding = self._matrix(f, lay["embedding"], cfg.vocab_size, cfg.dim)
-            self.rms_att = [self._vector(f, o, cfg.dim) for o in lay["rms_att"]]
-            self.rms_ffn = [self._vector(f, o, cfg.dim) for o in lay["rms_ffn"]]
-            self.rms_final = self._vector(f, lay["rms_final"], cfg.dim)
+            self.rms_att = [self._norm(f, o, cfg.dim) for o in lay["rms_att"]]
+            self.rms_ffn = [self._norm(f, o, cfg.dim) for o in lay["rms_ffn"]]
+            self.rms_final = self._norm(f, lay["rms_final"], cfg.dim)
             for name, rows, cols in cfg.matrices():
                 setattr(self, name, [self._matrix(f, o, rows, cols) for o in lay[name]])
             if lay["wcls"] is None:
@@ -380,6 +338,19 @@ class Weights:
             self._file.close()
             self._file = None
 
+    def _norm(self, f, off, n):
+        return off if self.nbuf is not None else self._vector(f, off, n)
+
+    def norm(self, v):
+        """A norm vector (rms_att[l], rms_ffn[l], rms_final): itself, or when streamed (an offset) read from the
+        file into the shared vector, valid until the next call."""
+        if self.nbuf is None:
+            return v
+        f = self._file
+        f.seek(v)
+        f.readinto(self.nbuf)
+        return self.nbuf
+
     def _vector(self, f, off, n):
         a = alloc("f", n)
         f.seek(off)
@@ -390,11 +361,11 @@ class Weights:
         if self._rom is not None:
             return self._romcls(self._rom, self._raw, off, rows, cols)
         if self.stream:
-            if self.dtype == "f32":
-                return FileF32Matrix(self, off, rows, cols)
+            if self._f32:
+                return self._f32.FileF32Matrix(self, off, rows, cols)
             return FileI8Matrix(self, off, rows, cols)
-        if self.dtype == "f32":
-            return F32Matrix(self._vector(f, off, rows * cols), 0, rows, cols)
+        if self._f32:
+            return self._f32.F32Matrix(self._vector(f, off, rows * cols), 0, rows, cols)
         scales = self._vector(f, off, rows)
         codes = alloc("b", rows * cols)
         f.readinto(codes)
@@ -407,18 +378,19 @@ def stream_scratch_bytes(cfg, dtype):
     return stream_buffer_bytes(cfg.dim, cfg.hidden_dim, dtype)
 
 
-def resident_bytes(cfg, dtype, stream=False, stream_bytes=0):
+def resident_bytes(cfg, dtype, stream=False, stream_bytes=0, norms=False):
     """Bytes of weights held in RAM: the whole model (kvedge.budget.weights_bytes: one f32 scale per row for
-    int8), when streaming kvedge.model.streambytes.weights_stream_bytes (norms, the row buffer, a chunk's scales), or
+    int8), when streaming kvedge.model.streambytes.weights_stream_bytes (one norm vector, or with norms=True all of
+    them, the row buffer, a chunk's scales), or
     (stream="rom": read in place from a mapped file) the norms alone."""
-    from kvedge.budget import weights_bytes
+    from kvedge.sizes import weights_bytes
     from kvedge.model.streambytes import weights_stream_bytes
     p = cfg.params()
     if not stream:
         return weights_bytes(p, dtype)
     if stream == "rom":
         return 4 * p["norms"]
-    return weights_stream_bytes(p, cfg.dim, cfg.hidden_dim, dtype, stream_bytes)
+    return weights_stream_bytes(p, cfg.dim, cfg.hidden_dim, dtype, stream_bytes, norms=norms)
 
 
 def convert_to_i8(src_path, dst_path):

@@ -12,7 +12,7 @@ import gc
 import math
 import sys
 
-from kvedge import budget as _budget
+from kvedge import sizes as _sizes
 from kvedge import kernels
 from kvedge.cache import KVCache
 from kvedge.config import CacheConfig
@@ -86,14 +86,15 @@ def plan(cfg, wdtype, ccfg, stream=False, tile=32, workspace=0, forward="float",
     activations + model scratch (the forward pass's own: _path(forward).scratch_bytes for the others), and
     workspace = the runtime's share (caller) + this run's Python objects (object_bytes for a runtime with
     `word`-byte pointers: the host plans a 32-bit board with word=4)."""
-    act = _budget.activation_bytes(cfg.dim, cfg.hidden_dim, cfg.n_heads, cfg.vocab_size, tile,
+    act = _sizes.activation_bytes(cfg.dim, cfg.hidden_dim, cfg.n_heads, cfg.vocab_size, tile,
                                    head_dim=cfg.head_dim)
     if forward == "float":
         scratch = scratch_bytes(cfg, wdtype, stream)
     else:
         scratch = _path(forward).scratch_bytes(cfg, stream)
-    return _budget.deployment_bytes(resident_bytes(cfg, wdtype, stream), ccfg.nbytes(), act + scratch,
-                                    workspace + object_bytes(cfg, ccfg, tile, word, integer))
+    # the float pass reads streamed norms from the file; the others keep theirs
+    return _sizes.deployment_bytes(resident_bytes(cfg, wdtype, stream, norms=forward != "float"), ccfg.nbytes(),
+                                   act + scratch, workspace + object_bytes(cfg, ccfg, tile, word, integer))
 
 
 def _path(forward):
@@ -323,7 +324,7 @@ class Llama:
         w.embedding.row(token, x)
         self._rope_angles(pos)
         for l in range(cfg.n_layers):
-            self._rmsnorm(xb, x, w.rms_att[l], d)
+            self._rmsnorm(xb, x, w.norm(w.rms_att[l]), d)
             self._prep(xb, d)
             self._mv(w.wq[l], xb, q)
             self._mv(w.wk[l], xb, self.kk)
@@ -335,7 +336,7 @@ class Llama:
             self._prep(xb2, d)
             self._mv(w.wo[l], xb2, xb)
             k.mv_add(x, xb, d)
-            self._rmsnorm(xb, x, w.rms_ffn[l], d)
+            self._rmsnorm(xb, x, w.norm(w.rms_ffn[l]), d)
             self._prep(xb, d)
             self._mv(w.w1[l], xb, hb)
             self._mv(w.w3[l], xb, hb2)
@@ -345,7 +346,7 @@ class Llama:
             k.mv_add(x, xb, d)
         if self.policy is not None:
             self.policy.observe()
-        self._rmsnorm(x, x, w.rms_final, d)
+        self._rmsnorm(x, x, w.norm(w.rms_final), d)
         self._prep(x, d)
         self._mv(w.wcls, x, self.logits)
         return self.logits

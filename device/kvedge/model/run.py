@@ -52,16 +52,18 @@ def _writer():
 # reader): imported one at a time with a collection after each, the code packs without the holes a burst of
 # imports leaves (measured on a 32-bit board: 16 KB of holes after a burst, under 1 KB this way), and nothing
 # is loaded late, when the heap is full.
-_MODULES = ("kvedge.compat", "kvedge.errors", "kvedge.budget", "kvedge.config", "kvedge.quant", "kvedge.cache", None,
-            "kvedge.attention", "kvedge.model.checkpoint", "kvedge.model.tokenizer", "kvedge.model.sampler",
+_MODULES = ("kvedge.compat", "kvedge.errors", "kvedge.sizes", "kvedge.config", "kvedge.quant", "kvedge.cache", None,
+            "kvedge.attention", "kvedge.model.checkpoint", "kvedge.model.pieces", "kvedge.model.sampler",
             "kvedge.model.llama")
 
 
-def _load(kernel, h2o, stats):
-    """Import the run's modules (None: the kernels, chosen there); returns the kernel module."""
+def _load(kernel, h2o, stats, encode=False):
+    """Import the run's modules (None: the kernels, chosen there); returns the kernel module. Eviction, the stats
+    stream and encoding a prompt (kvedge.model.bpe) only when the run uses them."""
     import gc
     k = None
-    for name in _MODULES + (("kvedge.evict",) if h2o else ()) + (("kvedge.telemetry",) if stats else ()):
+    for name in _MODULES + (("kvedge.evict",) if h2o else ()) + (("kvedge.telemetry",) if stats else ()) + (
+            ("kvedge.model.bpe",) if encode else ()):
         if name is None:
             k = kernels.select(kernel)
         else:
@@ -74,11 +76,12 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
          stream=False, kernel="auto", tile=32, peak=False, h2o=0, stats_ms=0, overhead=RUN_OVERHEAD,
          kv_bytes=0, encode=None, ctrl_c=False, forward="float"):
     """Returns the stats dict it prints. Raises BudgetError before allocating when the run does not fit: the
-    plan counts the tokenizer (kept in its file: kvedge.model.tokenizer.FileTokenizer) and `overhead`, this
+    plan counts the tokenizer (kept in its file: kvedge.model.pieces.FileTokenizer) and `overhead`, this
     loop's own heap (a plan made from the board's measured footprint passes the loop it measured), in the
     workspace. peak=True collects garbage after every token to measure the live heap's peak (slower):
     heap_peak is the growth over the heap at the start, heap_top the whole heap in use (gc.mem_alloc(): the
-    runtime's code included), both the highest seen after set-up and after any token. h2o=N evicts heavy
+    runtime's code included), both the highest seen after set-up and after any token; heap_setup the growth once
+    set up, before the first token. h2o=N evicts heavy
     hitters to hold N tokens (half of them the most recent; kvedge.evict.H2O). stats_ms > 0 writes
     kvedge.telemetry's KVSTATS lines (start, every stats_ms during generation, final) between the pieces, for
     `kvedge monitor`. kv_bytes > 0 (the plan's kv_bytes) allocates the cache's arena first, before anything
@@ -93,11 +96,13 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
         raise BudgetError("KV arena", kv_bytes, budget)
     arena = bytearray(kv_bytes) if kv_bytes > 0 else None
     import gc
-    k = _load(kernel, h2o, stats_ms > 0)
+    if encode is None:
+        encode = len(prompt) > 0  # encoding a text sorts the tokenizer's ids once
+    k = _load(kernel, h2o, stats_ms > 0, encode)
     from kvedge import compat
     from kvedge.model.llama import Llama, check, generate, integer_path
     from kvedge.model.sampler import Sampler
-    from kvedge.model.tokenizer import FileTokenizer
+    from kvedge.model.pieces import BOS, FileTokenizer
     from kvedge.model.checkpoint import read_config
     if h2o:
         from kvedge.evict import H2O
@@ -113,8 +118,6 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
     if h2o:
         def policy(cache):
             return H2O(cache, budget=h2o, recent=h2o // 2)
-    if encode is None:
-        encode = len(prompt) > 0  # encoding a text sorts the tokenizer's ids once
     ws = workspace + FileTokenizer.nbytes(tokenizer, vocab, encode) + overhead
     # BudgetError before anything else is allocated
     check(model, kv, budget, ws, stream, tile, h2o > 0, forward, None,
@@ -125,7 +128,7 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
               forward=forward)
     arena = None
     gc.collect()
-    ids = tok.encode(prompt)
+    ids = tok.encode(prompt) if len(prompt) else [BOS]  # no text: no encoder (kvedge.model.bpe) loaded
     w = _writer()
     stop = _ctrl_c() if ctrl_c else None
     if stop is not None:
@@ -154,6 +157,7 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
             if a > top[0]:
                 top[0] = a
         w(b"")  # the heap once everything is set up, before the first token
+    setup = top[0]  # what the generation loop adds beyond it: heap_peak - heap_setup
     t0 = _ms()
     generated = generate(m, tok, Sampler(m.cfg.vocab_size, temperature, seed), ids, steps, w, keep=False)
     ms = _elapsed(t0)
@@ -171,9 +175,10 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
            "heap_peak": top[0] if peak and base >= 0 else -1,
            "peak_bytes": st["peak_bytes"], "cache_bytes": st["total_bytes"], "evictions": st["evictions"],
            "heap_top": top[0] + base if peak and base >= 0 else -1,
-           "weights_in": "rom" if m.w.stream == "rom" else ("file" if m.w.stream else "heap")}
+           "weights_in": "rom" if m.w.stream == "rom" else ("file" if m.w.stream else "heap"),
+           "heap_setup": setup if peak and base >= 0 else -1}
     keys = ("tokens", "generated", "ms", "tok_s", "kernels", "weights", "kv_dtype", "plan_total", "heap_used",
-            "heap_peak", "peak_bytes", "cache_bytes", "evictions", "heap_top", "weights_in")
+            "heap_peak", "peak_bytes", "cache_bytes", "evictions", "heap_top", "weights_in", "heap_setup")
     parts = []
     for key in keys:  # fixed key order: MicroPython dicts are not ordered
         v = res[key]

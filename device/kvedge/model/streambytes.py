@@ -1,6 +1,6 @@
 """RAM for weights that stay on flash and are read a chunk of rows at a time (kvedge.model.checkpoint with
 stream=True): the formulas the runner and `kvedge plan` share. Its own module: only runs that stream load it."""
-from kvedge.budget import F32, F16, I8, I4, WEIGHT_DTYPES, check_dtype
+from kvedge.sizes import F32, F16, I8, I4, WEIGHT_DTYPES, check_dtype
 
 STREAM_ROWS = 8  # rows of the widest matrix read per chunk when weights stay on flash (amortizes a seek)
 
@@ -26,9 +26,12 @@ def stream_scale_slots(dim, hidden_dim, dtype, buffer_bytes):
     return buffer_bytes // ((n + 1) // 2 if dtype == I4 else n)
 
 
-def weights_stream_bytes(params, dim, hidden_dim, dtype=F32, buffer_bytes=0, scale_bytes=4):
+def weights_stream_bytes(params, dim, hidden_dim, dtype=F32, buffer_bytes=0, scale_bytes=4, norms=False):
     """RAM for weights that stay on flash and are read a chunk of rows at a time (kvedge.model.checkpoint with
-    stream=True): the f32 norms, the row buffer (default stream_buffer_bytes) and, for quantized weights, the
-    chunk's per-row scales. Nothing else of the matrices is held."""
+    stream=True): one f32 norm vector (each norm is read from the file when it is applied: dim floats, where all
+    of them were 2 * layers + 1 times that), the row buffer (default stream_buffer_bytes) and, for quantized
+    weights, the chunk's per-row scales. Nothing else of the matrices is held. norms=True: every norm in RAM
+    (the integer and ulab forward passes keep theirs)."""
     buf = buffer_bytes or stream_buffer_bytes(dim, hidden_dim, dtype)
-    return 4 * params["norms"] + buf + scale_bytes * stream_scale_slots(dim, hidden_dim, dtype, buf)
+    return 4 * (params["norms"] if norms else dim) + buf + scale_bytes * stream_scale_slots(dim, hidden_dim, dtype,
+                                                                                              buf)

@@ -1,0 +1,102 @@
+# Encoding a text with a llama2.c tokenizer (any kvedge.model.pieces.Pieces), as llama2.c's run.c does: optional
+# BOS, a dummy-prefix space token when the text is not empty, one token per UTF-8 character (or <0xXX> byte
+# tokens at id byte + 3 when the character is not in the vocabulary), then repeatedly merge the adjacent pair
+# whose concatenation is in the vocabulary with the highest score (first such pair on ties), optional EOS.
+# Apart from decoding so that a run without a prompt does not load it.
+from array import array
+
+from kvedge.model.pieces import BOS, BYTE_OFFSET, EOS
+
+
+def sort_ids(tok):
+    """Ids sorted by (piece, id): Shell sort in place, no list, key table or tuples, so a small fragmented heap
+    only ever needs room for two short slices at a time. Equal pieces keep the lowest id first."""
+    n = tok.vocab_size
+    pb = tok.piece_bytes
+    order = array("H" if n <= 65535 else "I", range(n))
+    gap = 1
+    while gap < n // 3:
+        gap = 3 * gap + 1
+    while gap:
+        for i in range(gap, n):
+            t = order[i]
+            tp = pb(t)
+            j = i
+            while j >= gap:
+                u = order[j - gap]
+                up = pb(u)
+                if up < tp or (up == tp and u < t):
+                    break
+                order[j] = u
+                j -= gap
+            order[j] = t
+        gap //= 3
+    return order
+
+
+def id_of(tok, piece):
+    """Lowest id whose piece equals `piece` (bytes), or -1; sorts the ids on first use (tok.order)."""
+    if tok.order is None:
+        tok.order = sort_ids(tok)
+    order, pb = tok.order, tok.piece_bytes
+    lo, hi = 0, len(order)
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if pb(order[mid]) < piece:
+            lo = mid + 1
+        else:
+            hi = mid
+    if lo < len(order):
+        i = order[lo]
+        if pb(i) == piece:
+            return i
+    return -1
+
+
+def encode(tok, text, bos=True, eos=False):
+    """Token ids of text (str or UTF-8 bytes)."""
+    if isinstance(text, str):
+        text = text.encode("utf-8")
+    ids = []
+    if bos:
+        ids.append(BOS)
+    if len(text):
+        sp = id_of(tok, b" ")
+        if sp >= 0:
+            ids.append(sp)
+    i = 0
+    n = len(text)
+    while i < n:
+        j = i + 1
+        # a UTF-8 character: the lead byte and up to 3 continuation bytes (10xxxxxx)
+        while j < n and j - i < 4 and (text[j] & 0xC0) == 0x80:
+            j += 1
+        t = id_of(tok, text[i:j])
+        if t >= 0:
+            ids.append(t)
+        else:
+            for k in range(i, j):
+                ids.append(text[k] + BYTE_OFFSET)
+        i = j
+    _merge(tok, ids)
+    if eos:
+        ids.append(EOS)
+    return ids
+
+
+def _merge(tok, ids):
+    score, pb = tok.score, tok.piece_bytes
+    while True:
+        best = -1e10
+        at = -1
+        best_id = -1
+        for i in range(len(ids) - 1):
+            t = id_of(tok, pb(ids[i]) + pb(ids[i + 1]))
+            if t >= 0 and score(t) > best:
+                best = score(t)
+                at = i
+                best_id = t
+        if at < 0:
+            return
+        ids[at] = best_id
+        del ids[at + 1]
