@@ -200,6 +200,7 @@ class Runtime:
         self.code = fp["runtime_" + kind]
         self.telemetry = fp.get("telemetry_bytes", 0)
         self.evict = fp.get("evict_bytes", 0)
+        self.encode = fp.get("encode_bytes", 0)  # kvedge.model.bpe, loaded by a run with a prompt
         self.loop = fp.get("loop_" + kind, 0)
         self.file = fp.get("file_bytes", 0)  # one open file (the filesystem's buffers)
         # plain kernels run the float attention path, whose tile only batches scores: 8 costs little time and
@@ -211,8 +212,9 @@ class Runtime:
         self.margin = max(MARGIN_MIN, int(MARGIN_FRACTION * self.usable))
 
     def fixed(self):
-        """Heap the runtime takes whatever the model: boot, code + first-run state, stats stream, loop."""
-        return self.boot + self.code + self.telemetry + self.loop
+        """Heap the runtime takes whatever the model: boot, code + first-run state, stats stream, prompt encoder,
+        loop."""
+        return self.boot + self.code + self.telemetry + self.encode + self.loop
 
     def limit(self):
         """What a plan's total may reach: the usable heap less the margin."""

@@ -67,7 +67,8 @@ def report(board, prof, res, fp):
     for mod in footprint.OPTIONAL.values():
         t.add_row(mod + " (when used)", *[format(res["kinds"][k]["optional"].get(mod, 0), ",") for k in kinds])
     t.add_row("first run's residue", *[format(res["kinds"][k].get("warm", 0), ",") for k in kinds])
-    t.add_row("runtime (counted by plan)", *[format(fp["runtime_" + k], ",") for k in kinds])
+    t.add_row("runtime (counted by plan)", *[format(fp["runtime_" + k], ",") if "runtime_" + k in fp else "-"
+                                             for k in kinds])
     t.add_row("generation loop", *[format(fp.get("loop_" + k, 0), ",") if "loop_" + k in fp else "-"
                                    for k in kinds])
     c.print(t)

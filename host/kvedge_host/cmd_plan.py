@@ -661,7 +661,7 @@ class Planner:
         if self.rt is not None:
             rt = self.rt
             parts += [("boot", rt.boot), ("runtime code (%s kernels)" % rt.kind, rt.code),
-                      ("stats stream", rt.telemetry), ("generation loop", rt.loop),
+                      ("stats stream", rt.telemetry), ("prompt encoder", rt.encode), ("generation loop", rt.loop),
                       ("tokenizer", self.tokenizer_bytes), ("the runner's objects", self.runner(cfg, False)),
                       ("open files' buffers", self.files(place))]
         else:
@@ -872,6 +872,8 @@ def runtimes(a, tgt):
             rt.margin = a.margin
         if a.no_stats:
             rt.telemetry = 0
+        if a.no_prompt:
+            rt.encode = 0
     return out
 
 
@@ -907,7 +909,8 @@ def runtime_info(rt, prof, tokenizer):
     src = next((s for s in prof.get("sources", []) if s["figure"] == "footprint.runtime_" + rt.kind), {})
     return {"source": "measured", "kernels": rt.kind, "tile": rt.tile, "heap_bytes": rt.heap, "heap_image": rt.image,
             "usable_heap": rt.usable, "boot_bytes": rt.boot, "code_bytes": rt.code,
-            "telemetry_bytes": rt.telemetry, "evict_bytes": rt.evict, "loop_bytes": rt.loop, "file_bytes": rt.file,
+            "telemetry_bytes": rt.telemetry, "evict_bytes": rt.evict, "encode_bytes": rt.encode, "loop_bytes": rt.loop,
+            "file_bytes": rt.file,
             "largest_block_bytes": rt.largest, "margin_bytes": rt.margin, "stats": rt.telemetry > 0,
             "tokenizer_bytes": tokenizer[0],
             "tokenizer": tokenizer[1], "prompt": tokenizer[2], "command": src.get("command"),
@@ -929,6 +932,12 @@ def run(a):
     table = load_quality(a.quality) if a.quality else None
     spec, context, tgt = load_inputs(a)
     rts = runtimes(a, tgt)
+    prof = tgt["profile"]
+    if not rts and prof and prof.get("footprint") and a.workspace is None:
+        # measured, and no kernel kind ran even the tiny model: a flat allowance would promise a heap that is not there
+        print("nothing fits %s: with no kernel kind did the runtime run even the project's tiny model on the emulated "
+              "board (kvedge footprint --board %s)" % (tgt["name"], tgt["name"]))
+        return 1
     tok = tokenizer_for(a, spec) if rts else (0, None, False)
     plans = []
     for rt in rts or [None]:
@@ -1011,10 +1020,11 @@ def _print_runtime(c, r):
     scaled = "" if rt["heap_image"] == rt["heap_bytes"] else (
         ", scaled from the %s-byte image it was measured on" % "{:,}".format(rt["heap_image"]))
     c.print("runtime, measured on the emulated board (%s, %s): %s kernels; usable heap %s of %s%s; boot %s + code "
-            "%s + stats %s + loop %s; tokenizer %s; largest free block after start-up %s; margin %s kept free"
-            % (rt["command"], rt["date"], rt["kernels"], "{:,}".format(rt["usable_heap"]),
+            "%s + stats %s + prompt encoder %s + loop %s; tokenizer %s; largest free block after start-up %s; "
+            "margin %s kept free" % (rt["command"], rt["date"], rt["kernels"], "{:,}".format(rt["usable_heap"]),
                "{:,}".format(rt["heap_bytes"]), scaled, "{:,}".format(rt["boot_bytes"]),
-               "{:,}".format(rt["code_bytes"]), "{:,}".format(rt["telemetry_bytes"]), "{:,}".format(rt["loop_bytes"]),
+               "{:,}".format(rt["code_bytes"]), "{:,}".format(rt["telemetry_bytes"]),
+               "{:,}".format(rt.get("encode_bytes", 0)), "{:,}".format(rt["loop_bytes"]),
                "{:,}".format(rt["tokenizer_bytes"]), "{:,}".format(rt["largest_block_bytes"]),
                "{:,}".format(rt["margin_bytes"])), highlight=False, markup=False, soft_wrap=True)
     for o in r.get("other_kernels", []):

@@ -11,10 +11,11 @@ One fresh interpreter per kernel kind (asm on Arm chips, viper, native, plain; p
 package as .mpy on the board's littlefs filesystem (as `kvedge deploy --mpy` leaves it) and the tiny model of
 kvedge.model.tiny as int8 weights beside it:
 
-1. boot: heap allocated before kvedge is imported (the REPL, the filesystem), and the usable heap
+1. boot: heap allocated before kvedge is imported (the REPL, the filesystem, the snippet that calls the runner),
+   and the usable heap
    (gc.mem_free() + gc.mem_alloc(): the GC span less its own tables);
 2. the kernels of that kind, then the runner's modules one at a time in dependency order, each after gc.collect():
-   what each costs (evict and telemetry only when H2O eviction or the stats stream is used);
+   what each costs (evict, telemetry and bpe only when H2O eviction, the stats stream or a prompt is used);
 3. a first generation (kvedge.model.run.main on the tiny model: streamed int8 weights, an i8 cache with H2O, the
    stats stream) and what it leaves behind once everything it made is dropped: interned names, tables built on
    first use;
@@ -36,10 +37,12 @@ from .paths import BOARDS
 
 KINDS = ("asm", "viper", "native", "plain")  # asm: Thumb inline assembler, Arm chips only
 # the runner's modules in dependency order: each one's cost is its own (what it imports is already loaded)
-MODULES = ("kvedge.errors", "kvedge.budget", "kvedge.config", "kvedge.quant", "kvedge.cache", "kvedge.attention",
-           "kvedge.model.checkpoint", "kvedge.model.tokenizer", "kvedge.model.sampler", "kvedge.model.llama",
+MODULES = ("kvedge.errors", "kvedge.sizes", "kvedge.config", "kvedge.quant", "kvedge.cache", "kvedge.attention",
+           "kvedge.model.checkpoint", "kvedge.model.pieces", "kvedge.model.sampler", "kvedge.model.llama",
            "kvedge.model.run")
-OPTIONAL = {"evict": "kvedge.evict", "telemetry": "kvedge.telemetry"}
+# what only some runs load: H2O eviction, the stats stream, encoding a prompt
+OPTIONAL = {"evict": "kvedge.evict", "telemetry": "kvedge.telemetry", "encode": "kvedge.model.bpe"}
+LATE = ("kvedge.model.bpe",)  # the first run needs no encoder: imported after it (less heap at the run's peak)
 TINY = {"steps": 12, "h2o": 12, "max_tokens": 16}  # the first run: every path of a generation, a few tokens
 MODEL, TOKENIZER = "fp_tiny.bin", "fp_tok.bin"
 
@@ -70,14 +73,14 @@ def largest():
     return lo
 
 
-def main(kind, modules, optional, model, tokenizer, steps, h2o, max_tokens):
+def main(kind, modules, optional, late, model, tokenizer, steps, h2o, max_tokens):
     try:
-        _main(kind, modules, optional, model, tokenizer, steps, h2o, max_tokens)
+        _main(kind, modules, optional, late, model, tokenizer, steps, h2o, max_tokens)
     except MemoryError as e:
-        print('KVFP nofit %s' % e)
+        print('\\nKVFP nofit %s' % e)  # on a line of its own: the run may stop in the middle of a piece
 
 
-def _main(kind, modules, optional, model, tokenizer, steps, h2o, max_tokens):
+def _main(kind, modules, optional, late, model, tokenizer, steps, h2o, max_tokens):
     a = _a()
     print('KVFP start %d %d' % (a, gc.mem_free() + gc.mem_alloc()))
     from kvedge import kernels
@@ -92,16 +95,21 @@ def _main(kind, modules, optional, model, tokenizer, steps, h2o, max_tokens):
         a = b
     print('KVFP largest_imports %d' % largest())
     for name in optional:
-        __import__(name)
-        b = _a()
-        print('KVFP optional %s %d' % (name, b - a))
-        a = b
+        if name not in late:
+            __import__(name)
+            b = _a()
+            print('KVFP optional %s %d' % (name, b - a))
+            a = b
     from kvedge.model import run, llama, checkpoint
-    from kvedge.model.tokenizer import FileTokenizer as Tokenizer
+    from kvedge.model.pieces import FileTokenizer as Tokenizer
     kv = {'dtype': 'i8', 'max_tokens': max_tokens, 'align': 0}
     r = run.main(model, tokenizer, steps=steps, kv=kv, stream=True, h2o=h2o, stats_ms=1, peak=True, kernel=kind)
     b = _a()
     print('KVFP warm %d' % (b - a))
+    for name in late:
+        a = _a()
+        __import__(name)
+        print('KVFP optional %s %d' % (name, _a() - a))
     # what a stats stream's object keeps, and what an open file costs (measured after the run: its garbage is
     # gone, and nothing measured here can hide in what the run leaves)
     from kvedge.cache import KVCache
@@ -123,16 +131,35 @@ def _main(kind, modules, optional, model, tokenizer, steps, h2o, max_tokens):
     cfg, wd = checkpoint.read_config(model)
     ccfg = llama.cache_config(cfg, kv)
     p = llama.plan(cfg, wd, ccfg, True, 32, 8 * ccfg.slots + 256)
-    print('KVFP run %d %d %d' % (r['heap_peak'], p['total'], Tokenizer.nbytes(tokenizer, cfg.vocab_size, False)))
+    print('KVFP run %d %d %d %d' % (r['heap_peak'], p['total'], Tokenizer.nbytes(tokenizer, cfg.vocab_size, False),
+                                    r['heap_setup']))
     print('KVFP largest %d %d' % (largest(), gc.mem_free()))
 """
 BOOT = "import gc\ngc.collect()\nprint('KVFP boot %d %d' % (gc.mem_alloc(), gc.mem_free() + gc.mem_alloc()))\n"
+# The runner's call (kvedge_host.planrun.runner_code) stays in the heap as long as the run lasts (its bytecode,
+# keyword names and values): on the emulated board it took 880 bytes more than BOOT alone, the whole gap between
+# the board's peak and a plan that left it out. Boot is measured with such a call in a branch that never runs.
+SAMPLE_PLAN = {"cache": {"max_tokens": 9999, "dtype": "i8", "window": 0, "sinks": 0, "align": 0, "group": 32,
+                         "residual": 0, "prefix": 0}, "weights": {"place": "flash"}, "kv_bytes": 999999,
+               "policy": {"kind": "h2o", "budget": 9999, "recent": 9999},
+               "runtime": {"source": "measured", "kernels": "native", "tile": 32, "prompt": False,
+                           "usable_heap": 9999999, "margin_bytes": 99999, "boot_bytes": 9999, "code_bytes": 99999,
+                           "telemetry_bytes": 9999, "evict_bytes": 9999, "loop_bytes": 9999, "file_bytes": 9999}}
+
+
+def boot_code():
+    """BOOT, holding a runner call as long as a plan's (no prompt) in a branch that never runs."""
+    from .planrun import runner_args, runner_code
+    kw = runner_args(SAMPLE_PLAN, 9999, 9999)
+    kw["ctrl_c"] = True
+    call = runner_code("model.i8.bin", "tok.bin", kw)
+    return BOOT + "if gc.mem_alloc() < 0:\n" + "".join("    %s\n" % line for line in call.strip().splitlines())
 # what a run's arena can take: the largest block once the runner's entry module is imported, which is when
 # kvedge.model.run.main(kv_bytes=...) allocates it (the snippet is as small as the one that starts a run)
 START = ("from kvedge.model import run\nimport gc\nlo, hi = 0, gc.mem_free()\nwhile lo < hi:\n"
          "    mid = (lo + hi + 1) // 2\n    try:\n        b = bytearray(mid)\n        b = None\n        lo = mid\n"
          "    except MemoryError:\n        hi = mid - 1\n    gc.collect()\nprint('KVFP start_largest %d' % lo)\n")
-RUN = "import %s\n%s.main(%%r, %%r, %%r, %%r, %%r, %%d, %%d, %%d)\n" % (PROBE_NAME, PROBE_NAME)
+RUN = "import %s\n%s.main(%%r, %%r, %%r, %%r, %%r, %%r, %%d, %%d, %%d)\n" % (PROBE_NAME, PROBE_NAME)
 _LINE = re.compile(r"^KVFP (\w+) (.*)$")
 
 
@@ -185,7 +212,9 @@ def parse(out):
         elif key == "warm":
             r["warm"] = int(vals[0])
         elif key == "run":
-            r["run_peak"], r["run_plan"], r["run_tokenizer"] = (int(v) for v in vals)
+            r["run_peak"], r["run_plan"], r["run_tokenizer"] = (int(v) for v in vals[:3])
+            if len(vals) > 3:
+                r["run_setup"] = int(vals[3])
         elif key == "largest":
             r["largest"], r["free"] = int(vals[0]), int(vals[1])
         elif key == "start_largest":
@@ -238,8 +267,8 @@ def measure_circuitpython(board, log=None):
                 raise m3board.M3Error("circuitpython failed: %s" % out[-1500:], out)
             return out
         version = run("import sys\nprint('KVFP version', sys.version)")
-        boot = parse(run(BOOT))
-        r = parse(run(RUN % ("plain", MODULES, tuple(OPTIONAL.values()), MODEL, TOKENIZER, TINY["steps"],
+        boot = parse(run(boot_code()))
+        r = parse(run(RUN % ("plain", MODULES, tuple(OPTIONAL.values()), LATE, MODEL, TOKENIZER, TINY["steps"],
                              TINY["h2o"], TINY["max_tokens"])))
         r["boot"], r["usable"] = boot["boot"], boot["usable"]
         res = {"board": board, "heap_image": heap, "march": "none (.py source)", "kinds": {"plain": r},
@@ -280,10 +309,10 @@ def measure(board, kinds=None, log=None):
         image = m3board.build_romfs(rom, os.path.join(tmp, "rom.img"))
         with m3board.M3Board(board, heap=heap, romfs=image, disk=disk, log=log) as b:
             res["firmware"] = firmware_name(b)
-            boot = parse(b.exec(BOOT))
+            boot = parse(b.exec(boot_code()))
             res["largest"] = parse(b.exec(START))["start_largest"]
             for kind in kinds:
-                code = RUN % (kind, MODULES, tuple(OPTIONAL.values()), MODEL, TOKENIZER, TINY["steps"],
+                code = RUN % (kind, MODULES, tuple(OPTIONAL.values()), LATE, MODEL, TOKENIZER, TINY["steps"],
                               TINY["h2o"], TINY["max_tokens"])
                 r = parse(b.exec(code, timeout=900))
                 r["boot"], r["usable"] = boot["boot"], boot["usable"]
@@ -307,9 +336,11 @@ def runtime_bytes(r):
 
 
 def loop_bytes(r):
-    """The generation loop's own heap: the run's peak less its formula-sized parts and the buffers of its two
-    open files (the weights, streamed, and the tokenizer), never below zero."""
-    return max(0, r["run_peak"] - r["warm"] - r["run_plan"] - r["run_tokenizer"] - 2 * r.get("file", 0))
+    """The generation loop's own heap: what the run's peak adds to the heap once it is set up (measured: the
+    formulas' slack on the tiny model cannot hide it), or if more, the run's peak less its formula-sized parts and
+    the buffers of its two open files (the weights, streamed, and the tokenizer); never below zero."""
+    over = r["run_peak"] - r["warm"] - r["run_plan"] - r["run_tokenizer"] - 2 * r.get("file", 0)
+    return max(0, over, r["run_peak"] - r.get("run_setup", r["run_peak"]))
 
 
 def summary(r):
@@ -324,7 +355,8 @@ def figures(res):
     """The profile's `footprint` object: flat keys, each cited by one source entry. The largest block is the one a
     run's arena is allocated from: at start-up, once kvedge.model.run is imported (run.main(kv_bytes=...)
     allocates it before importing anything else; later the imports' holes split the heap unpredictably). A kind
-    whose runtime cannot run even the tiny model keeps its code's cost."""
+    whose runtime cannot run even the tiny model gets no figures: its code alone would leave out the first run's
+    residue, the open files and the loop, and a plan counting it would promise more than the board has."""
     kinds = res["kinds"]
     first = next(iter(kinds.values()))
     fp = {"heap_image": res["heap_image"], "heap_usable": first["usable"], "boot_bytes": first["boot"],
@@ -338,21 +370,24 @@ def figures(res):
     if files:
         fp["file_bytes"] = max(files)
     for kind, r in kinds.items():
-        fp["runtime_" + kind] = runtime_bytes(r) if "warm" in r else sum(r["modules"].values())
-        if "warm" in r:
-            fp["loop_" + kind] = loop_bytes(r)
+        if "warm" not in r:
+            continue  # the tiny model did not run with these kernels here: no figure a plan could count in full
+        fp["runtime_" + kind] = runtime_bytes(r)
+        fp["loop_" + kind] = loop_bytes(r)
     return fp
 
 
 WHAT = {
     "heap_image": "GC heap of the firmware image measured on (MICROPY_HEAP_SIZE)",
     "heap_usable": "gc.mem_free() + gc.mem_alloc() after boot: the GC heap less its own tables",
-    "boot_bytes": "gc.mem_alloc() after gc.collect() in a fresh interpreter, before kvedge is imported",
+    "boot_bytes": "gc.mem_alloc() after gc.collect() in a fresh interpreter, before kvedge is imported, in a "
+                  "snippet holding a runner call as long as a plan's (kvedge_host.planrun.runner_code)",
     "largest_bytes": "largest bytearray the heap can allocate once kvedge.model.run is imported, where a run "
                      "allocates its KV arena (bisection)",
     "evict_bytes": "importing kvedge.evict (H2O eviction) after the runner",
     "file_bytes": "opening a file on the board's filesystem (littlefs: its buffers); a run keeps the tokenizer "
                   "open, and the weights when they are read from flash",
+    "encode_bytes": "importing kvedge.model.bpe (encoding a prompt) after the runner",
     "telemetry_bytes": "importing kvedge.telemetry (the stats stream) after the runner, and a Telemetry object "
                        "that has written its first lines",
 }

@@ -2,7 +2,9 @@
 emulated Cortex-M3 at B's heap (a PSRAM profile on the 2 MiB image, planned for that heap; the CircuitPython
 profile on the 32-bit CircuitPython interpreter; the unix profile on the unix port it describes) with no
 MemoryError, with the kernels the plan chose, and the board's peak heap (gc.mem_alloc() after set-up and after
-every token, everything included) within 10 % of the plan's total. A few tokens each: the emulated board is slow."""
+every token, everything included) at most the plan's total and within 10 % of it: a footprint that no longer matches
+the code (measured before the runtime grew) shows as a peak above the plan. A few tokens each: the emulated board is
+slow."""
 import json
 import os
 import re
@@ -38,17 +40,15 @@ def test_the_demo_runs_its_plan_on_every_board_profile(tmp_path, board):
     p = kvedge("demo", "--board", board, "--plain", "--steps", "6", "--stats-ms", "100", "--workdir", tmp_path,
                timeout=1500)
     out = p.stdout
-    if board == "esp32" and p.returncode == 2 and "nothing fits esp32" in p.stderr:
-        # with main's code of 2026-11-30 the runner's own code (plain kernels, measured: boards/esp32.json) leaves
-        # no room for any cache in 100 KB: the plan says so before the board runs anything
-        return
     assert p.returncode == 0, out[-4000:] + p.stderr
     assert "MemoryError" not in out + p.stderr
     with open(tmp_path / "plan.json") as f:
         plan = json.load(f)
     peak, total = (int(x.replace(",", "")) for x in PEAK.search(out).groups())
     assert total == plan["total_bytes"]
-    assert 0.9 <= peak / total <= 1.1, (peak, total)
+    # the plan holds the board's peak (a stale footprint, e.g. measured before the code grew, fails here: run
+    # kvedge footprint --board B --write) and is not padded far beyond it
+    assert 0.9 * total <= peak <= total, (peak, total, "%.1f %%" % (100.0 * peak / total))
     assert re.search(r"│\s*6 \(6 generated\)", out), out[-3000:]
     if os.path.exists(STORIES):
         assert "Once upon a time" in out

@@ -36,7 +36,7 @@ class _Shape:  # stories260K's header, as kvedge.model.checkpoint.ModelConfig ho
 def recompute_total(doc, weights_dtype="i8", board="rp2350", runtime=None):
     """The deployment total from the device config alone (or a candidate and its plan's "runtime"), with
     kvedge.budget, the runner's formulas (kvedge.model.llama) and the board profile's measured footprint
-    (boot, code, stats stream, loop)."""
+    (boot, code, stats stream, prompt encoder, loop)."""
     from kvedge.model import llama
     cfg = CacheConfig.from_dict(doc["cache"])
     p = budget.llama_params(64, 172, 5, 8, 4, 512)
@@ -59,6 +59,8 @@ def recompute_total(doc, weights_dtype="i8", board="rp2350", runtime=None):
     fp = boards.load(board)["footprint"]
     kind = rt["kernels"]
     runtime = fp["boot_bytes"] + fp["runtime_" + kind] + fp["telemetry_bytes"] + fp.get("loop_" + kind, 0)
+    if rt["prompt"]:  # a run that encodes its prompt loads the encoder (kvedge.model.bpe)
+        runtime += fp["encode_bytes"]
     tile = 8 if kind == "plain" else 32
     integer = kind in ("asm", "viper") and cfg.dtype in ("i8", "i4", "i2")
     runner = (llama.scratch_bytes(_Shape, weights_dtype, flash) + llama.object_bytes(_Shape, cfg, tile, 4, integer)
@@ -209,8 +211,9 @@ def test_weights_move_to_flash_when_they_cannot_fit(capsys, stories):
     assert any("weights on flash" in t["try"] for t in r["trace"])
     top = r["configurations"][0]
     assert top["weights"]["place"] == "flash"
-    # what the runner keeps of weights left on flash: f32 norms (2 per layer + 1) and 8 rows of w2 (172 inputs)
-    assert top["weights"]["heap_bytes"] == 4 * 64 * 11 + 8 * 172 * 4 == 8320
+    # what the runner keeps of weights left on flash: one f32 norm vector (each norm is read from the file when
+    # applied) and 8 rows of w2 (172 inputs)
+    assert top["weights"]["heap_bytes"] == 4 * 64 + 8 * 172 * 4 == 5760
     where = dict((p["array"], p["where"]) for p in top["placement"])
     assert where["weights"].startswith("flash")
     assert top["total_bytes"] <= 215040

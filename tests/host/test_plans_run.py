@@ -1,9 +1,9 @@
 """Plans that run: for each board profile, the configuration `kvedge plan` picks from the profile's measured
 footprint generates on the emulated 32-bit board at that heap, with no MemoryError, and the board's own account of
 the run equals the plan's total while the measured peak heap (gc.mem_alloc() after every token, everything
-included) stays within 10 % of it. stories260K from ../shared (int8 weights, `kvedge convert`) on the four base
-profiles; the project's own tiny model keeps a version running without ../shared. A few tokens each: the
-emulated board runs Python 20-50x slower than the unix port."""
+included) stays at most that total and within 10 % of it. stories260K from ../shared (int8 weights, `kvedge
+convert`) on the four base profiles; the project's own tiny model keeps a version running without ../shared. A few
+tokens each: the emulated board runs Python 20-50x slower than the unix port."""
 import json
 import os
 import re
@@ -11,7 +11,7 @@ import re
 import pytest
 
 from kvedge.model.checkpoint import convert_to_i8
-from kvedge_host import boards, cli, footprint, planrun
+from kvedge_host import boards, footprint, planrun
 from kvedge_host.paths import SHARED_MODELS
 
 WHY = footprint.missing("rp2040")
@@ -36,7 +36,7 @@ def _run(board, doc, weights, tok, steps=STEPS):
     assert s["plan_total"] == doc["total_bytes"], (s, doc["total_bytes"])   # the board counted what the plan did
     assert s["generated"] == min(steps, doc["tokens_kept"]) or doc["policy"], s
     ratio = s["heap_top"] / doc["total_bytes"]
-    assert 0.9 <= ratio <= 1.1, (s["heap_top"], doc["total_bytes"])
+    assert 0.9 <= ratio <= 1.0, (s["heap_top"], doc["total_bytes"])  # the plan holds the board's peak
     assert s["heap_top"] <= rt["usable_heap"]
     return s, out
 
@@ -47,14 +47,9 @@ def _run(board, doc, weights, tok, steps=STEPS):
 def test_the_plan_for_stories260k_generates_on_the_board_within_its_heap(capsys, tmp_path, board):
     weights = str(tmp_path / "model.i8.bin")
     convert_to_i8(STORIES, weights)
-    try:
-        doc = _plan(capsys, STORIES, board, str(tmp_path / "plan.json"), TOK512)
-    except cli.UserError as e:
-        # the ESP32 with main's code of 2026-11-30: the runtime alone leaves no room (boards/esp32.json)
-        assert board == "esp32" and "nothing fits esp32" in str(e), e
-        return
+    doc = _plan(capsys, STORIES, board, str(tmp_path / "plan.json"), TOK512)
     assert doc["runtime"]["source"] == "measured"
-    # the ESP32's 100 KB keeps the fewest: a 6-token window without the stats stream (footprints of 2026-11-30)
+    # the ESP32's 100 KB keeps the fewest, without the stats stream (footprints of 2026-11-30)
     assert doc["runtime"]["tokenizer_bytes"] > 0 and doc["tokens_kept"] >= (4 if board == "esp32" else planrun.MIN_TOKENS)
     s, out = _run(board, doc, weights, TOK512)
     assert ("KVSTATS " in out) == doc["runtime"]["stats"] and s["kernels"] == doc["runtime"]["kernels"]
@@ -88,4 +83,4 @@ def test_the_circuitpython_plan_respects_its_heaps_largest_block(capsys, tmp_pat
     s, out = planrun.run_on_circuitpython("rp2040-circuitpython", doc, weights, TOK512, STEPS, stats_ms=100)
     assert s is not None, out[-3000:]
     assert s["plan_total"] == doc["total_bytes"] and s["generated"] == STEPS
-    assert 0.9 <= s["heap_top"] / doc["total_bytes"] <= 1.1, (s["heap_top"], doc["total_bytes"])
+    assert 0.9 <= s["heap_top"] / doc["total_bytes"] <= 1.0, (s["heap_top"], doc["total_bytes"])
