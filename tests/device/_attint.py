@@ -4,6 +4,10 @@
 from kvedge import kernels
 from _attref import reference, cosine, _case, _int_step, _same
 
+# every kernel kind is compared: load them now, while the heap is whole (a port that compiles them from source needs
+# a large transient block, which the cases' fragmented heap may not have later)
+kernels.available()
+
 
 def _int_case(case, seed, dtype="i8", residual=4):
     cfg, c, K, V, live, q, att = _case(dtype, case, seed, residual=residual)

@@ -11,10 +11,6 @@ from _support import Rng, need, under_heap_lock
 from _attref import CASES, reference, cosine, _case, _fill, _gauss_rows, _int_step, _same
 from _attint import _int_case
 
-# every kernel kind is compared below: load them now, while the heap is whole (a port that compiles them from source
-# needs a large transient block, which a fragmented heap may not have later)
-kernels.available()
-
 
 def test_integer_path_i8_cosine_and_same_bits_on_every_kernel():
     for i, case in enumerate(CASES):
