@@ -37,9 +37,19 @@ from .paths import BOARDS
 
 KINDS = ("asm", "viper", "native", "plain")  # asm: Thumb inline assembler, Arm chips only
 # the runner's modules in dependency order: each one's cost is its own (what it imports is already loaded)
-MODULES = ("kvedge.errors", "kvedge.sizes", "kvedge.config", "kvedge.quant", "kvedge.cache", "kvedge.attention",
+MODULES = ("kvedge.errors", "kvedge.sizes", "kvedge.config", "kvedge.quant", "kvedge.cache", "kvedge.floatatt",
            "kvedge.model.checkpoint", "kvedge.model.pieces", "kvedge.model.sampler", "kvedge.model.llama",
            "kvedge.model.run")
+INTEGER_KINDS = ("asm", "viper")  # kernels with which an i8 cache takes kvedge.attention's integer path
+
+
+def modules_for(kind):
+    """The runner's modules with `kind` kernels and an i8 cache (the first run's): the integer attention path
+    (kvedge.attention) only with the kinds that run it (kvedge.model.llama.integer_path)."""
+    if kind not in INTEGER_KINDS:
+        return MODULES
+    i = MODULES.index("kvedge.floatatt") + 1
+    return MODULES[:i] + ("kvedge.attention",) + MODULES[i:]
 # what only some runs load: H2O eviction, the stats stream, encoding a prompt
 OPTIONAL = {"evict": "kvedge.evict", "telemetry": "kvedge.telemetry", "encode": "kvedge.model.bpe"}
 LATE = ("kvedge.model.bpe",)  # the first run needs no encoder: imported after it (less heap at the run's peak)
@@ -268,7 +278,7 @@ def measure_circuitpython(board, log=None):
             return out
         version = run("import sys\nprint('KVFP version', sys.version)")
         boot = parse(run(boot_code()))
-        r = parse(run(RUN % ("plain", MODULES, tuple(OPTIONAL.values()), LATE, MODEL, TOKENIZER, TINY["steps"],
+        r = parse(run(RUN % ("plain", modules_for("plain"), tuple(OPTIONAL.values()), LATE, MODEL, TOKENIZER, TINY["steps"],
                              TINY["h2o"], TINY["max_tokens"])))
         r["boot"], r["usable"] = boot["boot"], boot["usable"]
         res = {"board": board, "heap_image": heap, "march": "none (.py source)", "kinds": {"plain": r},
@@ -312,7 +322,7 @@ def measure(board, kinds=None, log=None):
             boot = parse(b.exec(boot_code()))
             res["largest"] = parse(b.exec(START))["start_largest"]
             for kind in kinds:
-                code = RUN % (kind, MODULES, tuple(OPTIONAL.values()), LATE, MODEL, TOKENIZER, TINY["steps"],
+                code = RUN % (kind, modules_for(kind), tuple(OPTIONAL.values()), LATE, MODEL, TOKENIZER, TINY["steps"],
                               TINY["h2o"], TINY["max_tokens"])
                 r = parse(b.exec(code, timeout=900))
                 r["boot"], r["usable"] = boot["boot"], boot["usable"]

@@ -139,8 +139,11 @@ def integer_path(kv, int_attention="auto", attention=None):
 
 
 def _default_attention(cache, tile, integer=True):
+    if not integer:  # the float path alone: the integer path's code (kvedge.attention) is not loaded
+        from kvedge.floatatt import FloatAttention
+        return FloatAttention(cache, tile=tile)
     from kvedge.attention import Attention
-    return Attention(cache, tile=tile, integer=integer)
+    return Attention(cache, tile=tile)
 
 
 class Llama:

@@ -53,13 +53,14 @@ def _writer():
 # imports leaves (measured on a 32-bit board: 16 KB of holes after a burst, under 1 KB this way), and nothing
 # is loaded late, when the heap is full.
 _MODULES = ("kvedge.compat", "kvedge.errors", "kvedge.sizes", "kvedge.config", "kvedge.quant", "kvedge.cache", None,
-            "kvedge.attention", "kvedge.model.checkpoint", "kvedge.model.pieces", "kvedge.model.sampler",
+            "kvedge.floatatt", "kvedge.model.checkpoint", "kvedge.model.pieces", "kvedge.model.sampler",
             "kvedge.model.llama")
 
 
-def _load(kernel, h2o, stats, encode=False):
+def _load(kernel, h2o, stats, encode=False, kv=None, forward="float"):
     """Import the run's modules (None: the kernels, chosen there); returns the kernel module. Eviction, the stats
-    stream and encoding a prompt (kvedge.model.bpe) only when the run uses them."""
+    stream, encoding a prompt (kvedge.model.bpe) and the integer attention path (kvedge.attention) only when the
+    run uses them."""
     import gc
     k = None
     for name in _MODULES + (("kvedge.evict",) if h2o else ()) + (("kvedge.telemetry",) if stats else ()) + (
@@ -68,6 +69,10 @@ def _load(kernel, h2o, stats, encode=False):
             k = kernels.select(kernel)
         else:
             __import__(name)
+        gc.collect()
+    from kvedge.model.llama import integer_path  # its rule, now that the kernels are chosen
+    if forward != "float" or integer_path(kv):
+        __import__("kvedge.attention")
         gc.collect()
     return k
 
@@ -98,7 +103,7 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
     import gc
     if encode is None:
         encode = len(prompt) > 0  # encoding a text sorts the tokenizer's ids once
-    k = _load(kernel, h2o, stats_ms > 0, encode)
+    k = _load(kernel, h2o, stats_ms > 0, encode, kv, forward)
     from kvedge import compat
     from kvedge.model.llama import Llama, check, generate, integer_path
     from kvedge.model.sampler import Sampler
