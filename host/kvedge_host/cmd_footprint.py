@@ -3,6 +3,7 @@ residue, the generation loop, the largest free block (kvedge.footprint); --write
 
     kvedge footprint --board esp32            # print the figures
     kvedge footprint --board esp32 --write    # and record them in boards/esp32.json (what kvedge plan counts)
+    kvedge footprint --board all --write      # every profile with a footprint, after a change to the runner's code
 
 Needs qemu-system-arm and the Cortex-M3 firmware images (../shared/runtimes/micropython-cortex-m3); exits 2 with
 the reason when they are absent."""
@@ -13,7 +14,9 @@ from .cli import UserError
 
 
 def add_arguments(p):
-    p.add_argument("--board", default="rp2040", help="board profile to measure (default rp2040)")
+    p.add_argument("--board", default="rp2040",
+                   help="board profile to measure (default rp2040); all: every profile with a footprint, one after "
+                        "another (what to run when the runner's code changed: a stale footprint fails the demo test)")
     p.add_argument("--kernels", metavar="KINDS",
                    help="comma-separated kernel kinds (default: asm on Arm chips, viper, native, plain; plain on "
                         "CircuitPython)")
@@ -21,8 +24,15 @@ def add_arguments(p):
     p.add_argument("--json", action="store_true", help="print the raw measurements as JSON")
 
 
+def measured_profiles():
+    """The profiles `--board all` measures: those with a footprint (the unix profile describes the host's port)."""
+    return [n for n in boards.names() if boards.load(n).get("footprint")]
+
+
 def run(a):
-    prof = boards.load(a.board)
+    names = measured_profiles() if a.board == "all" else [a.board]
+    for name in names:
+        boards.load(name)
     kinds = None
     if a.kernels:
         kinds = tuple(k.strip() for k in a.kernels.split(",") if k.strip())
@@ -30,23 +40,42 @@ def run(a):
         if bad or not kinds:
             raise UserError("--kernels: unknown kind %r (choose from %s)" % ((bad or [a.kernels])[0],
                                                                            ", ".join(footprint.KINDS)))
+    for name in names:  # every board can be measured here, before any is measured (or any profile written)
+        why = _missing(name)
+        if why:
+            raise UserError("the emulated board cannot run here (%s): %s" % (name, why))
+    out = {}
+    for name in names:
+        out[name] = _one(a, name, kinds)
+    if a.json:
+        print(json.dumps(out[a.board] if a.board != "all" else out, indent=2))
+    return 0
+
+
+def _missing(name):
+    prof = boards.load(name)
+    if prof.get("runtime") == "circuitpython":
+        return None if footprint.circuitpython_exe() else "no CircuitPython interpreter in ../shared/runtimes"
+    return footprint.missing(name, footprint.image_heap(prof))
+
+
+def _one(a, name, kinds):
+    """Measure one profile (and with --write record it); returns what --json prints for it."""
     from .m3board import M3Missing
+    prof = boards.load(name)
     try:
-        res = footprint.measure(a.board, kinds, log=None if a.json else lambda m: print("footprint: " + m,
-                                                                                          flush=True))
+        res = footprint.measure(name, kinds, log=None if a.json else lambda m: print("footprint: " + m, flush=True))
     except M3Missing as e:
         raise UserError("the emulated board cannot run here: %s" % e)
     fp = footprint.figures(res)
-    if a.json:
-        print(json.dumps({"measured": res, "footprint": fp}, indent=2))
-    else:
-        report(a.board, prof, res, fp)
+    if not a.json:
+        report(name, prof, res, fp)
     if a.write:
-        footprint.record(a.board, res)
+        footprint.record(name, res)
         if not a.json:
             print("recorded in boards/%s.json (footprint, with this command, the firmware and today's date in "
-                  "sources)" % a.board)
-    return 0
+                  "sources)" % name)
+    return {"measured": res, "footprint": fp}
 
 
 def report(board, prof, res, fp):

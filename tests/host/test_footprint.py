@@ -101,3 +101,23 @@ def test_measured_again_the_rp2040_figures_repeat():
     for key in ("boot_bytes", "runtime_plain", "largest_bytes"):
         assert abs(got[key] - rec[key]) <= 0.05 * rec[key], (key, got[key], rec[key])
     assert 0 < got["telemetry_bytes"] <= rec["telemetry_bytes"]  # recorded: the largest over the kernel kinds
+
+
+def test_board_all_measures_every_profile_with_a_footprint_and_checks_first(capsys, monkeypatch):
+    # after a change to the runner's code every profile's footprint is stale (test_demo_boards then fails): --board
+    # all measures each profile that has one; any board it cannot run, or a bad flag, stops it before anything is
+    # measured or written
+    from kvedge_host import cli, cmd_footprint
+    want = [n for n in boards.names() if boards.load(n).get("footprint")]
+    assert cmd_footprint.measured_profiles() == want and "unix" not in want and "esp32" in want
+    measured = []
+    monkeypatch.setattr(footprint, "measure", lambda board, kinds=None, log=None: measured.append(board))
+    monkeypatch.setattr(footprint, "record", lambda board, res: measured.append(("write", board)))
+    assert cli.main(["footprint", "--board", "all", "--write", "--kernels", "plain,bogus"]) == 2
+    assert "--kernels: unknown kind 'bogus'" in capsys.readouterr().err
+    monkeypatch.setattr(footprint, "missing", lambda board, heap=None: "no qemu" if board == "rp2350" else None)
+    monkeypatch.setattr(footprint, "circuitpython_exe", lambda: "/bin/true")
+    assert cli.main(["footprint", "--board", "all", "--write"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "(rp2350): no qemu" in err[0] and err[0].startswith("kvedge footprint: error:")
+    assert measured == []
