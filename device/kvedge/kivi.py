@@ -176,10 +176,12 @@ def asym_params(x, src, n, top):
         z2 = (sd - s2 * sq) / n
         if s2 == s and z2 == z:
             break
+        if s2 > quant.F16_MAX or not (-quant.F16_MAX <= z2 + mn <= quant.F16_MAX):
+            break  # a fit f16 cannot store: clamping it would shift every value of the group; keep the last one
         s, z = s2, z2
     z += mn
     z = quant.F16_MAX if z > quant.F16_MAX else (-quant.F16_MAX if z < -quant.F16_MAX else z)
-    return quant.f16_bits(quant.F16_MAX if s > quant.F16_MAX else s), quant.f16_bits(z)
+    return quant.f16_bits(s), quant.f16_bits(z)
 
 
 def asym_code(x, zero, inv, top):

@@ -18,6 +18,7 @@ Codes are computed against the zero and scale actually stored and clamped to 0..
 zero + code * scale. IDEAL is float64 throughout; DEVICE is what kvedge.quant stores."""
 import numpy as np
 
+F16_MAX = 65504.0
 IDEAL = ("exact", "exact", "even")
 KIVI_F16 = ("near", "near", "even")  # KIVI's own code keeps scale and zero in the f16 tensors it works in
 MINMAX_F16 = ("down", "up", "up")  # kvedge until the refinement: min-max, no value clips, ties up
@@ -61,7 +62,11 @@ def fake_quant(x, axis, bits, arith=IDEAL):
     s = (mx - mn) / top
     for _ in range(fits):
         q = _codes(x, z, s, top, round_rule)
-        z, s = _lsq(x, q, axis, z, s)
+        z2, s2 = _lsq(x, q, axis, z, s)
+        if zero_rule != "exact":  # stored as f16: a fit beyond its range is not taken (as kvedge.kivi does)
+            ok = (np.abs(z2) <= F16_MAX) & (s2 <= F16_MAX)
+            z2, s2 = np.where(ok, z2, z), np.where(ok, s2, s)
+        z, s = z2, s2
     z = _STORE[zero_rule](z)
     s = _STORE[scale_rule]((mx - z) / top if not fits else s)
     return z + _codes(x, z, s, top, round_rule) * s

@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -175,6 +175,9 @@ rows_four = st.integers(1, 8).flatmap(lambda n: st.lists(finite32, min_size=4 * 
 
 @SETTINGS
 @given(st.sampled_from(["i4", "i2"]), rows_four)
+# found by this test in a full run: the least-squares zero fell below f16's -65504 and was clamped, which moved
+# every value of the row by 240 (the fit now stops at the last step f16 can hold)
+@example("i4", [0.0] * 10 + [-61594.0, -65504.0])
 def test_low_bit_per_row_error_within_min_max(dt, xs):
     top = TOP[dt]
     c, out = _one_row(dt, xs, residual=0)  # residual 0: keys and values quantized per row at once
