@@ -22,6 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path[:0] = [os.path.join(ROOT, "host"), os.path.join(ROOT, "device")]
 
+from kvedge.budget import LOWBIT, QK  # noqa: E402
 from kvedge_host.paths import DEVICE, SHARED_MODELS  # noqa: E402
 import _benchkit  # noqa: E402
 
@@ -31,7 +32,7 @@ from kvedge import kernels
 from kvedge.compat import ticks_diff, ticks_us  # CircuitPython boards have no time.ticks_*
 kernels.select(%(kernels)r)
 from kvedge.model.llama import Llama
-m = Llama(%(model)r, kv={"dtype": %(cache)r, "align": 0, "max_tokens": %(context)d}, stream=%(stream)r)
+m = Llama(%(model)r, kv={"dtype": %(cache)r, "align": 0, "max_tokens": %(slots)d}, stream=%(stream)r)
 c = m.cache
 cfg = m.cfg
 k = [0.0] * cfg.kv_dim
@@ -45,14 +46,15 @@ for p in range(%(context)d - %(tokens)d):
         c.write(l, k, v)
 gc.collect()
 gc.disable()  # one token with collection off: its allocations, then timed tokens with collection on
-a0 = gc.mem_alloc()
+mem = getattr(gc, "mem_alloc", None)  # MicroPython and CircuitPython only (CPython: -2, not measured)
+a0 = mem() if mem else 0
 fit = 1
 try:
     m.forward(1)
 except MemoryError:  # a board's heap: the token's garbage outgrows it with collection off (-1: unknown)
     fit = 0
 gc.enable()
-a1 = gc.mem_alloc() if fit else a0 - 1
+a1 = (mem() if mem else a0 - 2) if fit else a0 - 1
 gc.collect()
 t0 = ticks_us()
 tok = 1
@@ -64,9 +66,18 @@ print("BENCH %%d %%d %%d %%s %%d" %% (%(tokens)d - 1, us, a1 - a0, kernels.kind(
 """
 
 
+def _bytes(n):
+    """-1: the token's garbage outgrew the heap with collection off; -2: not measured (CPython has no
+    gc.mem_alloc)."""
+    return "> free heap" if n == -1 else "-" if n == -2 else format(n, ",")
+
+
 def run_one(model, weights, cache, kern, context, tokens, heap, runtime="unix", stream=False):
+    # i4/i2 key groups tile the cache: a context that is not a whole number of groups gets the slots of the
+    # next whole group (the run still fills and measures `context` tokens)
+    slots = -(-context // QK) * QK if cache in LOWBIT else context
     code = DEVICE_CODE % {"kernels": kern, "model": model, "cache": cache, "context": context, "tokens": tokens,
-                          "stream": stream}
+                          "stream": stream, "slots": slots}
     rc, out = _benchkit.run(runtime, code, heap, [DEVICE, os.path.dirname(model)], timeout=3600)
     for line in out.splitlines():
         if line.startswith("BENCH "):
@@ -145,14 +156,14 @@ def main(argv=None):
             print("| %s | %s | %s | %s | %d | %s | %s | %s |" % (
                 r["weights"], r["cache"], r["kernels"], r["attention"], r["context"],
                 "streamed from flash" if r["stream"] else "in RAM", format(r["instructions_per_token"], ","),
-                "> free heap" if r["bytes_per_token"] < 0 else format(r["bytes_per_token"], ",")))
+                _bytes(r["bytes_per_token"])))
         return 0
     print("| weights | cache | kernels | attention path | context | tokens/s | ms/token | bytes allocated/token |")
     print("|---|---|---|---|---:|---:|---:|---:|")
     for r in rows:
         print("| %s | %s | %s | %s | %d | %.1f | %.1f | %s |" % (
             r["weights"], r["cache"], r["kernels"], r["attention"], r["context"], r["tok_s"], r["ms_per_token"],
-            format(r["bytes_per_token"], ",")))
+            _bytes(r["bytes_per_token"])))
     return 0
 
 
