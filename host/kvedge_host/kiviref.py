@@ -96,9 +96,23 @@ def _lsq(x, q, axis, z, s):
     return np.where(bad, z, z2), np.where(bad, s, s2)
 
 
-def quant_keys(group_keys, bits, arith=IDEAL):
-    """Keys of one group [G, ..., D]: per channel over the group's tokens."""
-    return fake_quant(group_keys, 0, bits, arith)
+def quant_keys(group_keys, bits, arith=IDEAL, outliers=0):
+    """Keys of one group [G, ..., D]: per channel over the group's tokens. outliers=n: in each channel the n
+    values farthest from the channel's median (ties: the earlier token) are kept apart as f16 and the others
+    quantized without them (KVQuant's dense-and-sparse split; not KIVI, and not a kvedge format)."""
+    if not outliers:
+        return fake_quant(group_keys, 0, bits, arith)
+    x = np.asarray(group_keys, dtype=np.float64)
+    flat = x.reshape(x.shape[0], -1)
+    out = np.empty_like(flat)
+    for c in range(flat.shape[1]):
+        col = flat[:, c]
+        far = np.argsort(-np.abs(col - np.median(col)), kind="stable")[:outliers]
+        rest = np.ones(len(col), dtype=bool)
+        rest[far] = False
+        out[:, c] = f16_near(col)
+        out[rest, c] = fake_quant(col[rest], 0, bits, arith)
+    return out.reshape(x.shape)
 
 
 def quant_values(rows, bits, arith=IDEAL):

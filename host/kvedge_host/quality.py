@@ -199,6 +199,11 @@ class NumpyKivi(RefModel):
         self.mk = np.zeros(shape)
         self.mv = np.zeros(shape)
         self.lo = [0] * c.n_layers
+        # key variants beyond KIVI, measured by tools/eval_kivi_keys.py: sparse f16 outliers per channel and
+        # group, or keys quantized before RoPE (and turned again when read)
+        self.outliers = kv.get("outliers", 0)
+        self.prerope = kv.get("prerope", False)
+        self.pk = np.zeros(shape) if self.prerope else None
 
     def attend(self, layer, q, k, v, pos):
         c = self.cfg
@@ -207,11 +212,16 @@ class NumpyKivi(RefModel):
         shape = (c.n_kv_heads, c.head_dim)
         self.mk[layer, pos] = np.float32(k).reshape(shape)
         self.mv[layer, pos] = np.float32(v).reshape(shape)
+        if self.prerope:  # the key as it was before RoPE turned it by pos
+            self.pk[layer, pos] = self.rope(self.mk[layer, pos].reshape(-1).copy(), -pos).reshape(shape)
         lo = kiviref.residual_lo(pos + 1, self.G, self.R)
         for g in range(self.lo[layer], lo, self.G):  # a group leaves the residual
             sl = slice(g, g + self.G)
-            self.mk[layer, sl] = kiviref.quant_keys(self.mk[layer, sl], self.bits, self.arith)
+            keys = self.pk if self.prerope else self.mk
+            keys[layer, sl] = kiviref.quant_keys(keys[layer, sl], self.bits, self.arith, self.outliers)
             self.mv[layer, sl] = kiviref.quant_values(self.mv[layer, sl], self.bits, self.arith)
+            for p in range(g, g + self.G) if self.prerope else ():  # turned by each token's own position again
+                self.mk[layer, p] = self.rope(self.pk[layer, p].reshape(-1).copy(), p).reshape(shape)
         self.lo[layer] = lo
         return self.attention(q, self.mk[layer, :pos + 1], self.mv[layer, :pos + 1])
 

@@ -84,3 +84,22 @@ def test_model_through_the_cache_equals_the_numpy_reference(dt):
     dev, _ = quality.teacher_force(STORIES, ids, kv)
     ref, _ = quality.teacher_force(STORIES, ids, dict(kv, numpy=kiviref.DEVICE))
     assert np.array_equal(dev, ref)
+
+
+def test_sparse_outliers_keep_the_farthest_values_and_shrink_the_rest():
+    """The dense-and-sparse reference (tools/eval_kivi_keys.py): in each channel the n values farthest from the
+    median come back as f16, and the other values' error is bounded by half a step of their own range, far
+    below what one planted outlier costs plain KIVI."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((32, 2, 8))
+    x[5, 0, 3] = 40.0
+    x[9, 1, 6] = -35.0
+    y = kiviref.quant_keys(x, 4, kiviref.IDEAL, outliers=1)
+    assert y[5, 0, 3] == np.float16(40.0) and y[9, 1, 6] == np.float16(-35.0)
+    for h, d, far in ((0, 3, 5), (1, 6, 9)):
+        rest = np.delete(x[:, h, d], far)
+        step = (rest.max() - rest.min()) / 15
+        assert np.abs(np.delete(y[:, h, d], far) - rest).max() <= step / 2 + 1e-12
+    plain = kiviref.quant_keys(x, 4, kiviref.IDEAL)
+    assert np.abs(plain[:, 0, 3] - x[:, 0, 3]).mean() > 4 * np.abs(y[:, 0, 3] - x[:, 0, 3]).mean()
+    assert np.array_equal(kiviref.quant_keys(x, 4, kiviref.IDEAL, outliers=0), plain)
