@@ -2,7 +2,7 @@
 emulated Cortex-M3 at B's heap (a PSRAM profile on the 2 MiB image, planned for that heap; the CircuitPython
 profile on the 32-bit CircuitPython interpreter; the unix profile on the unix port it describes) with no
 MemoryError, with the kernels the plan chose, and the board's peak heap (gc.mem_alloc() after set-up and after
-every token, everything included) at most the plan's total and within 10 % of it: a footprint that no longer matches
+every token, everything included) at most the plan's total and, with the shared stories260K, within 10 % of it: a footprint that no longer matches
 the code (measured before the runtime grew) shows as a peak above the plan. A few tokens each: the emulated board is
 slow."""
 import json
@@ -47,8 +47,12 @@ def test_the_demo_runs_its_plan_on_every_board_profile(tmp_path, board):
     peak, total = (int(x.replace(",", "")) for x in PEAK.search(out).groups())
     assert total == plan["total_bytes"]
     # the plan holds the board's peak (a stale footprint, e.g. measured before the code grew, fails here: run
-    # kvedge footprint --board B --write) and is not padded far beyond it
-    assert 0.9 * total <= peak <= total, (peak, total, "%.1f %%" % (100.0 * peak / total))
+    # kvedge footprint --board B --write) and is not padded far beyond it. Footprints are measured running
+    # stories260K: without ../shared the demo runs its own small model, whose plan is mostly the profile's flat
+    # allowances (the unix profile: 65,536 bytes of board), so only the upper bound is checked then.
+    assert peak <= total, (peak, total, "%.1f %%" % (100.0 * peak / total))
+    if os.path.exists(STORIES):
+        assert 0.9 * total <= peak, (peak, total, "%.1f %%" % (100.0 * peak / total))
     assert re.search(r"│\s*6 \(6 generated\)", out), out[-3000:]
     if os.path.exists(STORIES):
         assert "Once upon a time" in out
