@@ -1,5 +1,6 @@
 # Helpers of the model tests: a plain-Python reference attention over cache.read() (a stand-in for
-# kvedge.attention in tests only), an independent plain-Python forward pass, and a temp-file location.
+# kvedge.attention in tests only), an independent plain-Python forward pass, a temp-file location, and how far
+# apart two logit vectors are.
 import math
 from array import array
 
@@ -152,6 +153,28 @@ class PlainForward:
             x = [u + v for u, v in zip(x, self.mv(self.w2, l, d, h, hb))]
         self.pos += 1
         return self.mv(self.emb, 0, self.V, d, self.norm(x, self.rms_final, 0))
+
+
+def logit_gap(a, b, ea=0):
+    """max |a * 2**ea - b| / (max b - min b): logits a (ints scaled by 2**ea, or floats) against float logits b."""
+    lo = hi = b[0]
+    worst = 0.0
+    for i in range(len(b)):
+        y = b[i]
+        lo = y if y < lo else lo
+        hi = y if y > hi else hi
+        d = abs(a[i] * 2.0 ** ea - y)
+        worst = d if d > worst else worst
+    return worst / (hi - lo)
+
+
+def argmax(v):
+    """The first index of v's largest value."""
+    best = 0
+    for i in range(len(v)):
+        if v[i] > v[best]:
+            best = i
+    return best
 
 
 def skip(msg):

@@ -21,7 +21,7 @@ for _kind in __import__("kvedge.kernels").kernels.available():  # every kind's q
     gc.collect()
 __import__("kvedge.kernels").kernels.select()
 from _support import need, raises, under_heap_lock  # noqa: E402
-from _model_support import tmp_path  # noqa: E402
+from _model_support import argmax as _argmax, logit_gap as _gap, tmp_path  # noqa: E402
 from kvedge import kernels  # noqa: E402
 from kvedge.model import checkpoint, tiny  # noqa: E402
 
@@ -45,27 +45,6 @@ def _model(forward="int", kv=None, **kw):
     gc.collect()
     return Llama(_files()["i8"], kv=kv or {"dtype": "i8", "align": 0, "max_tokens": 24}, forward=forward, tile=8,
                  **kw)
-
-
-def _gap(a, b, ea):
-    """max |a * 2**ea - b| / (max b - min b): int logits a against float logits b."""
-    lo = hi = b[0]
-    worst = 0.0
-    for i in range(len(b)):
-        y = b[i]
-        lo = y if y < lo else lo
-        hi = y if y > hi else hi
-        d = abs(a[i] * 2.0 ** ea - y)
-        worst = d if d > worst else worst
-    return worst / (hi - lo)
-
-
-def _argmax(v):
-    best = 0
-    for i in range(len(v)):
-        if v[i] > v[best]:
-            best = i
-    return best
 
 
 def _digest(v):

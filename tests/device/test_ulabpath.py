@@ -4,7 +4,7 @@
 import gc
 
 from _support import need
-from _model_support import tmp_path, skip
+from _model_support import argmax as _argmax, logit_gap as _gap, skip, tmp_path
 from kvedge.model import checkpoint, tiny
 
 _PATHS = {}
@@ -55,25 +55,6 @@ def test_ulab_rows_are_the_caches_own():
             ref.write(layer, array("f", k * (layer + 1)), array("f", v))
     assert c.arena == ref.arena
     m.close()
-
-
-def _gap(x, y, ex=0):
-    lo = hi = y[0]
-    worst = 0.0
-    for i in range(len(y)):
-        lo = y[i] if y[i] < lo else lo
-        hi = y[i] if y[i] > hi else hi
-        d = abs(x[i] * 2.0 ** ex - y[i])
-        worst = d if d > worst else worst
-    return worst / (hi - lo)
-
-
-def _argmax(v):
-    best = 0
-    for i in range(len(v)):
-        if v[i] > v[best]:
-            best = i
-    return best
 
 
 def test_ulab_logits_track_the_integer_and_float_passes():
