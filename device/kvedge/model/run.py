@@ -79,7 +79,7 @@ def _load(kernel, h2o, stats, encode=False, kv=None, forward="float"):
 
 def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=None, budget=None, workspace=0,
          stream=False, kernel="auto", tile=32, peak=False, h2o=0, stats_ms=0, overhead=RUN_OVERHEAD,
-         kv_bytes=0, encode=None, ctrl_c=False, forward="float"):
+         kv_bytes=0, encode=None, ctrl_c=False, forward="float", tier=None):
     """Returns the stats dict it prints. Raises BudgetError before allocating when the run does not fit: the
     plan counts the tokenizer (kept in its file: kvedge.model.pieces.FileTokenizer) and `overhead`, this
     loop's own heap (a plan made from the board's measured footprint passes the loop it measured), in the
@@ -95,7 +95,10 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
     (default: when there is a prompt), as the plan did. ctrl_c=True looks for a Ctrl-C waiting on stdin after
     every token (a board's USB stack interrupts a program by itself; firmware that reads its UART only when
     asked, like the emulated Cortex-M3's, cannot be stopped otherwise). forward: "float", "int" or "ulab"
-    (kvedge.model.llama.Llama)."""
+    (kvedge.model.llama.Llama). tier: a tiered cache's cold store (a plan's "tier": block, cold_dtype,
+    cold_blocks, at_cap, cold_align)."""
+    if tier is not None:
+        raise ValueError("this runner does not build tiered caches yet")
     if budget is not None and kv_bytes > budget:
         from kvedge.errors import BudgetError
         raise BudgetError("KV arena", kv_bytes, budget)
