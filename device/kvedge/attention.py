@@ -184,6 +184,8 @@ class Attention(FloatAttention):
             tile[T_N] = nt
             if not i4:
                 return c.arena
+            tile[T_KIVI] = 1 if c.kivi else 0  # c's own fields: the tile may have served another cache last
+            tile[T_QBITS] = c.bits
             self.k.att_conv_i4(c.arena, tile, self.scratch, self.conv)
             return self.scratch
         frow = c.frow

@@ -82,6 +82,13 @@ class ColdStore:
         self.segs = [None, None]
         h = None if fresh else _open(path + ".h0", "rb") or _open(path + ".h1", "rb")
         if h is None:
+            if not fresh:  # no header, but a data file: the headers were lost, which is damage, not a new store
+                for x in (".s", ".0", ".1"):
+                    f = _open(path + x, "rb")
+                    if f is not None:
+                        f.close()
+                        self._refuse("both headers (%s.h0, %s.h1) are missing but its data file %s%s is there"
+                                     % (path, path, path, x))
             self._create()
             return
         h.close()
@@ -121,10 +128,12 @@ class ColdStore:
         if 0 <= free < self.flash:
             raise OSError("%s: the cold store needs %d bytes of flash, the file system has %d free"
                           % (self.path, self.flash, free))
-        for i in (0, 1):
-            self.segs[i] = open(self._name(i), "w+b")
+        # the headers first: a power cut before the segments exist leaves an empty store (its segment files
+        # are made on reopen), never data files without a header (refused as damage)
         self._write_header(1, 0, 0, 0, False)  # copy 1 is the older one: the first commit (seq 1) replaces it
         self._write_header(0, 0, 0, 0, False)
+        for i in (0, 1):
+            self.segs[i] = open(self._name(i), "w+b")
 
     def _write_header(self, i, seq, k0, count, saved):
         f = open("%s.h%d" % (self.path, i), "wb")
@@ -240,17 +249,33 @@ class ColdStore:
         struct.pack_into(TAG, self.tag, 0, k, (self.seq + 1) % SEQ_MOD, self.ab[0], self.ab[1], ntok)
         return self.tag
 
+    def _seg(self, i):
+        """Segment file i, opened again if an earlier open failed (OSError naming it when it still cannot be)."""
+        f = self.segs[i]
+        if f is None:
+            try:
+                f = open(self._name(i), "r+b")
+            except OSError as e:
+                raise OSError("%s: cannot open the cold segment file %s (%s)" % (self.path, self._name(i), e))
+            self.segs[i] = f
+        return f
+
     def write_record(self, k, layer):
-        """Append rec as layer `layer` of block k (not yet committed); layers go in order 0, 1, ..."""
+        """Append rec as layer `layer` of block k (not yet committed); layers go in order 0, 1, ...
+        An OSError leaves the committed state as it was (the block is simply not added)."""
         i = (k // self.C) & 1
         if layer == 0:
             self.ab[0] = 1
             self.ab[1] = 0
             if k % self.C == 0:  # a new segment: the one this file held is dead (at most C blocks are live)
-                self.segs[i].close()
-                self.segs[i] = None
-                self.segs[i] = open(self._name(i), "w+b")
-        f = self.segs[i]
+                if self.segs[i] is not None:
+                    self.segs[i].close()
+                    self.segs[i] = None
+                try:
+                    self.segs[i] = open(self._name(i), "w+b")
+                except OSError as e:  # no live block is in this file: the next use opens it again
+                    raise OSError("%s: cannot start the cold segment file %s (%s)" % (self.path, self._name(i), e))
+        f = self._seg(i)
         f.seek((k % self.C) * self.stride + layer * self.rb)
         f.write(self.rec)
         adler(self.rec, self.rb, self.ab)
@@ -258,7 +283,7 @@ class ColdStore:
     def end_block(self, k, sinks=None):
         """Append block k's tag and flush it; with the first block, also write the sinks' rows (`sinks`: a list of
         buffers, sinks_bytes in all). Then commit()."""
-        f = self.segs[(k // self.C) & 1]
+        f = self._seg((k // self.C) & 1)
         f.write(self._pack_tag(k, self.B))
         f.flush()
         if sinks is not None:
@@ -277,6 +302,8 @@ class ColdStore:
     def load(self, k, layer):
         """rec := layer `layer` of block k, read from flash. Allocates nothing."""
         f = self.segs[(k // self.C) & 1]
+        if f is None:
+            f = self._seg((k // self.C) & 1)
         f.seek((k % self.C) * self.stride + layer * self.rb)
         if f.readinto(self.rec) != self.rb:
             raise OSError("%s: cold block %d is truncated" % (self.path, k))

@@ -249,8 +249,12 @@ class FloatAttention:
         return inv
 
     def _report_float(self, layer, kvh, q, qo, m, inv, scores, slots, nslots):
+        """Each token's probability under the step's max m and 1/sum inv. Its score is rounded to float32 as
+        the step stored it (in self.s), so it is at most m and its weight at most 1: near float32's limit a
+        double score would be up to m * 2**-24 above m and its weight overflow."""
         c = self.cache
         row = self.row
+        s = self.s
         n = c.N if nslots < 0 else nslots
         for j in range(n):
             slot = j if nslots < 0 else slots[j]
@@ -260,4 +264,5 @@ class FloatAttention:
             d = 0.0
             for i in range(self.D):
                 d += q[qo + i] * row[i]
-            scores[slot] += int(math.exp(d * self.scale - m) * inv * 65536 + 0.5)
+            s[0] = d * self.scale
+            scores[slot] += int(math.exp(s[0] - m) * inv * 65536 + 0.5)

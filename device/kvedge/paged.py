@@ -324,18 +324,18 @@ class PagedPool:
         """Float attention of one layer over the session's tokens only (Attention.step). The session counts
         as used (LRU) only when the step succeeds."""
         i = self._handle(sid)
-        n = self._expand(i)  # self.slots is the step's scratch, not state
         att = self.att
-        att.check_step(layer, q, out, scores)
+        att.check_step(layer, q, out, scores)  # every check before self.slots (what expand() shows) is filled
+        n = self._expand(i)
         att._step(layer, q, out, scores, self.slots, n)  # the slots are the session's own: no re-check
         self._touch(i)
 
     def attend_q8(self, sid, layer, qc, qs, out_q, out_exp, scores=None):
         """Integer attention (i8 pools) over the session's tokens; allocates nothing once warm."""
         i = self._handle(sid)
-        n = self._expand(i)
         att = self.att
         att.check_step_q8(layer, qc, qs, out_q, out_exp, scores)
+        n = self._expand(i)
         att._step_q8(layer, qc, qs, out_q, out_exp, scores, self.slots, n)
         self._touch(i)
 

@@ -27,7 +27,6 @@ from .coldstore import ColdStore
 from .compat import float_array, zeros
 from .config import CacheConfig
 from .errors import BudgetError
-from .kernels_plain import T_KIVI
 from . import quant
 
 POLICIES = ("drop", "reset")
@@ -51,7 +50,7 @@ class TieredCache:
             raise TypeError("path must be a file name, got %s" % check.show(path))
         L, H, D, S, W = cfg.layers, cfg.kv_heads, cfg.head_dim, cfg.sinks, cfg.window
         size = tiered_bytes(L, cfg.heads, H, D, W, S, block, cold_blocks, cfg.dtype, cold, cfg.align, cold_align,
-                            cfg.group, cfg.prefix == S)
+                            cfg.group, cfg.prefix == S, cfg.residual)
         if size["flash"] >= 1 << 30:
             raise ValueError("cold store of %d bytes: file offsets must stay below 2**30" % size["flash"])
         if budget is not None and size["ram"] > budget:
@@ -94,6 +93,10 @@ class TieredCache:
                 r._occupy(s, s)
         if st.count or st.k0:
             r.n_seen = S + (st.k0 + st.count) * block
+            if r.kivi:  # KIVI's residual starts empty at the resume point (a block start: whole groups before it)
+                g = r.n_seen - r.P - (r.n_seen - r.P) % r.G
+                for layer in range(L):
+                    r.res_lo[layer] = r.res_hi[layer] = g
 
     @staticmethod
     def _validate(cfg, block, cold, cold_blocks, at_cap, cold_align):
@@ -164,13 +167,13 @@ class TieredCache:
         if (p0 - self.S) % B or k != st.k0 + st.count:
             raise AssertionError("ring slot %d holds position %d, not the start of block %d"
                                  % (slot, p0, st.k0 + st.count))
+        drop = 0
         if st.count == self.C:
             if self.at_cap == "reset":
                 self.reset()
                 self.cap_resets += 1
                 return
-            st.commit(st.k0 + 1, st.count - 1, st.saved)  # the oldest block is gone for good
-            self.drops += 1
+            drop = 1  # the oldest block goes in the same commit that adds this one: a failure drops nothing
         try:
             for layer in range(self.L):
                 self._encode(layer, p0)
@@ -181,14 +184,17 @@ class TieredCache:
         if self.S and not st.saved:
             sinks = self._sink_runs()
         st.end_block(k, sinks)
-        st.commit(st.k0, st.count + 1, st.saved or sinks is not None)
+        st.commit(st.k0 + drop, st.count + 1 - drop, st.saved or sinks is not None)
+        self.drops += drop
         for t in range(B):
             r.release_slot(slot + t)
         self.demoted += B
 
     def _sink_runs(self):
         """The ring's bytes that hold the sinks, as memoryviews: its f32 prefix region, or (sinks in the ring's
-        dtype) the first S rows of every layer, K|V and KV head, then their i8 scales."""
+        dtype) the first S rows of every layer, K|V and KV head, then their metadata: i8 scales; i4/i2 scales
+        and zeros of the value rows, then of the key rows (per row) or of the sinks' key groups (KIVI: per
+        channel). Their total is budget.tiered_bytes()'s sinks record without its tag."""
         r = self.ring
         mv = memoryview(r.arena)
         S = self.S
@@ -200,6 +206,15 @@ class TieredCache:
         if r.cfg.dtype == I8:
             for i in range(2 * r.L * r.H):
                 runs.append(mv[r.META + i * r.B * 2:r.META + i * r.B * 2 + 2 * S])
+        elif r.lowbit:
+            for i in range(r.L * r.H):
+                runs.append(mv[r.VMETA + i * r.B * 4:r.VMETA + i * r.B * 4 + 4 * S])
+            for i in range(r.L * r.H):
+                if r.kivi:  # the sinks are whole groups of G (CacheConfig checks it)
+                    o = r.META + i * r.NG * r.D * 4
+                    runs.append(mv[o:o + (S // r.G) * r.D * 4])
+                else:
+                    runs.append(mv[r.META + i * r.B * 4:r.META + i * r.B * 4 + 4 * S])
         return runs
 
     def _encode(self, layer, p0):
@@ -376,13 +391,18 @@ class TieredCache:
         for h in range(self.heads):
             att.begin(fst, 2 * h, facc, h * D)
         cs = self.store
-        for i in range(cs.count):
-            cs.load(cs.k0 + i, layer)
+        reads = cs.reads
+        try:
+            for i in range(cs.count):
+                cs.load(cs.k0 + i, layer)
+                for h in range(self.heads):
+                    att.fold_rows(st, 0, h // self.group, q, h * D, st.slot_pos, -1, B, fst, 2 * h, facc, h * D)
             for h in range(self.heads):
-                att.fold_rows(st, 0, h // self.group, q, h * D, st.slot_pos, -1, B, fst, 2 * h, facc, h * D)
-        for h in range(self.heads):
-            att.fold_rows(r, layer, h // self.group, q, h * D, r.slot_pos, -1, r.N, fst, 2 * h, facc, h * D)
-            att.finish(layer, fst, 2 * h, facc, h * D, out, h * D)
+                att.fold_rows(r, layer, h // self.group, q, h * D, r.slot_pos, -1, r.N, fst, 2 * h, facc, h * D)
+                att.finish(layer, fst, 2 * h, facc, h * D, out, h * D)
+        except Exception:
+            cs.reads = reads  # a refused step counts no reads (its blocks were only scratch)
+            raise
 
     def step_q8(self, layer, qc, qs, out_q, out_exp):
         """Integer attention (i8/i4 ring, i8/i4 cold): out_q * 2**out_exp as Attention.step_q8. Each cold block
@@ -400,6 +420,9 @@ class TieredCache:
         accs = self.iaccs
         D = self.D
         own = att.iacc
+        cs = self.store
+        reads = cs.reads
+        ok = False
         try:
             for h in range(self.heads):
                 att.q8_begin()
@@ -407,7 +430,6 @@ class TieredCache:
                 a = accs[h]
                 for i in range(D):
                     a[i] = 0
-            cs = self.store
             for i in range(cs.count):
                 cs.load(cs.k0 + i, layer)
                 for kvh in range(self.H):
@@ -420,8 +442,11 @@ class TieredCache:
                 if att.lsum <= 0:
                     raise ValueError("no cached tokens to attend to in layer %d" % layer)
                 att.q8_finish(h, out_q, out_exp)
+            ok = True
         finally:
             att.iacc = own
+            if not ok:
+                cs.reads = reads  # a refused step counts no reads
 
     def _cold_q8(self, kvh, qc, qs):
         """Fold KV head kvh of the staging block into its query heads: each tile is gathered (i8: by the
@@ -459,7 +484,6 @@ class TieredCache:
             return
         ts = att.tslot
         T = att.T
-        tile[T_KIVI] = 1 if st.kivi else 0
         t0 = 0
         while t0 < self.B:
             nt = self.B - t0
