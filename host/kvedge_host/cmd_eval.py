@@ -130,6 +130,11 @@ def _written(args, cfg, required):
         raise UserError("%s: no tokenizer for the written corpus (give --tokenizer, or --texts sampled)" % tok)
     try:
         texts = quality.written_texts(tok, folder, cfg.vocab_size, cfg.seq_len)
+    except quality.StoryError as e:  # names the story's file: the tokenizer is not at fault
+        if not required:
+            print("note: the written corpus is skipped: %s" % e, file=sys.stderr)
+            return None
+        raise UserError(str(e))
     except (ValueError, OSError) as e:
         if not required:  # another model than the corpus was written for: --texts both measures sampled text
             print("note: the written corpus is skipped: %s: %s" % (tok, e), file=sys.stderr)

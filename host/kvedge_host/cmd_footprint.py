@@ -34,12 +34,16 @@ def run(a):
     for name in names:
         boards.load(name)
     kinds = None
-    if a.kernels:
-        kinds = tuple(k.strip() for k in a.kernels.split(",") if k.strip())
-        bad = [k for k in kinds if k not in footprint.KINDS]
-        if bad or not kinds:
-            raise UserError("--kernels: unknown kind %r (choose from %s)" % ((bad or [a.kernels])[0],
-                                                                           ", ".join(footprint.KINDS)))
+    if a.kernels is not None:
+        kinds = tuple(k.strip() for k in a.kernels.split(","))
+        for i, k in enumerate(kinds):
+            if not k:  # "asm,,plain", a trailing comma, "": a kind left out is a typo, not a default
+                raise UserError("--kernels %r: kind %d of %d is empty (comma-separated kinds: %s)"
+                                % (a.kernels, i + 1, len(kinds), ", ".join(footprint.KINDS)))
+            if k not in footprint.KINDS:
+                raise UserError("--kernels: unknown kind %r (choose from %s)" % (k, ", ".join(footprint.KINDS)))
+            if k in kinds[:i]:
+                raise UserError("--kernels %r: %s is named twice" % (a.kernels, k))
     for name in names:  # every board can be measured here, before any is measured (or any profile written)
         why = _missing(name)
         if why:

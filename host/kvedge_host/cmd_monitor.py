@@ -19,6 +19,8 @@ def add_arguments(p):
                    "generation)")
     p.add_argument("--plain", action="store_true", help="no live view: print events and alerts as lines "
                    "(the default when stdout is not a terminal)")
+    p.add_argument("--wait", action="store_true", help="the port need not exist yet: wait for it to appear (a "
+                   "board not plugged in yet); without it a missing port is refused")
 
 
 MAX_BAUD = 10_000_000
@@ -37,6 +39,37 @@ def check_args(args):
         validate.out_folder("--csv", args.csv)
     if args.plot:
         validate.out_folder("--plot", args.plot)
+    check_port(args.port, args.wait)
+
+
+def check_port(port, wait=False):
+    """A path that can be a serial port: a terminal device (a tty or pty, or a symlink to one), or, with `wait`, a
+    path that does not exist yet. A regular file, a folder, /dev/null or any other non-terminal device can never
+    become one (the watch would wait for ever): refused, like a missing port without `wait`."""
+    import os
+    import stat
+    from . import validate
+    if not port:
+        raise validate.InputError("--port: an empty name")
+    try:
+        st = os.stat(port)
+    except OSError:
+        if wait:
+            return
+        raise validate.InputError("%s: no such port (plug the board in, or pass --wait to wait for it)" % port)
+    mode = st.st_mode
+    if stat.S_ISDIR(mode):
+        raise validate.InputError("%s: is a folder, not a serial port" % port)
+    if stat.S_ISREG(mode):
+        raise validate.InputError("%s: is a regular file, not a serial port" % port)
+    if not stat.S_ISCHR(mode):
+        raise validate.InputError("%s: not a serial port (not a character device)" % port)
+    # what kind of device, without opening it: closing a tty would drop what the board queued (and may reset it)
+    dev = st.st_rdev
+    sysfs = "/sys/dev/char/%d:%d/subsystem" % (os.major(dev), os.minor(dev))
+    if os.path.exists(sysfs) and os.path.basename(os.path.realpath(sysfs)) != "tty":
+        raise validate.InputError("%s: a %s device, not a serial port (not a terminal)"
+                                  % (port, os.path.basename(os.path.realpath(sysfs))))
 
 
 def run(args):

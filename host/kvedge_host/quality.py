@@ -253,24 +253,35 @@ def sample_text(path, tokens, seed, stories=False, temperature=1.0):
     return out[:tokens]
 
 
+class StoryError(ValueError):
+    """A story of the written corpus cannot be used; the message starts with the story file's path."""
+
+
 def written_texts(tokenizer=TOKENIZER, folder=CORPUS, vocab_size=512, limit=None):
     """[(name, ids)] of every story in `folder` (*.txt, by name), encoded as llama2.c does (BOS first). A story
-    longer than `limit` tokens (the model's trained context) is refused: cut it, do not truncate silently."""
+    longer than `limit` tokens (the model's trained context) is refused: cut it, do not truncate silently.
+    A story that is not UTF-8 text, too long or outside the vocabulary: StoryError naming its file; a tokenizer
+    that does not fit: TokenizerError (both ValueErrors)."""
     from kvedge.model.tokenizer import Tokenizer
     tok = Tokenizer.load(tokenizer, vocab_size)  # raises TokenizerError (a ValueError) when the sizes disagree
     out = []
     for name in sorted(os.listdir(folder)):
         if not name.endswith(".txt"):
             continue
-        with open(os.path.join(folder, name), encoding="utf-8") as f:
-            ids = tok.encode(f.read().strip())
+        path = os.path.join(folder, name)
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read().strip()
+        except UnicodeDecodeError as e:
+            raise StoryError("%s: not UTF-8 text (byte 0x%02x at offset %d)" % (path, e.object[e.start], e.start))
+        ids = tok.encode(text)
         if limit and len(ids) > limit:
-            raise ValueError("%s: %d tokens, more than the model's %d-token context" % (name, len(ids), limit))
+            raise StoryError("%s: %d tokens, more than the model's %d-token context" % (path, len(ids), limit))
         if max(ids) >= vocab_size:
-            raise ValueError("%s: token %d is outside the model's %d-token vocabulary" % (name, max(ids), vocab_size))
+            raise StoryError("%s: token %d is outside the model's %d-token vocabulary" % (path, max(ids), vocab_size))
         out.append((name[:-4], ids))
     if not out:
-        raise ValueError("%s: no .txt stories" % folder)
+        raise StoryError("%s: no .txt stories" % folder)
     return out
 
 

@@ -87,6 +87,12 @@ def test_a_bad_kernel_kind_is_one_line(capsys):
     assert cli.main(["footprint", "--board", "rp2040", "--kernels", "sse"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
         "kvedge footprint: error: --kernels: unknown kind 'sse' (choose from asm, viper, native, plain)"]
+    # a kind left out or named twice is refused too ("asm,,plain" was measured as if it were "asm,plain")
+    for arg, why in (("asm,,plain", "kind 2 of 3 is empty"), ("plain,", "kind 2 of 2 is empty"),
+                     (",", "kind 1 of 2 is empty"), ("plain,plain", "plain is named twice")):
+        assert cli.main(["footprint", "--board", "rp2040", "--kernels", arg]) == 2, arg
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and why in err and "kvedge footprint: error: --kernels" in err, (arg, err)
 
 
 @needs_m3

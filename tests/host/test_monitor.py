@@ -192,12 +192,29 @@ def test_monitor_survives_a_virtual_board_killed_and_started_again(tmp_path):
 
 def test_cli_waits_for_a_missing_port_and_stops_on_duration(tmp_path):
     t0 = time.monotonic()
-    p = kvedge("monitor", "--port", str(tmp_path / "nosuch"), "--duration", "1.5", "--plain",
+    p = kvedge("monitor", "--port", str(tmp_path / "nosuch"), "--wait", "--duration", "1.5", "--plain",
                "--csv", str(tmp_path / "e.csv"), "--plot", str(tmp_path / "e.png"), timeout=120)
     assert p.returncode == 0, p.stderr
     assert time.monotonic() - t0 < 60
     assert "waiting for" in p.stdout and "0 samples" in p.stdout
     assert _rows(tmp_path / "e.csv") == [] and os.path.getsize(tmp_path / "e.png") > 0
+
+
+def test_cli_refuses_a_path_that_can_never_be_a_port(tmp_path):
+    # a typo'd port, a regular file, a folder, /dev/null: one line and exit 2 at once, never a watch that waits for
+    # ever (with no --duration) or "0 samples" and exit 0; --wait only waits for a path that does not exist yet
+    f = tmp_path / "file"
+    f.write_text("KVSTATS {}\n")
+    cases = [([str(tmp_path / "ttyNOPE")], "no such port"), ([str(f)], "regular file"),
+             ([str(tmp_path)], "folder"), ([str(f), "--wait"], "regular file")]
+    if os.path.exists("/sys/dev/char"):  # where the kind of a device can be told without opening it
+        cases.append((["/dev/null"], "not a serial port"))
+    for args, why in cases:
+        t0 = time.monotonic()
+        p = kvedge("monitor", "--port", *args, "--plain", timeout=60)
+        assert p.returncode == 2 and p.stdout == "", (args, p.stdout, p.stderr)
+        assert p.stderr.count("\n") == 1 and args[0] in p.stderr and why in p.stderr, (args, p.stderr)
+        assert time.monotonic() - t0 < 30
 
 
 def test_cli_bad_arguments_are_one_line_errors(tmp_path):

@@ -44,6 +44,16 @@ def test_a_story_longer_than_the_context_is_refused(tmp_path, capsys):
 
 
 @have_stories
+def test_a_story_that_is_not_utf8_is_named_not_the_tokenizer(tmp_path, capsys):
+    (tmp_path / "a.txt").write_text("Once upon a time, there was a cat.")
+    (tmp_path / "bad.txt").write_bytes(b"Once upon a time \xff\xfe there was a cat.")
+    assert cli(["eval", "--model", STORIES, "--corpus", str(tmp_path), "--texts", "written"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("kvedge eval: error: %s: not UTF-8" % (tmp_path / "bad.txt")), err
+    assert "tok512" not in err and "0xff at offset 17" in err, err
+
+
+@have_stories
 def test_kivi_residual_and_two_bit_costs_on_the_written_corpus():
     # the written corpus, pooled over its 8 stories (text the model never saw): recent tokens kept exact buy
     # back most of what 2-bit keys lose, and i4 with the sliding residual stays within 0.5 % of f32
