@@ -57,7 +57,7 @@ class VirtualBoard:
         self.link = os.path.abspath(link) if link else None
         self.log = log
         self.port = None
-        self.starts = 0  # interpreters started so far (1 + resets)
+        self.starts = 0  # interpreters that came up so far (1 + resets): counted once each shows its prompt
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._reset_req = threading.Event()
@@ -139,7 +139,7 @@ class VirtualBoard:
         os.close(sa)
         _set_nonblocking(ma)
         self._ma = ma
-        self.starts += 1
+        self._booting = True  # until its prompt is out on the port (see _boot_done)
         self._seen = b""
         self._born = time.monotonic()
 
@@ -179,9 +179,24 @@ class VirtualBoard:
         if self._stop.is_set():
             return b""
         self._spawn()
+        self._boot_raw = raw
         if self.log:
-            self.log("interpreter restarted (%d)" % self.starts)
+            self.log("interpreter restarted (%d)" % (self.starts + 1))
         return b"\x01" if raw else b""
+
+    def _boot_done(self, to_client):
+        """A restarted interpreter is up (and counted in `starts`) once the prompt of the mode it was put in is out
+        on the port: the raw REPL's banner and ">" after the Ctrl-A the relay sent it, or the friendly prompt;
+        or, when it has shown no prompt at all for 2 s, a main.py at work. Counting it at its spawn let a client
+        that waited for `starts` connect while it was still booting: the client's own Ctrl-A then met the relay's,
+        the board printed two raw banners, the first one after the client had flushed its input, and mpremote
+        read the second banner's bytes where its raw-paste answer should be ("could not exec command (response:
+        b'R\\x01')")."""
+        if to_client:  # not yet on the port: a client starting now would not find it to flush
+            return False
+        if self._prompted:
+            return self._prompted >= (2 if self._boot_raw else 1)
+        return time.monotonic() - self._born > 2
 
     # -- relay --------------------------------------------------------------------------------------------
     def _relay(self):
@@ -189,12 +204,16 @@ class VirtualBoard:
         to_interp = bytearray()
         raw = False
         tail = b""  # last output bytes, to tell the REPL mode and the prompt
+        self._boot_raw = False
+        self._prompted = 0  # the prompts the booting interpreter has shown: 0 none, 1 friendly, 2 raw
         while not self._stop.is_set():
             if self._reset_req.is_set():
                 self._reset_req.clear()
                 to_client += SOFT_REBOOT
                 to_interp[:0] = self._restart(False)
                 raw = False
+                tail = b""
+                self._prompted = 0
                 continue
             ma, mb = self._ma, self._mb
             rl, wl = [], []
@@ -222,14 +241,17 @@ class VirtualBoard:
                     data, dead = b"", True
                 if data:
                     to_client += data
-                    tail = (tail + data)[-64:]
+                    seen = tail + data  # the patterns may straddle two reads
+                    tail = seen[-64:]
                     if RAW_BANNER in tail:
                         raw = True
                     elif tail.endswith(FRIENDLY_PROMPT):
                         raw = False
-                    self._ready.set()
-            elif not self._ready.is_set() and time.monotonic() - self._born > 2:
-                self._ready.set()  # a main.py that prints nothing for a while: the board is up all the same
+                    if self._booting:
+                        if RAW_BANNER + b"\r\n>" in seen:
+                            self._prompted = 2
+                        elif FRIENDLY_PROMPT in seen and not self._prompted:
+                            self._prompted = 1
             if mb in r:
                 try:
                     data = os.read(mb, 4096)
@@ -245,6 +267,10 @@ class VirtualBoard:
                     dead = True
                 else:
                     del to_interp[:n]
+            if self._booting and self._boot_done(to_client):
+                self._booting = False
+                self.starts += 1
+                self._ready.set()  # start() returns: the first boot is counted
             if not dead and self._child.poll() is not None:
                 # exited: drain what it printed, then treat as dead
                 try:
@@ -260,6 +286,7 @@ class VirtualBoard:
                 to_client += SOFT_REBOOT
                 to_interp[:0] = self._restart(raw)
                 tail = b""
+                self._prompted = 0
 
 
 def settings_env(path):

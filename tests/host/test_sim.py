@@ -50,6 +50,29 @@ def test_soft_reset_restarts_the_interpreter_like_a_board(tmp_path):
         assert board_eval(vb.port, "print(2 + 2)") == "4"
 
 
+def test_a_board_that_boots_slowly_is_counted_up_only_once_its_prompt_is_out(tmp_path, monkeypatch):
+    # the race behind a rare failure under load (mpremote: could not exec command (response: b'R\x01')): after
+    # sys.exit() in the raw REPL the board restarts in the raw REPL; a client that connected as soon as `starts`
+    # changed met an interpreter still booting: its Ctrl-A and the relay's gave two raw banners, the first after
+    # the client had flushed its input. An interpreter that takes 1 s to start (a loaded machine) makes it certain.
+    from kvedge_host import runtimes, sim
+    slow = tmp_path / "slow-micropython"
+    slow.write_text("#!/bin/sh\nsleep 1\nexec %s \"$@\"\n" % runtimes.micropython_bin())
+    slow.chmod(0o755)
+    monkeypatch.setattr(sim, "micropython_bin", lambda: str(slow))
+    fs = tmp_path / "fs"
+    with VirtualBoard("rp2040", fs=str(fs)) as vb:
+        for i in range(2):
+            starts = vb.starts
+            mpremote(vb.port, "exec", "import sys\nsys.exit()")  # in the raw REPL: it comes back there
+            assert wait_until(lambda: vb.starts > starts, 30)
+            assert board_eval(vb.port, "print(%d * 7)" % (i + 5)) == str((i + 5) * 7)
+            starts = vb.starts
+            vb.reset()
+            assert wait_until(lambda: vb.starts > starts, 30)
+            assert board_eval(vb.port, "print(%d)" % i) == str(i)
+
+
 def test_main_py_runs_at_every_start(tmp_path):
     with open(tmp_path / "main.py", "w") as f:
         f.write("booted = True\nprint('main ran')\n")
