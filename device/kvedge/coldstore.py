@@ -129,9 +129,15 @@ class ColdStore:
             raise OSError("%s: the cold store needs %d bytes of flash, the file system has %d free"
                           % (self.path, self.flash, free))
         # the headers first: a power cut before the segments exist leaves an empty store (its segment files
-        # are made on reopen), never data files without a header (refused as damage)
-        self._write_header(1, 0, 0, 0, False)  # copy 1 is the older one: the first commit (seq 1) replaces it
-        self._write_header(0, 0, 0, 0, False)
+        # are made on reopen), never data files without a header (refused as damage). Over an old store
+        # (fresh=True) its older header goes first: a cut between the two leaves its newest one, i.e. the old
+        # store at its last commit, still whole (its segments are truncated only after both)
+        hs = [self._read_header(0), self._read_header(1)]
+        first = 1
+        if hs[1] is not None and (hs[0] is None or _newer(hs[1]["seq"], hs[0]["seq"])):
+            first = 0
+        self._write_header(first, 0, 0, 0, False)  # the first commit (seq 1) then replaces copy 1
+        self._write_header(1 - first, 0, 0, 0, False)
         for i in (0, 1):
             self.segs[i] = open(self._name(i), "w+b")
 

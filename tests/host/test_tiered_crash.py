@@ -138,10 +138,16 @@ def _cuts(log):
             yield upto, (i,), False
 
 
-def _snapshot(tc, k0, count, saved):
+def _documented(k0, count, saved, block=4):
+    """The positions a reopened store holds (docs/tiered.md, "Durability"): the 2 sinks once saved, and the
+    blocks of its last commit that landed."""
+    return (list(range(2)) if saved else []) + list(range(2 + block * k0, 2 + block * (k0 + count)))
+
+
+def _snapshot(tc, k0, count, saved, block=4):
     """The rows of the sinks (when saved) and of cold blocks k0..k0+count-1, as the cache reads them."""
     row = array("f", [0.0] * 8)
-    pos = (list(range(2)) if saved else []) + list(range(2 + 4 * k0, 2 + 4 * (k0 + count)))
+    pos = _documented(k0, count, saved, block)
     snap = {}
     for p in pos:
         for layer in range(2):
@@ -152,12 +158,12 @@ def _snapshot(tc, k0, count, saved):
     return snap
 
 
-def _record(path, policy, tokens):
+def _record(path, policy, tokens, cold="i4", block=4):
     """Run the stream with every write recorded; returns (log, entries of the creation, {seq: committed rows})."""
     log = []
     coldstore.open = _recording_open(log)
     try:
-        tc = TieredCache(_cfg(), path, block=4, cold="i4", cold_blocks=3, at_cap=policy, fresh=True)
+        tc = TieredCache(_cfg(), path, block=block, cold=cold, cold_blocks=3, at_cap=policy, fresh=True)
         created = len(log)
         committed = {0: {}}
         seen = 0
@@ -171,7 +177,7 @@ def _record(path, policy, tokens):
             for e in heads:
                 seq, k0, count, saved = _header_state(e[3])
                 assert k0 >= st.k0 and k0 + count <= st.k0 + st.count
-                committed[seq] = _snapshot(tc, k0, count, saved)
+                committed[seq] = _snapshot(tc, k0, count, saved, block)
         tc.close()
     finally:
         del coldstore.open
@@ -214,3 +220,86 @@ def test_power_cut_anywhere_reopens_the_last_commit_or_refuses_only_at_creation(
         finally:
             tc.close()
     assert checked > 100, (checked, refused)
+
+
+@pytest.mark.parametrize("cold", ["i8", "i4"])
+def test_power_cut_at_every_write_boundary_of_a_200_token_stream(tmp_path, cold):
+    # docs/tiered.md "Durability", checked at every write boundary (and with the last write torn) of a 200-token
+    # stream that fills, wraps and drops from a 3-block store: every reopen is whole with exactly the documented
+    # tokens (the sinks once saved, the blocks of the last commit that landed, the stream resuming right after
+    # them), every row as committed; or, only when the cut fell inside the store's creation, ColdStoreError
+    # naming the file and the damage
+    block = 8
+    log, created, committed = _record(str(tmp_path / "cold"), "drop", 200, cold, block)
+    assert len(committed) >= 200 // block - 1
+    cut = tmp_path / "cut"
+    checked = refused = 0
+    row = array("f", [0.0] * 8)
+    for upto in range(1, len(log) + 1):
+        for torn in (False, True) if log[upto - 1][0] == "w" else (False,):
+            cut.mkdir()
+            for name, data in _image(log, upto, (), torn).items():
+                (cut / name.replace("cold", "cut")).write_bytes(data)
+            want = _expected(log, upto, (), torn) or (0, 0, 0, False)
+            try:
+                tc = TieredCache(_cfg(), str(cut / "cut"), block=block, cold=cold, cold_blocks=3)
+            except ColdStoreError as e:
+                assert upto <= created, (upto, torn, str(e))
+                assert str(cut / "cut") in str(e) and "refusing the cold store" in str(e), str(e)
+                refused += 1
+            else:
+                try:
+                    st = tc.store
+                    assert (st.seq, st.k0, st.count, st.saved) == want, (upto, torn)
+                    live = array("i", [0] * 64)
+                    n = tc.positions(live)
+                    assert list(live[:n]) == _documented(st.k0, st.count, st.saved, block), (upto, torn)
+                    resume = 2 + block * (st.k0 + st.count) if st.k0 + st.count else 0  # nothing yet: from 0
+                    assert tc.resume_pos == resume, (upto, torn)
+                    assert _snapshot(tc, st.k0, st.count, st.saved, block) == committed[st.seq], (upto, torn)
+                    if n:
+                        tc.read(0, 0, live[n - 1], 1, row)  # the newest documented token reads back
+                    checked += 1
+                finally:
+                    tc.close()
+            for f in cut.iterdir():
+                f.unlink()
+            cut.rmdir()
+    assert checked > 2 * 200 // block * 5, (checked, refused)
+
+
+def test_power_cut_while_fresh_true_recreates_a_store(tmp_path):
+    # docs/tiered.md: a cut while fresh=True re-creates a store reopens empty or as the old store at its last
+    # commit, whole; for both parities of the old store's last commit (which header file is its newest)
+    for tokens in (2 + 8 + 4 * 3, 2 + 8 + 4 * 4):
+        path = str(tmp_path / ("old%d" % tokens))
+        _, _, committed = _record(path, "drop", tokens)
+        old = {x: open(path + x, "rb").read() for x in (".h0", ".h1", ".s", ".0", ".1")}
+        last = max((_header_state(old[x]) for x in (".h0", ".h1")), key=lambda st: st[0])
+        log = []
+        coldstore.open = _recording_open(log)
+        try:
+            TieredCache(_cfg(), path, block=4, cold="i4", cold_blocks=3, fresh=True).close()
+        finally:
+            del coldstore.open
+        outcomes = set()
+        for upto in range(len(log) + 1):
+            for torn in (False, True) if upto and log[upto - 1][0] == "w" else (False,):
+                cut = tmp_path / ("cut%d_%d_%d" % (tokens, upto, torn))
+                cut.mkdir()
+                files = {"old%d%s" % (tokens, x): bytearray(v) for x, v in old.items()}
+                for name, data in _image(log, upto, (), torn).items():
+                    files[name] = data  # a file this creation opened for writing: what it wrote since
+                for name, data in files.items():
+                    (cut / name.replace("old%d" % tokens, "cut")).write_bytes(bytes(data))
+                tc = TieredCache(_cfg(), str(cut / "cut"), block=4, cold="i4", cold_blocks=3)
+                try:
+                    st = tc.store
+                    state = (st.seq, st.k0, st.count, st.saved)
+                    assert state in (last, (0, 0, 0, False)), (tokens, upto, torn, state, last)
+                    if state == last:
+                        assert _snapshot(tc, st.k0, st.count, st.saved) == committed[st.seq], (tokens, upto)
+                    outcomes.add(state == last)
+                finally:
+                    tc.close()
+        assert outcomes == {True, False}, outcomes  # both the old store and the empty one were seen
