@@ -224,16 +224,18 @@ class ColdStore:
             if f.readinto(self.rec) != self.rb:
                 self._refuse("%s is truncated" % what)
             adler(self.rec, self.rb, self.ab)
-        self._check_tag(f.read(TIER_TAG_BYTES), k, what)
+        self._check_tag(f.read(TIER_TAG_BYTES), k, what, self.B)
 
-    def _check_tag(self, t, k, what):
+    def _check_tag(self, t, k, what, ntok):
         if t is None or len(t) != TIER_TAG_BYTES:
             self._refuse("%s is truncated" % what)
-        tk, _, a, b, _ = struct.unpack(TAG, t)
+        tk, _, a, b, n = struct.unpack(TAG, t)
         if tk != k:
             self._refuse("%s holds block %d, not %d: the store was cut mid-write" % (what, tk, k))
         if a != self.ab[0] or b != self.ab[1]:
             self._refuse("%s fails its checksum: damaged or cut mid-write" % what)
+        if n != ntok:
+            self._refuse("%s says %d tokens, not %d: damaged" % (what, n, ntok))
 
     def _verify_sinks(self):
         f = _open(self.path + ".s", "rb")
@@ -247,7 +249,7 @@ class ColdStore:
         if buf is None or len(buf) != self.sinks_bytes:
             self._refuse("the sinks' record is truncated")
         self._sum(buf, len(buf))
-        self._check_tag(t, SINKS_TAG, "the sinks' record")
+        self._check_tag(t, SINKS_TAG, "the sinks' record", self.S)
 
     # ---- blocks ----
 

@@ -8,11 +8,12 @@ import gc
 import math
 
 from kvedge.tiered import TieredCache  # the largest modules first, while the heap is compact
-from kvedge import kernels
+from kvedge import coldstore, kernels
 from kvedge.attention import quantize_query, dequantize_output
 from kvedge.budget import CACHE_DTYPES, LOWBIT
 from kvedge.compat import zeros
 from kvedge.config import CacheConfig
+from kvedge.errors import ColdStoreError
 from _support import need
 from _cacheref import row
 from _fuzzkit import (Fuzz, SEED, _scale, BAD_TYPE, bad_index, bad_row, bad_codes, bad_scales, bad_out, q8_code,
@@ -63,6 +64,47 @@ def _files(tc):
     return out
 
 
+class PowerCut(Exception):
+    """The power went: raised by the cold store's next write once CUT[0] writes have landed."""
+
+
+CUT = [-1]  # writes left before the cut (-1: none armed)
+SEEN = {"cuts": 0, "damaged": 0}  # power cuts that fell inside a call, damaged stores refused
+
+
+class _CutFile:
+    """A file of the cold store whose writes stop at a power cut (every write before it landed)."""
+
+    def __init__(self, f):
+        self.f = f
+
+    def write(self, b):
+        if CUT[0] == 0:
+            raise PowerCut()
+        if CUT[0] > 0:
+            CUT[0] -= 1
+        return self.f.write(b)
+
+    def read(self, *a):
+        return self.f.read(*a)
+
+    def readinto(self, b):
+        return self.f.readinto(b)
+
+    def seek(self, *a):
+        return self.f.seek(*a)
+
+    def flush(self):
+        return self.f.flush()
+
+    def close(self):
+        return self.f.close()
+
+
+def _cut_open(name, mode):
+    return _CutFile(open(name, mode))
+
+
 def _f16(bits):
     """An f16's value from its bits (normal positive numbers: the q8 scales used here)."""
     return math.ldexp(1.0 + (bits & 1023) / 1024.0, ((bits >> 10) & 31) - 15)
@@ -106,6 +148,11 @@ class TierModel:
         out += list(range(self.S + self.k0 * self.B, self.hot_lo))
         return out + list(range(self.hot_lo, self.n))
 
+    def copy(self):
+        m = TierModel(self.S, self.W, self.B, self.C, self.at_reset)
+        m.n, m.hot_lo, m.k0, m.count = self.n, self.hot_lo, self.k0, self.count
+        return m
+
     def reopen(self):
         """After a power cut: the ring's tokens are gone; the sinks and cold blocks come back."""
         if self.count or self.k0:
@@ -126,7 +173,8 @@ class TierState:
             B = rng.pick((2, 4))
             W = B * (1 + rng.below(3))
             S = rng.below(3)
-            kw = dict(window=W, sinks=S, prefix=S, align=rng.pick((0, 0, 8)))
+            # sinks at f32 (prefix S) or in the ring's dtype (prefix 0: their scales and zeros saved too)
+            kw = dict(window=W, sinks=S, prefix=rng.pick((S, 0)), align=rng.pick((0, 0, 8)))
             if ring in LOWBIT:
                 G = rng.pick((2, 4))
                 kw.update(group=G, residual=rng.pick((0, 0, G)))
@@ -197,7 +245,7 @@ def _check_reads(fz, ts):
                 tc.read(layer, h, p, kv, buf)
                 for i in range(D):
                     x = ts.true(p, layer, kv, h * D + i)
-                    if p < ts.S:
+                    if p < ts.S and ts.cfg.prefix:  # f32 sinks (else in the ring's dtype, as any ring row)
                         tol = 1e-6 * abs(x) + 1e-30
                     else:
                         a = _amp(kv)
@@ -289,13 +337,113 @@ def tier_valid(fz, ts):
         tc.reset()
         model.clear()
         ts.q8 = {}
-    else:  # a power cut: reopen the store from its files
-        tc.close()
+    else:  # a power cut (between any two writes, or after a clean close), damaged files; then reopen
+        how = rng.below(4)
+        if how >= 2 and model.count:
+            tc.close()
+            _damage(fz, ts)
+        elif how:
+            model = _power_cut(fz, ts)
+        else:
+            tc.close()
         ts.tc = tc = TieredCache(cfg, PATH, ts.B, ts.cold, ts.C, ts.at_cap, 1 + rng.below(4), ts.align)
         model.reopen()
+        ts.model = model
         assert tc.resume_pos == model.n, (tc.resume_pos, model.n)
         fz.roots = [tc]
     fz.settle()
+
+
+def _power_cut(fz, ts):
+    """Append tokens until the power goes after a random number of the store's writes; the cut call's
+    commit did not land, so the store reopens as the model was before that call. Returns that model."""
+    rng, tc = fz.rng, ts.tc
+    coldstore.open = _cut_open
+    CUT[0] = rng.below(4 + 3 * ts.cfg.layers)
+    model = ts.model
+    try:
+        for _ in range(2 * ts.W + 2 * ts.B + 2):
+            before = model.copy()
+            pos = model.start()
+            ks, vs = ts.rows(pos)
+            ts.q8.pop(pos, None)
+            try:
+                tc.append(ks, vs)
+            except PowerCut:
+                model = before
+                SEEN["cuts"] += 1
+                break
+    finally:
+        CUT[0] = -1
+        coldstore.open = open
+    st = tc.store
+    for i in (0, 1):  # the board is off: its open files are gone with it (what was written landed)
+        f = st.segs[i]
+        if f is not None:
+            f.close()
+            st.segs[i] = None
+    return model
+
+
+def _damage(fz, ts):
+    """Damage a closed store's files (a byte of a committed block or of the sinks' record, a file removed, the
+    segments swapped, both headers gone): reopening must refuse with ColdStoreError and leave every file as it
+    was; then the files are put back."""
+    import os
+    rng, model, tc = fz.rng, ts.model, ts.tc
+    st = tc.store
+    if not model.count:
+        return
+    names = [PATH + x for x in FILES]
+    saved = [_read_file(x) for x in names]
+    kind = rng.below(5)
+    k = model.k0 + rng.below(model.count)
+    seg = 3 + ((k // ts.C) & 1)
+    if kind == 0:  # one byte of block k: its records or its tag's block number, checksum or token count
+        at = (k % ts.C) * st.stride + rng.below(st.stride)
+        tag = at - ((k % ts.C) * st.stride + st.stride - 16)
+        if 4 <= tag < 8:
+            at -= 4  # the tag's sequence field is advisory (not checked): damage the block number instead
+        b = bytearray(saved[seg])
+        b[at] ^= 1 << rng.below(8)
+        _write_file(names[seg], b)
+    elif kind == 1 and ts.S:  # one byte of the sinks' record
+        b = bytearray(saved[2])
+        b[rng.below(len(b))] ^= 1 << rng.below(8)
+        _write_file(names[2], b)
+    elif kind == 2:  # the segment holding block k is gone
+        os.remove(names[seg])
+    elif kind == 3 and saved[3] is not None and saved[4] is not None and saved[3] != saved[4]:
+        _write_file(names[3], saved[4])  # the two segments swapped (renamed into each other)
+        _write_file(names[4], saved[3])
+    else:  # both headers gone, the data files left
+        os.remove(names[0])
+        os.remove(names[1])
+    damaged = [_read_file(x) for x in names]
+    try:
+        TieredCache(ts.cfg, PATH, ts.B, ts.cold, ts.C, ts.at_cap, 1 + rng.below(4), ts.align)
+    except ColdStoreError as e:
+        assert PATH in str(e), str(e)
+        SEEN["damaged"] += 1
+    else:
+        raise AssertionError("tiered: a damaged store (damage %d, block %d) was reopened" % (kind, k))
+    assert [_read_file(x) for x in names] == damaged, "tiered: a refused reopen changed the files"
+    for x, data in zip(names, saved):
+        if data is None:
+            try:
+                os.remove(x)
+            except OSError:
+                pass
+        else:
+            _write_file(x, data)
+
+
+def _write_file(name, data):
+    f = open(name, "wb")
+    try:
+        f.write(data)
+    finally:
+        f.close()
 
 
 def _huge(ts):
@@ -341,15 +489,15 @@ def tier_refuse(fz, ts):
     elif m == 2:
         args = [0, zeros("b", n), [0x2000] * H, zeros("b", n), [0x2000] * H]
         i = rng.below(6)
-        if ts.ring != "i8" or not cur or tc.ring.cur_slot < ts.S:
-            pass  # refused whatever the arguments: not an i8 ring, no current token, or a sink
+        if ts.ring != "i8" or not cur or tc.ring.cur_slot < tc.ring.P:
+            pass  # refused whatever the arguments: not an i8 ring, no current token, or an f32 sink
         elif i == 0:
             args[0] = bad_index(rng, L)
         elif i in (1, 3):
             args[i] = bad_codes(rng, n, -128, 127)
         elif i in (2, 4):
             args[i] = bad_scales(rng, H)
-        elif ts.cold == "f16" or ts.cold in LOWBIT:  # finite scale bits whose rows exceed the cold range
+        elif (ts.cold == "f16" or ts.cold in LOWBIT) and tc.ring.cur_slot >= ts.S:  # rows beyond the cold range
             args[2 + 2 * rng.below(2)] = [tc.q16 + 1 + rng.below(0x7BFF - tc.q16)] * H
         else:
             args[0] = L
@@ -485,4 +633,6 @@ def test_fuzz_tiered():
     finally:
         _remove()
         _remove(PATH + "x")
+    print("fuzz tiered: %d power cuts inside a call, %d damaged stores refused" % (SEEN["cuts"], SEEN["damaged"]))
+    assert SEEN["cuts"] and SEEN["damaged"], SEEN
     fz.done(budget)
