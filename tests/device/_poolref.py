@@ -13,13 +13,15 @@ def token(seed, pos, layer, kv, i, D):
 
 
 class PoolModel:
-    """Sessions as [seed, length, last use, cold blocks]; block needs and LRU reclaim derived from that alone.
-    Cold blocks (a ColdTier) are always a session's oldest full blocks; they hold no RAM."""
+    """Sessions as [seed, length, last use, cold blocks, their indices]; block needs and LRU reclaim derived from
+    that alone. A spill (a ColdTier) moves a session's oldest full RAM blocks; a fetch brings them back oldest
+    first, and one stopped by pressure leaves the rest cold (so the cold blocks need not be the oldest ones);
+    cold blocks hold no RAM."""
 
     def __init__(self, n_blocks, block, max_sessions, session_blocks, records=0):
         self.nb, self.B, self.S, self.MB = n_blocks, block, max_sessions, session_blocks
         self.records = records  # cold tier capacity
-        self.sess = {}  # sid -> [seed, length, tick, cold]
+        self.sess = {}  # sid -> [seed, length, tick, cold, [cold block indices]]
         self.tick = 0
         self.pinned = set()  # sessions the pressure callback refuses
         self.alloc_failures = self.reclaims = self.refusals = self.appends_failed = 0
@@ -38,7 +40,7 @@ class PoolModel:
         self.sess[sid][2] = self.tick
 
     def open(self, sid, seed):
-        self.sess[sid] = [seed, 0, 0, 0]
+        self.sess[sid] = [seed, 0, 0, 0, []]
         self.touch(sid)
 
     def pressure(self, sid):
@@ -75,6 +77,12 @@ class PoolModel:
         room = self.records - sum(v[3] for v in self.sess.values())
         moved = min(n, s[1] // self.B - s[3], room)
         s[3] += moved
+        j = 0
+        while len(s[4]) < s[3]:  # the oldest full blocks still in RAM
+            if j not in s[4]:
+                s[4].append(j)
+            j += 1
+        s[4].sort()
         return moved
 
     def fetch(self, sid):
@@ -88,6 +96,7 @@ class PoolModel:
                 if not ok:
                     return False, gone
             s[3] -= 1
+            s[4].pop(0)
         return True, gone
 
     def waste(self):
@@ -98,9 +107,11 @@ def check_rows(pool, model, sid, buf):
     """Every row of a session reads back exactly (f32 pool)."""
     cfg = pool.cfg
     D, H = cfg.head_dim, cfg.kv_heads
-    seed, n, cold = model.sess[sid][0], model.sess[sid][1], model.sess[sid][3]
+    seed, n, cold = model.sess[sid][0], model.sess[sid][1], model.sess[sid][4]
     assert pool.length(sid) == n, (sid, pool.length(sid), n)
-    for p in range(cold * model.B, n):
+    for p in range(n):
+        if p // model.B in cold:
+            continue
         for layer in range(cfg.layers):
             for kv in (0, 1):
                 for h in range(H):
@@ -172,6 +183,7 @@ def op_reset(pool, model, sid, seed):
     model.sess[sid][0] = seed
     model.sess[sid][1] = 0
     model.sess[sid][3] = 0
+    model.sess[sid][4] = []
     model.touch(sid)
 
 

@@ -407,9 +407,12 @@ def _damage(fz, ts):
         b = bytearray(saved[seg])
         b[at] ^= 1 << rng.below(8)
         _write_file(names[seg], b)
-    elif kind == 1 and ts.S:  # one byte of the sinks' record
+    elif kind == 1 and ts.S:  # one byte of the sinks' record (its rows, or its tag but the sequence field)
         b = bytearray(saved[2])
-        b[rng.below(len(b))] ^= 1 << rng.below(8)
+        at = rng.below(len(b))
+        if 4 <= at - (len(b) - 16) < 8:
+            at -= 4
+        b[at] ^= 1 << rng.below(8)
         _write_file(names[2], b)
     elif kind == 2:  # the segment holding block k is gone
         os.remove(names[seg])
