@@ -59,6 +59,22 @@ def fs_writable(opener=open):
     return True
 
 
+STORE_FILES = (".h0", ".h1", ".s", ".0", ".1")  # a tiered cache's cold store (kvedge.coldstore)
+
+
+def remove_store(path):
+    """Remove the cold store files path.* (and a folder standing in the place of one), if there."""
+    import os
+    for x in STORE_FILES:
+        try:
+            os.remove(path + x)
+        except OSError:
+            try:
+                os.rmdir(path + x)
+            except (OSError, AttributeError):
+                pass
+
+
 def skip(msg):
     """Skip the calling test, visibly counted (pytest's skip under pytest, Skip under devrunner)."""
     if "pytest" in sys.modules:

@@ -17,22 +17,13 @@ from kvedge.errors import ColdStoreError
 from kvedge.evict import H2O
 from kvedge.paged import PagedPool
 from kvedge.tiered import TieredCache
-from _support import need, raises, message, skip
+from _support import need, raises, message, skip, remove_store
 
 PATH = "_kvedge_findings_durable"
-FILES = (".h0", ".h1", ".s", ".0", ".1")
 
 
 def _remove():
-    import os
-    for x in FILES:
-        try:
-            os.remove(PATH + x)
-        except OSError:
-            try:
-                os.rmdir(PATH + x)
-            except OSError:
-                pass
+    remove_store(PATH)
 
 
 def _file(name):

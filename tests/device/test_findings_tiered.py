@@ -8,19 +8,13 @@
 from kvedge.tiered import TieredCache
 from kvedge.compat import zeros
 from kvedge.config import CacheConfig
-from _support import need, raises, message
+from _support import need, raises, message, remove_store
 
 PATH = "_kvedge_findings_tiered"
-FILES = (".h0", ".h1", ".s", ".0", ".1")
 
 
 def _remove():
-    import os
-    for x in FILES:
-        try:
-            os.remove(PATH + x)
-        except OSError:
-            pass
+    remove_store(PATH)
 
 
 def _tiered(ring, cold, S=2):
