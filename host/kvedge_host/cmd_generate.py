@@ -35,8 +35,10 @@ def add_arguments(p):
     p.add_argument("--align", type=int, default=0, help="row alignment in bytes (default 0)")
     p.add_argument("--stream", action="store_true", help="read weight rows from the file instead of RAM")
     p.add_argument("--kernels", default="auto", choices=("auto", "asm", "viper", "native", "plain"))
-    p.add_argument("--forward", default="float", choices=("float", "int"), help="int: the integer forward pass "
-                   "(int8 weights from kvedge convert and --kv-dtype i8; no float, no allocation per token)")
+    p.add_argument("--forward", default="auto", choices=("auto", "float", "int", "ulab"), help="the forward pass "
+                   "(default auto: the fastest the model, cache and kernels allow, kvedge.model.passes: int for "
+                   "int8 weights and an i8 cache with asm or viper kernels); int: the integer pass (no float, no "
+                   "allocation per token); ulab: CircuitPython's ulab pass; float: every model and cache")
     p.add_argument("--runtime", default="cpython", choices=("cpython", "unix", "wasm"))
     p.add_argument("--mpy", action="store_true", help="unix: run the device package precompiled with mpy-cross "
                    "(as deployed to a board: no compiler garbage, about 8 KB less heap and far less "
@@ -122,8 +124,9 @@ def check_args(args, tok):
         _plan_kwargs(args)  # checked before anything runs
     cfg, wdtype = read_config(args.model)  # the header checked, and the file's size against it
     validate.finite_weights(args.model, cfg, wdtype)
-    if args.forward == "int" and (wdtype != "i8" or args.kv_dtype != "i8"):
-        raise UserError("%s: --forward int needs int8 weights (kvedge convert) and --kv-dtype i8" % args.model)
+    if args.forward in ("int", "ulab") and (wdtype != "i8" or (args.kv_dtype != "i8" and not args.plan)):
+        raise UserError("%s: --forward %s needs int8 weights (kvedge convert) and --kv-dtype i8" % (
+            args.model, args.forward))
     try:
         ccfg = cache_config(cfg, _kv(args))
     except ValueError as e:
@@ -153,8 +156,7 @@ def run(args):
                 steps=args.steps, temperature=args.temperature, seed=args.seed, kv=_kv(args), budget=budget,
                 workspace=workspace or 0, stream="rom" if args.rom else args.stream, kernel=args.kernels,
                 h2o=args.h2o, stats_ms=args.stats_ms)
-    if args.forward != "float":
-        call["forward"] = args.forward
+    call["forward"] = args.forward
     if args.plan:
         call.update(_plan_kwargs(args))
     if args.port:
