@@ -21,6 +21,7 @@ COMMANDS = {
     "generate": "generate text with a llama2.c checkpoint on a chosen runtime",
     "eval": "quality of every cache strategy on a real checkpoint",
     "demo": "the whole story on a virtual board: plan, deploy, generate, monitor",
+    "fetch": "download the real stories models (stories260K and its tokenizer) from the Hugging Face Hub",
 }
 
 

@@ -8,16 +8,16 @@ import os
 import sys
 
 from .cli import UserError
-from .paths import DEVICE, SHARED_MODELS
+from .paths import DEVICE, model_file
 
 MARK = "#KVEDGE "
 
 
 def add_arguments(p):
-    p.add_argument("--model", default=os.path.join(SHARED_MODELS, "stories260K.bin"),
-                   help="checkpoint (default: %(default)s)")
-    p.add_argument("--tokenizer", help="llama2.c tokenizer .bin (default: tok512.bin beside the model, else in "
-                   "the shared models folder)")
+    p.add_argument("--model", default=model_file("stories260K.bin"),
+                   help="checkpoint (default: %(default)s; `kvedge fetch` downloads it)")
+    p.add_argument("--tokenizer", help="llama2.c tokenizer .bin (default: tok512.bin beside the model, else "
+                   "where the real stories260K's is)")
     p.add_argument("--prompt", default="", help="text to start from (default: nothing, i.e. from BOS)")
     p.add_argument("--steps", type=int, default=256, help="positions to run, prompt included (default 256)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
@@ -62,7 +62,7 @@ def _tokenizer(args):
     if args.tokenizer:
         return args.tokenizer
     near = os.path.join(os.path.dirname(os.path.abspath(args.model)), "tok512.bin")
-    return near if os.path.exists(near) else os.path.join(SHARED_MODELS, "tok512.bin")
+    return near if os.path.exists(near) else model_file("tok512.bin")
 
 
 def _kv(args):

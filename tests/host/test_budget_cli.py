@@ -9,11 +9,12 @@ import pytest
 
 from kvedge import budget
 from kvedge_host import cli
+from kvedge_host.paths import model_file
 
 import _modelfiles as mf
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-STORIES = os.path.join(os.path.dirname(ROOT), "shared", "models", "stories260K.bin")
+STORIES = model_file("stories260K.bin")
 RP2040_HEAP = 215040
 RP2040_WORKSPACE = 16384
 

@@ -64,7 +64,7 @@ SUBS = sorted(_subcommands())
 
 def test_every_command_has_a_help_test():
     assert len(SUBS) == len([n for n in cli.COMMANDS if cli._load(n) is not None])
-    assert {"plan", "demo", "monitor", "budget"} <= set(SUBS)
+    assert {"plan", "demo", "monitor", "budget", "fetch"} <= set(SUBS)
 
 
 @pytest.mark.parametrize("name", SUBS)
