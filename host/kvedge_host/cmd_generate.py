@@ -246,15 +246,10 @@ def _run_port(args, call):
         say("started on %s; watch it with: kvedge monitor --port %s" % (args.port, args.port))
         return 0
 
-    def text(piece):
-        sys.stdout.write(piece)
-        sys.stdout.flush()
-
-    def stats(line):
-        print(line, file=sys.stderr, flush=True)
+    con = Console()
     try:
-        _, summary, mon = bd.watch(args.port, csv_path=args.csv, timeout=args.timeout, on_text=text,
-                                   on_stats=stats)
+        _, summary, mon = bd.watch(args.port, csv_path=args.csv, timeout=args.timeout, on_text=con.text,
+                                   on_stats=con.stats)
     except bd.BoardReset as e:
         sys.stdout.write("\n")
         print("kvedge generate: error: %s" % e, file=sys.stderr)
@@ -264,6 +259,31 @@ def _run_port(args, call):
     _summary(MARK + json.dumps(summary))
     say("stats: " + mon.summary())
     return 0
+
+
+class Console:
+    """The generated text (stdout) and the stats lines (stderr) as they arrive from a board: on a terminal both
+    land on one screen, so a stats line that would start mid-text gets a newline (on stderr: stdout keeps the
+    text as generated) and never reads glued to the text."""
+
+    def __init__(self, out=None, err=None):
+        self.out, self.err = out, err
+        self.mid = False  # the screen's cursor is after text that did not end its line
+
+    def text(self, piece):
+        out = self.out or sys.stdout
+        out.write(piece)
+        out.flush()
+        if piece:
+            self.mid = not piece.endswith("\n")
+
+    def stats(self, line):
+        err = self.err or sys.stderr
+        if self.mid:
+            err.write("\n")
+            self.mid = False
+        err.write(line + "\n")
+        err.flush()
 
 
 def _split_stats(text):
