@@ -273,3 +273,19 @@ def test_a_wrong_hub_digest_for_an_unpinned_file(hub, tmp_path):
     assert len(lines) == 1 and "stories110M.bin: sha256 %s, expected %s (the Hub's" % (
         hashlib.sha256(ckpt).hexdigest(), hashlib.sha256(other).hexdigest()) in lines[0], err
     assert cache_files(tmp_path) == []
+
+
+@have_real
+def test_demo_runs_the_fetched_model_without_shared(tmp_path):
+    # the acceptance: after `kvedge fetch` (here: the same files put in the cache by hand), a clone
+    # without ../shared runs the demo on the real stories260K, not the random stand-in
+    models = tmp_path / "cache" / "kvedge" / "models"
+    models.mkdir(parents=True)
+    for name in ("stories260K.bin", "tok512.bin"):
+        (models / name).write_bytes(real(name))
+    env = env_for(tmp_path, "http://127.0.0.1:9")  # no Hub needed
+    rc, out, err = kvedge(env, "demo", "--plain", "--steps", "6", "--stats-ms", "100", timeout=300)
+    assert rc == 0, (out + err)[-3000:]
+    text = out + err
+    assert "model: %s" % (models / "stories260K.bin") in text, text[:2000]
+    assert "Once upon a time" in text, text[-2000:]
