@@ -176,6 +176,8 @@ def fetch_file(name, folder, force=False):
 
 def run(a):
     folder = os.path.abspath(a.dir) if a.dir else cache_models()
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise UserError("%s: not a folder (--dir names the folder the models are kept in)" % folder)
     names = a.models or ["stories260K"]
     for m in names:
         if m not in MODELS:

@@ -289,3 +289,14 @@ def test_demo_runs_the_fetched_model_without_shared(tmp_path):
     text = out + err
     assert "model: %s" % (models / "stories260K.bin") in text, text[:2000]
     assert "Once upon a time" in text, text[-2000:]
+
+
+def test_bad_arguments_are_one_line_before_any_download(tmp_path):
+    env = env_for(tmp_path, "http://127.0.0.1:9")
+    (tmp_path / "f").write_text("x")
+    for args, want in ((["fetch", "stories1B"], "stories1B: not a model kvedge fetch knows (stories260K, "
+                                                "stories15M, stories42M, stories110M)"),
+                       (["fetch", "--dir", str(tmp_path / "f")], "%s: not a folder" % (tmp_path / "f"))):
+        rc, out, err = kvedge(env, *args)
+        assert rc == 2 and len(err.strip().splitlines()) == 1 and want in err, (args, err)
+    assert not (tmp_path / "cache").exists()
