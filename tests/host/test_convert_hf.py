@@ -1,0 +1,184 @@
+"""`kvedge convert` on Hugging Face Llama folders the project writes itself (random weights, GQA, head_dim 8,
+safetensors single, sharded, f16 and bf16; tied and untied embeddings), run by the device's runner and compared
+with tests/host/_hfmodels.py's numpy forward pass of the Hugging Face layout (rotate_half RoPE), which shares no
+code with the converter.
+
+Tolerances: the f32 file against the reference on the weights as stored (f16/bf16 rounded): 1e-4 absolute
+(logits up to ~20; measured worst 4.4e-6). The int8 file (per-row int8 rows of those weights): within 8 % of
+the largest reference logit (measured worst 5.7 %), teacher-forced on the reference's tokens; greedy tokens
+from BOS equal on these seeded models (24 tokens)."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+import _hfmodels as hm
+from kvedge_host.cli import main as cli
+
+STEPS = 24
+
+
+def _convert(src, out, dtype, *extra):
+    assert cli(["convert", src, "-o", out, "--weights-dtype", dtype, "--force"] + list(extra)) == 0
+    return out
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["untied", "tied"])
+def model(request, tmp_path_factory):
+    cfg = hm.config(tied=request.param)
+    t = hm.tensors(cfg, seed=11 if request.param else 12)
+    return cfg, t, tmp_path_factory.mktemp("hf")
+
+
+@pytest.mark.parametrize("layout", ["single", "sharded", "f16", "bf16"])
+def test_hf_folder_f32_file_matches_the_hf_reference(model, layout):
+    cfg, t, tmp = model
+    folder = str(tmp / layout)
+    stored = dict(t)
+    if layout == "bf16":
+        os.makedirs(folder, exist_ok=True)
+        json.dump(dict(cfg, torch_dtype="bfloat16"), open(os.path.join(folder, "config.json"), "w"))
+        hm.write_bf16_safetensors(os.path.join(folder, "model.safetensors"), t)
+        stored = {k: hm.bf16_round(v)[0] for k, v in t.items()}
+    else:
+        hm.write_hf(folder, t, cfg, shards=3 if layout == "sharded" else 1,
+                    dtype=np.float16 if layout == "f16" else np.float32)
+        if layout == "f16":
+            stored = {k: v.astype(np.float16).astype(np.float32) for k, v in t.items()}
+    toks, ref = hm.reference_greedy(stored, cfg, STEPS)
+    out = _convert(folder, str(tmp / (layout + ".f32.bin")), "f32")
+    got, logits = hm.device_run(out, STEPS, toks)
+    assert got == toks
+    assert np.abs(logits - ref).max() < 1e-4
+
+
+def test_hf_folder_int8_file_within_its_tolerance(model):
+    cfg, t, tmp = model
+    folder = hm.write_hf(str(tmp / "i8src"), t, cfg)
+    toks, ref = hm.reference_greedy(t, cfg, STEPS)
+    got, logits = hm.device_run(_convert(folder, str(tmp / "m.i8.bin"), "i8"), STEPS, toks)
+    assert got == toks
+    assert np.abs(logits - ref).max() < 0.08 * np.abs(ref).max()
+
+
+def test_without_the_rope_permutation_the_device_would_be_wrong(model):
+    # the check above can fail: a folder whose q/k rows are already interleaved (no permutation needed) is
+    # a different model for the reference, and the device's logits are far from it
+    cfg, t, tmp = model
+    bad = dict(t)
+    for k in t:
+        if "q_proj" in k:
+            bad[k] = hm.hf_to_meta(t[k], cfg["num_attention_heads"])
+        if "k_proj" in k:
+            bad[k] = hm.hf_to_meta(t[k], cfg["num_key_value_heads"])
+    folder = hm.write_hf(str(tmp / "perm"), bad, cfg)
+    toks, ref = hm.reference_greedy(t, cfg, STEPS)
+    _, logits = hm.device_run(_convert(folder, str(tmp / "perm.f32.bin"), "f32"), STEPS, toks)
+    assert np.abs(logits - ref).max() > 0.05
+
+
+@pytest.mark.parametrize("dtype", ["f32", "i8"])
+def test_hf_folder_on_the_unix_port(model, dtype):
+    from kvedge_host import runtimes
+    if runtimes.missing("unix"):
+        pytest.skip(runtimes.missing("unix"))
+    cfg, t, tmp = model
+    folder = hm.write_hf(str(tmp / ("unix" + dtype)), t, cfg, shards=2)
+    toks, ref = hm.reference_greedy(t, cfg, STEPS)
+    got, logits = hm.device_run_on("unix", _convert(folder, str(tmp / ("u.%s.bin" % dtype)), dtype), STEPS, toks)
+    assert got == toks
+    assert np.abs(logits - ref).max() < (1e-4 if dtype == "f32" else 0.08 * np.abs(ref).max())
+
+
+# ---- hostile folders: one line naming the file, exit 2, nothing written ----
+
+def _refused(capsys, src, out, *mentions):
+    assert cli(["convert", src, "-o", out]) == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kvedge convert: error: "), err
+    for m in mentions:
+        assert m in lines[0], lines[0]
+    assert not os.path.exists(out) and not os.path.exists(out + ".part")
+    return lines[0]
+
+
+@pytest.fixture()
+def folder(tmp_path):
+    cfg = hm.config()
+    t = hm.tensors(cfg, seed=3)
+    return hm.write_hf(str(tmp_path / "m"), t, cfg), cfg, t, tmp_path
+
+
+def test_unknown_architecture_and_unsupported_config(folder, capsys):
+    f, cfg, t, tmp = folder
+    for change, words in (({"architectures": ["GPT2LMHeadModel"]}, "architecture GPT2LMHeadModel is not supported"),
+                          ({"architectures": "llama"}, "architectures is"),
+                          ({"rope_theta": 500000.0}, "rope_theta 500000.0 is not supported"),
+                          ({"rope_scaling": {"type": "linear", "factor": 2.0}}, "rope_scaling"),
+                          ({"hidden_act": "gelu"}, "hidden_act"),
+                          ({"attention_bias": True}, "attention_bias"),
+                          ({"head_dim": 16}, "head_dim 16"),
+                          ({"num_key_value_heads": 3}, "not a multiple of 3 KV heads")):
+        json.dump(dict(cfg, **change), open(os.path.join(f, "config.json"), "w"))
+        _refused(capsys, f, str(tmp / "o.bin"), "config.json", words)
+
+
+def test_truncated_safetensors(folder, capsys):
+    f, cfg, t, tmp = folder
+    p = os.path.join(f, "model.safetensors")
+    raw = open(p, "rb").read()
+    for cut in (len(raw) - 5, 100, 6):
+        open(p, "wb").write(raw[:cut])
+        _refused(capsys, f, str(tmp / "o.bin"), "model.safetensors", "truncated or malformed safetensors")
+
+
+def test_wrong_shape_missing_tensor_and_type(folder, capsys):
+    from safetensors.numpy import save_file
+    f, cfg, t, tmp = folder
+    p = os.path.join(f, "model.safetensors")
+    bad = dict(t)
+    bad["model.layers.1.self_attn.k_proj.weight"] = t["model.layers.1.self_attn.k_proj.weight"][:8]
+    save_file(bad, p)
+    _refused(capsys, f, str(tmp / "o.bin"), "model.layers.1.self_attn.k_proj.weight has shape [8, 32], "
+                                            "expected [16, 32]")
+    bad = dict(t)
+    del bad["lm_head.weight"]  # untied: the classifier is needed
+    save_file(bad, p)
+    _refused(capsys, f, str(tmp / "o.bin"), "missing tensor lm_head.weight")
+    bad = dict(t)
+    bad["model.norm.weight"] = t["model.norm.weight"].astype(np.int32)
+    save_file(bad, p)
+    _refused(capsys, f, str(tmp / "o.bin"), "model.norm.weight has type I32")
+    bad = dict(t)
+    bad["model.norm.weight"] = t["model.norm.weight"].copy()
+    bad["model.norm.weight"][3] = np.nan
+    save_file(bad, p)
+    _refused(capsys, f, str(tmp / "o.bin"), "rms_final holds NaN")
+
+
+def test_sharded_index_problems(folder, capsys):
+    f, cfg, t, tmp = folder
+    g = hm.write_hf(str(tmp / "sh"), t, cfg, shards=2)
+    idx = os.path.join(g, "model.safetensors.index.json")
+    doc = json.load(open(idx))
+    os.unlink(os.path.join(g, "model-00002-of-00002.safetensors"))
+    _refused(capsys, g, str(tmp / "o.bin"), "model-00002-of-00002.safetensors: no such shard")
+    hm.write_hf(g, t, cfg, shards=2)
+    del doc["weight_map"]["model.norm.weight"]
+    json.dump(doc, open(idx, "w"))
+    _refused(capsys, g, str(tmp / "o.bin"), "missing tensor model.norm.weight")
+    doc["weight_map"] = ["x"]
+    json.dump(doc, open(idx, "w"))
+    _refused(capsys, g, str(tmp / "o.bin"), "weight_map")
+
+
+def test_no_weights_and_no_tokenizer(folder, capsys):
+    f, cfg, t, tmp = folder
+    out = str(tmp / "w.i8.bin")
+    assert cli(["convert", f, "-o", out]) == 0
+    printed = capsys.readouterr().out
+    assert "no tokenizer with %s: weights only" % f in printed and os.path.exists(out)
+    os.unlink(os.path.join(f, "model.safetensors"))
+    _refused(capsys, f, str(tmp / "o.bin"), "no model.safetensors")
