@@ -161,8 +161,9 @@ def meta_tensors(t, cfg):
     return out
 
 
-def write_gguf(path, t, cfg, qtype="F32", arch="llama", vocab=None):
-    """A GGUF file through gguf's writer; 2-D tensors stored as qtype (F32, F16, Q8_0, Q4_0, ...), norms f32."""
+def write_gguf(path, t, cfg, qtype="F32", arch="llama", vocab=None, drop=()):
+    """A GGUF file through gguf's writer; 2-D tensors stored as qtype (F32, F16, Q8_0, Q4_0, ...), norms f32;
+    the GGUF names in `drop` left out."""
     import gguf
     w = gguf.GGUFWriter(path, arch)
     w.add_block_count(cfg["num_hidden_layers"])
@@ -178,6 +179,8 @@ def write_gguf(path, t, cfg, qtype="F32", arch="llama", vocab=None):
         vocab(w)
     q = gguf.GGMLQuantizationType[qtype]
     for name, a in meta_tensors(t, cfg).items():
+        if name in drop:
+            continue
         if a.ndim == 1 or qtype == "F32":
             w.add_tensor(name, a.astype(np.float32))
         elif qtype == "F16":
