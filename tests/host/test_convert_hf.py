@@ -118,6 +118,7 @@ def test_unknown_architecture_and_unsupported_config(folder, capsys):
                           ({"rope_theta": 500000.0}, "rope_theta 500000.0 is not supported"),
                           ({"rope_scaling": {"type": "linear", "factor": 2.0}}, "rope_scaling"),
                           ({"hidden_act": "gelu"}, "hidden_act"),
+                          ({"partial_rotary_factor": 0.5}, "partial_rotary_factor 0.5"),
                           ({"attention_bias": True}, "attention_bias"),
                           ({"head_dim": 16}, "head_dim 16"),
                           ({"num_key_value_heads": 3}, "not a multiple of 3 KV heads")):
@@ -182,3 +183,36 @@ def test_no_weights_and_no_tokenizer(folder, capsys):
     assert "no tokenizer with %s: weights only" % f in printed and os.path.exists(out)
     os.unlink(os.path.join(f, "model.safetensors"))
     _refused(capsys, f, str(tmp / "o.bin"), "no model.safetensors")
+
+
+def test_the_model_page_commands_run(tmp_path, capfdbinary):
+    """docs/model.md's "Bring your own model" block, run on files written here in the names it uses: a Hugging
+    Face folder with a sentencepiece tokenizer (400 tokens), a Q8_0 GGUF and an export.py version 2 file."""
+    import re
+    import shlex
+    import sentencepiece as spm
+    from kvedge_host.paths import ROOT
+    text = open(os.path.join(ROOT, "docs", "model.md")).read()
+    block = re.search(r"## Bring your own model.*?```sh\n(.*?)```", text, re.S).group(1)
+    cmds = [ln for ln in block.splitlines() if ln.startswith("kvedge ")]
+    assert len(cmds) == 4
+    cfg = hm.config(vocab=400)
+    t = hm.tensors(cfg, seed=8)
+    folder = hm.write_hf(str(tmp_path / "path" / "to" / "my-llama"), t, cfg)
+    corpus = [open(p).read() for p in sorted(__import__("glob").glob(os.path.join(ROOT, "tests", "corpus", "*.txt")))]
+    spm.SentencePieceTrainer.train(sentence_iterator=iter("\n".join(corpus).splitlines()),
+                                   model_prefix=os.path.join(folder, "tokenizer"), model_type="bpe", vocab_size=400,
+                                   byte_fallback=True, unk_id=0, bos_id=1, eos_id=2, pad_id=-1, minloglevel=2)
+    hm.write_gguf(str(tmp_path / "my-llama.Q8_0.gguf"), t, cfg, "Q8_0")
+    hm.write_ak42(str(tmp_path / "stories15M_q80.bin"), t, cfg, 2)
+    here = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        for cmd in cmds:
+            assert cli(shlex.split(cmd)[1:]) == 0, cmd
+    finally:
+        os.chdir(here)
+    out = capfdbinary.readouterr().out.decode("utf-8", "replace")  # random weights: any bytes
+    assert "tokenizer: path/to/my-llama/tokenizer.model (sentencepiece model, 400 tokens)" in out
+    assert "no tokenizer with my-llama.Q8_0.gguf: weights only" in out
+    assert out.count(" -> ") >= 4 and "Once upon a time" in out

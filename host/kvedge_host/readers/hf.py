@@ -77,6 +77,10 @@ class HFSource(Source):
                              % (cpath, validate.show(theta)))
         if cfg.get("rope_scaling") is not None:
             raise ModelError("%s: rope_scaling %s is not supported" % (cpath, validate.show(cfg["rope_scaling"])))
+        prf = cfg.get("partial_rotary_factor", 1.0)
+        if prf != 1.0:
+            raise ModelError("%s: partial_rotary_factor %s is not supported (the device rotates the whole head)"
+                             % (cpath, validate.show(prf)))
         act = cfg.get("hidden_act", "silu")
         if act != "silu":
             raise ModelError("%s: hidden_act %s is not supported (SwiGLU with silu only)" % (cpath, validate.show(act)))
