@@ -133,3 +133,25 @@ def test_tokenizer_problems(bytelevel, spmodel, tmp_path, capsys):
     wp.write_text('{"model": {"type": "WordPiece", "vocab": {}}}')
     assert cli(["convert", folder, "-o", str(tmp_path / "o.bin"), "--tokenizer", str(wp)]) == 2
     assert "tokenizer model WordPiece is not supported" in capsys.readouterr().err
+
+
+def test_sentencepiece_style_tokenizer_json_encodes_as_tokenizers(tmp_path, capsys):
+    # a Llama-style tokenizer.json (BPE with byte fallback, Metaspace "\u2581", <0xXX> at ids 3..258) trained with
+    # `tokenizers`: the device's ids are tokenizers' own, and decode to the text
+    from tokenizers import Tokenizer as HT, decoders, models, pre_tokenizers, trainers
+    t = HT(models.BPE(unk_token="<unk>", byte_fallback=True))
+    t.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first")
+    t.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                   decoders.Strip(" ", 1, 0)])
+    special = ["<unk>", "<s>", "</s>"] + ["<0x%02X>" % b for b in range(256)]
+    t.train_from_iterator(TEXTS, trainers.BpeTrainer(vocab_size=700, special_tokens=special, show_progress=False))
+    n = t.get_vocab_size()
+    folder = _hf_folder(str(tmp_path / "m"), n, None)
+    t.save(os.path.join(folder, "tokenizer.json"))
+    assert cli(["convert", folder, "-o", str(tmp_path / "m.i8.bin")]) == 0
+    assert "tokenizer.json (sentencepiece-style BPE)" in capsys.readouterr().out
+    tok = Tokenizer.load(str(tmp_path / ("tok%d.bin" % n)), n)
+    for line in LINES:
+        ids = tok.encode(line, bos=False)
+        assert ids == t.encode(line).ids, line
+        assert tok.decode(ids, prev=BOS) == line.encode("utf-8"), line
