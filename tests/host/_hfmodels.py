@@ -323,3 +323,30 @@ def device_run_on(runtime, path, steps, tokens, heap=4 << 20):
     got = [int(x) for x in [ln for ln in lines if ln.startswith("G ")][0][2:].split()]
     logits = np.array([[float(v) for v in ln[2:].split()] for ln in lines if ln.startswith("L ")])
     return got, logits
+
+
+# ---- the command ----
+
+def convert(src, out, dtype="f32", *extra):
+    """`kvedge convert SRC -o OUT --weights-dtype DTYPE --force`, which must succeed; returns OUT."""
+    from kvedge_host.cli import main as cli
+    assert cli(["convert", src, "-o", out, "--weights-dtype", dtype, "--force"] + list(extra)) == 0
+    return out
+
+
+def refused(capsys, src, out, *mentions):
+    """`kvedge convert SRC -o OUT` refuses in one line holding every mention, exit 2, and writes nothing."""
+    from kvedge_host.cli import main as cli
+    assert cli(["convert", src, "-o", out]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kvedge convert: error: "), lines
+    for m in mentions:
+        assert m in lines[0], lines[0]
+    assert not os.path.exists(out) and not os.path.exists(out + ".part")
+    return lines[0]
+
+
+def seeded(request, tmp_path_factory, seeds, name):
+    """The test modules' fixture: (config, tensors, folder) of a tied (param True) or untied random Llama."""
+    cfg = config(tied=request.param)
+    return cfg, tensors(cfg, seed=seeds[request.param]), tmp_path_factory.mktemp(name)

@@ -20,13 +20,7 @@ STEPS = 24
 
 @pytest.fixture(scope="module", params=[False, True], ids=["untied", "tied"])
 def model(request, tmp_path_factory):
-    cfg = hm.config(tied=request.param)
-    return cfg, hm.tensors(cfg, seed=21 if request.param else 22), tmp_path_factory.mktemp("gguf")
-
-
-def _convert(src, out, dtype="f32"):
-    assert cli(["convert", src, "-o", out, "--weights-dtype", dtype, "--force"]) == 0
-    return out
+    return hm.seeded(request, tmp_path_factory, {False: 22, True: 21}, "gguf")
 
 
 @pytest.mark.parametrize("qtype", ["F32", "F16", "Q8_0", "Q4_0", "Q5_1"])
@@ -35,7 +29,7 @@ def test_gguf_f32_file_matches_the_reference_of_what_it_stores(model, qtype):
     src = hm.write_gguf(str(tmp / ("m_%s.gguf" % qtype)), t, cfg, qtype)
     stored = hm.as_stored_gguf(t, cfg, qtype)
     toks, ref = hm.reference_greedy(stored, cfg, STEPS)
-    got, logits = hm.device_run(_convert(src, str(tmp / ("m_%s.f32.bin" % qtype))), STEPS, toks)
+    got, logits = hm.device_run(hm.convert(src, str(tmp / ("m_%s.f32.bin" % qtype))), STEPS, toks)
     assert got == toks
     assert np.abs(logits - ref).max() < 1e-4
 
@@ -45,7 +39,7 @@ def test_gguf_int8_file_within_its_tolerance(model, qtype):
     cfg, t, tmp = model
     src = hm.write_gguf(str(tmp / ("i_%s.gguf" % qtype)), t, cfg, qtype)
     toks, ref = hm.reference_greedy(hm.as_stored_gguf(t, cfg, qtype), cfg, STEPS)
-    _, logits = hm.device_run(_convert(src, str(tmp / ("i_%s.i8.bin" % qtype)), "i8"), STEPS, toks)
+    _, logits = hm.device_run(hm.convert(src, str(tmp / ("i_%s.i8.bin" % qtype)), "i8"), STEPS, toks)
     assert np.abs(logits - ref).max() < 0.08 * np.abs(ref).max()
 
 
@@ -56,20 +50,12 @@ def test_gguf_on_the_unix_port(model):
     cfg, t, tmp = model
     src = hm.write_gguf(str(tmp / "u.gguf"), t, cfg, "Q4_0")
     toks, ref = hm.reference_greedy(hm.as_stored_gguf(t, cfg, "Q4_0"), cfg, STEPS)
-    got, logits = hm.device_run_on("unix", _convert(src, str(tmp / "u.f32.bin")), STEPS, toks)
+    got, logits = hm.device_run_on("unix", hm.convert(src, str(tmp / "u.f32.bin")), STEPS, toks)
     assert got == toks
     assert np.abs(logits - ref).max() < 1e-4
 
 
 # ---- hostile files ----
-
-def _refused(capsys, src, out, *mentions):
-    assert cli(["convert", src, "-o", out]) == 2
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("kvedge convert: error: "), lines
-    for m in mentions:
-        assert m in lines[0], lines[0]
-    assert not os.path.exists(out)
 
 
 def test_truncated_gguf(model, tmp_path, capsys):
@@ -79,19 +65,19 @@ def test_truncated_gguf(model, tmp_path, capsys):
     for cut in (len(raw) - 7, len(raw) // 2, 200, 30, 10):
         p = tmp_path / ("cut%d.gguf" % cut)
         p.write_bytes(raw[:cut])
-        _refused(capsys, str(p), str(tmp_path / "o.bin"), str(p), "truncated or malformed GGUF")
+        hm.refused(capsys, str(p), str(tmp_path / "o.bin"), str(p), "truncated or malformed GGUF")
 
 
 def test_unknown_architecture_shape_and_missing(model, tmp_path, capsys):
     cfg, t, _ = model
     p = hm.write_gguf(str(tmp_path / "a.gguf"), t, cfg, arch="qwen2")
-    _refused(capsys, p, str(tmp_path / "o.bin"), p, "architecture qwen2 is not supported")
+    hm.refused(capsys, p, str(tmp_path / "o.bin"), p, "architecture qwen2 is not supported")
     bad = dict(t)
     bad["model.layers.0.mlp.up_proj.weight"] = t["model.layers.0.mlp.up_proj.weight"][:, :16].copy()
     p = hm.write_gguf(str(tmp_path / "s.gguf"), bad, cfg)
-    _refused(capsys, p, str(tmp_path / "o.bin"), "blk.0.ffn_up.weight has shape [64, 16], expected [64, 32]")
+    hm.refused(capsys, p, str(tmp_path / "o.bin"), "blk.0.ffn_up.weight has shape [64, 16], expected [64, 32]")
     p = hm.write_gguf(str(tmp_path / "m.gguf"), t, cfg, drop=("blk.1.attn_v.weight",))
-    _refused(capsys, p, str(tmp_path / "o.bin"), "missing tensor blk.1.attn_v.weight")
+    hm.refused(capsys, p, str(tmp_path / "o.bin"), "missing tensor blk.1.attn_v.weight")
 
 
 def test_unsupported_tensor_type_and_rope(model, tmp_path, capsys):
@@ -112,7 +98,7 @@ def test_unsupported_tensor_type_and_rope(model, tmp_path, capsys):
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    _refused(capsys, p, str(tmp_path / "o.bin"), "blk.0.attn_q.weight has type I8 (supported: F32, F16")
+    hm.refused(capsys, p, str(tmp_path / "o.bin"), "blk.0.attn_q.weight has type I8 (supported: F32, F16")
     c2 = dict(cfg, rope_theta=1e6)
     p = hm.write_gguf(str(tmp_path / "r.gguf"), t, c2)
-    _refused(capsys, p, str(tmp_path / "o.bin"), "freq_base 1000000.0 is not supported")
+    hm.refused(capsys, p, str(tmp_path / "o.bin"), "freq_base 1000000.0 is not supported")

@@ -19,16 +19,9 @@ from kvedge_host.cli import main as cli
 STEPS = 24
 
 
-def _convert(src, out, dtype, *extra):
-    assert cli(["convert", src, "-o", out, "--weights-dtype", dtype, "--force"] + list(extra)) == 0
-    return out
-
-
 @pytest.fixture(scope="module", params=[False, True], ids=["untied", "tied"])
 def model(request, tmp_path_factory):
-    cfg = hm.config(tied=request.param)
-    t = hm.tensors(cfg, seed=11 if request.param else 12)
-    return cfg, t, tmp_path_factory.mktemp("hf")
+    return hm.seeded(request, tmp_path_factory, {False: 12, True: 11}, "hf")
 
 
 @pytest.mark.parametrize("layout", ["single", "sharded", "f16", "bf16"])
@@ -47,7 +40,7 @@ def test_hf_folder_f32_file_matches_the_hf_reference(model, layout):
         if layout == "f16":
             stored = {k: v.astype(np.float16).astype(np.float32) for k, v in t.items()}
     toks, ref = hm.reference_greedy(stored, cfg, STEPS)
-    out = _convert(folder, str(tmp / (layout + ".f32.bin")), "f32")
+    out = hm.convert(folder, str(tmp / (layout + ".f32.bin")), "f32")
     got, logits = hm.device_run(out, STEPS, toks)
     assert got == toks
     assert np.abs(logits - ref).max() < 1e-4
@@ -57,7 +50,7 @@ def test_hf_folder_int8_file_within_its_tolerance(model):
     cfg, t, tmp = model
     folder = hm.write_hf(str(tmp / "i8src"), t, cfg)
     toks, ref = hm.reference_greedy(t, cfg, STEPS)
-    got, logits = hm.device_run(_convert(folder, str(tmp / "m.i8.bin"), "i8"), STEPS, toks)
+    got, logits = hm.device_run(hm.convert(folder, str(tmp / "m.i8.bin"), "i8"), STEPS, toks)
     assert got == toks
     assert np.abs(logits - ref).max() < 0.08 * np.abs(ref).max()
 
@@ -74,7 +67,7 @@ def test_without_the_rope_permutation_the_device_would_be_wrong(model):
             bad[k] = hm.hf_to_meta(t[k], cfg["num_key_value_heads"])
     folder = hm.write_hf(str(tmp / "perm"), bad, cfg)
     toks, ref = hm.reference_greedy(t, cfg, STEPS)
-    _, logits = hm.device_run(_convert(folder, str(tmp / "perm.f32.bin"), "f32"), STEPS, toks)
+    _, logits = hm.device_run(hm.convert(folder, str(tmp / "perm.f32.bin"), "f32"), STEPS, toks)
     assert np.abs(logits - ref).max() > 0.05
 
 
@@ -86,22 +79,12 @@ def test_hf_folder_on_the_unix_port(model, dtype):
     cfg, t, tmp = model
     folder = hm.write_hf(str(tmp / ("unix" + dtype)), t, cfg, shards=2)
     toks, ref = hm.reference_greedy(t, cfg, STEPS)
-    got, logits = hm.device_run_on("unix", _convert(folder, str(tmp / ("u.%s.bin" % dtype)), dtype), STEPS, toks)
+    got, logits = hm.device_run_on("unix", hm.convert(folder, str(tmp / ("u.%s.bin" % dtype)), dtype), STEPS, toks)
     assert got == toks
     assert np.abs(logits - ref).max() < (1e-4 if dtype == "f32" else 0.08 * np.abs(ref).max())
 
 
 # ---- hostile folders: one line naming the file, exit 2, nothing written ----
-
-def _refused(capsys, src, out, *mentions):
-    assert cli(["convert", src, "-o", out]) == 2
-    err = capsys.readouterr().err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("kvedge convert: error: "), err
-    for m in mentions:
-        assert m in lines[0], lines[0]
-    assert not os.path.exists(out) and not os.path.exists(out + ".part")
-    return lines[0]
 
 
 @pytest.fixture()
@@ -123,7 +106,7 @@ def test_unknown_architecture_and_unsupported_config(folder, capsys):
                           ({"head_dim": 16}, "head_dim 16"),
                           ({"num_key_value_heads": 3}, "not a multiple of 3 KV heads")):
         json.dump(dict(cfg, **change), open(os.path.join(f, "config.json"), "w"))
-        _refused(capsys, f, str(tmp / "o.bin"), "config.json", words)
+        hm.refused(capsys, f, str(tmp / "o.bin"), "config.json", words)
 
 
 def test_truncated_safetensors(folder, capsys):
@@ -132,7 +115,7 @@ def test_truncated_safetensors(folder, capsys):
     raw = open(p, "rb").read()
     for cut in (len(raw) - 5, 100, 6):
         open(p, "wb").write(raw[:cut])
-        _refused(capsys, f, str(tmp / "o.bin"), "model.safetensors", "truncated or malformed safetensors")
+        hm.refused(capsys, f, str(tmp / "o.bin"), "model.safetensors", "truncated or malformed safetensors")
 
 
 def test_wrong_shape_missing_tensor_and_type(folder, capsys):
@@ -142,21 +125,21 @@ def test_wrong_shape_missing_tensor_and_type(folder, capsys):
     bad = dict(t)
     bad["model.layers.1.self_attn.k_proj.weight"] = t["model.layers.1.self_attn.k_proj.weight"][:8]
     save_file(bad, p)
-    _refused(capsys, f, str(tmp / "o.bin"), "model.layers.1.self_attn.k_proj.weight has shape [8, 32], "
+    hm.refused(capsys, f, str(tmp / "o.bin"), "model.layers.1.self_attn.k_proj.weight has shape [8, 32], "
                                             "expected [16, 32]")
     bad = dict(t)
     del bad["lm_head.weight"]  # untied: the classifier is needed
     save_file(bad, p)
-    _refused(capsys, f, str(tmp / "o.bin"), "missing tensor lm_head.weight")
+    hm.refused(capsys, f, str(tmp / "o.bin"), "missing tensor lm_head.weight")
     bad = dict(t)
     bad["model.norm.weight"] = t["model.norm.weight"].astype(np.int32)
     save_file(bad, p)
-    _refused(capsys, f, str(tmp / "o.bin"), "model.norm.weight has type I32")
+    hm.refused(capsys, f, str(tmp / "o.bin"), "model.norm.weight has type I32")
     bad = dict(t)
     bad["model.norm.weight"] = t["model.norm.weight"].copy()
     bad["model.norm.weight"][3] = np.nan
     save_file(bad, p)
-    _refused(capsys, f, str(tmp / "o.bin"), "rms_final holds NaN")
+    hm.refused(capsys, f, str(tmp / "o.bin"), "rms_final holds NaN")
 
 
 def test_sharded_index_problems(folder, capsys):
@@ -165,14 +148,14 @@ def test_sharded_index_problems(folder, capsys):
     idx = os.path.join(g, "model.safetensors.index.json")
     doc = json.load(open(idx))
     os.unlink(os.path.join(g, "model-00002-of-00002.safetensors"))
-    _refused(capsys, g, str(tmp / "o.bin"), "model-00002-of-00002.safetensors: no such shard")
+    hm.refused(capsys, g, str(tmp / "o.bin"), "model-00002-of-00002.safetensors: no such shard")
     hm.write_hf(g, t, cfg, shards=2)
     del doc["weight_map"]["model.norm.weight"]
     json.dump(doc, open(idx, "w"))
-    _refused(capsys, g, str(tmp / "o.bin"), "missing tensor model.norm.weight")
+    hm.refused(capsys, g, str(tmp / "o.bin"), "missing tensor model.norm.weight")
     doc["weight_map"] = ["x"]
     json.dump(doc, open(idx, "w"))
-    _refused(capsys, g, str(tmp / "o.bin"), "weight_map")
+    hm.refused(capsys, g, str(tmp / "o.bin"), "weight_map")
 
 
 def test_no_weights_and_no_tokenizer(folder, capsys):
@@ -182,7 +165,7 @@ def test_no_weights_and_no_tokenizer(folder, capsys):
     printed = capsys.readouterr().out
     assert "no tokenizer with %s: weights only" % f in printed and os.path.exists(out)
     os.unlink(os.path.join(f, "model.safetensors"))
-    _refused(capsys, f, str(tmp / "o.bin"), "no model.safetensors")
+    hm.refused(capsys, f, str(tmp / "o.bin"), "no model.safetensors")
 
 
 def test_the_model_page_commands_run(tmp_path, capfdbinary):
@@ -230,7 +213,7 @@ def test_hf_folder_on_the_emulated_cortex_m3(tmp_path, dtype):
     t = hm.tensors(cfg, seed=12)
     folder = hm.write_hf(str(tmp_path / "src"), t, cfg)
     os.makedirs(tmp_path / "out")
-    out = _convert(folder, str(tmp_path / "out" / ("m.%s.bin" % dtype)), dtype)
+    out = hm.convert(folder, str(tmp_path / "out" / ("m.%s.bin" % dtype)), dtype)
     toks, ref = hm.reference_greedy(t, cfg, STEPS)
     got, logits = hm.device_run_on("m3", out, STEPS, toks, heap=2097152)
     assert got == toks

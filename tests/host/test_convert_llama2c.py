@@ -19,13 +19,7 @@ STEPS = 24
 
 @pytest.fixture(scope="module", params=[False, True], ids=["untied", "tied"])
 def model(request, tmp_path_factory):
-    cfg = hm.config(tied=request.param)
-    return cfg, hm.tensors(cfg, seed=31 if request.param else 32), tmp_path_factory.mktemp("ak42")
-
-
-def _convert(src, out, dtype="f32"):
-    assert cli(["convert", src, "-o", out, "--weights-dtype", dtype, "--force"]) == 0
-    return out
+    return hm.seeded(request, tmp_path_factory, {False: 32, True: 31}, "ak42")
 
 
 def _q80(t, cfg, group=32):
@@ -48,14 +42,14 @@ def test_v1_matches_the_reference_and_v0(model):
     cfg, t, tmp = model
     src = hm.write_ak42(str(tmp / "v1.bin"), t, cfg, 1)
     toks, ref = hm.reference_greedy(t, cfg, STEPS)
-    out = _convert(src, str(tmp / "v1.f32.bin"))
+    out = hm.convert(src, str(tmp / "v1.f32.bin"))
     got, logits = hm.device_run(out, STEPS, toks)
     assert got == toks and np.abs(logits - ref).max() < 1e-4
     # v0 written from v1, converted again: the same bytes (v0 is what the device reads)
-    again = _convert(out, str(tmp / "v0again.f32.bin"))
+    again = hm.convert(out, str(tmp / "v0again.f32.bin"))
     assert open(again, "rb").read() == open(out, "rb").read()
-    i8a = _convert(src, str(tmp / "v1.i8.bin"), "i8")
-    i8b = _convert(out, str(tmp / "v0.i8.bin"), "i8")
+    i8a = hm.convert(src, str(tmp / "v1.i8.bin"), "i8")
+    i8b = hm.convert(out, str(tmp / "v0.i8.bin"), "i8")
     assert open(i8a, "rb").read() == open(i8b, "rb").read()
 
 
@@ -64,19 +58,10 @@ def test_v2_q80_groups(model):
     src = hm.write_ak42(str(tmp / "v2.bin"), t, cfg, 2, group=32)
     stored = _q80(t, cfg)
     toks, ref = hm.reference_greedy(stored, cfg, STEPS)
-    got, logits = hm.device_run(_convert(src, str(tmp / "v2.f32.bin")), STEPS, toks)
+    got, logits = hm.device_run(hm.convert(src, str(tmp / "v2.f32.bin")), STEPS, toks)
     assert got == toks and np.abs(logits - ref).max() < 1e-4
     fref = hm.reference_logits(t, cfg, toks)
     assert np.abs(logits - fref).max() < 0.05 * np.abs(fref).max()
-
-
-def _refused(capsys, src, out, *mentions):
-    assert cli(["convert", src, "-o", out]) == 2
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("kvedge convert: error: "), lines
-    for m in mentions:
-        assert m in lines[0], lines[0]
-    assert not os.path.exists(out)
 
 
 def test_hostile_ak42_files(model, tmp_path, capsys):
@@ -93,4 +78,4 @@ def test_hostile_ak42_files(model, tmp_path, capsys):
     for name, data, words in cases:
         p = tmp_path / (name + ".bin")
         p.write_bytes(data)
-        _refused(capsys, str(p), str(tmp_path / "o.bin"), str(p), words)
+        hm.refused(capsys, str(p), str(tmp_path / "o.bin"), str(p), words)
