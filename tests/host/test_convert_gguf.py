@@ -102,3 +102,20 @@ def test_unsupported_tensor_type_and_rope(model, tmp_path, capsys):
     c2 = dict(cfg, rope_theta=1e6)
     p = hm.write_gguf(str(tmp_path / "r.gguf"), t, c2)
     hm.refused(capsys, p, str(tmp_path / "o.bin"), "freq_base 1000000.0 is not supported")
+
+
+def test_gguf_on_the_emulated_cortex_m3(tmp_path):
+    """A Q4_0 GGUF's f32 file on the 32-bit board (float32 arithmetic), the package as .mpy, 2 MiB image."""
+    from kvedge_host import m3board
+    why = m3board.missing("rp2040", 2097152)
+    if why:
+        pytest.skip(why)
+    cfg = hm.config()
+    t = hm.tensors(cfg, seed=22)
+    src = hm.write_gguf(str(tmp_path / "q.gguf"), t, cfg, "Q4_0")
+    os.makedirs(tmp_path / "out")
+    toks, ref = hm.reference_greedy(hm.as_stored_gguf(t, cfg, "Q4_0"), cfg, STEPS)
+    got, logits = hm.device_run_on("m3", hm.convert(src, str(tmp_path / "out" / "q.f32.bin")), STEPS, toks,
+                                   heap=2097152)
+    assert got == toks
+    assert np.abs(logits - ref).max() < 1e-4
