@@ -155,3 +155,31 @@ def test_sentencepiece_style_tokenizer_json_encodes_as_tokenizers(tmp_path, caps
         ids = tok.encode(line, bos=False)
         assert ids == t.encode(line).ids, line
         assert tok.decode(ids, prev=BOS) == line.encode("utf-8"), line
+
+
+def test_gguf_gpt2_vocabulary_gives_the_tokenizer_json_one(bytelevel, tmp_path, capsys):
+    # the byte-level vocabulary as llama.cpp stores it (tokenizer.ggml.model "gpt2": tokens, merges, token types)
+    import gguf
+    path, t = bytelevel
+    n = t.get_vocab_size()
+    vocab = t.get_vocab()
+    tokens = sorted(vocab, key=vocab.get)
+    merges = [" ".join(m) if isinstance(m, list) else m for m in __import__("json").load(open(path))["model"]["merges"]]
+
+    def add(w):
+        w.add_tokenizer_model("gpt2")
+        w.add_token_list(tokens)
+        w.add_token_types([gguf.TokenType.CONTROL if tok in ("<unk>", "<s>", "</s>") else gguf.TokenType.NORMAL
+                           for tok in tokens])
+        w.add_token_merges(merges)
+        w.add_bos_token_id(1)
+        w.add_eos_token_id(2)
+    cfg = hm.config(vocab=n)
+    src = hm.write_gguf(str(tmp_path / "b.gguf"), hm.tensors(cfg, seed=7), cfg, vocab=add)
+    os.makedirs(tmp_path / "g")
+    assert cli(["convert", src, "-o", str(tmp_path / "g" / "b.i8.bin")]) == 0
+    assert "GGUF gpt2 (byte-level BPE) vocabulary" in capsys.readouterr().out
+    folder = _hf_folder(str(tmp_path / "m"), n, path, "tokenizer.json")
+    assert cli(["convert", folder, "-o", str(tmp_path / "m.i8.bin")]) == 0
+    a = open(tmp_path / "g" / ("tok%d.bin" % n), "rb").read()
+    assert a == open(tmp_path / ("tok%d.bin" % n), "rb").read()
