@@ -76,14 +76,19 @@ def test_gguf_vocabulary_gives_the_same_tokenizer(spmodel, tmp_path, capsys):
     src = hm.write_gguf(str(tmp_path / "v.gguf"), hm.tensors(cfg, seed=6), cfg, "Q8_0", vocab=vocab)
     assert cli(["convert", src, "-o", str(tmp_path / "g" / "v.i8.bin")]) == 2  # no such folder: refused first
     capsys.readouterr()
+    _same_as_the_folders(tmp_path, capsys, src, "GGUF llama (sentencepiece) vocabulary", VOCAB, path,
+                         "tokenizer.model")
+
+
+def _same_as_the_folders(tmp_path, capsys, src, kind, n, tokfile, name):
+    """The GGUF's vocabulary (kind) converts to the same tokenizer.bin as a Hugging Face folder's `name`."""
     os.makedirs(tmp_path / "g")
     assert cli(["convert", src, "-o", str(tmp_path / "g" / "v.i8.bin")]) == 0
-    assert "GGUF llama (sentencepiece) vocabulary" in capsys.readouterr().out
-    folder = _hf_folder(str(tmp_path / "m"), VOCAB, path, "tokenizer.model")
+    assert kind in capsys.readouterr().out
+    folder = _hf_folder(str(tmp_path / "m"), n, tokfile, name)
     assert cli(["convert", folder, "-o", str(tmp_path / "m.i8.bin")]) == 0
-    a = open(tmp_path / "g" / ("tok%d.bin" % VOCAB), "rb").read()
-    b = open(tmp_path / ("tok%d.bin" % VOCAB), "rb").read()
-    assert a == b
+    a = open(tmp_path / "g" / ("tok%d.bin" % n), "rb").read()
+    assert a == open(tmp_path / ("tok%d.bin" % n), "rb").read()
 
 
 @pytest.fixture(scope="module")
@@ -176,10 +181,4 @@ def test_gguf_gpt2_vocabulary_gives_the_tokenizer_json_one(bytelevel, tmp_path, 
         w.add_eos_token_id(2)
     cfg = hm.config(vocab=n)
     src = hm.write_gguf(str(tmp_path / "b.gguf"), hm.tensors(cfg, seed=7), cfg, vocab=add)
-    os.makedirs(tmp_path / "g")
-    assert cli(["convert", src, "-o", str(tmp_path / "g" / "b.i8.bin")]) == 0
-    assert "GGUF gpt2 (byte-level BPE) vocabulary" in capsys.readouterr().out
-    folder = _hf_folder(str(tmp_path / "m"), n, path, "tokenizer.json")
-    assert cli(["convert", folder, "-o", str(tmp_path / "m.i8.bin")]) == 0
-    a = open(tmp_path / "g" / ("tok%d.bin" % n), "rb").read()
-    assert a == open(tmp_path / ("tok%d.bin" % n), "rb").read()
+    _same_as_the_folders(tmp_path, capsys, src, "GGUF gpt2 (byte-level BPE) vocabulary", n, path, "tokenizer.json")
