@@ -4,9 +4,10 @@ with tests/host/_hfmodels.py's numpy forward pass of the Hugging Face layout (ro
 code with the converter.
 
 Tolerances: the f32 file against the reference on the weights as stored (f16/bf16 rounded): 1e-4 absolute
-(logits up to ~20; measured 2.7e-6 on these models, worst 4.4e-6 in trial runs). The int8 file (per-row int8 rows of those weights): within 8 % of
-the largest reference logit (measured 2.8 %, worst 5.7 % in trial runs, an f16 source), teacher-forced on the reference's tokens; greedy tokens
-from BOS equal on these seeded models (24 tokens)."""
+(logits up to ~20; measured 2.7e-6 on these models, worst 4.4e-6 in trial runs). The int8 file (per-row int8
+rows of those weights): within 8 % of the largest reference logit (measured 2.8 %, worst 5.7 % in trial runs,
+an f16 source), teacher-forced on the reference's tokens; greedy tokens from BOS equal on these seeded models
+(24 tokens)."""
 import json
 import os
 
