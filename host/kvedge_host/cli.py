@@ -17,7 +17,7 @@ COMMANDS = {
     "deploy": "copy the device package (optionally as .mpy) to a board through mpremote",
     "monitor": "live view of a board's stats stream, with CSV logging and alerts",
     "test": "run the device test suite on a board or a virtual board",
-    "convert": "convert a llama2.c checkpoint to kvedge's int8 weight file",
+    "convert": "convert a llama2.c, Hugging Face Llama or GGUF model (and its tokenizer) to the device's files",
     "generate": "generate text with a llama2.c checkpoint on a chosen runtime",
     "eval": "quality of every cache strategy on a real checkpoint",
     "demo": "the whole story on a virtual board: plan, deploy, generate, monitor",

@@ -159,6 +159,15 @@ ELSEWHERE = {
         ("tests/host/test_own_board.py", "test_circuitpython_board_commands_on_real_circuitpython", "as above"),
     "kvedge monitor --port /dev/ttyACM0 --until final":
         ("tests/host/test_own_board.py", "test_circuitpython_board_commands_on_real_circuitpython", "as above"),
+    "kvedge convert path/to/my-llama -o my-llama.i8.bin":
+        ("tests/host/test_convert_hf.py", "test_the_model_page_commands_run",
+         "reads model.md's block and runs it on a Hugging Face folder, a GGUF and an export.py file it writes"),
+    "kvedge convert my-llama.Q8_0.gguf -o my-llama-gguf.i8.bin":
+        ("tests/host/test_convert_hf.py", "test_the_model_page_commands_run", "as above"),
+    "kvedge convert stories15M_q80.bin --weights-dtype f32 -o stories15M.f32.bin":
+        ("tests/host/test_convert_hf.py", "test_the_model_page_commands_run", "as above"),
+    "kvedge generate --model my-llama.i8.bin --tokenizer tok400.bin --prompt \"Once upon a time\" --steps 32":
+        ("tests/host/test_convert_hf.py", "test_the_model_page_commands_run", "as above"),
 }
 
 NOT_RUN = {
