@@ -9,7 +9,7 @@ The files go to $XDG_CACHE_HOME/kvedge/models (else ~/.cache/kvedge/models), whe
 huggingface_hub into a temporary folder there and checked before it takes its name: stories260K.bin and
 tok512.bin against the sha256 pinned below, the others against the sha256 the Hub lists for them (its LFS
 object id). The 32,000-token tokenizer is Llama 2's sentencepiece tokenizer.model from the TinyLlama-1.1B repo
-(TinyLlama kept Llama 2's vocabulary), converted to llama2.c's tokenizer.bin format by kvedge_host.spm, as
+(TinyLlama kept Llama 2's vocabulary), converted to llama2.c's tokenizer.bin format by kvedge_host.readers.vocab, as
 llama2.c's tokenizer.py does. A truncated download, a wrong digest or no network ends in one line, exit 2, and
 nothing half-written is left in the cache. HF_ENDPOINT points at another Hub (a mirror)."""
 import hashlib
@@ -25,7 +25,7 @@ from .paths import cache_models
 TINYLLAMAS = "karpathy/tinyllamas"
 LLAMA2_TOKENIZER = "TinyLlama/TinyLlama-1.1B-Chat-v1.0"  # tokenizer.model: Llama 2's 32,000-token sentencepiece
 
-# name in the cache -> (Hub repo, path in the repo, pinned sha256 or None (the Hub's), convert with spm)
+# name in the cache -> (Hub repo, path in the repo, pinned sha256 or None (the Hub's), convert from sentencepiece)
 FILES = {
     "stories260K.bin": (TINYLLAMAS, "stories260K/stories260K.bin",
                         "b0a507e7ad0f626624f17112325e66691f9076d622e1d3274d103d00299f2696", False),
@@ -159,11 +159,12 @@ def fetch_file(name, folder, force=False):
                 _where(name), got, want, "pinned in kvedge_host.cmd_fetch" if pinned else "the Hub's",
                 format(os.path.getsize(got_path), ",")))
         if convert:
-            from . import spm
+            from .models import ModelError
+            from .readers import vocab
             out = os.path.join(tmp, name)
             try:
-                spm.convert(got_path, out)
-            except ValueError as e:
+                vocab.write_bin(out, vocab.from_sentencepiece(got_path))
+            except ModelError as e:
                 raise UserError(_first(e))
             got_path = out
         if name in TOKENIZER_VOCAB:

@@ -57,7 +57,7 @@ def tokenizer_pieces(vocab_size=None):
 def write_tokenizer(path, vocab_size=None, pieces=None):
     """Write the tiny tokenizer in llama2.c's format; returns its vocabulary size. pieces: a function returning
     an iterator of other (bytes, score) pairs to write instead (called twice; the host's sentencepiece
-    conversion, kvedge_host.spm, writes with it)."""
+    conversions, kvedge_host.readers.vocab, write with it)."""
     if pieces is None:
         def pieces():
             return iter_pieces(vocab_size)

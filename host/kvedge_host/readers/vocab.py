@@ -203,9 +203,9 @@ def read(path):
 
 
 def write_bin(path, vocab):
-    """llama2.c's tokenizer.bin."""
-    with open(path, "wb") as f:
-        f.write(struct.pack("<i", max([len(p) for p in vocab.pieces] or [0])))
-        for p, s in zip(vocab.pieces, vocab.scores):
-            f.write(struct.pack("<fi", s, len(p)))
-            f.write(p)
+    """llama2.c's tokenizer.bin, written by the device package's own writer (kvedge.model.tiny.write_tokenizer)."""
+    from kvedge.model import tiny
+
+    def pieces():
+        return zip(vocab.pieces, vocab.scores)
+    return tiny.write_tokenizer(path, pieces=pieces)
