@@ -166,8 +166,8 @@ def annotate(c, spec, wdtype, kernels, prof, table=None):
     c["forward"] = fw
     c["kernels"] = kernels
     c["instructions_per_token"] = k["instructions_per_token"] if k else None
-    c["tokens_per_s"] = (round(hz / float(k["instructions_per_token"]), 3 if not k["estimated"] else 2)
-                         if (k and hz) else None)
+    t = hz / float(k["instructions_per_token"]) if (k and hz) else None
+    c["tokens_per_s"] = None if t is None else float("%.2g" % t) if k["estimated"] else round(t, 3)
     c["speed"] = dict(k or {"estimated": True, "from": "not measured"}, clock_hz=hz, clock_source=src,
                       proxy="instructions of the emulated Cortex-M3 at one a cycle" + (
                           "; the ESP32's Xtensa is not an Arm: the M3's count is a proxy"
