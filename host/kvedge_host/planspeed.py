@@ -62,6 +62,12 @@ def _sum_min(n, slots):
     return slots * (slots + 1) // 2 + (n - slots) * slots
 
 
+def _macs(p):
+    """Multiply-accumulates of a token's matrices (kvedge.budget.llama_params' counts): the layers' and the
+    classifier's (the embedding's when it is shared)."""
+    return p["matrices"] + (p["classifier"] or p["embedding"])
+
+
 def _sig2(x):
     return int(float("%.2g" % x))
 
@@ -117,12 +123,12 @@ def cost(c, spec, wdtype, kernels, forward, table=None, tier_cost=None):
         why.append("measured with int8 weights, these are %s" % wdtype)
     sh = table.get("shape") or {}
     fb = fp = 1.0
-    if sh and (sh["params"], sh["layers"] * sh["heads"] * sh["head_dim"]) != (
-            account.params(spec), spec.layers * spec.heads * spec.head_dim):
-        fb = account.params(spec) / float(sh["params"])
+    if sh and (_macs(sh["params"]), sh["layers"] * sh["heads"] * sh["head_dim"]) != (
+            _macs(account.params(spec)), spec.layers * spec.heads * spec.head_dim):
+        fb = _macs(account.params(spec)) / float(_macs(sh["params"]))
         fp = spec.layers * spec.heads * spec.head_dim / float(sh["layers"] * sh["heads"] * sh["head_dim"])
-        why.append("scaled from %s (base by parameters %.3g, per token by layers x heads x head_dim %.3g)"
-                   % (table.get("model"), fb, fp))
+        why.append("scaled from %s (base by multiply-accumulates per token %.3g, per cached token by layers x "
+                   "heads x head_dim %.3g)" % (table.get("model"), fb, fp))
     C = max(1, c["context"])
     base, per, evict = row["base"] * fb, row["per_token"] * fp, row.get("evict", 0) * fp
     if h2o_extra:

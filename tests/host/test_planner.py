@@ -15,6 +15,7 @@ from kvedge_host import cli, planner, planquality, planrun
 from kvedge_host.forward_cost import MEASURED
 
 import _modelfiles as mf
+from test_plan import _bad, plan as _json  # kvedge plan --json, and one-line refusals
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HOST = os.path.join(ROOT, "host", "kvedge_host")
@@ -47,13 +48,6 @@ def test_no_host_module_runs_another_kvedge_command():
             if found:
                 bad[f] = found
     assert not bad, bad
-
-
-def _json(capsys, *argv, rc=0):
-    code = cli.main(["plan"] + list(argv) + ["--json"])
-    cap = capsys.readouterr()
-    assert code == rc, cap.err + cap.out[-2000:]
-    return json.loads(cap.out)
 
 
 @pytest.fixture
@@ -177,15 +171,6 @@ def test_min_tokens_per_s_and_kind_steer_the_search(capsys, stories):
     assert not r["configurations"] and any("the fastest reaches" in n for n in r["notes"])
 
 
-def _bad(capsys, argv, *parts):
-    rc = cli.main(["plan"] + argv)
-    err = capsys.readouterr().err
-    lines = err.strip().splitlines()
-    assert rc == 2 and len(lines) == 1 and lines[0].startswith("kvedge plan: error: "), err
-    for p in parts:
-        assert p in lines[0], (p, lines[0])
-
-
 def test_bad_steering_and_bad_quality_tables_are_refused(capsys, stories, tmp_path):
     m = ["--model", stories, "--board", "rp2350", "--weights-dtype", "i8"]
     _bad(capsys, m + ["--objective", "fast"], "--objective must be balanced, quality, speed")
@@ -193,7 +178,8 @@ def test_bad_steering_and_bad_quality_tables_are_refused(capsys, stories, tmp_pa
     _bad(capsys, m + ["--min-tokens-per-s", "nan"], "--min-tokens-per-s must be a positive number")
     _bad(capsys, m + ["--min-tokens-per-s", "-1"], "--min-tokens-per-s must be a positive number")
     q = tmp_path / "q.json"
-    q.write_text(json.dumps([{"strategy": "i8", "kl": 0.01}, {"strategy": "f16", "kl": 0.0}, {"name": "i8", "kl": 0.5}]))
+    q.write_text(json.dumps([{"strategy": "i8", "kl": 0.01}, {"strategy": "f16", "kl": 0.0},
+                             {"name": "i8", "kl": 0.5}]))
     _bad(capsys, m + ["--quality", str(q)], str(q), "two quality rows are named \"i8\"")
     q.write_text(json.dumps([{"strategy": "i8", "kl": 0.01, "klx": 0.3}]))
     _bad(capsys, m + ["--quality", str(q)], str(q), "row \"i8\": unknown key \"klx\"")
@@ -211,6 +197,9 @@ def test_the_shipped_quality_table_ranks_stories260k_by_default(capsys, stories,
     other = mf.write_llama2c(str(tmp_path / "wide.bin"), dim=128, heads=8, kv_heads=8)  # another shape
     r = _json(capsys, "--model", other, "--board", "rp2350", "--weights-dtype", "i8")
     assert r["quality"] is None and any("heuristic order" in n for n in r["notes"])
+    # and its speed is stories260K's table scaled, marked estimated (no figure of its own was measured)
+    assert r["configurations"] and all(c["speed"]["estimated"] and "scaled from stories260K.bin" in c["speed"]["from"]
+                                       for c in r["configurations"])
     r = _json(capsys, "--model", stories, "--board", "rp2350", "--weights-dtype", "i8", "--no-quality")
     assert r["quality"] is None and all(c["quality"] is None for c in r["configurations"] if c["kind"] != "keep")
 
