@@ -742,7 +742,8 @@ def plan(spec, context, tgt, kv_dtype="f32", weights_dtype=None, align=64, batch
                      "with flash; --no-tiered leaves it out")
     if qnote:
         notes.append(qnote)
-    notes += _speed_notes(ranked, dropped, objective, min_tokens_per_s, kind)
+    notes += _speed_notes(ranked, dropped, objective, min_tokens_per_s, kind,
+                          ranked[pick - 1] if ranked and pick <= len(ranked) else None)
     notes += _tier_notes(ranked[pick - 1] if ranked and pick <= len(ranked) else None, ranked)
     if rt is not None and tok[1] is None:
         notes.append("no tokenizer counted (--tokenizer): the runner loads one beside the model")
@@ -774,7 +775,7 @@ class NothingFits(UserError):
     """No kernel kind's runtime fits the board at all (its footprint says so): exit 1, not 2."""
 
 
-def _speed_notes(ranked, dropped, objective, min_tps, kind):
+def _speed_notes(ranked, dropped, objective, min_tps, kind, chosen):
     out = []
     if dropped:
         out.append("%d configuration(s) below %s tokens/s left out (--min-tokens-per-s)" % (len(dropped), min_tps)
@@ -788,8 +789,8 @@ def _speed_notes(ranked, dropped, objective, min_tps, kind):
             out.append("objective balanced (the default): %d configuration(s) more than %gx slower than the fastest "
                        "keeping as many tokens ranked after the rest (--objective quality ranks by quality alone)"
                        % (len(slow), SLOWER))
-    if ranked and ranked[0].get("speed", {}).get("estimated"):
-        out.append("the chosen speed is estimated: %s" % ranked[0]["speed"].get("from", "not measured"))
+    if chosen and chosen.get("speed", {}).get("estimated"):
+        out.append("the chosen speed is estimated: %s" % chosen["speed"].get("from", "not measured"))
     return out
 
 
