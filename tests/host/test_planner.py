@@ -215,3 +215,19 @@ def test_the_table_shows_speed_at_80_columns(capsys, stories, monkeypatch):
     assert max(len(line) for line in table) <= 80
     assert re.search(r"speed: \w+ pass, \w+ kernels: ~?[\d,]+ instructions per token", out), out[-1500:]
     assert "tokens/s at 125 MHz" in out
+
+
+def test_the_benchmark_fit_recovers_a_known_line():
+    """tools/bench_plan_speed.py's least-squares fit, on steps made here from a known base, cost per cached token
+    and H2O eviction cost (in us: 1 us = 1000 instructions), with the saturation its slots give."""
+    import sys
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    import bench_plan_speed as b
+    kv = {"dtype": "i8", "max_tokens": 32}
+    steps = [3000 + 9 * min(p + 1, 20) + (400 if p >= 20 else 0) for p in range(60)]
+    got = b.fit(kv, 20, steps)
+    assert (got["base"], got["per_token"], got["evict"], got["max_residual"]) == (3000000, 9000, 400000, 0)
+    ring = {"dtype": "i8", "max_tokens": 128, "window": 28, "sinks": 4}
+    steps = [3100 + 17 * min(p + 1, 32) for p in range(96)]
+    got = b.fit(ring, 0, steps)
+    assert (got["base"], got["per_token"]) == (3100000, 17000) and "evict" not in got
