@@ -73,7 +73,10 @@ def _sig2(x):
 
 
 def _row(table, forward, kernels, dtype, layout):
-    """(row, what stood in for the exact one or None): the exact measured row, else the nearest one."""
+    """(row, what stood in for the exact one or None): the exact measured row, else the nearest: the same kernels
+    and dtype in another layout; else the base (the matrices: the kernel kind decides it) from these kernels'
+    row of another dtype and the cost per cached token (the attention: the dtype decides it) from the asm row of
+    this dtype; else the nearest row at all."""
     rows = table["rows"]
 
     def find(f, k, d, lay):
@@ -81,10 +84,19 @@ def _row(table, forward, kernels, dtype, layout):
     r = find(forward, kernels, dtype, layout)
     if r is not None:
         return r, None
-    tries = [(forward, kernels, dtype, "keep"), (forward, "asm", dtype, layout), (forward, "asm", dtype, "keep"),
-             (forward, kernels, "i4" if dtype == "i2" else "f32", "keep"),
-             (forward, "asm", "i4" if dtype == "i2" else "f32", "keep"), (forward, "asm", "f32", "keep")]
-    for t in tries:
+    r = find(forward, kernels, dtype, "keep")
+    if r is not None:
+        return r, r["name"]
+    near = "i4" if dtype == "i2" else dtype
+    same_kernels = find(forward, kernels, "f32", "keep") or next(
+        (x for x in rows if (x["forward"], x["kernels"], x["kind"]) == (forward, kernels, "keep")), None)
+    same_dtype = find(forward, "asm", near, layout) or find(forward, "asm", near, "keep")
+    if same_kernels is not None and same_dtype is not None and same_kernels is not same_dtype:
+        return ({"name": same_kernels["name"], "base": same_kernels["base"], "per_token": same_dtype["per_token"],
+                 "kind": same_dtype["kind"], "evict": same_dtype.get("evict", 0)},
+                "base from %s, per cached token from %s" % (same_kernels["name"], same_dtype["name"]))
+    for t in ((forward, "asm", near, layout), (forward, "asm", near, "keep"), (forward, kernels, "f32", "keep"),
+              (forward, "asm", "f32", "keep")):
         r = find(*t)
         if r is not None:
             return r, r["name"]
