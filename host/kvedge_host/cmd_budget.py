@@ -45,23 +45,10 @@ def add_arguments(p):
 
 
 def load_inputs(a):
-    """(spec, context, target) from the shared flags, with one-line errors for bad values (the flags are
-    checked before the model file is read)."""
-    if a.context is not None:
-        account.check_size("--context", a.context)
-    account.check_size("--batch", a.batch)
-    account.check_weights_dtype(a.weights_dtype)
-    if a.heap is not None:
-        account.check_size("--heap", a.heap)
-    if a.workspace is not None:
-        account.check_size("--workspace", a.workspace, 0)
-    spec = models.load(a.model, a.preset)
-    context = a.context or spec.context
-    if not context:
-        raise models.ModelError("%s: the model does not say its context length (no %s); give --context"
-                                % (a.model or a.preset, spec.context_key))
-    tgt = account.target(a.board, a.heap, a.workspace)
-    return spec, context, tgt
+    """(spec, context, target) from the shared flags (kvedge_host.planner.inputs: one-line errors for bad values,
+    the flags checked before the model file is read)."""
+    from .planner import inputs
+    return inputs(a.model, a.preset, a.context, a.board, a.heap, a.workspace, a.batch, a.weights_dtype)
 
 
 def run(a):

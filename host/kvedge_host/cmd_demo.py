@@ -306,18 +306,25 @@ def _plan_loop(model, weights, board, heap, workspace, run_workspace, plan_path,
     formulas), and when it is over the heap plan again with that difference reserved; at most four rounds."""
     from kvedge.model.checkpoint import read_config
     from kvedge.model import llama
-    from .cli import main as cli_main
+    from . import cmd_plan, planner
     cfg, wdtype = read_config(weights)
     extra = 0
     for round_ in range(4):
         say("planning round %d (kvedge plan --weights-dtype i8 --align 0 --workspace %d):"
             % (round_ + 1, workspace + extra))
-        rc = cli_main(["plan", "--model", model, "--board", board, "--weights-dtype", "i8", "--align", "0",
-                       "--workspace", str(workspace + extra), "--kv-dtype", "i8", "--top", "6", "--out", plan_path])
-        if rc != 0:
+        spec, context, tgt = planner.inputs(model, board=board, workspace=workspace + extra, weights_dtype="i8")
+        try:
+            p = planner.plan(spec, context, tgt, kv_dtype="i8", weights_dtype="i8", align=0,
+                             workspace=workspace + extra, model=model)
+        except planner.NothingFits:
+            p = None
+        if p is None or p.document is None:
             raise UserError("no cache configuration fits %s with this model" % board)
-        with open(plan_path) as f:
-            plan = json.load(f)
+        cmd_plan.print_plan(spec, tgt, p.result, p.chosen, 6)
+        plan = p.document
+        with open(plan_path, "w") as f:
+            json.dump(plan, f, indent=2)
+            f.write("\n")
         kv = {k: v for k, v in plan["cache"].items() if k not in _SHAPE}
         stream = plan["weights"]["place"] != "heap"
         pol = plan.get("policy") or {}
