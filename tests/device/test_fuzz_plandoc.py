@@ -3,7 +3,8 @@
 # object belongs, NaN/inf, a huge or negative int, an unknown string, or deleted is refused with PlanError naming
 # that field (the issue's own examples among them); random stacks of mutations raise PlanError or nothing else,
 # and never change the document. Seeded, a few hundred cases: the same on every runtime.
-from kvedge.errors import PlanError
+from kvedge.model import llama, intpath, checkpoint, tiny  # noqa: F401 (plan_args with a model file imports them:
+from kvedge.errors import PlanError                       # compiled first, while the heap is in one piece)
 from kvedge.model import plandoc
 from kvedge.model.runplan import plan_args, run_args
 from _fuzzkit import Lcg
@@ -83,10 +84,10 @@ def test_valid_plans_give_the_arguments_written_out_by_hand():
         assert "kind" not in r and ("forward" in r) == (kind == "tiered")
 
 
-def _refused(doc, field, heap=HEAP):
+def _refused(doc, field, heap=HEAP, model=None, tok=None):
     before = repr(doc)
     try:
-        plan_args(doc, heap=heap)
+        plan_args(doc, model, tok, heap)
     except PlanError as e:
         msg = str(e)
         assert msg.startswith(field), (field, msg)
@@ -252,3 +253,26 @@ def test_random_mutations_raise_plan_error_or_nothing():
             assert a["kind"] in plandoc.KINDS and (a["tier"] is None) == (a["kind"] != "tiered")
         assert repr(doc) == before
     assert refused > 200, refused
+
+
+def test_a_plan_for_another_model_file_is_refused():
+    from _support import need
+    need("fs")
+    from _model_support import tmp_path
+    f32 = tmp_path("kvedge_plandoc.bin")
+    tiny.write_checkpoint(f32, seed=3)  # 2 layers, 4 heads on 2 KV heads, head_dim 4
+    i8 = tmp_path("kvedge_plandoc_i8.bin")
+    checkpoint.convert_to_i8(f32, i8)
+    tok = tmp_path("kvedge_plandoc_tok.bin")
+    tiny.write_tokenizer(tok)
+    doc = _plan("keep", dict(_cache(40), layers=2, heads=4, kv_heads=2, head_dim=4), {"kind": "ring"}, place="heap")
+    a = plan_args(doc, i8, tok, HEAP)  # the plan is for this file: taken
+    assert a["kv"]["max_tokens"] == 40 and a["workspace"] < doc["total_bytes"]
+    assert "the model file holds f32" in _refused(doc, "weights.dtype", model=f32, tok=tok)
+    other = _copy(doc)
+    other["cache"]["layers"] = 5
+    assert "the plan is for 5, the model file has 2" in _refused(other, "cache.layers", model=i8, tok=tok)
+    other = _copy(doc)
+    other["cache"]["dtype"] = "f32"
+    other["forward"] = "int"
+    _refused(other, "forward", model=i8, tok=tok)

@@ -43,6 +43,12 @@ def plan_args(doc, model=None, tokenizer=None, heap=None):
         if want in _WDTYPES and want != wdtype:
             raise PlanError("weights.dtype: the plan is for %s weights, the model file holds %s" % (want, wdtype))
         ccfg = llama.cache_config(cfg, kv)
+        if doc.get("forward") == "int":  # the pass the plan names must run this file and cache
+            from kvedge.model import intpath
+            try:
+                intpath.check(wdtype, ccfg, None, place != "heap", h2o > 0)
+            except ValueError as e:
+                raise PlanError("forward: 'int' cannot run this model file: %s" % e)
         own = Tokenizer.nbytes(tokenizer, cfg.vocab_size) + RUN_OVERHEAD + ((8 * ccfg.slots + 256) if h2o else 0)
         ws = doc["total_bytes"] - llama.plan(cfg, wdtype, ccfg, weights_place(model, _STREAM[place]), 32,
                                              own)["total"]
