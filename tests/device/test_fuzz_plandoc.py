@@ -276,3 +276,19 @@ def test_a_plan_for_another_model_file_is_refused():
     other["cache"]["dtype"] = "f32"
     other["forward"] = "int"
     _refused(other, "forward", model=i8, tok=tok)
+    # a plan from the board's measured footprint must have counted this run's tokenizer: 2 bytes an offset
+    # (V + 1 of them, the file is under 64 KB), 2 a sorted id once a prompt is encoded (V), 512 for the object
+    need = 2 * (352 + 1) + 2 * 352 + 512
+    other = _copy(doc)
+    other["runtime"] = {"source": "measured", "prompt": True, "tokenizer_bytes": 0}
+    assert "counted 0 bytes for the tokenizer, this run's keeps %d" % need in _refused(
+        other, "runtime.tokenizer_bytes", model=i8, tok=tok)
+    other["runtime"]["tokenizer_bytes"] = need - 1
+    _refused(other, "runtime.tokenizer_bytes", model=i8, tok=tok)
+    other["runtime"]["tokenizer_bytes"] = need
+    plan_args(other, i8, tok, HEAP)
+    other["runtime"] = {"source": "measured", "prompt": False, "tokenizer_bytes": need - 2 * 352}
+    plan_args(other, i8, tok, HEAP)  # no prompt counted: no sorted ids
+    for v in (-1, 1.5, "0", [], 1 << 40):
+        other["runtime"]["tokenizer_bytes"] = v
+        _refused(other, "runtime.tokenizer_bytes")

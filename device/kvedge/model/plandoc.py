@@ -168,6 +168,11 @@ def check(doc, heap=None):
     _real(doc, "tokens_per_s", "tokens_per_s")
     for k in ("runtime", "quality"):
         _obj(doc, k, k, False)
+    rt = doc.get("runtime")
+    if rt is not None:
+        if rt.get("source") is not None and not isinstance(rt["source"], str):
+            _bad("runtime.source", "a string", rt["source"])
+        _int(rt, "tokenizer_bytes", "runtime.tokenizer_bytes", 0, MAX_BYTES, False)
     if doc.get("placement") is not None and not isinstance(doc["placement"], list):
         _bad("placement", "a list", doc["placement"])
     return cfg

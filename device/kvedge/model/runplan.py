@@ -42,6 +42,16 @@ def plan_args(doc, model=None, tokenizer=None, heap=None):
         want = doc["weights"]["dtype"]
         if want in _WDTYPES and want != wdtype:
             raise PlanError("weights.dtype: the plan is for %s weights, the model file holds %s" % (want, wdtype))
+        rt = doc.get("runtime") or {}
+        if tokenizer is not None and rt.get("source") == "measured":
+            # a plan made from the board's measured footprint counts the tokenizer the run keeps (kvedge plan
+            # --tokenizer): one made without it leaves that heap out, and the run fails in the middle
+            from kvedge.model.pieces import FileTokenizer
+            need = FileTokenizer.nbytes(tokenizer, cfg.vocab_size, rt.get("prompt", True) is not False)
+            if (rt.get("tokenizer_bytes") or 0) < need:
+                raise PlanError("runtime.tokenizer_bytes: the plan counted %d bytes for the tokenizer, this run's "
+                                "keeps %d (and its open file): plan again with --tokenizer" % (
+                                    rt.get("tokenizer_bytes") or 0, need))
         ccfg = llama.cache_config(cfg, kv)
         if doc.get("forward") == "int":  # the pass the plan names must run this file and cache
             from kvedge.model import intpath
