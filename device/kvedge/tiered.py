@@ -37,10 +37,10 @@ class TieredCache:
     `at_cap` policy).
 
     An existing store is reopened (validated whole) unless fresh=True. budget: BudgetError before allocating
-    when the RAM formula exceeds it."""
+    when the RAM formula exceeds it. arena: the ring's arena allocated earlier, exactly its bytes."""
 
     def __init__(self, cfg, path, block=16, cold=I4, cold_blocks=32, at_cap="drop", tile=16, cold_align=0,
-                 budget=None, fresh=False):
+                 budget=None, fresh=False, arena=None):
         self._validate(cfg, block, cold, cold_blocks, at_cap, cold_align)
         if budget is not None:
             check.index("budget", budget)
@@ -59,7 +59,7 @@ class TieredCache:
         self.heads = cfg.heads
         self.group = cfg.heads // H
         self.cold, self.at_cap, self.cold_align = cold, at_cap, cold_align
-        self.ring = KVCache(cfg)
+        self.ring = KVCache(cfg, arena=arena)  # arena: the ring's, allocated earlier (KVCache(arena=...))
         self.stg = KVCache(CacheConfig(1, cfg.heads, H, D, block, cold, align=cold_align, group=block))
         for _ in range(block):  # the staging block's slots are always live: each read refills all of them
             self.stg.start_token()

@@ -39,7 +39,7 @@ DEFAULT_QUALITY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data
 def add_arguments(p):
     add_model_arguments(p)
     p.add_argument("--kv-dtype", default="f32", metavar="DTYPE",
-                   help="the requested cache storage to start from: f32, f16, i8, i4 (default f32)")
+                   help="the requested cache storage: f32, f16, i8, i4 (default f32: the exact cache, what compressions are measured against)")
     p.add_argument("--align", type=int, default=64,
                    help="row padding of the device cache (default 64, CacheConfig's default; 0 = none)")
     p.add_argument("--weights-in", default="auto", metavar="WHERE",
