@@ -229,7 +229,7 @@ def _plan_kwargs(args):
                         "tokenizer, the loop): plan again with --workspace %d" % (
                             args.plan, doc["total_bytes"], -kw["workspace"], doc["workspace_bytes"] - kw["workspace"]))
     kw = run_args(kw)
-    if args.forward != "float":  # --forward given: it overrides the plan's pass
+    if args.forward != "auto":  # --forward given: it overrides the plan's pass
         kw["forward"] = args.forward
     return kw
 

@@ -5,6 +5,8 @@
 # and never change the document. Seeded, a few hundred cases: the same on every runtime.
 from kvedge.model import llama, intpath, checkpoint, tiny  # noqa: F401 (plan_args with a model file imports them:
 from kvedge.errors import PlanError                       # compiled first, while the heap is in one piece)
+from kvedge import kernels
+kernels.get()  # the kernels a plan's "auto" pass is resolved with, compiled now too
 from kvedge.model import plandoc
 from kvedge.model.runplan import plan_args, run_args
 from _fuzzkit import Lcg
@@ -79,9 +81,10 @@ def test_valid_plans_give_the_arguments_written_out_by_hand():
         assert a["kv"] == kv and a["h2o"] == h2o and a["stream"] == stream, (kind, a)
         assert a["tier"] == tier and a["kind"] == kind, (kind, a)
         assert a["budget"] == HEAP and a["workspace"] == 40000
-        assert a["forward"] == ("int" if kind == "tiered" else "auto")
+        assert a["forward"] == ("int" if kind == "tiered" else "float")  # a plan naming no pass: the float one
         r = run_args(a)
-        assert "kind" not in r and ("forward" in r) == (kind == "tiered")
+        assert "kind" not in r and r["forward"] == a["forward"]
+        assert run_args(dict(a, forward="auto")).get("forward") is None  # main()'s own default then
 
 
 def _refused(doc, field, heap=HEAP, model=None, tok=None):

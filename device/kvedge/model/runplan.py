@@ -6,6 +6,10 @@ from kvedge.model.run import RUN_OVERHEAD, main
 PLAN = "kvedge_plan.json"
 _SHAPE = ("layers", "heads", "kv_heads", "head_dim")
 _STREAM = {"heap": False, "flash": True, "rom": "rom"}
+# The pass of a plan that names none: kvedge plan counted the float pass's buffers (kvedge.model.llama.scratch_bytes)
+# until plans named theirs; run with "auto", such a plan took the integer pass's larger buffers and ran out of heap
+# on the emulated rp2040 (MemoryError in intpath's set-up). A plan's "forward" says otherwise.
+UNNAMED = "float"
 _WDTYPES = ("f32", "i8")  # what a checkpoint file holds (kvedge.model.checkpoint.read_config)
 
 
@@ -15,7 +19,7 @@ def plan_args(doc, model=None, tokenizer=None, heap=None):
     run has, default this runtime's): the cache fields (the checkpoint gives the shape), H2O's token budget,
     where the weights live (heap, flash = streamed, rom = read in place), the heap the plan was made for, the
     tier (None, or a tiered plan's block, cold_dtype, cold_blocks, at_cap, cold_align), the forward pass (the
-    plan's, default "auto") and the plan's kind. The workspace: with the model and tokenizer files, what the
+    plan's; UNNAMED, the float pass it was counted for, when it names none) and the plan's kind. The workspace: with the model and tokenizer files, what the
     plan's total leaves beyond the run's own account (weights as held, cache, buffers, Python objects,
     tokenizer, loop), i.e. the runtime's share; negative when the plan cannot hold this run (plan it with that
     much more workspace). Without them, the plan's workspace_bytes. With the model, a plan made for another
@@ -53,17 +57,19 @@ def plan_args(doc, model=None, tokenizer=None, heap=None):
                                 "keeps %d (and its open file): plan again with --tokenizer" % (
                                     rt.get("tokenizer_bytes") or 0, need))
         ccfg = llama.cache_config(cfg, kv)
-        if doc.get("forward") == "int":  # the pass the plan names must run this file and cache
-            from kvedge.model import intpath
-            try:
-                intpath.check(wdtype, ccfg, None, place != "heap", h2o > 0)
-            except ValueError as e:
-                raise PlanError("forward: 'int' cannot run this model file: %s" % e)
-        own = Tokenizer.nbytes(tokenizer, cfg.vocab_size) + RUN_OVERHEAD + ((8 * ccfg.slots + 256) if h2o else 0)
-        ws = doc["total_bytes"] - llama.plan(cfg, wdtype, ccfg, weights_place(model, _STREAM[place]), 32,
-                                             own)["total"]
+        tier, stream = tier_of(doc), _STREAM[place]
+        fwd = doc.get("forward") or UNNAMED
+        own = Tokenizer.nbytes(tokenizer, cfg.vocab_size) + RUN_OVERHEAD
+        try:  # the runner's own check (the pass and the tier against this file and cache) and its account
+            p = llama.check(model, kv, None, own, stream, 32, h2o > 0, fwd, None, False, tier)[3]
+        except ImportError:  # the pass's module does not load on this runtime (ulab on the host): the board's
+            p = llama.plan(cfg, wdtype, ccfg, weights_place(model, stream), 32,
+                           own + ((8 * ccfg.slots + 256) if h2o else 0))
+        except ValueError as e:
+            raise PlanError("forward: the %s pass cannot run this model file and plan: %s" % (fwd, e))
+        ws = doc["total_bytes"] - p["total"]
     return {"kv": kv, "h2o": h2o, "stream": _STREAM[place], "budget": doc["heap_bytes"], "workspace": ws,
-            "tier": tier_of(doc), "forward": doc.get("forward") or "auto", "kind": doc["kind"]}
+            "tier": tier_of(doc), "forward": doc.get("forward") or UNNAMED, "kind": doc["kind"]}
 
 
 def run_args(args):
