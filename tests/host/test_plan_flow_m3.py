@@ -2,9 +2,11 @@
 `kvedge generate --port --plan --prompt ...` with the stats stream. A plan made without `--tokenizer` left the
 tokenizer's heap out of its account and the run died of a MemoryError on the board (in the prompt's encoding, or
 later in the stats stream); now the host refuses it before anything is deployed, naming the field, and the plan
-made with the tokenizer counted runs to the end. The package and the files are on the board's flash image before
+made with the tokenizer counted runs to the end; `kvedge demo --plan` runs such a plan too. The package and the files are on the board's flash image before
 it starts (as test_port_m3 does), so the deploy only checks them."""
+import json
 import os
+import re
 import shutil
 import tempfile
 
@@ -58,3 +60,23 @@ def test_plan_then_generate_port_on_the_emulated_rp2040(tmp_path):
     assert p.stdout.startswith(PROMPT) and "[%d tokens in " % STEPS in p.stderr, p.stdout[-800:] + p.stderr[-800:]
     stats = [ln for ln in p.stderr.splitlines() if ln.startswith("KVSTATS ")]
     assert stats and '"alloc_failures":0' in stats[-1], stats[-1:]
+
+
+def test_demo_runs_a_given_plan_on_the_emulated_rp2040(tmp_path):
+    # kvedge demo --plan FILE: the plan of `kvedge plan` (tokenizer counted) run instead of the demo's own planning;
+    # the board's summary is the plan's strategy and its peak heap stays within the plan's total
+    from kvedge.model.checkpoint import convert_to_i8
+    model = str(tmp_path / "m.i8.bin")
+    convert_to_i8(MODEL, model)
+    plan = str(tmp_path / "plan.json")
+    p = kvedge("plan", "--model", model, "--tokenizer", TOK, "--board", "rp2040", "--weights-dtype", "i8",
+               "--kv-dtype", "i8", "--align", "0", "--out", plan)
+    assert p.returncode == 0, p.stderr
+    doc = json.load(open(plan))
+    p = kvedge("demo", "--board", "rp2040", "--sim", "m3", "--plan", plan, "--steps", "16", "--prompt", PROMPT,
+               "--plain", timeout=900)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "demo: plan: %s (--plan %s)" % (doc["strategy"], plan) in p.stdout, p.stdout[-2000:]
+    m = re.search(r"measured peak ([\d,]+) bytes, plan ([\d,]+) bytes", p.stdout)
+    assert m and int(m.group(2).replace(",", "")) == doc["total_bytes"], p.stdout[-1000:]
+    assert int(m.group(1).replace(",", "")) <= doc["total_bytes"]
