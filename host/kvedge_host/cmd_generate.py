@@ -194,13 +194,30 @@ def run(args):
     return 0
 
 
+def _plan_heap(args):
+    """The heap a --plan must be made for at most: the board's (--board; --port: rp2040 by default), the port's
+    (--runtime unix/wasm: --heap, default 8 MB), else none but kvedge.model.plandoc's bound (CPython)."""
+    if args.board or args.port:
+        from . import boards
+        return boards.load(args.board or "rp2040")["heap_bytes"]
+    if args.runtime != "cpython":
+        return args.heap or 8 * 1024 * 1024
+    return None
+
+
 def _plan_kwargs(args):
-    """run.main's cache and memory arguments from --plan (kvedge.model.runplan.plan_args: the device's own reading)."""
-    from kvedge.model.runplan import plan_args
+    """run.main's cache and memory arguments from --plan (kvedge.model.runplan.plan_args: the device's own reading
+    and check, kvedge.model.plandoc), refused here, before anything runs or is deployed, when the plan is not one
+    or cannot run this model file."""
+    from kvedge.errors import PlanError
+    from kvedge.model.runplan import plan_args, run_args
     from . import validate
-    doc = validate.load_json(args.plan)
+    heap = _plan_heap(args)
+    doc = validate.plan_file(args.plan, heap)
     try:
-        kw = plan_args(doc, args.model, _tokenizer(args))
+        kw = plan_args(doc, args.model, _tokenizer(args), heap)
+    except PlanError as e:
+        raise UserError("%s: %s (model %s)" % (args.plan, e, args.model))
     except (KeyError, TypeError, AttributeError, ValueError) as e:
         raise UserError("%s: not a `kvedge plan --out` device config (%s)" % (args.plan, e))
     if args.rom and kw["stream"] is not True and kw["stream"] != "rom":
@@ -211,6 +228,9 @@ def _plan_kwargs(args):
         raise UserError("%s: the plan's total (%d bytes) is %d short of this run's own account (its objects, the "
                         "tokenizer, the loop): plan again with --workspace %d" % (
                             args.plan, doc["total_bytes"], -kw["workspace"], doc["workspace_bytes"] - kw["workspace"]))
+    kw = run_args(kw)
+    if args.forward != "auto":  # --forward given: it overrides the plan's pass
+        kw["forward"] = args.forward
     return kw
 
 
