@@ -449,7 +449,10 @@ def _watch(port, csv_path, plain, timeout, proc=None):
         msg = cap.error[-1] if cap.error else "no summary within %gs" % timeout
         if cap.reset is not None or mon.counts["disconnects"]:
             msg = "the board reset (%s)" % (cap.reset or "the port vanished")
-        raise UserError("the generation on the board did not finish: %s" % msg.strip())
+        tb = "".join(cap.text)
+        where = [ln.strip() for ln in tb[tb.rfind("Traceback"):].splitlines()[1:-1]] if "Traceback" in tb else []
+        raise UserError("the generation on the board did not finish: %s%s" % (
+            msg.strip(), (" (at %s)" % " <- ".join(reversed(where[-3:]))) if where else ""))
     return "".join(cap.text), cap.summary, mon
 
 

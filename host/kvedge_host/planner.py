@@ -20,7 +20,7 @@ import json
 import math
 
 from kvedge import budget
-from kvedge.model import streambytes
+from kvedge.model import passes, streambytes
 from kvedge.config import CacheConfig
 
 from . import account, models, planspeed
@@ -112,6 +112,7 @@ class Planner:
         self.heap = tgt["heap_bytes"]
         self.limit = self.block = self.heap
         self.tokenizer_bytes = tokenizer_bytes
+        self.kernels = planspeed.kernels_for(self.prof, runtime.kind if runtime is not None else None)
         if runtime is not None:
             self.heap = runtime.usable
             self.limit, self.block = runtime.limit(), runtime.block_limit()
@@ -124,11 +125,14 @@ class Planner:
         self.native_window = w[0] if w and w[0] and len(set(w)) == 1 and w[0] < context else 0
         self.mixed_windows = bool(any(w) and len(set(w)) > 1)
 
-    def runner(self, cfg, h2o=False):
-        """The runner's objects for this cache (32-bit word on a board) and, with H2O, its module and state."""
+    def runner(self, cfg, h2o=False, tiered=False):
+        """The runner's objects for this cache (32-bit word on a board) and, with H2O, its module and state; with
+        a tiered cache, its modules (measured: footprint tiered_bytes) and its two open segment files."""
         if self.rt is None:
             return 0
         n = account.runner_objects(self.shape, cfg, self.word(), self.tile, self.rt.kind) * self.batch
+        if tiered:
+            n += (self.rt.tiered or 0) + 2 * self.rt.file
         return n + (self.rt.evict + account.H2O_STATE_BYTES if h2o else 0)
 
     def word(self):
@@ -139,11 +143,23 @@ class Planner:
         return CacheConfig(s.layers, s.heads, s.kv_heads, s.head_dim, max_tokens, dtype, window=window, sinks=sinks,
                            align=self.align, prefix=prefix)
 
-    def weights_heap(self, place):
+    def forward(self, cfg, place, h2o=False, cold=None):
+        """The pass the board runs this cache with (kvedge.model.passes, the runner's own rule): its buffers
+        and what it keeps of the weights are what the plan counts."""
+        kind = "tiered" if cold else ("h2o" if h2o else ("sinks" if cfg.sinks else ("window" if cfg.window else
+                                                                                   "keep")))
+        return passes.choose(self.weights_dtype, cfg.dtype, self.kernels, kind, cold, cfg.prefix, place != "heap",
+                             h2o, ulab=self.prof.get("runtime") == "circuitpython")
+
+    def weights_heap(self, place, fw="float"):
         """Weights held in RAM: all of them, or what the runner keeps when they stay on flash (norms, the row
-        buffer, a chunk's scales: kvedge.model.streambytes.weights_stream_bytes)."""
+        buffer, a chunk's scales: kvedge.model.streambytes.weights_stream_bytes). The integer and ulab passes
+        keep every norm and stream the rows even from a mapped ROMFS file (kvedge.model.llama.check)."""
         if place == "heap":
             return self.weights_bytes
+        if fw != passes.FLOAT:
+            return streambytes.weights_stream_bytes(account.params(self.spec), self.spec.dim, self.spec.hidden_dim,
+                                                    self._stream_dtype(), norms=True)
         if place == "rom":  # read in place from the mapped ROMFS file: one row, as the port's plan counts it
             return budget.weights_row_buffer_bytes(self.spec.dim, self.spec.hidden_dim, budget.I8)
         return streambytes.weights_stream_bytes(account.params(self.spec), self.spec.dim, self.spec.hidden_dim,
@@ -159,17 +175,23 @@ class Planner:
             return p["flash_fs_bytes"]
         return (p.get("flash_bytes") or 0) // 2
 
-    def activations(self, place):
-        """Activations, plus the runner's buffers (its matvec sums need a chunk's rows when weights stream)."""
+    def activations(self, place, fw="float"):
+        """Activations, plus the runner's buffers (its matvec sums need a chunk's rows when weights stream; the
+        integer and ulab passes' own buffers: kvedge.model.llama.plan)."""
         if self.rt is None:
             return self.act
+        if fw != passes.FLOAT:
+            from kvedge.model import llama
+            return self.act + llama._path(fw).scratch_bytes(self.shape, place != "heap") * self.batch
         return self.act + account.runner_scratch(self.shape, self._stream_dtype(), place == "flash") * self.batch
 
-    def total(self, cfg, place, scores=0, h2o=False):
+    def total(self, cfg, place, scores=0, h2o=False, cold=None):
         """scores: RAM each sequence needs beside its cache arena (H2O's arrays, a tiered cache's staging block
-        and tables); h2o: the eviction module is loaded (counted with a measured runtime)."""
-        return (self.weights_heap(place) + cfg.nbytes() * self.batch + scores * self.batch + self.activations(place)
-                + self.ws + self.runner(cfg, h2o) + self.files(place))
+        and tables); h2o: the eviction module is loaded (counted with a measured runtime); cold: a tiered cache's
+        cold dtype (the pass it runs on)."""
+        fw = self.forward(cfg, place, h2o, cold)
+        return (self.weights_heap(place, fw) + cfg.nbytes() * self.batch + scores * self.batch
+                + self.activations(place, fw) + self.ws + self.runner(cfg, h2o, cold is not None) + self.files(place))
 
     def files(self, place):
         """The filesystem's buffers of the files a run keeps open: the tokenizer's, and the weights' when they
@@ -181,25 +203,27 @@ class Planner:
     def block_limit(self, h2o=False):
         return self.block if self.rt is None else self.rt.block_limit(h2o)
 
-    def fits(self, cfg, place, scores=0, h2o=False):
+    def fits(self, cfg, place, scores=0, h2o=False, cold=None):
         """Under the limit, and the arena (allocated first, straight after start-up) fits the largest block."""
-        return self.total(cfg, place, scores, h2o) <= self.limit and cfg.nbytes() <= self.block_limit(h2o)
+        return self.total(cfg, place, scores, h2o, cold) <= self.limit and cfg.nbytes() <= self.block_limit(h2o)
 
     def candidate(self, kind, name, cfg, place, tokens, context, policy=None, tier=None, scores=0):
         kv = cfg.nbytes()
         h2o = (policy or {}).get("kind") == "h2o"
         extra = scores + (tier["staging_bytes"] + tier["tables_bytes"] if tier else 0)
-        total = self.total(cfg, place, extra, h2o)
-        ws = self.ws + self.runner(cfg, h2o) + self.files(place)
+        cold = tier["cold_dtype"] if tier else None
+        fw = self.forward(cfg, place, h2o, cold)
+        total = self.total(cfg, place, extra, h2o, cold)
+        ws = self.ws + self.runner(cfg, h2o, cold is not None) + self.files(place)
         if cfg.align != self.base_align:
             name += ", align %d" % cfg.align
         c = {"kind": kind, "strategy": name, "cache": cfg.to_dict(), "kv_bytes": kv, "tokens_kept": tokens,
              "context": context, "batch": self.batch, "policy": policy, "tier": tier, "h2o_score_bytes": scores,
              "weights": {"bytes": self.weights_bytes, "dtype": self.weights_label, "place": place,
-                         "heap_bytes": self.weights_heap(place)},
-             "activation_bytes": self.activations(place), "workspace_bytes": ws, "total_bytes": total,
+                         "heap_bytes": self.weights_heap(place, fw)},
+             "activation_bytes": self.activations(place, fw), "workspace_bytes": ws, "total_bytes": total,
              "heap_bytes": self.heap, "headroom_bytes": self.heap - total,
-             "fits": self.fits(cfg, place, extra, h2o)}
+             "fits": self.fits(cfg, place, extra, h2o, cold)}
         if self.rt is not None:
             c["margin_bytes"] = self.rt.margin
             c["largest_block_bytes"] = self.rt.largest
@@ -304,6 +328,8 @@ class Planner:
         context even right after a block left the ring (then the ring holds W - B + 1 tokens)."""
         if not self.tiered_ok or not self.prof.get("flash_bytes") or self.native_window:
             return None
+        if self.rt is not None and self.rt.tiered is None:
+            return None  # the board's footprint has no measured figure for the tiered cache's code
         C, S, B = self.context, SINKS, TIER_BLOCK
         hi = (C - S - B) // B * B  # at least one block is cold
         if hi < B:
@@ -316,7 +342,7 @@ class Planner:
 
         def ok(W):
             z = size(W)
-            return self.fits(self.cfg(S + W, dtype, window=W, sinks=S, prefix=S), place, z["staging"] + z["tables"])
+            return self.fits(self.cfg(S + W, dtype, window=W, sinks=S), place, z["staging"] + z["tables"], cold=cold)
         W = _largest(ok, B, hi, B)
         if W is None:
             return None

@@ -211,6 +211,8 @@ def scratch_bytes(cfg, stream=False):
     n += nq + 2 * (H + 2 * KV) + 4 * d + 4 * H + 4 * 28  # codes, scales, attention output, parameters
     n += 4 * (1 + cfg.head_dim) + 2 * 258 + 2 * (24 * SIG_STEPS + 1) + 4 * cfg.head_dim  # tables, cos/sin
     groups = 4 * cfg.n_layers + (1 if cfg.shared_classifier else 2)
+    if stream:  # every row's scale word stays in RAM (IntMatrix.p): the streamed account holds a chunk's only
+        n += 4 * (cfg.vocab_size * (1 if cfg.shared_classifier else 2) + cfg.n_layers * (3 * d + 2 * kvd + 2 * h))
     return n + 4 * P_HDR * groups + 6 * 32  # + the memoryviews of q, k, v codes and scales
 
 
@@ -230,20 +232,19 @@ class IntMatrix:
 
     def set_scales(self, scales):
         """Row words from the f32 row scales (array('f') of self.rows)."""
+        # two passes over the scales rather than two arrays of rows ints: at start-up on a nearly full heap the
+        # vocabulary's 512 rows took 4 KB more than the plan counts (the emulated rp2040 ran out there)
         E = None
-        mant = zeros("i", self.rows)
-        exps = zeros("i", self.rows)
         for r in range(self.rows):
             m, e = mantissa(scales[r])
-            mant[r] = m
-            exps[r] = e
             if m and (E is None or e > E):
                 E = e
         if E is None:
             E = 0
         for r in range(self.rows):
-            sh = E - exps[r] if mant[r] else 31
-            self.p[P_HDR + r] = (mant[r] << 8) | (sh if sh < 31 else 31)
+            m, e = mantissa(scales[r])
+            sh = E - e if m else 31
+            self.p[P_HDR + r] = (m << 8) | (sh if sh < 31 else 31)
         self.exp = 30 + E
 
 

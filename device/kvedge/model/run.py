@@ -85,6 +85,14 @@ def _load(kernel, h2o, stats, encode=False, kv=None, forward="auto", model=None,
     for name in later:
         __import__(name)
         gc.collect()
+    if forward == "int":  # its q_* kernels and the fused attention drivers now, not late in a fragmented heap
+        from kvedge.model import intpath
+        intpath.qkernels()
+        gc.collect()
+        pre = getattr(k, "att_preload", None)
+        if pre is not None:
+            pre(k)
+            gc.collect()
     return k, forward
 
 
