@@ -23,7 +23,19 @@ _counts = {}                # runtime -> {"passed", "failed", "skipped", "files"
 
 def _row(runtime):
     return _counts.setdefault(runtime, {"passed": 0, "failed": 0, "skipped": 0, "files": 0, "note": "",
-                                        "missing": ""})
+                                        "missing": "", "skips": {}})
+
+
+def _skip_reason(report):
+    """The reason pytest gives for a skipped report ("Skipped: " dropped)."""
+    r = report.longrepr
+    text = r[2] if isinstance(r, tuple) and len(r) == 3 else str(r)
+    return text[len("Skipped: "):] if text.startswith("Skipped: ") else text
+
+
+def skip_lines(skips):
+    """The closing summary's lines under one runtime: its skip reasons grouped, most frequent first."""
+    return ["    %3d x %s" % (n, why) for why, n in sorted(skips.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -46,6 +58,9 @@ def pytest_runtest_logreport(report):
         row = _row("cpython")
         if report.when == "call" or (report.when == "setup" and report.outcome == "skipped"):
             row[report.outcome] += 1
+            if report.outcome == "skipped":
+                why = _skip_reason(report)
+                row["skips"][why] = row["skips"].get(why, 0) + 1
         elif report.outcome == "failed":
             row["failed"] += 1
         return
@@ -60,6 +75,8 @@ def pytest_runtest_logreport(report):
             row["files"] += 1
             for k in ("passed", "failed", "skipped"):
                 row[k] += d[k]
+            for why in d.get("skips", ()):
+                row["skips"][why] = row["skips"].get(why, 0) + 1
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -75,3 +92,5 @@ def pytest_terminal_summary(terminalreporter):
             continue
         tr.write_line("%-14s %d passed, %d failed, %d skipped%s" % (
             name, r["passed"], r["failed"], r["skipped"], ("  (%s)" % r["note"]) if r["note"] else ""))
+        for line in skip_lines(r["skips"]):
+            tr.write_line(line)

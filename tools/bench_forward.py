@@ -47,12 +47,16 @@ from kvedge import kernels
 kernels.select(%(kernels)r)
 from kvedge.model.llama import Llama
 FW = %(forward)r
-m = Llama(%(model)r, kv={"dtype": "i8", "align": 0, "max_tokens": 512}, forward=FW)
+if FW == "auto":  # Llama's default arguments: the pass a user gets (kvedge.model.passes)
+    m = Llama(%(model)r, kv={"dtype": "i8", "align": 0, "max_tokens": 512})
+else:
+    m = Llama(%(model)r, kv={"dtype": "i8", "align": 0, "max_tokens": 512}, forward=FW)
+RAN = m.forward_kind if FW != "auto" else "auto=" + m.forward_kind
 V = m.cfg.vocab_size
 
 
 def pick(lg):
-    if FW == "int":
+    if m.intp is not None:
         return m.intp.k.q_argmax(lg, V)
     b = 0
     for j in range(V):
@@ -100,7 +104,7 @@ for i in range(C):
 best = 0
 for i in range(N):
     best += tt[C + i]
-print("BENCH %%s %%s %%d %%d %%d %%d" %% (kernels.kind(), FW, avg, best, %(tokens)d, alloc))
+print("BENCH %%s %%s %%d %%d %%d %%d" %% (kernels.kind(), RAN, avg, best, %(tokens)d, alloc))
 """
 
 MACS_CODE = r"""
@@ -224,7 +228,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runtime", choices=("unix", "m3", "circuitpython"), default="unix")
     ap.add_argument("--model", default=os.path.join(SHARED_MODELS, "stories260K.bin"))
-    ap.add_argument("--forward", nargs="+", choices=("float", "int", "ulab"))
+    ap.add_argument("--forward", nargs="+", choices=("auto", "float", "int", "ulab"), help="the passes (default: "
+                    "auto, Llama's default arguments, beside int; circuitpython: ulab int float)")
     ap.add_argument("--kernels", nargs="+", choices=("asm", "viper", "native", "plain"))
     ap.add_argument("--context", type=int, default=256)
     ap.add_argument("--tokens", type=int, default=8, help="timed steps at the context (default 8)")
@@ -242,7 +247,7 @@ def main(argv=None):
         print("bench_forward: %s not found" % a.model, file=sys.stderr)
         return 2
     cp = a.runtime == "circuitpython"
-    forwards = a.forward or (["ulab", "int", "float"] if cp else ["int"])
+    forwards = a.forward or (["ulab", "int", "float"] if cp else ["auto", "int"])
     kinds = a.kernels or (["plain"] if cp else (["asm", "viper", "plain"] if a.runtime == "m3" else ["viper"]))
     heap = a.heap or {"unix": 64 << 20, "m3": 2097152, "circuitpython": 4 << 20}[a.runtime]
     m3 = a.runtime == "m3"
@@ -302,7 +307,8 @@ def main(argv=None):
         print("|---|---|---:|---|---:|---|")
         for r in rows:
             n = r["instructions_per_token"]
-            t = verdict(n, M3_TOKEN[r["kernels"]]) if r["forward"] == "int" and r["kernels"] in M3_TOKEN else "-"
+            t = verdict(n, M3_TOKEN[r["kernels"]]) if r["forward"] in ("int", "auto=int") and \
+                r["kernels"] in M3_TOKEN else "-"
             print("| %s | %s | %s | %s | %s | %s |" % (r["forward"], r["kernels"], format(n, ","), t,
                                                        format(r["bytes_per_token"], ","),
                                                        verdict(r["bytes_per_token"], 0)))

@@ -15,6 +15,7 @@
 #   CacheFullError  no room and nothing may be evicted (counted in alloc_failures / appends_failed, the one
 #                   documented change a refusal makes); BudgetError: a configuration over its byte budget.
 #   OSError         the cold tier's file system failed.
+#   PlanError       (a ValueError) a plan document a runner must not run (kvedge.model.plandoc), field named first.
 
 
 class KVEdgeError(Exception):
@@ -38,3 +39,9 @@ class CacheFullError(KVEdgeError):
 class ColdStoreError(KVEdgeError):
     """A tiered cache's cold store on flash cannot be trusted (foreign, another layout, cut mid-write, damaged):
     refused whole, never half-read."""
+
+
+class PlanError(ValueError):
+    """A `kvedge plan --out` document a runner must not run (unknown format or kind, a field of the wrong type or
+    out of range, NaN/inf, a budget beyond this runtime's heap, or a model file it was not made for): refused by
+    kvedge.model.plandoc before anything is allocated. The message starts with the field's name."""

@@ -25,12 +25,9 @@ from .budget import F32, F16, I8, I4, LOWBIT, CACHE_DTYPES, tiered_bytes
 from .cache import KVCache, POS_LIMIT
 from .coldstore import ColdStore
 from .compat import float_array, zeros
-from .config import CacheConfig
+from .config import CacheConfig, check_tier
 from .errors import BudgetError
 from . import quant
-
-POLICIES = ("drop", "reset")
-U16 = 0xFFFF
 
 
 class TieredCache:
@@ -39,10 +36,10 @@ class TieredCache:
     `at_cap` policy).
 
     An existing store is reopened (validated whole) unless fresh=True. budget: BudgetError before allocating
-    when the RAM formula exceeds it."""
+    when the RAM formula exceeds it. arena: the ring's arena allocated earlier, exactly its bytes."""
 
     def __init__(self, cfg, path, block=16, cold=I4, cold_blocks=32, at_cap="drop", tile=16, cold_align=0,
-                 budget=None, fresh=False):
+                 budget=None, fresh=False, arena=None):
         self._validate(cfg, block, cold, cold_blocks, at_cap, cold_align)
         if budget is not None:
             check.index("budget", budget)
@@ -61,7 +58,7 @@ class TieredCache:
         self.heads = cfg.heads
         self.group = cfg.heads // H
         self.cold, self.at_cap, self.cold_align = cold, at_cap, cold_align
-        self.ring = KVCache(cfg)
+        self.ring = KVCache(cfg, arena=arena)  # arena: the ring's, allocated earlier (KVCache(arena=...))
         self.stg = KVCache(CacheConfig(1, cfg.heads, H, D, block, cold, align=cold_align, group=block))
         for _ in range(block):  # the staging block's slots are always live: each read refills all of them
             self.stg.start_token()
@@ -102,29 +99,7 @@ class TieredCache:
     def _validate(cfg, block, cold, cold_blocks, at_cap, cold_align):
         if not isinstance(cfg, CacheConfig):
             raise TypeError("cfg must be a CacheConfig, got %s" % type(cfg).__name__)
-        for name, x in (("block", block), ("cold_blocks", cold_blocks)):
-            if not isinstance(x, int) or isinstance(x, bool) or x < 1 or x > U16:
-                raise ValueError("%s must be an int in 1..%d, got %r" % (name, U16, x))
-        if cold not in CACHE_DTYPES:
-            raise ValueError("cold dtype must be one of %s, got %r" % (", ".join(CACHE_DTYPES), cold))
-        if at_cap not in POLICIES:
-            raise ValueError("at_cap must be 'drop' or 'reset', got %r" % (at_cap,))
-        if not cfg.window:
-            raise ValueError("a tiered cache needs a hot ring: build its config with window > 0")
-        if cfg.window % block:
-            raise ValueError("window (%d) must be a multiple of block (%d): blocks leave the ring whole"
-                             % (cfg.window, block))
-        if cfg.prefix and cfg.prefix != cfg.sinks:
-            raise ValueError("a tiered cache keeps its sinks at f32 (prefix = sinks = %d) or in the ring's dtype "
-                             "(prefix 0), got prefix %d" % (cfg.sinks, cfg.prefix))
-        if cold == I4 and cfg.head_dim & 1:
-            raise ValueError("head_dim must be even for an i4 cold store, got %d" % cfg.head_dim)
-        for name, x in (("layers", cfg.layers), ("kv_heads", cfg.kv_heads), ("head_dim", cfg.head_dim),
-                        ("sinks", cfg.sinks), ("align", cfg.align)):
-            if x > U16:
-                raise ValueError("%s %d does not fit the cold store's header (<= %d)" % (name, x, U16))
-        if not isinstance(cold_align, int) or isinstance(cold_align, bool) or cold_align < 0 or cold_align > U16:
-            raise ValueError("cold_align must be an int in 0..%d, got %r" % (U16, cold_align))
+        check_tier(cfg, block, cold, cold_blocks, at_cap, cold_align)
 
     @classmethod
     def from_plan(cls, doc, path, budget=None, fresh=False):

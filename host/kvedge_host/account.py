@@ -200,6 +200,7 @@ class Runtime:
         self.code = fp["runtime_" + kind]
         self.telemetry = fp.get("telemetry_bytes", 0)
         self.evict = fp.get("evict_bytes", 0)
+        self.tiered = fp.get("tiered_" + kind)  # None: not measured (or does not fit): no tiered plan counted on it
         self.encode = fp.get("encode_bytes", 0)  # kvedge.model.bpe, loaded by a run with a prompt
         self.loop = fp.get("loop_" + kind, 0)
         self.file = fp.get("file_bytes", 0)  # one open file (the filesystem's buffers)
@@ -239,6 +240,7 @@ class _Shape:
         self.n_heads, self.n_kv_heads, self.head_dim = spec.heads, spec.kv_heads, spec.head_dim
         self.kv_dim = spec.kv_heads * spec.head_dim
         self.vocab_size = spec.vocab
+        self.shared_classifier = spec.shared_classifier
 
 
 def runner_shape(spec):

@@ -24,7 +24,7 @@ class BoardError(validate.InputError):
 
 # the figures every profile must cite (a dict-valued figure is cited per key: fast_memory.bytes, .kind)
 FIGURES = ("sram_bytes", "heap_bytes", "fast_memory", "slow_memory", "flash_bytes", "flash_fs_bytes", "mpy_march",
-           "float", "small_int_bits", "workspace_bytes", "footprint")
+           "float", "small_int_bits", "workspace_bytes", "footprint", "clock_hz")
 # kvedge's own allowances: cited, but by a note rather than a public source
 OWN_FIGURES = ("workspace_bytes",)
 FLOATS = ("single", "double", "single30")
@@ -116,6 +116,10 @@ def _check_fields(path, prof):
     _bytes(path, "heap_bytes", prof["heap_bytes"])
     for key in ("workspace_bytes", "flash_bytes", "flash_fs_bytes", "sram_bytes"):
         _bytes(path, key, prof.get(key), 0, optional=True)
+    hz = prof.get("clock_hz")  # the CPU clock a plan's tokens/s is figured at (null: none, e.g. the host's port)
+    if hz is not None and (isinstance(hz, bool) or not isinstance(hz, int) or not 10 ** 6 <= hz <= 10 ** 10):
+        raise BoardError("%s: clock_hz is %s, expected a whole number of Hz from 1e6 to 1e10 (or null)"
+                         % (path, validate.show(hz)))
     _memory(path, "fast_memory", prof["fast_memory"], optional=False)
     _memory(path, "slow_memory", prof.get("slow_memory"), optional=True)
     if not isinstance(prof["mpy_march"], str) or not re.match(r"^[a-z0-9]+$", prof["mpy_march"]):

@@ -17,10 +17,11 @@ COMMANDS = {
     "deploy": "copy the device package (optionally as .mpy) to a board through mpremote",
     "monitor": "live view of a board's stats stream, with CSV logging and alerts",
     "test": "run the device test suite on a board or a virtual board",
-    "convert": "convert a llama2.c checkpoint to kvedge's int8 weight file",
+    "convert": "convert a llama2.c, Hugging Face Llama or GGUF model (and its tokenizer) to the device's files",
     "generate": "generate text with a llama2.c checkpoint on a chosen runtime",
     "eval": "quality of every cache strategy on a real checkpoint",
     "demo": "the whole story on a virtual board: plan, deploy, generate, monitor",
+    "fetch": "download the real stories models (stories260K and its tokenizer) from the Hugging Face Hub",
 }
 
 
@@ -45,6 +46,13 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+def description(doc):
+    """A command's --help description: the first paragraph of its module docstring, whole (argparse re-wraps it;
+    the paragraph's first line alone ends mid-sentence wherever the docstring wraps)."""
+    para = doc.strip().split("\n\n")[0]
+    return " ".join(line.strip() for line in para.splitlines())
+
+
 def build_parser():
     ap = _Parser(prog="kvedge", description="KV-cache planning and management for microcontrollers")
     ap.add_argument("--version", action="version", version="kvedge " + __version__)
@@ -53,7 +61,7 @@ def build_parser():
         mod = _load(name)
         if mod is None:
             continue
-        p = sub.add_parser(name, help=help_, description=(mod.__doc__ or help_).strip().splitlines()[0])
+        p = sub.add_parser(name, help=help_, description=description(mod.__doc__ or help_))
         mod.add_arguments(p)
         p.set_defaults(_mod=mod)
     return ap

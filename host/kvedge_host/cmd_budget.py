@@ -4,6 +4,7 @@ Every figure comes from kvedge.budget (device/kvedge/budget.py), the formulas th
 Rows are not padded by default (--align 0) so that f16/q8_0/q4_0 figures equal llama.cpp's log lines; --align 64
 shows the padded layout the device cache uses by default (trap 7)."""
 import json
+import sys
 
 from kvedge import budget
 
@@ -31,7 +32,9 @@ def add_model_arguments(p):
 def add_arguments(p):
     add_model_arguments(p)
     p.add_argument("--kv-dtype", default="f16", metavar="DTYPE",
-                   help="KV storage: %s (default f16, llama.cpp's default)" % ", ".join(budget.KV_DTYPES))
+                   help="KV storage: %s (default f16: llama.cpp's default cache type, so the figures compare with "
+                        "its logs; kvedge plan starts from f32, the exact cache its compressions are ranked "
+                        "against)" % ", ".join(budget.KV_DTYPES))
     p.add_argument("--align", type=int, default=0,
                    help="pad each row to this many bytes: 0 = none, as llama.cpp (default); 64 = the device default")
     p.add_argument("--residual", type=int, metavar="R",
@@ -42,23 +45,10 @@ def add_arguments(p):
 
 
 def load_inputs(a):
-    """(spec, context, target) from the shared flags, with one-line errors for bad values (the flags are
-    checked before the model file is read)."""
-    if a.context is not None:
-        account.check_size("--context", a.context)
-    account.check_size("--batch", a.batch)
-    account.check_weights_dtype(a.weights_dtype)
-    if a.heap is not None:
-        account.check_size("--heap", a.heap)
-    if a.workspace is not None:
-        account.check_size("--workspace", a.workspace, 0)
-    spec = models.load(a.model, a.preset)
-    context = a.context or spec.context
-    if not context:
-        raise models.ModelError("%s: the model does not say its context length (no %s); give --context"
-                                % (a.model or a.preset, spec.context_key))
-    tgt = account.target(a.board, a.heap, a.workspace)
-    return spec, context, tgt
+    """(spec, context, target) from the shared flags (kvedge_host.planner.inputs: one-line errors for bad values,
+    the flags checked before the model file is read)."""
+    from .planner import inputs
+    return inputs(a.model, a.preset, a.context, a.board, a.heap, a.workspace, a.batch, a.weights_dtype)
 
 
 def run(a):
@@ -75,8 +65,10 @@ def run(a):
         r["plot"] = a.plot
     if a.json:
         print(json.dumps(r, indent=2))
-        return 0
-    print_table(spec, r)
+    else:
+        print_table(spec, r)
+    if a.plot:  # on stderr beside --json (stdout stays one JSON document)
+        print("memory plot written to %s" % a.plot, file=sys.stderr if a.json else sys.stdout)
     return 0
 
 

@@ -54,14 +54,16 @@ def add_arguments(p):
     p.add_argument("--port", help="a board of your own at this serial port instead of a virtual one: checked "
                    "against --board first (runtime, -march, heap), then the same story")
     p.add_argument("--march", help="--port: override the profile's mpy-cross -march")
+    p.add_argument("--plan", metavar="PLAN.json", help="run this `kvedge plan --out` document instead of planning "
+                   "(checked first, as the board checks it: kvedge.model.plandoc)")
     p.add_argument("--sim", choices=("host", "m3", "auto"), default="auto",
                    help="the virtual board: m3 = the emulated Cortex-M3 (32-bit, the package as Thumb .mpy, "
                         "weights on its flash image), host = the MicroPython unix port, auto = m3 where qemu and "
                         "its firmware are here (default)")
 
 
-def check_args(a):
-    """Flags and the model files checked before the virtual board starts. Returns the prompt as bytes."""
+def check_args(a, prof):
+    """Flags, the plan and the model files checked before the virtual board starts. Returns the prompt as bytes."""
     from kvedge import budget as kvbudget
     from . import validate
     prompt = validate.flag_text("--prompt", a.prompt)
@@ -78,6 +80,8 @@ def check_args(a):
         raise UserError("%s: no such port" % a.port)
     if a.workdir and os.path.exists(a.workdir) and not os.path.isdir(a.workdir):
         raise UserError("%s: not a folder (--workdir)" % a.workdir)
+    if a.plan:
+        validate.plan_file(a.plan, prof["heap_bytes"])
     if a.model or a.tokenizer:
         from kvedge.model.checkpoint import read_config
         from kvedge.model.tokenizer import Tokenizer
@@ -121,7 +125,7 @@ def run(a):
     from .sim import make_board
 
     prof = boards.load(a.board)
-    prompt = check_args(a)
+    prompt = check_args(a, prof)
     work = os.path.abspath(a.workdir) if a.workdir else tempfile.mkdtemp(prefix="kvedge-demo-")
     os.makedirs(work, exist_ok=True)
 
@@ -175,7 +179,9 @@ def run(a):
             say("deployed kvedge %s as .mpy (-march=%s for the virtual board; a real %s takes -march=%s), "
                 "weights and tokenizer (kvedge deploy --mpy: %d sent, %d already on the board's filesystem)"
                 % (res["version"], march, a.board, prof["mpy_march"], len(res["sent"]), len(res["unchanged"])))
-            if vb.kind == "m3":
+            if a.plan:
+                plan, code_run = _plan_given(a, weights, os.path.join(work, "tok.bin"), vb.heap, prompt, say)
+            elif vb.kind == "m3":
                 plan, code_run = _plan_measured(a, prof, model, tok, vb.heap, prompt, work, say)
             else:
                 plan, code_run = _plan_host(a, prof, vb, model, weights, tok, cfg, prompt, work, say)
@@ -205,7 +211,10 @@ def _demo_circuitpython(a, prof, model, weights, tok, prompt, work, say):
     exe = circuitpython_exe()
     say("virtual %s: CircuitPython interpreter (%s), heap %s bytes, the package as .py source"
         % (a.board, exe, format(prof["heap_bytes"], ",")))
-    plan, code_run = _plan_measured(a, prof, model, tok, prof["heap_bytes"], prompt, work, say, ctrl_c=False)
+    if a.plan:
+        plan, code_run = _plan_given(a, weights, tok, prof["heap_bytes"], prompt, say, ctrl_c=False)
+    else:
+        plan, code_run = _plan_measured(a, prof, model, tok, prof["heap_bytes"], prompt, work, say, ctrl_c=False)
     env = dict(os.environ, MICROPYPATH=DEVICE)
     proc = subprocess.Popen([exe, "-X", "heapsize=%d" % prof["heap_bytes"], "-c", code_run], cwd=board_dir,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -260,6 +269,34 @@ def _plan_measured(a, prof, model, tok, heap, prompt, work, say, ctrl_c=True):
     return plan, planrun.runner_code("model.i8.bin", "tok.bin", kw)
 
 
+def _plan_given(a, weights, tok, heap, prompt, say, ctrl_c=True):
+    """--plan: the given document, checked at the board's heap and against the model files by the device's own
+    reader (kvedge.model.runplan.plan_args), and the runner call that runs it: a plan with the runtime's measured
+    footprint as kvedge_host.planrun runs one, any other with the budget and workspace the board reads from it."""
+    from kvedge.errors import PlanError
+    from kvedge.model.runplan import plan_args, run_args
+    from . import planrun, validate
+    plan = validate.plan_file(a.plan, heap)
+    try:
+        pa = plan_args(plan, weights, tok, heap)
+    except PlanError as e:
+        raise UserError("%s: %s (model %s)" % (a.plan, e, weights))
+    if pa["workspace"] < 0:
+        raise UserError("%s: the runner's own account of this plan is %d bytes over its total: plan again with "
+                        "--workspace %d" % (a.plan, -pa["workspace"], plan["workspace_bytes"] - pa["workspace"]))
+    if (plan.get("runtime") or {}).get("source") == "measured":
+        kw = planrun.runner_args(plan, a.steps, a.stats_ms, prompt, a.temperature, a.seed)
+        kw.update({k: v for k, v in run_args(pa).items() if k in ("tier", "forward")})
+    else:
+        kw = dict(run_args(pa), prompt=prompt, steps=a.steps, temperature=a.temperature, seed=a.seed,
+                  stats_ms=a.stats_ms, peak=True)
+    kw["ctrl_c"] = ctrl_c
+    say("plan: %s (--plan %s), weights %s; %s bytes of a %s-byte heap" % (
+        plan["strategy"], a.plan, "in RAM" if plan["weights"]["place"] == "heap" else "read from flash",
+        format(plan["total_bytes"], ","), format(plan["heap_bytes"], ",")))
+    return plan, planrun.runner_code("model.i8.bin", "tok.bin", kw)
+
+
 def _plan_host(a, prof, vb, model, weights, tok, cfg, prompt, work, say):
     """On the unix port (or a board at --port): the runner's code measured there, then the planning loop with it
     as workspace."""
@@ -306,18 +343,25 @@ def _plan_loop(model, weights, board, heap, workspace, run_workspace, plan_path,
     formulas), and when it is over the heap plan again with that difference reserved; at most four rounds."""
     from kvedge.model.checkpoint import read_config
     from kvedge.model import llama
-    from .cli import main as cli_main
+    from . import cmd_plan, planner
     cfg, wdtype = read_config(weights)
     extra = 0
     for round_ in range(4):
         say("planning round %d (kvedge plan --weights-dtype i8 --align 0 --workspace %d):"
             % (round_ + 1, workspace + extra))
-        rc = cli_main(["plan", "--model", model, "--board", board, "--weights-dtype", "i8", "--align", "0",
-                       "--workspace", str(workspace + extra), "--kv-dtype", "i8", "--top", "6", "--out", plan_path])
-        if rc != 0:
+        spec, context, tgt = planner.inputs(model, board=board, workspace=workspace + extra, weights_dtype="i8")
+        try:
+            p = planner.plan(spec, context, tgt, kv_dtype="i8", weights_dtype="i8", align=0,
+                             workspace=workspace + extra, model=model)
+        except planner.NothingFits:
+            p = None
+        if p is None or p.document is None:
             raise UserError("no cache configuration fits %s with this model" % board)
-        with open(plan_path) as f:
-            plan = json.load(f)
+        cmd_plan.print_plan(spec, tgt, p.result, p.chosen, 6)
+        plan = p.document
+        with open(plan_path, "w") as f:
+            json.dump(plan, f, indent=2)
+            f.write("\n")
         kv = {k: v for k, v in plan["cache"].items() if k not in _SHAPE}
         stream = plan["weights"]["place"] != "heap"
         pol = plan.get("policy") or {}
@@ -405,7 +449,10 @@ def _watch(port, csv_path, plain, timeout, proc=None):
         msg = cap.error[-1] if cap.error else "no summary within %gs" % timeout
         if cap.reset is not None or mon.counts["disconnects"]:
             msg = "the board reset (%s)" % (cap.reset or "the port vanished")
-        raise UserError("the generation on the board did not finish: %s" % msg.strip())
+        tb = "".join(cap.text)
+        where = [ln.strip() for ln in tb[tb.rfind("Traceback"):].splitlines()[1:-1]] if "Traceback" in tb else []
+        raise UserError("the generation on the board did not finish: %s%s" % (
+            msg.strip(), (" (at %s)" % " <- ".join(reversed(where[-3:]))) if where else ""))
     return "".join(cap.text), cap.summary, mon
 
 

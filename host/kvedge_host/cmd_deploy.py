@@ -41,15 +41,12 @@ def check_args(args):
     from . import validate
     if args.march and not args.mpy:
         raise ValueError("--march only makes sense with --mpy")
-    boards.load(args.board)
+    prof = boards.load(args.board)
     if args.march is not None and not re.match(r"^[a-z0-9]{1,32}$", args.march):
         raise ValueError("--march %s: expected an mpy-cross -march name such as armv6m or xtensawin"
                          % validate.show(args.march))
-    if args.config:
-        doc = validate.load_json(args.config)
-        if not isinstance(doc, dict):
-            raise ValueError("%s: a device config is a JSON object (kvedge plan --out), got %s"
-                             % (args.config, validate.show(doc)))
+    if args.config:  # the device's own check of a plan (kvedge.model.plandoc), at the board's heap
+        validate.plan_file(args.config, prof["heap_bytes"])
     for x in args.extra:
         validate.in_file(x)
     if args.port.startswith("/") and not os.path.exists(args.port):

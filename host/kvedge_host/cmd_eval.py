@@ -13,9 +13,9 @@ import os
 import sys
 
 from .cli import UserError
-from .paths import SHARED_MODELS
+from .paths import model_file
 
-DEFAULT_MODEL = os.path.join(SHARED_MODELS, "stories260K.bin")
+DEFAULT_MODEL = model_file("stories260K.bin")
 KINDS = ("written", "sampled")
 WINDOWS = (64, 128, 256)
 
@@ -155,7 +155,7 @@ def _headline(kind, res, args, names=None):
 def run(args):
     from . import quality
     if not os.path.exists(args.model):
-        raise UserError("%s: no such checkpoint (stories260K lives in %s)" % (args.model, SHARED_MODELS))
+        raise UserError("%s: no such checkpoint (`kvedge fetch` downloads stories260K)" % args.model)
     from kvedge.model.checkpoint import read_config
     cfg, wd = read_config(args.model)  # the header checked, and the file's size against it
     if wd != "f32":

@@ -8,16 +8,16 @@ import os
 import sys
 
 from .cli import UserError
-from .paths import DEVICE, SHARED_MODELS
+from .paths import DEVICE, model_file
 
 MARK = "#KVEDGE "
 
 
 def add_arguments(p):
-    p.add_argument("--model", default=os.path.join(SHARED_MODELS, "stories260K.bin"),
-                   help="checkpoint (default: %(default)s)")
-    p.add_argument("--tokenizer", help="llama2.c tokenizer .bin (default: tok512.bin beside the model, else in "
-                   "the shared models folder)")
+    p.add_argument("--model", default=model_file("stories260K.bin"),
+                   help="checkpoint (default: %(default)s; `kvedge fetch` downloads it)")
+    p.add_argument("--tokenizer", help="llama2.c tokenizer .bin (default: tok512.bin beside the model, else "
+                   "where the real stories260K's is)")
     p.add_argument("--prompt", default="", help="text to start from (default: nothing, i.e. from BOS)")
     p.add_argument("--steps", type=int, default=256, help="positions to run, prompt included (default 256)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
@@ -35,8 +35,10 @@ def add_arguments(p):
     p.add_argument("--align", type=int, default=0, help="row alignment in bytes (default 0)")
     p.add_argument("--stream", action="store_true", help="read weight rows from the file instead of RAM")
     p.add_argument("--kernels", default="auto", choices=("auto", "asm", "viper", "native", "plain"))
-    p.add_argument("--forward", default="float", choices=("float", "int"), help="int: the integer forward pass "
-                   "(int8 weights from kvedge convert and --kv-dtype i8; no float, no allocation per token)")
+    p.add_argument("--forward", default="auto", choices=("auto", "float", "int", "ulab"), help="the forward pass "
+                   "(default auto: the fastest the model, cache and kernels allow, kvedge.model.passes: int for "
+                   "int8 weights and an i8 cache with asm or viper kernels); int: the integer pass (no float, no "
+                   "allocation per token); ulab: CircuitPython's ulab pass; float: every model and cache")
     p.add_argument("--runtime", default="cpython", choices=("cpython", "unix", "wasm"))
     p.add_argument("--mpy", action="store_true", help="unix: run the device package precompiled with mpy-cross "
                    "(as deployed to a board: no compiler garbage, about 8 KB less heap and far less "
@@ -62,7 +64,7 @@ def _tokenizer(args):
     if args.tokenizer:
         return args.tokenizer
     near = os.path.join(os.path.dirname(os.path.abspath(args.model)), "tok512.bin")
-    return near if os.path.exists(near) else os.path.join(SHARED_MODELS, "tok512.bin")
+    return near if os.path.exists(near) else model_file("tok512.bin")
 
 
 def _kv(args):
@@ -122,8 +124,9 @@ def check_args(args, tok):
         _plan_kwargs(args)  # checked before anything runs
     cfg, wdtype = read_config(args.model)  # the header checked, and the file's size against it
     validate.finite_weights(args.model, cfg, wdtype)
-    if args.forward == "int" and (wdtype != "i8" or args.kv_dtype != "i8"):
-        raise UserError("%s: --forward int needs int8 weights (kvedge convert) and --kv-dtype i8" % args.model)
+    if args.forward in ("int", "ulab") and (wdtype != "i8" or (args.kv_dtype != "i8" and not args.plan)):
+        raise UserError("%s: --forward %s needs int8 weights (kvedge convert) and --kv-dtype i8" % (
+            args.model, args.forward))
     try:
         ccfg = cache_config(cfg, _kv(args))
     except ValueError as e:
@@ -153,8 +156,7 @@ def run(args):
                 steps=args.steps, temperature=args.temperature, seed=args.seed, kv=_kv(args), budget=budget,
                 workspace=workspace or 0, stream="rom" if args.rom else args.stream, kernel=args.kernels,
                 h2o=args.h2o, stats_ms=args.stats_ms)
-    if args.forward != "float":
-        call["forward"] = args.forward
+    call["forward"] = args.forward
     if args.plan:
         call.update(_plan_kwargs(args))
     if args.port:
@@ -192,13 +194,30 @@ def run(args):
     return 0
 
 
+def _plan_heap(args):
+    """The heap a --plan must be made for at most: the board's (--board; --port: rp2040 by default), the port's
+    (--runtime unix/wasm: --heap, default 8 MB), else none but kvedge.model.plandoc's bound (CPython)."""
+    if args.board or args.port:
+        from . import boards
+        return boards.load(args.board or "rp2040")["heap_bytes"]
+    if args.runtime != "cpython":
+        return args.heap or 8 * 1024 * 1024
+    return None
+
+
 def _plan_kwargs(args):
-    """run.main's cache and memory arguments from --plan (kvedge.model.runplan.plan_args: the device's own reading)."""
-    from kvedge.model.runplan import plan_args
+    """run.main's cache and memory arguments from --plan (kvedge.model.runplan.plan_args: the device's own reading
+    and check, kvedge.model.plandoc), refused here, before anything runs or is deployed, when the plan is not one
+    or cannot run this model file."""
+    from kvedge.errors import PlanError
+    from kvedge.model.runplan import plan_args, run_args
     from . import validate
-    doc = validate.load_json(args.plan)
+    heap = _plan_heap(args)
+    doc = validate.plan_file(args.plan, heap)
     try:
-        kw = plan_args(doc, args.model, _tokenizer(args))
+        kw = plan_args(doc, args.model, _tokenizer(args), heap)
+    except PlanError as e:
+        raise UserError("%s: %s (model %s)" % (args.plan, e, args.model))
     except (KeyError, TypeError, AttributeError, ValueError) as e:
         raise UserError("%s: not a `kvedge plan --out` device config (%s)" % (args.plan, e))
     if args.rom and kw["stream"] is not True and kw["stream"] != "rom":
@@ -209,6 +228,9 @@ def _plan_kwargs(args):
         raise UserError("%s: the plan's total (%d bytes) is %d short of this run's own account (its objects, the "
                         "tokenizer, the loop): plan again with --workspace %d" % (
                             args.plan, doc["total_bytes"], -kw["workspace"], doc["workspace_bytes"] - kw["workspace"]))
+    kw = run_args(kw)
+    if args.forward != "auto":  # --forward given: it overrides the plan's pass
+        kw["forward"] = args.forward
     return kw
 
 
@@ -246,15 +268,10 @@ def _run_port(args, call):
         say("started on %s; watch it with: kvedge monitor --port %s" % (args.port, args.port))
         return 0
 
-    def text(piece):
-        sys.stdout.write(piece)
-        sys.stdout.flush()
-
-    def stats(line):
-        print(line, file=sys.stderr, flush=True)
+    con = Console()
     try:
-        _, summary, mon = bd.watch(args.port, csv_path=args.csv, timeout=args.timeout, on_text=text,
-                                   on_stats=stats)
+        _, summary, mon = bd.watch(args.port, csv_path=args.csv, timeout=args.timeout, on_text=con.text,
+                                   on_stats=con.stats)
     except bd.BoardReset as e:
         sys.stdout.write("\n")
         print("kvedge generate: error: %s" % e, file=sys.stderr)
@@ -264,6 +281,31 @@ def _run_port(args, call):
     _summary(MARK + json.dumps(summary))
     say("stats: " + mon.summary())
     return 0
+
+
+class Console:
+    """The generated text (stdout) and the stats lines (stderr) as they arrive from a board: on a terminal both
+    land on one screen, so a stats line that would start mid-text gets a newline (on stderr: stdout keeps the
+    text as generated) and never reads glued to the text."""
+
+    def __init__(self, out=None, err=None):
+        self.out, self.err = out, err
+        self.mid = False  # the screen's cursor is after text that did not end its line
+
+    def text(self, piece):
+        out = self.out or sys.stdout
+        out.write(piece)
+        out.flush()
+        if piece:
+            self.mid = not piece.endswith("\n")
+
+    def stats(self, line):
+        err = self.err or sys.stderr
+        if self.mid:
+            err.write("\n")
+            self.mid = False
+        err.write(line + "\n")
+        err.flush()
 
 
 def _split_stats(text):

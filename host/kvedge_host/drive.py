@@ -219,11 +219,14 @@ def check_run(config, weights, tokenizer):
     """The runner's own account of the plan with these files (what code.py checks on the board before it
     allocates) against the plan's total, refused here when the plan cannot hold it: a plan made without the
     runner's objects, the tokenizer and the loop in its workspace. Returns the runtime's share it leaves."""
+    from kvedge.errors import PlanError
     from kvedge.model.runplan import plan_args
-    from .validate import load_json
-    doc = load_json(config)
+    from .validate import plan_file
+    doc = plan_file(config)
     try:
         a = plan_args(doc, weights, tokenizer)
+    except PlanError as e:
+        raise DeployError("%s: %s (model %s)" % (config, e, weights))
     except (KeyError, TypeError, AttributeError, ValueError) as e:
         raise DeployError("%s: not a `kvedge plan --out` device config (%s)" % (config, e))
     if a["workspace"] < 0:
@@ -243,6 +246,9 @@ def deploy_drive(drive, board, config=None, weights=None, tokenizer=None, sets=N
     prof = boards.load(board)
     info = check_board(drive, prof)
     values = dict(sets or {})
+    if config:  # the device's own check of a plan (kvedge.model.plandoc), at the board's heap
+        from .validate import plan_file
+        plan_file(config, prof["heap_bytes"])
     if config and weights and tokenizer:
         check_run(config, weights, tokenizer)
     with tempfile.TemporaryDirectory(prefix="kvedge-cp-") as build:

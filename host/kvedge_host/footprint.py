@@ -51,8 +51,11 @@ def modules_for(kind):
     i = MODULES.index("kvedge.floatatt") + 1
     return MODULES[:i] + ("kvedge.attention",) + MODULES[i:]
 # what only some runs load: H2O eviction, the stats stream, encoding a prompt
-OPTIONAL = {"evict": "kvedge.evict", "telemetry": "kvedge.telemetry", "encode": "kvedge.model.bpe"}
-LATE = ("kvedge.model.bpe",)  # the first run needs no encoder: imported after it (less heap at the run's peak)
+OPTIONAL = {"evict": "kvedge.evict", "telemetry": "kvedge.telemetry", "encode": "kvedge.model.bpe",
+            "tiered": "kvedge.tiered"}
+# imported after the first run (less heap at the run's peak); the tiered cache's modules may not fit a small board
+# beside the runner: then they get no figure, and the planner offers no tiered plan there
+LATE = ("kvedge.model.bpe", "kvedge.tiered")  # the first run needs no encoder: imported after it (less heap at the run's peak)
 TINY = {"steps": 12, "h2o": 12, "max_tokens": 16}  # the first run: every path of a generation, a few tokens
 MODEL, TOKENIZER = "fp_tiny.bin", "fp_tok.bin"
 
@@ -118,7 +121,11 @@ def _main(kind, modules, optional, late, model, tokenizer, steps, h2o, max_token
     print('KVFP warm %d' % (b - a))
     for name in late:
         a = _a()
-        __import__(name)
+        try:
+            __import__(name)
+        except MemoryError:
+            print('KVFP toolarge %s' % name)
+            continue
         print('KVFP optional %s %d' % (name, _a() - a))
     # what a stats stream's object keeps, and what an open file costs (measured after the run: its garbage is
     # gone, and nothing measured here can hide in what the run leaves)
@@ -372,6 +379,8 @@ def figures(res):
     fp = {"heap_image": res["heap_image"], "heap_usable": first["usable"], "boot_bytes": first["boot"],
           "largest_bytes": res["largest"]}
     for name, mod in OPTIONAL.items():
+        if name == "tiered":
+            continue  # per kernel kind below: with the asm/viper kinds kvedge.attention is already loaded
         got = [r["optional"][mod] + (r.get("telemetry_state", 0) if name == "telemetry" else 0)
                for r in kinds.values() if mod in r["optional"]]
         if got:
@@ -384,6 +393,8 @@ def figures(res):
             continue  # the tiny model did not run with these kernels here: no figure a plan could count in full
         fp["runtime_" + kind] = runtime_bytes(r)
         fp["loop_" + kind] = loop_bytes(r)
+        if OPTIONAL["tiered"] in r["optional"]:
+            fp["tiered_" + kind] = r["optional"][OPTIONAL["tiered"]]
     return fp
 
 
@@ -409,6 +420,8 @@ def _what(key):
     part, kind = key.split("_", 1)
     return {"runtime": "the runner's modules as .mpy with %s kernels (kvedge.kernels.select('%s')), each imported "
                        "after gc.collect(), plus what a first generation leaves behind" % (kind, kind),
+            "tiered": "importing kvedge.tiered (a tiered cache: its cold store and the formulas it sizes itself "
+                      "with) after the runner's modules and a first run with %s kernels" % kind,
             "loop": "the generation loop's peak heap (%s kernels) beyond its formula-sized parts (weights, arena, "
                     "activations, objects, tokenizer)" % kind}[part]
 

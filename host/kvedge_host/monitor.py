@@ -43,6 +43,7 @@ class Monitor:
         self.t0 = clock()
         self.samples = []          # every accepted sample, with host_time, session, cache_pct
         self.alerts = []           # (host_time, kind, message)
+        self.alert_at = []         # per alert: the index in samples of the sample that raised it
         self.counts = collections.OrderedDict(
             (k, 0) for k in ("samples", "sessions", "lost", "duplicates", "bad_lines", "other_lines",
                              "connects", "disconnects"))
@@ -190,6 +191,7 @@ class Monitor:
 
     def _alert(self, kind, msg):
         self.alerts.append((round(self.clock(), 3), kind, msg))
+        self.alert_at.append(len(self.samples))  # every alert is raised by the sample about to be appended
         if self.on_alert:
             self.on_alert(kind, msg)
 
@@ -331,17 +333,12 @@ def _fmt(v):
     return "-" if v is None else str(v)
 
 
-def plot(mon, path, title=None):
-    """The session's timeline: cache bytes against total, heap free, tokens and rate; alerts as marks."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = mon.samples
-    fig, axes = plt.subplots(3, 1, figsize=(10, 8), sharex=True)
-    # device time within a session (host reads arrive in bursts), placed on the host clock per session
+def timeline(mon):
+    """(x of every sample, x of every alert), seconds on the plot's one axis: device time within a session (host
+    reads arrive in bursts), each session placed on the host clock where its first sample arrived; an alert sits at
+    the sample that raised it, on the same clock (not at the host time it was read)."""
     x, base = [], {}
-    for r in rows:
+    for r in mon.samples:
         sess, t_ms = r["session"], r.get("t_ms")
         if not isinstance(t_ms, (int, float)):
             x.append(r["host_time"] - mon.t0)
@@ -351,6 +348,21 @@ def plot(mon, path, title=None):
             if x and base[sess] < x[-1]:
                 base[sess] = x[-1]
         x.append(base[sess] + t_ms / 1000.0)
+    alert_x = []
+    for (ts, _, _), i in zip(mon.alerts, mon.alert_at):
+        alert_x.append(x[i] if i < len(x) else (x[-1] if x else ts - mon.t0))
+    return x, alert_x
+
+
+def plot(mon, path, title=None):
+    """The session's timeline: cache bytes against total, heap free, tokens and rate; alerts as marks."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = mon.samples
+    fig, axes = plt.subplots(3, 1, figsize=(10, 8), sharex=True)
+    x, alert_x = timeline(mon)
 
     def series(key):
         return [r.get(key) if isinstance(r.get(key), (int, float)) else float("nan") for r in rows]
@@ -374,9 +386,9 @@ def plot(mon, path, title=None):
     ax3.plot(x, series("tok_s"), color="tab:gray", linewidth=0.8)
     ax3.set_ylabel("tok/s")
     ax2.set_xlabel("seconds since monitor start (device clock within a session)")
-    for ts, kind, msg in mon.alerts:
+    for ax_ in alert_x:
         for a in axes:
-            a.axvline(ts - mon.t0, color="red", alpha=0.3, linewidth=0.8)
+            a.axvline(ax_, color="red", alpha=0.3, linewidth=0.8)
     fig.suptitle(title or "kvedge monitor: %s" % mon.summary(), fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=90)

@@ -43,39 +43,35 @@ def runner_args(doc, steps, stats_ms=0, prompt="", temperature=0.0, seed=1):
 MIN_TOKENS = 8  # fewer tokens kept than this (or a cut context) is not a generation worth a stats stream
 
 
-def plan_for(board, model, tokenizer, out, heap=None, prompt="", stats=True, log=None):
-    """`kvedge plan` for kvedge's runner on `board` (int8 weights, an i8 cache, unpadded rows, no tiered cache,
-    the tokenizer counted, the prompt counted when there is one) written to `out`; with the stats stream unless
-    it leaves the cache fewer than MIN_TOKENS tokens (or only a cut context), in which case the run goes without
-    it (the returned document's runtime.stats says which). Returns the plan document; UserError when nothing
-    fits either way."""
-    import io
-    from contextlib import redirect_stdout
-    from .cli import UserError, main
-    args = ["plan", "--model", model, "--tokenizer", tokenizer, "--board", board, "--weights-dtype", "i8",
-            "--kv-dtype", "i8", "--align", "0", "--no-tiered", "--out", out, "--json"]
-    if heap:
-        args += ["--heap", str(heap)]
-    if not prompt:
-        args.append("--no-prompt")
-    tries = ([[], ["--no-stats"]] if stats else [["--no-stats"]])
+def plan_for(board, model, tokenizer, out=None, heap=None, prompt="", stats=True, log=None):
+    """The plan (kvedge_host.planner) for kvedge's runner on `board` (int8 weights, an i8 cache, unpadded rows, no
+    tiered cache, the tokenizer counted, the prompt counted when there is one), written to `out` when given; with
+    the stats stream unless it leaves the cache fewer than MIN_TOKENS tokens (or only a cut context), in which
+    case the run goes without it (the returned document's runtime.stats says which). Returns the plan document;
+    UserError when nothing fits either way."""
+    from . import planner
+    from .cli import UserError
+    spec, context, tgt = planner.inputs(model, board=board, heap=heap, weights_dtype="i8")
+    tries = [True, False] if stats else [False]
     doc = None
-    for extra in tries:
-        if os.path.exists(out):
-            os.remove(out)
-        buf = io.StringIO()
-        with redirect_stdout(buf):
-            rc = main(args + extra)
-        if rc == 0:
-            with open(out) as f:
-                doc = json.load(f)
-            if doc["tokens_kept"] >= MIN_TOKENS and doc["kind"] != "shorter":
-                return doc
-            if log and extra == [] and len(tries) > 1:
-                log("with the stats stream the cache keeps %d tokens (%s): planning without it"
-                    % (doc["tokens_kept"], doc["strategy"]))
+    for with_stats in tries:
+        p = planner.plan(spec, context, tgt, kv_dtype="i8", weights_dtype="i8", align=0, tiered=False, model=model,
+                         tokenizer=tokenizer, stats=with_stats, prompt=bool(prompt))
+        if p.document is None:
+            continue
+        doc = p.document
+        if out:
+            with open(out, "w") as f:
+                json.dump(doc, f, indent=2)
+                f.write("\n")
+        if doc["tokens_kept"] >= MIN_TOKENS and doc["kind"] != "shorter":
+            return doc
+        if log and with_stats and len(tries) > 1:
+            log("with the stats stream the cache keeps %d tokens (%s): planning without it"
+                % (doc["tokens_kept"], doc["strategy"]))
     if doc is None:
-        raise UserError("nothing fits %s: kvedge plan %s" % (board, " ".join(args[1:])))
+        raise UserError("nothing fits %s: %s with %s int8 weights and an i8 cache (kvedge plan --board %s)"
+                        % (board, model, board, board))
     return doc
 
 

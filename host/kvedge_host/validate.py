@@ -203,6 +203,20 @@ def load_json(path, max_bytes=JSON_MAX_BYTES, max_depth=JSON_MAX_DEPTH):
     return parse_json(path, text, max_depth)
 
 
+def plan_file(path, heap=None):
+    """A `kvedge plan --out` document, read bounded (load_json) and checked whole by the device's own reader
+    (kvedge.model.plandoc.check; heap: the board's, else no limit but plandoc.MAX_BYTES): InputError
+    "PATH: FIELD: ..." on the first bad field. Returns the document."""
+    from kvedge.errors import PlanError
+    from kvedge.model.plandoc import check
+    doc = load_json(path)
+    try:
+        check(doc, heap)
+    except PlanError as e:
+        raise InputError("%s: %s" % (path, e))
+    return doc
+
+
 # ---- checkpoint values ----
 
 def finite_weights(path, cfg, dtype, chunk=1 << 20):

@@ -67,6 +67,19 @@ def test_tokenizer_byte_fallback_and_decode():
     assert tok.id_of(b"not a piece") == -1
 
 
+def test_tokenizer_byte_level_vocabulary_falls_back_to_byte_pieces():
+    # a byte-level BPE vocabulary (kvedge convert of a tokenizer.json): every byte is a piece of its own, here
+    # at ids 10..265 (not llama2.c's <0xXX> at byte + 3); a character it lacks encodes to its bytes' pieces
+    pieces = [b"<unk>", b"\n<s>\n", b"\n</s>\n"] + [b"x%d" % i for i in range(7)]
+    pieces += [bytes((b,)) for b in range(256)] + [b"caf", b"ca"]
+    scores = [0.0] * 266 + [2.0, 3.0]
+    tok = Tokenizer.from_pieces(pieces, scores)
+    ids = tok.encode("caf\u20ac")  # the euro sign: bytes E2 82 AC, no piece of its own
+    # by hand: BOS, the dummy-prefix space (byte 32 at id 42), "ca" then "caf" merged, the three bytes' pieces
+    assert ids == [BOS, 42, 266, 10 + 0xE2, 10 + 0x82, 10 + 0xAC]
+    assert tok.decode(ids[1:], prev=BOS) == "caf\u20ac".encode("utf-8")
+
+
 def test_tokenizer_file_round_trip():
     need("fs")
     from _model_support import tmp_path

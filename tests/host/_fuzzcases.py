@@ -716,7 +716,7 @@ def json_cases(tmp):
         tag = "hostile JSON " + label
         cases.append(Case(tag, ["budget", "--model", p], ERROR, [p]))
         cases.append(Case(tag, ["plan", "--preset", "stories260k", "--quality", p], ERROR, [p]))
-        cases.append(Case(tag, ["deploy", "--port", port, "--config", p], ERROR, [port] if obj else [p]))
+        cases.append(Case(tag, ["deploy", "--port", port, "--config", p], ERROR, [p]))  # the plan is checked first
     return cases
 
 

@@ -276,3 +276,30 @@ def test_docs_table_of_estimates_matches_the_profiles():
         assert shown == p["heap_bytes"], (name, heap)
         actual = [f for f, _ in boards.figures(p) if boards.is_estimate(p, f) and not f.startswith("footprint.")]
         assert sorted(est) == sorted(actual), (name, est, actual)
+
+
+def _plan_json(board, wdtype):
+    p = subprocess.run([sys.executable, "-m", "kvedge_host.cli", "plan", "--preset", "stories15m", "--board", board,
+                        "--context", "256", "--weights-dtype", wdtype, "--json"], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    return p.returncode, json.loads(p.stdout)
+
+
+@pytest.mark.parametrize("board", ["esp32s3-n16r8", "rp2350-psram8"])
+def test_16mb_flash_psram_profiles_hold_stories15m_at_256_tokens_with_int4_weights(board):
+    # issue 24: stories15M's int4 weights (7,808,384 bytes) fit the 14 MiB filesystem of a 16 MB board, and its
+    # full 256-token cache (f32: 6 layers x 2 x 288 x 4 bytes x 256 = 3,538,944 by hand) the PSRAM heap;
+    # int8 weights (~15.6 MB) fit neither: nothing fits
+    p = boards.load(board)
+    assert p["flash_bytes"] == 16 * 2 ** 20 and p["flash_fs_bytes"] == 14 * 2 ** 20
+    assert p["slow_memory"]["bytes"] == 8 * 2 ** 20
+    assert any(s["figure"] == "clock_hz" and s["value"] == p["clock_hz"] for s in p["sources"])
+    rc, doc = _plan_json(board, "i4")
+    assert rc == 0
+    chosen = doc["configurations"][doc["chosen"] - 1]
+    assert chosen["tokens_kept"] == 256 and chosen["kv_bytes"] == 6 * 2 * 288 * 4 * 256
+    assert chosen["flash_bytes"] <= p["flash_fs_bytes"]
+    rc, doc = _plan_json(board, "i8")
+    assert rc == 1 and "chosen" not in doc
+    # the 8 MB-flash N8R8 profile: int4 weights do not fit its 6 MiB filesystem
+    assert _plan_json("esp32s3-psram8", "i4")[0] == 1

@@ -9,11 +9,12 @@ import pytest
 
 from kvedge import budget
 from kvedge_host import cli
+from kvedge_host.paths import model_file
 
 import _modelfiles as mf
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-STORIES = os.path.join(os.path.dirname(ROOT), "shared", "models", "stories260K.bin")
+STORIES = model_file("stories260K.bin")
 RP2040_HEAP = 215040
 RP2040_WORKSPACE = 16384
 
@@ -151,10 +152,17 @@ def test_table_output(capsys, stories):
 
 def test_plot_writes_png(capsys, stories, tmp_path):
     out = str(tmp_path / "mem.png")
-    r = run_json(capsys, "--model", stories, "--board", "rp2040", "--plot", out)
-    assert r["plot"] == out
+    rc = cli.main(["budget", "--model", stories, "--board", "rp2040", "--plot", out, "--json"])
+    cap = capsys.readouterr()
+    assert rc == 0 and json.loads(cap.out)["plot"] == out  # stdout stays one JSON document
+    assert cap.err == "memory plot written to %s\n" % out
     with open(out, "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    os.remove(out)
+    # the table says where the file went, on its last line
+    assert cli.main(["budget", "--model", stories, "--board", "rp2040", "--plot", out]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "memory plot written to %s" % out
+    assert os.path.getsize(out) > 1000
 
 
 def test_boards_lists_profiles_with_sources(capsys):

@@ -76,15 +76,27 @@ def test_deploy_sends_only_what_changed_and_removes_stale_files(rp2040):
 
 def test_plan_json_travels_and_bad_json_is_refused(rp2040, tmp_path):
     plan = tmp_path / "plan.json"
-    plan.write_text(json.dumps({"layers": 5, "window": 96, "dtype": "i8"}))
+    p = kvedge("plan", "--model", os.path.join(ROOT, "docs/examples/stories260K.json"), "--board", "rp2040",
+               "--weights-dtype", "i8", "--kv-dtype", "i8", "--align", "0", "--out", plan)
+    assert p.returncode == 0, p.stderr
+    slots = json.load(open(plan))["cache"]["max_tokens"]
     _summary(kvedge("deploy", "--port", rp2040.port, "--board", "rp2040", "-q"))  # the package, whatever ran before
     p = kvedge("deploy", "--port", rp2040.port, "--board", "rp2040", "--config", plan, "-q")
     assert _summary(p)[0] == 1
-    assert board_eval(rp2040.port, "import json\nprint(json.load(open('kvedge_plan.json'))['window'])") == "96"
+    # the board's own reader takes it (kvedge.model.plandoc at the board's heap) and sees the host's cache
+    assert board_eval(rp2040.port, "import json\nfrom kvedge.model import runplan\n"
+                      "print(runplan.plan_args(json.load(open('kvedge_plan.json')))['kv']['max_tokens'])") \
+        == str(slots)
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     p = kvedge("deploy", "--port", rp2040.port, "--board", "rp2040", "--config", bad)
     assert p.returncode == 2 and p.stderr.startswith("kvedge deploy: error: ") and "not valid JSON" in p.stderr
+    doc = json.load(open(plan))
+    doc["kind"] = "spaceship"
+    bad.write_text(json.dumps(doc))
+    p = kvedge("deploy", "--port", rp2040.port, "--board", "rp2040", "--config", bad)
+    assert p.returncode == 2 and p.stderr.strip() == ("kvedge deploy: error: %s: kind: one of keep, prefix, h2o, "
+                                                      "sinks, tiered, window, shorter, got 'spaceship'" % bad)
 
 
 def test_mpy_deploy_runs_the_compiled_viper_kernels(x64, tmp_path):

@@ -3,7 +3,9 @@ docs/*.md is run by a test, or listed below with the reason it is not, and every
 that exists. A fenced block that shows a command (a line starting with `kvedge`, `mpremote`, `tools/...`,
 `.venv/bin/...`, `python` or `pytest`, optionally after NAME=value settings) says how it is run:
 
-- ```sh runnable: each command runs as written; the lines after a command are substrings its output must hold.
+- ```sh runnable: each command runs as written; the block holds commands only (a line that is not a command,
+  a continuation or a comment fails the test: pasted, it would run as shell). The ```output block right after it
+  holds substrings the block's commands' output (all of it, in order) must hold.
 - ```sh board: run against one virtual board, which the doc test starts from the docs' own `kvedge sim ... &`
   line; the placeholder ports (/dev/ttyACM0, /dev/ttyUSB0, COM3, PORT) become that board's port.
 - ```sh synopsis: a usage line: every option it shows must be one the command accepts, every `a|b|c` one of
@@ -123,6 +125,8 @@ SMALLER = {
 
 # Run by another test: doc command -> (test file, test function, what it runs)
 ELSEWHERE = {
+    "kvedge fetch": ("tests/host/test_fetch.py", "test_a_good_download_lands_in_the_cache_and_generate_finds_it",
+                     "downloads from the Hub: run against a stand-in of the Hub on 127.0.0.1, never the network"),
     "kvedge test --sim rp2040": ("tests/host/test_board_e2e.py", "test_device_suite_passes_on_the_virtual_rp2040",
                                  "the whole device suite on a virtual rp2040 (minutes)"),
     "kvedge demo --board rp2040 --plain --steps 6 --stats-ms 100":
@@ -155,9 +159,21 @@ ELSEWHERE = {
         ("tests/host/test_own_board.py", "test_circuitpython_board_commands_on_real_circuitpython", "as above"),
     "kvedge monitor --port /dev/ttyACM0 --until final":
         ("tests/host/test_own_board.py", "test_circuitpython_board_commands_on_real_circuitpython", "as above"),
+    "kvedge convert path/to/my-llama -o my-llama.i8.bin":
+        ("tests/host/test_convert_hf.py", "test_the_model_page_commands_run",
+         "reads model.md's block and runs it on a Hugging Face folder, a GGUF and an export.py file it writes"),
+    "kvedge convert my-llama.Q8_0.gguf -o my-llama-gguf.i8.bin":
+        ("tests/host/test_convert_hf.py", "test_the_model_page_commands_run", "as above"),
+    "kvedge convert stories15M_q80.bin --weights-dtype f32 -o stories15M.f32.bin":
+        ("tests/host/test_convert_hf.py", "test_the_model_page_commands_run", "as above"),
+    "kvedge generate --model my-llama.i8.bin --tokenizer tok400.bin --prompt \"Once upon a time\" --steps 32":
+        ("tests/host/test_convert_hf.py", "test_the_model_page_commands_run", "as above"),
 }
 
 NOT_RUN = {
+    "tools/setup.sh && . .venv/bin/activate":
+        "the set-up of the checkout the tests run in (tools/test runs tools/setup.sh first); the activation only "
+        "puts .venv/bin on the shell's PATH, which this test's `kvedge` stands for",
     "tools/test": "the whole suite: the suite does not run itself (CI runs it: .ci/run)",
     "tools/demo": "runs tools/setup.sh, then `kvedge demo`: the demo is run by tests/host/test_demo.py and "
                   "tests/host/test_demo_boards.py",
@@ -249,19 +265,28 @@ def strip_comment(line):
 
 
 def blocks(text):
-    """[(mode, [(command, [expected substrings])], line)] of every fenced sh block that shows a command."""
+    """[(mode, [(command, [expected substrings])], line)] of every fenced sh block that shows a command; a
+    runnable block's ```output block (the next fence, only blank lines between) is its last command's expected
+    substrings, which run_block checks against the output of all of the block's commands."""
     out = []
-    for words, body, line in fences(text):
-        if words[:1] == ["python"]:
+    found = fences(text)
+    for i, (words, body, line) in enumerate(found):
+        if words[:1] in (["python"], ["output"]):
             continue
         cmds = []
+        runnable = words[:1] == ["sh"] and words[1:] == ["runnable"]
         for ln in lines_of(body):
             if COMMAND.match(ln.strip()):
                 cmds.append((" ".join(strip_comment(ln.strip()).split()), []))
+            elif runnable:
+                raise ValueError("line %d: an output line in a ```sh runnable block (pasted, it runs as a command): "
+                                 "%r; put output in a ```output block after it" % (line, ln.strip()))
             elif cmds:
                 cmds[-1][1].append(ln.strip())
-            elif words and words[0] == "sh" and words[1:] == ["runnable"]:
-                raise ValueError("line %d: expected output before any command: %r" % (line, ln))
+        if runnable and cmds and i + 1 < len(found) and found[i + 1][0][:1] == ["output"]:
+            between = text.split("\n")[line + body.count("\n") + 1:found[i + 1][2] - 1]
+            if all(not b.strip() for b in between):
+                cmds[-1][1].extend(ln.strip() for ln in found[i + 1][1].splitlines() if ln.strip())
         if not cmds:
             continue
         if words[:1] != ["sh"] or len(words) > 2 or (words[1:] or [""])[0] not in MODES:
@@ -385,22 +410,32 @@ def run_documented(cmd, expected, scratch, port=None, timeout=300):
     if out:
         with open(os.path.join(scratch, out), "w") as f:
             f.write(p.stdout)
+    check_expected(cmd, expected, text, scratch)
+    return text
+
+
+def check_expected(cmd, expected, text, scratch):
+    """Each expected line (whitespace-insensitive, /tmp/ as the scratch folder's) is in text."""
     flat = " ".join(text.split())
     tmp = os.path.join(scratch, "tmp") + "/"
     for want in [re.sub(r"(^|[\s=])/tmp/", lambda m: m.group(1) + tmp, w) for w in expected]:
         assert " ".join(want.split()) in flat, "%s: %r not in its output:\n%s" % (cmd, want, text[-3000:])
-    return text
 
 
 # ---------------------------------------------------------------- the classification
 
 def test_blocks_parse_commands_modes_and_expected_lines():
-    text = ("x\n```sh runnable\nkvedge boards\nrp2040\n\nkvedge boards esp32   # a comment\n```\n"
-            "```\nnot a command\n```\n```sh board\nmpremote connect PORT \\\n  exec 'x # y'\n```\n")
-    assert blocks(text) == [("runnable", [("kvedge boards", ["rp2040"]), ("kvedge boards esp32", [])], 2),
-                            ("board", [("mpremote connect PORT exec 'x # y'", [])], 11)]
-    with pytest.raises(ValueError):
-        blocks("```sh runnable\nstray\n```\n")
+    text = ("x\n```sh runnable\nkvedge boards\n\nkvedge boards esp32   # a comment\n```\n\n```output\nrp2040\n"
+            "esp32\n```\n```\nnot a command\n```\n```sh board\nmpremote connect PORT \\\n  exec 'x # y'\n```\n")
+    assert blocks(text) == [("runnable", [("kvedge boards", []), ("kvedge boards esp32", ["rp2040", "esp32"])], 2),
+                            ("board", [("mpremote connect PORT exec 'x # y'", [])], 15)]
+    # an output block after prose is not the block's
+    assert blocks("```sh runnable\nkvedge boards\n```\nprints\n```output\nrp2040\n```\n") == [
+        ("runnable", [("kvedge boards", [])], 1)]
+    for bad in ("```sh runnable\nstray\n```\n", "```sh runnable\nkvedge boards\nrp2040\n```\n",
+                "```sh runnable\nkvedge boards\nrequested f32, keep all 512\nkvedge boards esp32\n```\n"):
+        with pytest.raises(ValueError, match="output line in a ```sh runnable block"):
+            blocks(bad)
     for bad in ("```\nkvedge boards\n```\n", "```bash\ntools/test\n```\n", "```sh maybe\nkvedge boards\n```\n"):
         with pytest.raises(ValueError):  # a command in a fence that does not say how it is run
             blocks(bad)
@@ -444,8 +479,10 @@ def test_the_docs_hold_commands_of_every_kind():
 def test_documented_commands_run(cmds, scratch):
     for cmd, _ in cmds:
         needs_shared(cmd)
+    text = ""
     for cmd, expected in cmds:  # in order: a block's later commands may use what the earlier ones wrote
-        run_documented(cmd, expected, scratch)
+        text += run_documented(cmd, [], scratch)
+        check_expected(cmd, expected, text, scratch)
 
 
 def program(cmd):

@@ -8,11 +8,12 @@ import pytest
 from kvedge import budget
 from kvedge_host import models
 from kvedge_host.account import account, target
+from kvedge_host.paths import model_file
 
 import _modelfiles as mf
 
 MiB = 1 << 20
-STORIES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "models", "stories260K.bin")
+STORIES = model_file("stories260K.bin")
 
 
 def kv(spec, context, dtype="f16", align=0, batch=1, detail=False):

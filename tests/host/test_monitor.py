@@ -11,7 +11,7 @@ import time
 import tty
 
 from kvedge import telemetry
-from kvedge_host.monitor import CSV_FIELDS, Monitor, plot
+from kvedge_host.monitor import CSV_FIELDS, Monitor, plot, timeline
 from kvedge_host.paths import DEVICE
 from kvedge_host.sim import SimProcess
 
@@ -92,6 +92,22 @@ def test_plot_draws_a_png(tmp_path):
     plot(m, str(tmp_path / "t.png"))
     with open(tmp_path / "t.png", "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_plot_draws_alerts_on_the_device_clock():
+    # the host reads the board's lines in one burst at host time 100 s (monitor started at 50 s), though the
+    # board wrote them 1 s apart (t_ms); the cache alert raised by sample 3 (t_ms 2000) belongs at that sample's
+    # place on the device-time axis, 2 s after the first sample, not at the burst's host time
+    now = [50.0]
+    m = Monitor(alert_pct=90, clock=lambda: now[0])
+    now[0] = 100.0
+    m.feed(_line(1, used=100, t_ms=0) + _line(2, used=500, t_ms=1000) + _line(3, used=950, t_ms=2000)
+           + _line(4, used=960, t_ms=3000))
+    assert [k for _, k, _ in m.alerts] == ["cache"]
+    x, alert_x = timeline(m)
+    # by hand: the session starts where its first sample arrived, 100 - 50 = 50 s, minus its t_ms 0
+    assert x == [50.0, 51.0, 52.0, 53.0]
+    assert alert_x == [52.0]                      # host time alone would put it at 50.0
 
 
 def test_live_view_renders_before_and_after_samples():

@@ -155,8 +155,9 @@ def test_unpadded_variants_offered_when_padding_costs(capsys, stories):
 def test_quality_table_reorders(capsys, stories, tmp_path):
     # weights in RAM and the flat workspace allowance (figures that do not move with the measured footprint):
     # nothing keeps all 512 tokens, so eviction strategies compete
+    # the heuristic order alone (stories260K's shipped table ranks by default, and speed by the default objective)
     base = plan(capsys, "--model", stories, "--board", "rp2350", "--weights-dtype", "i8", "--weights-in", "heap",
-                "--workspace", "16384")
+                "--workspace", "16384", "--no-quality", "--objective", "quality")
     assert base["configurations"][0]["kind"] == "h2o"  # heuristic: H2O before sinks + window
     q = tmp_path / "quality.json"
     q.write_text(json.dumps({"rows": [
@@ -169,7 +170,7 @@ def test_quality_table_reorders(capsys, stories, tmp_path):
          "tier": {"kind": "tiered", "cold_dtype": "i4", "block": 16}},
     ]}))
     r = plan(capsys, "--model", stories, "--board", "rp2350", "--weights-dtype", "i8", "--quality", str(q),
-             "--weights-in", "heap", "--workspace", "16384")
+             "--weights-in", "heap", "--workspace", "16384", "--objective", "quality")  # the quality order alone
     # the measured tiered row (every token kept, the older ones i4 on flash) is the cheapest: it comes first
     assert r["configurations"][0]["kind"] == "tiered"
     tiered = {}  # per ring dtype and cold dtype, the candidate with the largest ring
@@ -393,17 +394,17 @@ def test_tiered_cache_offered_by_default_and_built_from_the_plan(capsys, stories
 
 
 def test_tiered_cost_scales_to_other_shapes():
-    from kvedge_host import cmd_plan, models
+    from kvedge_host import models, planner
     fake = {"shape": {"layers": 2, "heads": 4, "head_dim": 8}, "unit": "instructions", "machine": "m", "kernels": "k",
             "command": "c", "rows": [{"path": "int", "cold": "i4", "per_cold_token": 1000, "demote_per_token": 50},
                                      {"path": "float", "cold": "i4", "per_cold_token": 9000, "demote_per_token": 70}]}
     spec = models.preset("stories15m")  # 6 layers, 6 heads, head_dim 48: 6 x 6 x 48 / (2 x 4 x 8) = 27x the work
-    k = cmd_plan.tier_cost(spec, "i8", "i4", 100, fake)
+    k = planner.tier_cost(spec, "i8", "i4", 100, fake)
     f = spec.layers * spec.heads * spec.head_dim / 64.0
     assert k["instructions_per_cold_token"] == int(1000 * f) and k["cold_instructions_per_token"] == int(1000 * f * 100)
     assert k["demote_instructions_per_token"] == int(50 * f) and "scaled" in k and k["path"].startswith("integer")
-    assert cmd_plan.tier_cost(spec, "f32", "i4", 100, fake)["instructions_per_cold_token"] == int(9000 * f)
-    assert cmd_plan.tier_cost(spec, "i8", "i8", 100, fake) is None  # not measured: no figure invented
+    assert planner.tier_cost(spec, "f32", "i4", 100, fake)["instructions_per_cold_token"] == int(9000 * f)
+    assert planner.tier_cost(spec, "i8", "i8", 100, fake) is None  # not measured: no figure invented
 
 
 # ---- plans that count the runtime the board measured (boards/*.json "footprint", kvedge footprint) ----

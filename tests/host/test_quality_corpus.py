@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from kvedge_host import boards, cmd_plan, quality
+from kvedge_host import boards, planquality, quality
 from kvedge_host.cli import main as cli
 from kvedge_host.paths import SHARED_MODELS
 from kvedge.model.tokenizer import Tokenizer
@@ -70,11 +70,11 @@ def test_kivi_residual_and_two_bit_costs_on_the_written_corpus():
 
 
 def test_default_quality_table_is_the_written_corpus():
-    with open(cmd_plan.DEFAULT_QUALITY) as f:
+    with open(planquality.DEFAULT_QUALITY) as f:
         doc = json.load(f)
     assert doc["model"] == "stories260K.bin"
     assert doc["quality"] == doc["texts"]["written"] and len(doc["texts"]["written"]["names"]) >= 3
-    table = cmd_plan.load_quality(cmd_plan.DEFAULT_QUALITY)
+    table = planquality.load_quality(planquality.DEFAULT_QUALITY)
     kinds = {(r["kind"], r["dtype"], r.get("residual")) for r in table}
     for want in (("keep", "f32", None), ("keep", "i8", None), ("keep", "i4", 32), ("keep", "i2", 32),
                  ("keep", "i2", 64), ("sinks", "f32", None), ("h2o", "f32", None)):
@@ -84,11 +84,11 @@ def test_default_quality_table_is_the_written_corpus():
 def test_plan_ranks_by_the_default_table(capsys, tmp_path):
     stories = mf.write_llama2c(str(tmp_path / "stories.bin"))
     assert cli(["plan", "--model", stories, "--board", "rp2040", "--weights-dtype", "i8", "--quality",
-                "--json"]) == 0
+                "--objective", "quality", "--json"]) == 0  # the quality order alone (balanced weighs speed too)
     r = json.loads(capsys.readouterr().out)
     measured = [c for c in r["configurations"] if c["quality"]]
     assert measured and measured[0] is r["configurations"][0]
-    costs = [cmd_plan.quality_cost(c["quality"]) for c in measured]
+    costs = [planquality.quality_cost(c["quality"]) for c in measured]
     assert costs == sorted(costs)
     i4 = [c for c in measured if c["cache"]["dtype"] == "i4" and c["kind"] == "keep"]
     for c in i4:  # the row measured with the candidate's own residual
@@ -98,7 +98,7 @@ def test_plan_ranks_by_the_default_table(capsys, tmp_path):
 def test_plan_for_every_board(capsys, tmp_path):
     stories = mf.write_llama2c(str(tmp_path / "stories.bin"))
     assert cli(["plan", "--model", stories, "--board", "all", "--quality", "--weights-dtype", "i8",
-                "--json"]) == 0
+                "--objective", "quality", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert sorted(doc["boards"]) == boards.names()
     for name, b in doc["boards"].items():

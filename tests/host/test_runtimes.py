@@ -38,6 +38,7 @@ def test_device_file_on(runtime, name, runners, request):
     res = runtimes.parse(out, rc, name, {"passed": 0, "failed": 0, "skipped": 0, "lines": []})
     request.node.user_properties.append((PROPERTY, json.dumps(
         {"runtime": runtime, "passed": res["passed"], "failed": res["failed"], "skipped": res["skipped"],
+         "skips": [ln.split(": ", 1)[1] if ": " in ln else ln for ln in res["lines"] if ln.startswith("SKIP ")],
          "note": note if runtime in ("circuitpython", "m3", "m3-py") else ""})))
     detail = "\n".join(res["lines"][-80:])
     assert res["failed"] == 0, "%s %s: %d failed\n%s" % (runtime, name, res["failed"], detail)

@@ -1,6 +1,7 @@
 # Encoding a text with a llama2.c tokenizer (any kvedge.model.pieces.Pieces), as llama2.c's run.c does: optional
-# BOS, a dummy-prefix space token when the text is not empty, one token per UTF-8 character (or <0xXX> byte
-# tokens at id byte + 3 when the character is not in the vocabulary), then repeatedly merge the adjacent pair
+# BOS, a dummy-prefix space token when the text is not empty, one token per UTF-8 character (or, when the
+# character is not in the vocabulary, per byte: the byte's own piece where the vocabulary has one, as byte-level
+# BPE vocabularies do, else the <0xXX> byte token at id byte + 3), then repeatedly merge the adjacent pair
 # whose concatenation is in the vocabulary with the highest score (first such pair on ties), optional EOS.
 # Apart from decoding so that a run without a prompt does not load it.
 from array import array
@@ -76,7 +77,10 @@ def encode(tok, text, bos=True, eos=False):
             ids.append(t)
         else:
             for k in range(i, j):
-                ids.append(text[k] + BYTE_OFFSET)
+                # a byte-level vocabulary (GPT-2 style) holds every byte as a piece of its own; sentencepiece's
+                # pieces are whole UTF-8 characters, so a lone byte of a character it lacks is its <0xXX> token
+                t = id_of(tok, text[k:k + 1])
+                ids.append(t if t >= 0 else text[k] + BYTE_OFFSET)
         i = j
     _merge(tok, ids)
     if eos:

@@ -211,6 +211,8 @@ def scratch_bytes(cfg, stream=False):
     n += nq + 2 * (H + 2 * KV) + 4 * d + 4 * H + 4 * 28  # codes, scales, attention output, parameters
     n += 4 * (1 + cfg.head_dim) + 2 * 258 + 2 * (24 * SIG_STEPS + 1) + 4 * cfg.head_dim  # tables, cos/sin
     groups = 4 * cfg.n_layers + (1 if cfg.shared_classifier else 2)
+    if stream:  # every row's scale word stays in RAM (IntMatrix.p): the streamed account holds a chunk's only
+        n += 4 * (cfg.vocab_size * (1 if cfg.shared_classifier else 2) + cfg.n_layers * (3 * d + 2 * kvd + 2 * h))
     return n + 4 * P_HDR * groups + 6 * 32  # + the memoryviews of q, k, v codes and scales
 
 
@@ -230,20 +232,19 @@ class IntMatrix:
 
     def set_scales(self, scales):
         """Row words from the f32 row scales (array('f') of self.rows)."""
+        # two passes over the scales rather than two arrays of rows ints: at start-up on a nearly full heap the
+        # vocabulary's 512 rows took 4 KB more than the plan counts (the emulated rp2040 ran out there)
         E = None
-        mant = zeros("i", self.rows)
-        exps = zeros("i", self.rows)
         for r in range(self.rows):
             m, e = mantissa(scales[r])
-            mant[r] = m
-            exps[r] = e
             if m and (E is None or e > E):
                 E = e
         if E is None:
             E = 0
         for r in range(self.rows):
-            sh = E - exps[r] if mant[r] else 31
-            self.p[P_HDR + r] = (mant[r] << 8) | (sh if sh < 31 else 31)
+            m, e = mantissa(scales[r])
+            sh = E - e if m else 31
+            self.p[P_HDR + r] = (m << 8) | (sh if sh < 31 else 31)
         self.exp = 30 + E
 
 
@@ -368,8 +369,11 @@ class Forward:
         self.hp = zeros("i", 4)
         self.hp[0] = H + 2 * KV
         self.hp[1] = hd
+        # a tiered cache takes its rows through write_q8 and attends sinks, cold blocks and ring itself
+        self.tiered = model.kind == "tiered"
+        c = model.cache.ring if self.tiered else model.cache
+        self.ring = c
         # q_store: the i8 cache's layout (kvedge.cache: rows [layer][K|V][kv_head][slot], scales likewise)
-        c = model.cache
         self.sp = zeros("i", 12)
         sp = self.sp
         sp[0] = KV
@@ -408,7 +412,10 @@ class Forward:
             self.wbuf = w.scratch
         # the attention step's buffers are this object's own, so they are checked once here and forward() calls
         # the unchecked step (the checks cost ~0.4 M instructions a token on a Cortex-M3)
-        model.att.check_step_q8(0, self.qc, self.qs, self.oq, self.oe, model.scores)
+        if not self.tiered:
+            model.att.check_step_q8(0, self.qc, self.qs, self.oq, self.oe, model.scores)
+        elif not model.cache.int_ok:
+            raise ValueError("the integer forward pass needs a tiered cache with i8 or i4 cold blocks")
 
     # ---- scalar steps ----
 
@@ -512,11 +519,12 @@ class Forward:
         z = self.z
         ip = self.ip
         pos = cache.start_token()
+        ring = self.ring
         # every token of this cache is placed here: no slot from self.span on holds one, so the attention's scan
         # of the slots stops there (at context 256 in a 512-slot cache, half the scan)
         if pos == 0:
             self.span = 0  # a new sequence (the cache was reset)
-        span = cache.cur_slot + 1
+        span = ring.cur_slot + 1
         if span < self.span:
             span = self.span
         self.span = span
@@ -555,7 +563,12 @@ class Forward:
         ch = self.ch
         att = m.att
         scores = m.scores
-        arena = cache.arena
+        arena = ring.arena
+        tiered = self.tiered
+        kc = self.kc
+        ks = self.ks
+        vc = self.vc
+        vs = self.vs
         q_rope = k.q_rope
         q_heads = k.q_heads
         q_store = k.q_store
@@ -567,10 +580,10 @@ class Forward:
         wo = w.wo
         w13 = w.w13
         w2 = w.w2
-        prefix = cache.cur_slot < cache.P
+        prefix = ring.cur_slot < ring.P
         if not prefix:  # the rows as write_q8 stores them (codes from q_heads are int8 by construction)
-            b = cache.cur_slot - cache.P
-            kd = self.kdata + b * cache.prow
+            b = ring.cur_slot - ring.P
+            kd = self.kdata + b * ring.prow
             km = self.kmeta + 2 * b
         for l in range(m.cfg.n_layers):
             # attention block
@@ -582,13 +595,18 @@ class Forward:
             q_heads(z, codes, scales, hp)
             if prefix:
                 self._write_prefix(l, hp[2])
+            elif tiered:
+                cache.write_q8(l, kc, ks, vc, vs)  # checked: its cold store takes only what it can hold
             else:
                 sp[2] = kd + l * self.lstride
                 sp[3] = sp[2] + self.vdelta
                 sp[4] = km + l * self.lmstride
                 sp[5] = sp[4] + self.vmdelta
                 q_store(arena, codes, scales, sp)
-            att._step_q8(l, qc, qs, oq, oe, scores, None, -1, span)
+            if tiered:
+                cache.step_q8(l, qc, qs, oq, oe)
+            else:
+                att._step_q8(l, qc, qs, oq, oe, scores, None, -1, span)
             B = q_align(oq, oe, d, ap)
             self._quant(oq, d, B, ap[2], cd)
             mat = wo[l]

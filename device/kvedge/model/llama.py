@@ -14,12 +14,14 @@ import sys
 
 from kvedge import sizes as _sizes
 from kvedge import kernels
+from kvedge.model import passes as _passes
 from kvedge.cache import KVCache
 from kvedge.config import CacheConfig
 from kvedge.errors import BudgetError
 from kvedge.model.checkpoint import Weights, read_config, resident_bytes, weights_place, zeros
 
 BOS = 1
+COLD_PATH = "kv_cold"  # a tiered cache's files (COLD_PATH.*) in the current folder, unless the caller names others
 _SHAPE = ("layers", "heads", "kv_heads", "head_dim")
 WORD = 8 if sys.maxsize > 0x7FFFFFFF else 4  # bytes of a pointer: objects on a 32-bit board are half the size
 
@@ -81,20 +83,63 @@ def object_bytes(cfg, ccfg, tile=32, word=WORD, integer=False):
     return 2048 + 320 * (7 * cfg.n_layers + 2) + 4 * ccfg.slots + 256 * tile + conv
 
 
-def plan(cfg, wdtype, ccfg, stream=False, tile=32, workspace=0, forward="float", word=WORD, integer=False):
-    """The run's memory account (kvedge.budget.deployment_bytes): weights resident in RAM, KV arena,
-    activations + model scratch (the forward pass's own: _path(forward).scratch_bytes for the others), and
-    workspace = the runtime's share (caller) + this run's Python objects (object_bytes for a runtime with
-    `word`-byte pointers: the host plans a 32-bit board with word=4)."""
+def tier_bytes(ccfg, tier):
+    """kvedge.budget.tiered_bytes of the tiered cache a plan's `tier` (block, cold_dtype, cold_blocks, cold_align)
+    builds around the ring `ccfg`: what TieredCache.ram_bytes() will be, and its flash."""
+    from kvedge.budget import tiered_bytes
+    return tiered_bytes(ccfg.layers, ccfg.heads, ccfg.kv_heads, ccfg.head_dim, ccfg.window, ccfg.sinks,
+                        tier["block"], tier["cold_blocks"], ccfg.dtype, tier["cold_dtype"], ccfg.align,
+                        tier.get("cold_align", 0), ccfg.group, ccfg.prefix == ccfg.sinks and ccfg.sinks > 0)
+
+
+def plan(cfg, wdtype, ccfg, stream=False, tile=32, workspace=0, forward="float", word=WORD, integer=False,
+         tier=None):
+    """The run's memory account (kvedge.budget.deployment_bytes): weights resident in RAM, KV cache (the arena,
+    or a tiered cache's ring + staging block + tables), activations + model scratch (the forward pass's own:
+    _path(forward).scratch_bytes for the others), and workspace = the runtime's share (caller) + this run's
+    Python objects (object_bytes for a runtime with `word`-byte pointers: the host plans a 32-bit board with
+    word=4)."""
     act = _sizes.activation_bytes(cfg.dim, cfg.hidden_dim, cfg.n_heads, cfg.vocab_size, tile,
                                    head_dim=cfg.head_dim)
     if forward == "float":
         scratch = scratch_bytes(cfg, wdtype, stream)
     else:
         scratch = _path(forward).scratch_bytes(cfg, stream)
+    kv = ccfg.nbytes() if tier is None else tier_bytes(ccfg, tier)["ram"]
     # the float pass reads streamed norms from the file; the others keep theirs
-    return _sizes.deployment_bytes(resident_bytes(cfg, wdtype, stream, norms=forward != "float"), ccfg.nbytes(),
+    return _sizes.deployment_bytes(resident_bytes(cfg, wdtype, stream, norms=forward != "float"), kv,
                                    act + scratch, workspace + object_bytes(cfg, ccfg, tile, word, integer))
+
+
+def _has_ulab():
+    try:
+        import ulab  # noqa: F401 (CircuitPython's builtin; no file to load)
+        return True
+    except ImportError:
+        return False
+
+
+def plan_kind(ccfg, tier=None, policy=False):
+    """The plan kind (kvedge.model.passes) of a cache: tiered, h2o, sinks, window or keep."""
+    if tier is not None:
+        return "tiered"
+    if policy:
+        return "h2o"
+    if ccfg.sinks:
+        return "sinks"
+    return "window" if ccfg.window else "keep"
+
+
+def resolve_forward(forward, wdtype, ccfg, tier=None, stream=False, policy=False, attention=None):
+    """forward="auto": the fastest pass that runs this model and cache with the kernels selected here
+    (kvedge.model.passes.choose); any other value is returned as it is (checked by check())."""
+    if forward != _passes.AUTO:
+        return forward
+    if attention is not None:  # a caller's attention runs on the float pass
+        return _passes.FLOAT
+    cold = tier["cold_dtype"] if tier is not None else None
+    return _passes.choose(wdtype, ccfg.dtype, kernels.kind(), plan_kind(ccfg, tier, policy), cold, ccfg.prefix,
+                          bool(stream), policy, _has_ulab())
 
 
 def _path(forward):
@@ -109,19 +154,41 @@ def _path(forward):
     raise ValueError("forward must be 'float', 'int' or 'ulab', got %r" % (forward,))
 
 
+def check_tier(tier, ccfg, forward="float", policy=False):
+    """A tiered cache's fields (a plan's "tier") before anything is built; kvedge.tiered.TieredCache checks the
+    rest against the ring's config when it is built (before it allocates)."""
+    if not isinstance(tier, dict):
+        raise TypeError("tier must be a dict (a plan's \"tier\"), got %s" % type(tier).__name__)
+    for key in ("block", "cold_dtype", "cold_blocks"):
+        if key not in tier:
+            raise ValueError("tier: no %r" % key)
+    if policy:
+        raise ValueError("a tiered cache keeps every token it can: no eviction policy beside it")
+    if forward == _passes.ULAB:
+        raise ValueError("the ulab forward pass reads an i8 cache in RAM, not a tiered cache")
+    if forward == _passes.INT and tier["cold_dtype"] not in _passes.INT_COLD:
+        raise ValueError("the integer forward pass attends %s cold blocks, not %r" % (
+            " or ".join(_passes.INT_COLD), tier["cold_dtype"]))
+
+
 def check(path, kv=None, budget=None, workspace=0, stream=False, tile=32, policy=False, forward="float",
-          attention=None, integer=False):
+          attention=None, integer=False, tier=None):
     """(model config, weights dtype, cache config, plan) of a run of this checkpoint; ValueError when the forward
     pass cannot run it, BudgetError when the plan is over `budget`. Reads the header only: nothing is allocated
-    (Llama() checks first, and so can a caller that allocates other things first, e.g. the tokenizer)."""
+    (Llama() checks first, and so can a caller that allocates other things first, e.g. the tokenizer).
+    forward: "float", "int" or "ulab" (resolve_forward gives "auto"'s choice); tier: a tiered cache's fields."""
     cfg, wdtype = read_config(path)
     ccfg = cache_config(cfg, kv)
+    if forward not in _passes.FORWARDS:
+        raise ValueError("forward must be 'auto', 'float', 'int' or 'ulab', got %r" % (forward,))
+    if tier is not None:
+        check_tier(tier, ccfg, forward, policy)
     if forward != "float":
         _path(forward).check(wdtype, ccfg, attention, bool(stream), policy)
     stream = weights_place(path, stream) if forward == "float" else bool(stream)
     if policy:
         workspace += 8 * ccfg.slots + 256  # a policy's per-slot scores and accumulators
-    p = plan(cfg, wdtype, ccfg, stream, tile, workspace, forward, WORD, integer)
+    p = plan(cfg, wdtype, ccfg, stream, tile, workspace, forward, WORD, integer, tier)
     if budget is not None and p["total"] > budget:
         raise BudgetError("model run (weights %d + kv %d + activations %d + workspace %d)" % (
             p["weights"], p["kv"], p["activations"], p["workspace"]), p["total"], budget)
@@ -169,22 +236,34 @@ class Llama:
     """
 
     def __init__(self, path, kv=None, budget=None, workspace=0, stream=False, tile=32, attention=None,
-                 int_attention="auto", policy=None, forward="float", arena=None):
+                 int_attention="auto", policy=None, forward="auto", arena=None, tier=None, cold_path=COLD_PATH):
+        if forward == _passes.AUTO:
+            cfg, wdtype = read_config(path)
+            forward = resolve_forward(forward, wdtype, cache_config(cfg, kv), tier, stream, policy is not None,
+                                      attention)
         alt = None if forward == "float" else _path(forward)
         # "rom" only where the file is mapped (the float pass reads rows in place; the others stream them)
         stream = weights_place(path, stream) if alt is None else bool(stream)
+        tiered = tier is not None
         cfg, wdtype, ccfg, self.plan = check(path, kv, budget, workspace, stream, tile, policy is not None,
-                                             forward, attention, integer_path(kv, int_attention, attention))
+                                             forward, attention, integer_path(kv, int_attention, attention), tier)
         self.cfg = cfg
         self.wdtype = wdtype
         self.k = kernels.get()
         self.forward_kind = forward
+        self.kind = plan_kind(ccfg, tier, policy is not None)
         self.intp = None  # the other forward pass, when it runs
         # largest first: the arena, then the buffers, then the many small objects (weights, policy, attention),
         # which fill whatever holes are left rather than leave the buffers none big enough; garbage is collected
         # between the steps, so each one starts filling from the lowest hole (on a 32-bit board's nearly full heap
         # this decides whether a run that fits by its account also finds its blocks)
-        self.cache = KVCache(ccfg, arena=arena)
+        if tiered:  # a ring in RAM (the arena), older tokens in blocks on flash; a generation starts afresh
+            from kvedge.tiered import TieredCache
+            self.cache = TieredCache(ccfg, cold_path, tier["block"], tier["cold_dtype"], tier["cold_blocks"],
+                                     tier.get("at_cap", "drop"), tile, tier.get("cold_align", 0), fresh=True,
+                                     arena=arena)
+        else:
+            self.cache = KVCache(ccfg, arena=arena)
         gc.collect()
         if alt is None:
             self._buffers(cfg, wdtype, stream)
@@ -195,13 +274,19 @@ class Llama:
         self.scores = self.policy.scores if self.policy is not None else None
         gc.collect()
         if alt is not None:
-            self.att = (attention or _default_attention)(self.cache, tile=tile)
+            # a tiered cache attends itself (sinks, cold blocks, ring in one pass)
+            self.att = self.cache if tiered else (attention or _default_attention)(self.cache, tile=tile)
             self.int_attention = True
             self.intp = alt.Forward(self, self.w)
             self.logits = self.intp.logits
             self._preload()
             return
-        if attention is None:  # kvedge.attention: build the integer path's scratch only when it runs
+        if tiered:
+            self.att = self.cache
+            quantized = self.cache.int_ok
+            if int_attention == "auto":
+                int_attention = quantized and kernels.kind() in _passes.FAST_KERNELS
+        elif attention is None:  # kvedge.attention: build the integer path's scratch only when it runs
             quantized = ccfg.dtype in ("i8", "i4", "i2")
             if int_attention == "auto":
                 int_attention = quantized and kernels.kind() in ("asm", "viper")
@@ -251,12 +336,15 @@ class Llama:
     def _preload(self):
         # the integer pass's attention kernels fused per head and per layer (viper/asm kinds): loaded at start-up,
         # before the heap fragments (the float path leaves them out: their code costs a few KB)
-        pre = getattr(self.att.k, "att_preload", None)
+        att = self.cache.att if self.kind == "tiered" else self.att
+        pre = getattr(att.k, "att_preload", None)
         if pre is not None:
-            pre(self.att.k)
+            pre(att.k)
 
     def close(self):
         self.w.close()
+        if self.kind == "tiered":
+            self.cache.close()
 
     def reset(self):
         """Forget the sequence (a new conversation): empties the cache, keeps every buffer."""
@@ -269,7 +357,10 @@ class Llama:
         if self.int_attention:
             h = self.cfg.n_heads
             self._qquery(q, self.qc, self.qs, h)
-            self.att.step_q8(layer, self.qc, self.qs, self.oq, self.oe, self.scores)
+            if self.scores is not None:
+                self.att.step_q8(layer, self.qc, self.qs, self.oq, self.oe, self.scores)
+            else:
+                self.att.step_q8(layer, self.qc, self.qs, self.oq, self.oe)
             self._dqout(self.oq, self.oe, out, h)
         elif self.scores is not None:
             self.att.step(layer, q, out, self.scores)
@@ -315,8 +406,7 @@ class Llama:
         """Run one token at the cache's next position; returns the logits buffer (overwritten by the next
         call). Raises CacheFullError (nothing changed) when the cache has no room and no window."""
         cfg = self.cfg
-        if token < 0 or token >= cfg.vocab_size:
-            raise ValueError("token %d outside the vocabulary of %d" % (token, cfg.vocab_size))
+        check_token(token, cfg.vocab_size)  # before the cache gives a position
         if self.intp is not None:
             return self.intp.forward(token)
         w = self.w
@@ -355,13 +445,26 @@ class Llama:
         return self.logits
 
 
+def check_token(token, vocab):
+    """A token id: an int (not a bool, a float or NaN) within 0..vocab-1; TypeError / ValueError naming it."""
+    if not isinstance(token, int) or isinstance(token, bool):
+        raise TypeError("token must be an int, got %s" % type(token).__name__)
+    if token < 0 or token >= vocab:
+        raise ValueError("token %d outside the vocabulary of %d" % (token, vocab))
+
+
 def generate(model, tokenizer, sampler, prompt_ids, steps, emit=None, keep=True):
     """llama2.c's generation loop: feed the prompt, then sample until `steps` positions, a BOS, or a full
     cache. emit(piece_bytes) gets each new piece. Returns the list of generated token ids, or with keep=False
-    only how many there were (nothing then grows with the length of an endless stream)."""
+    only how many there were (nothing then grows with the length of an endless stream). Every prompt id is
+    checked before the first one is fed."""
     from kvedge.errors import CacheFullError
     if not prompt_ids:
         raise ValueError("prompt_ids must hold at least one token (BOS)")
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
+        raise ValueError("steps must be an int >= 0, got %r" % (steps,))
+    for t in prompt_ids:
+        check_token(t, model.cfg.vocab_size)
     flogits = None
     if getattr(model, "intp", None) is not None and sampler.temperature:
         flogits = zeros("f", model.cfg.vocab_size)  # sampling with a temperature needs float logits

@@ -16,8 +16,8 @@ FAST_KERNELS = ("asm", "viper")  # kernel kinds whose integer pass is faster tha
 INT_WEIGHTS = ("i8",)
 INT_CACHE = ("i8",)  # cache dtypes the integer pass stores into (a tiered cache: its ring)
 INT_COLD = ("i8", "i4")  # cold-block dtypes a tiered cache attends on the integer path
-INT_KINDS = ("keep", "prefix", "h2o", "sinks", "window", "shorter")  # plan kinds the integer pass runs
-ULAB_KINDS = ("keep", "window", "shorter")  # slots 0..n-1 or a plain ring: no eviction policy, no sinks
+INT_KINDS = ("keep", "prefix", "h2o", "sinks", "window", "shorter", "tiered")  # plan kinds the integer pass runs
+ULAB_KINDS = ("keep", "window", "sinks", "shorter")  # every slot in order (attention does not care): no eviction
 
 
 def int_runs(wdtype, dtype, kind="keep", cold=None):
@@ -25,7 +25,7 @@ def int_runs(wdtype, dtype, kind="keep", cold=None):
     if wdtype not in INT_WEIGHTS or dtype not in INT_CACHE:
         return False
     if kind == "tiered":
-        return "tiered" in INT_KINDS and cold in INT_COLD
+        return cold in INT_COLD
     return kind in INT_KINDS
 
 

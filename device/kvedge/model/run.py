@@ -57,10 +57,11 @@ _MODULES = ("kvedge.compat", "kvedge.errors", "kvedge.sizes", "kvedge.config", "
             "kvedge.model.llama")
 
 
-def _load(kernel, h2o, stats, encode=False, kv=None, forward="float"):
-    """Import the run's modules (None: the kernels, chosen there); returns the kernel module. Eviction, the stats
-    stream, encoding a prompt (kvedge.model.bpe) and the integer attention path (kvedge.attention) only when the
-    run uses them."""
+def _load(kernel, h2o, stats, encode=False, kv=None, forward="auto", model=None, tier=None, stream=False):
+    """Import the run's modules (None: the kernels, chosen there); returns (kernel module, forward pass): "auto"
+    is resolved once the kernels are chosen (kvedge.model.llama.resolve_forward). Eviction, the stats stream,
+    encoding a prompt (kvedge.model.bpe), the integer attention path (kvedge.attention), the other forward
+    passes and the tiered cache only when the run uses them."""
     import gc
     k = None
     for name in _MODULES + (("kvedge.evict",) if h2o else ()) + (("kvedge.telemetry",) if stats else ()) + (
@@ -70,16 +71,34 @@ def _load(kernel, h2o, stats, encode=False, kv=None, forward="float"):
         else:
             __import__(name)
         gc.collect()
-    from kvedge.model.llama import integer_path  # its rule, now that the kernels are chosen
-    if forward != "float" or integer_path(kv):
-        __import__("kvedge.attention")
+    from kvedge.model import llama  # its rules, now that the kernels are chosen
+    if forward == "auto":
+        cfg, wdtype = llama.read_config(model)
+        forward = llama.resolve_forward(forward, wdtype, llama.cache_config(cfg, kv), tier, stream, h2o > 0)
+    later = ()
+    if forward != "float" or llama.integer_path(kv) or tier is not None:
+        later += ("kvedge.attention",)
+    if forward != "float":
+        later += ("kvedge.model.%spath" % forward,)
+    if tier is not None:
+        later += ("kvedge.tiered",)
+    for name in later:
+        __import__(name)
         gc.collect()
-    return k
+    if forward == "int":  # its q_* kernels and the fused attention drivers now, not late in a fragmented heap
+        from kvedge.model import intpath
+        intpath.qkernels()
+        gc.collect()
+        pre = getattr(k, "att_preload", None)
+        if pre is not None:
+            pre(k)
+            gc.collect()
+    return k, forward
 
 
 def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=None, budget=None, workspace=0,
          stream=False, kernel="auto", tile=32, peak=False, h2o=0, stats_ms=0, overhead=RUN_OVERHEAD,
-         kv_bytes=0, encode=None, ctrl_c=False, forward="float", tier=None):
+         kv_bytes=0, encode=None, ctrl_c=False, forward="auto", tier=None):
     """Returns the stats dict it prints. Raises BudgetError before allocating when the run does not fit: the
     plan counts the tokenizer (kept in its file: kvedge.model.pieces.FileTokenizer) and `overhead`, this
     loop's own heap (a plan made from the board's measured footprint passes the loop it measured), in the
@@ -94,11 +113,10 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
     far smaller than what is free); the cache checks it is its size. encode: count the tokenizer's sorted ids
     (default: when there is a prompt), as the plan did. ctrl_c=True looks for a Ctrl-C waiting on stdin after
     every token (a board's USB stack interrupts a program by itself; firmware that reads its UART only when
-    asked, like the emulated Cortex-M3's, cannot be stopped otherwise). forward: "float", "int" or "ulab"
-    (kvedge.model.llama.Llama). tier: a tiered cache's cold store (a plan's "tier": block, cold_dtype,
-    cold_blocks, at_cap, cold_align)."""
-    if tier is not None:
-        raise ValueError("this runner does not build tiered caches yet")
+    asked, like the emulated Cortex-M3's, cannot be stopped otherwise). forward: "auto" (the fastest pass this
+    model, cache and kernels allow: kvedge.model.passes), "float", "int" or "ulab" (kvedge.model.llama.Llama).
+    tier: a tiered cache (a plan's "tier": block, cold_dtype, cold_blocks, at_cap, cold_align; its files
+    kvedge.model.llama.COLD_PATH.* start afresh): kv is then its ring's config and kv_bytes the ring's arena."""
     if budget is not None and kv_bytes > budget:
         from kvedge.errors import BudgetError
         raise BudgetError("KV arena", kv_bytes, budget)
@@ -106,7 +124,7 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
     import gc
     if encode is None:
         encode = len(prompt) > 0  # encoding a text sorts the tokenizer's ids once
-    k = _load(kernel, h2o, stats_ms > 0, encode, kv, forward)
+    k, forward = _load(kernel, h2o, stats_ms > 0, encode, kv, forward, model, tier, stream)
     from kvedge import compat
     from kvedge.model.llama import Llama, check, generate, integer_path
     from kvedge.model.sampler import Sampler
@@ -129,11 +147,11 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
     ws = workspace + FileTokenizer.nbytes(tokenizer, vocab, encode) + overhead
     # BudgetError before anything else is allocated
     check(model, kv, budget, ws, stream, tile, h2o > 0, forward, None,
-          integer_path(kv) if forward == "float" else False)
+          integer_path(kv) if forward == "float" else False, tier)
     tok = FileTokenizer(tokenizer, vocab)  # pieces stay in the file; its offsets go before the small objects
     gc.collect()  # set-up leaves garbage between what it keeps: free it before the next arrays are placed
     m = Llama(model, kv=kv, budget=budget, workspace=ws, stream=stream, tile=tile, policy=policy, arena=arena,
-              forward=forward)
+              forward=forward, tier=tier)
     arena = None
     gc.collect()
     ids = tok.encode(prompt) if len(prompt) else [BOS]  # no text: no encoder (kvedge.model.bpe) loaded
@@ -174,7 +192,8 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
     gc.collect()
     after = compat.mem_alloc()
     st = m.cache.stats()
-    n = m.cache.n_seen
+    n = st["tokens_seen"]
+    tiered = m.kind == "tiered"
     m.close()
     tok.close()
     res = {"tokens": n, "generated": generated, "ms": ms, "tok_s": (1000.0 * n / ms) if ms > 0 else 0.0,
@@ -184,9 +203,13 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
            "peak_bytes": st["peak_bytes"], "cache_bytes": st["total_bytes"], "evictions": st["evictions"],
            "heap_top": top[0] + base if peak and base >= 0 else -1,
            "weights_in": "rom" if m.w.stream == "rom" else ("file" if m.w.stream else "heap"),
-           "heap_setup": setup if peak and base >= 0 else -1}
+           "heap_setup": setup if peak and base >= 0 else -1,
+           # the cache and the pass that ran, to compare with the plan
+           "forward": m.forward_kind, "kind": m.kind, "slots": m.cache.cfg.slots,
+           "cold_tokens": st["cold_cap_tokens"] if tiered else 0, "cold_blocks": m.cache.C if tiered else 0}
     keys = ("tokens", "generated", "ms", "tok_s", "kernels", "weights", "kv_dtype", "plan_total", "heap_used",
-            "heap_peak", "peak_bytes", "cache_bytes", "evictions", "heap_top", "weights_in", "heap_setup")
+            "heap_peak", "peak_bytes", "cache_bytes", "evictions", "heap_top", "weights_in", "heap_setup",
+            "forward", "kind", "slots", "cold_tokens", "cold_blocks")
     parts = []
     for key in keys:  # fixed key order: MicroPython dicts are not ordered
         v = res[key]

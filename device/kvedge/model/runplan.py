@@ -6,15 +6,26 @@ from kvedge.model.run import RUN_OVERHEAD, main
 PLAN = "kvedge_plan.json"
 _SHAPE = ("layers", "heads", "kv_heads", "head_dim")
 _STREAM = {"heap": False, "flash": True, "rom": "rom"}
+# The pass of a plan that names none: kvedge plan counted the float pass's buffers (kvedge.model.llama.scratch_bytes)
+# until plans named theirs; run with "auto", such a plan took the integer pass's larger buffers and ran out of heap
+# on the emulated rp2040 (MemoryError in intpath's set-up). A plan's "forward" says otherwise.
+UNNAMED = "float"
+_WDTYPES = ("f32", "i8")  # what a checkpoint file holds (kvedge.model.checkpoint.read_config)
 
 
-def plan_args(doc, model=None, tokenizer=None):
-    """main()'s cache and memory arguments from a `kvedge plan --out` document: the cache fields (the checkpoint
-    gives the shape), H2O's token budget, where the weights live (heap, flash = streamed, rom = read in
-    place), and the heap the plan was made for. The workspace: with the model and tokenizer files, what the plan's
-    total leaves beyond the run's own account (weights as held, cache, buffers, Python objects, tokenizer, loop),
-    i.e. the runtime's share; negative when the plan cannot hold this run (plan it with that much more
-    workspace). Without them, the plan's workspace_bytes."""
+def plan_args(doc, model=None, tokenizer=None, heap=None):
+    """main()'s cache and memory arguments from a `kvedge plan --out` document, checked whole first
+    (kvedge.model.plandoc.check: PlanError naming the field, before anything is allocated; heap: the bytes the
+    run has, default this runtime's): the cache fields (the checkpoint gives the shape), H2O's token budget,
+    where the weights live (heap, flash = streamed, rom = read in place), the heap the plan was made for, the
+    tier (None, or a tiered plan's block, cold_dtype, cold_blocks, at_cap, cold_align), the forward pass (the
+    plan's; UNNAMED, the float pass it was counted for, when it names none) and the plan's kind. The workspace: with the model and tokenizer files, what the
+    plan's total leaves beyond the run's own account (weights as held, cache, buffers, Python objects,
+    tokenizer, loop), i.e. the runtime's share; negative when the plan cannot hold this run (plan it with that
+    much more workspace). Without them, the plan's workspace_bytes. With the model, a plan made for another
+    shape or another weights dtype is a PlanError too."""
+    from kvedge.model.plandoc import check, tier_of
+    check(doc, heap)
     kv = {}
     for k in doc["cache"]:
         if k not in _SHAPE:
@@ -22,19 +33,53 @@ def plan_args(doc, model=None, tokenizer=None):
     pol = doc.get("policy") or {}
     h2o = pol.get("budget", 0) if pol.get("kind") == "h2o" else 0
     place = doc["weights"]["place"]
-    if place not in _STREAM:
-        raise ValueError("plan: weights place %r, expected heap, flash or rom" % (place,))
     ws = doc["workspace_bytes"]
     if model is not None:
+        from kvedge.errors import PlanError
         from kvedge.model import llama
         from kvedge.model.checkpoint import read_config, weights_place
         from kvedge.model.tokenizer import Tokenizer
         cfg, wdtype = read_config(model)
+        for k, v in zip(_SHAPE, (cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim)):
+            if doc["cache"][k] != v:
+                raise PlanError("cache.%s: the plan is for %d, the model file has %d" % (k, doc["cache"][k], v))
+        want = doc["weights"]["dtype"]
+        if want in _WDTYPES and want != wdtype:
+            raise PlanError("weights.dtype: the plan is for %s weights, the model file holds %s" % (want, wdtype))
+        rt = doc.get("runtime") or {}
+        if tokenizer is not None and rt.get("source") == "measured":
+            # a plan made from the board's measured footprint counts the tokenizer the run keeps (kvedge plan
+            # --tokenizer): one made without it leaves that heap out, and the run fails in the middle
+            from kvedge.model.pieces import FileTokenizer
+            need = FileTokenizer.nbytes(tokenizer, cfg.vocab_size, rt.get("prompt", True) is not False)
+            if (rt.get("tokenizer_bytes") or 0) < need:
+                raise PlanError("runtime.tokenizer_bytes: the plan counted %d bytes for the tokenizer, this run's "
+                                "keeps %d (and its open file): plan again with --tokenizer" % (
+                                    rt.get("tokenizer_bytes") or 0, need))
         ccfg = llama.cache_config(cfg, kv)
-        own = Tokenizer.nbytes(tokenizer, cfg.vocab_size) + RUN_OVERHEAD + ((8 * ccfg.slots + 256) if h2o else 0)
-        ws = doc["total_bytes"] - llama.plan(cfg, wdtype, ccfg, weights_place(model, _STREAM[place]), 32,
-                                             own)["total"]
-    return {"kv": kv, "h2o": h2o, "stream": _STREAM[place], "budget": doc["heap_bytes"], "workspace": ws}
+        tier, stream = tier_of(doc), _STREAM[place]
+        fwd = doc.get("forward") or UNNAMED
+        own = Tokenizer.nbytes(tokenizer, cfg.vocab_size) + RUN_OVERHEAD
+        try:  # the runner's own check (the pass and the tier against this file and cache) and its account
+            p = llama.check(model, kv, None, own, stream, 32, h2o > 0, fwd, None, False, tier)[3]
+        except ImportError:  # the pass's module does not load on this runtime (ulab on the host): the board's
+            p = llama.plan(cfg, wdtype, ccfg, weights_place(model, stream), 32,
+                           own + ((8 * ccfg.slots + 256) if h2o else 0))
+        except ValueError as e:
+            raise PlanError("forward: the %s pass cannot run this model file and plan: %s" % (fwd, e))
+        ws = doc["total_bytes"] - p["total"]
+    return {"kv": kv, "h2o": h2o, "stream": _STREAM[place], "budget": doc["heap_bytes"], "workspace": ws,
+            "tier": tier_of(doc), "forward": doc.get("forward") or UNNAMED, "kind": doc["kind"]}
+
+
+def run_args(args):
+    """plan_args()'s result as main() takes it: without "kind"; "forward" only when the plan names a pass
+    (else main()'s own default chooses)."""
+    kw = dict(args)
+    kw.pop("kind", None)
+    if kw.get("forward") == "auto":
+        kw.pop("forward")
+    return kw
 
 
 def _setting(get, name, default, conv):
@@ -63,4 +108,4 @@ def from_settings(getenv=None):
     return main(model, tok,
                 prompt=_setting(getenv, "PROMPT", "", str), steps=_setting(getenv, "STEPS", 64, int),
                 temperature=_setting(getenv, "TEMPERATURE", 0.0, float), seed=_setting(getenv, "SEED", 1, int),
-                stats_ms=_setting(getenv, "STATS_MS", 1000, int), **args)
+                stats_ms=_setting(getenv, "STATS_MS", 1000, int), **run_args(args))

@@ -54,16 +54,21 @@ def tokenizer_pieces(vocab_size=None):
     return pieces, scores
 
 
-def write_tokenizer(path, vocab_size=None):
-    """Write the tiny tokenizer in llama2.c's format; returns its vocabulary size."""
+def write_tokenizer(path, vocab_size=None, pieces=None):
+    """Write the tiny tokenizer in llama2.c's format; returns its vocabulary size. pieces: a function returning
+    an iterator of other (bytes, score) pairs to write instead (called twice; the host's sentencepiece
+    conversions, kvedge_host.readers.vocab, write with it)."""
+    if pieces is None:
+        def pieces():
+            return iter_pieces(vocab_size)
     n = 0
     longest = 0
-    for p, s in iter_pieces(vocab_size):
+    for p, s in pieces():
         if len(p) > longest:
             longest = len(p)
     with open(path, "wb") as f:
         f.write(struct.pack("<i", longest))
-        for p, s in iter_pieces(vocab_size):
+        for p, s in pieces():
             f.write(struct.pack("<fi", s, len(p)))
             f.write(p)
             n += 1

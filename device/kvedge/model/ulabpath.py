@@ -15,7 +15,10 @@
 # heap_lock anyway.
 import math
 
-from ulab import numpy as np
+try:
+    from ulab import numpy as np
+except ImportError:  # a host planning a ulab run: the formulas below still import; check() refuses a run
+    np = None
 
 from kvedge.model.checkpoint import i8_layout, read_config, file_size, CheckpointError
 from kvedge.quant import i8_scale_bits, f16_value
@@ -25,6 +28,8 @@ LN2 = 0.6931471805599453
 
 def check(wdtype, ccfg, attention, stream=False, policy=False):
     """Refuse, before anything is allocated, what the ulab forward pass cannot run."""
+    if np is None:
+        raise ValueError("the ulab forward pass needs ulab (CircuitPython's builds have it)")
     if wdtype != "i8":
         raise ValueError("the ulab forward pass reads int8 weights (kvedge convert)")
     if ccfg.dtype != "i8" or ccfg.prefix:

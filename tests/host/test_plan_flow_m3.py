@@ -1,0 +1,82 @@
+"""The issue's flow on the emulated rp2040: `kvedge plan --board rp2040` from the profile's stored footprint, then
+`kvedge generate --port --plan --prompt ...` with the stats stream. A plan made without `--tokenizer` left the
+tokenizer's heap out of its account and the run died of a MemoryError on the board (in the prompt's encoding, or
+later in the stats stream); now the host refuses it before anything is deployed, naming the field, and the plan
+made with the tokenizer counted runs to the end; `kvedge demo --plan` runs such a plan too. The package and the files are on the board's flash image before
+it starts (as test_port_m3 does), so the deploy only checks them."""
+import json
+import os
+import re
+import shutil
+import tempfile
+
+import pytest
+
+from kvedge_host import m3board
+from kvedge_host.deploy import deployment, preload
+from kvedge_host.paths import SHARED_MODELS
+
+from _boardkit import kvedge
+
+WHY = m3board.missing("rp2040")
+MODEL = os.path.join(SHARED_MODELS, "stories260K.bin")
+TOK = os.path.join(SHARED_MODELS, "tok512.bin")
+pytestmark = [pytest.mark.skipif(WHY is not None, reason="emulated Cortex-M3: %s" % WHY),
+              pytest.mark.skipif(not os.path.exists(MODEL), reason="needs ../shared/models/stories260K.bin")]
+PROMPT = "Tom had a little dog"
+STEPS = 24  # past the issue's 18 tokens; the prompt's encoding alone failed before
+
+
+def test_plan_then_generate_port_on_the_emulated_rp2040(tmp_path):
+    from kvedge.model.checkpoint import convert_to_i8
+    from kvedge_host.m3sim import M3Sim
+    model = str(tmp_path / "m.i8.bin")
+    convert_to_i8(MODEL, model)
+    os.makedirs(str(tmp_path / "tok"))
+    tok = str(tmp_path / "tok" / "tok512.bin")  # not beside the model: `kvedge plan` does not find it there
+    shutil.copyfile(TOK, tok)
+    plan = str(tmp_path / "plan.json")
+    base = ["plan", "--model", model, "--board", "rp2040", "--weights-dtype", "i8", "--kv-dtype", "i8", "--align",
+            "0", "--out", plan]
+    gen = ["generate", "--board", "rp2040", "--model", model, "--tokenizer", tok, "--plan", plan, "--prompt",
+           PROMPT, "--steps", str(STEPS), "--temperature", "0", "--stats-ms", "1000"]
+    with tempfile.TemporaryDirectory() as build:
+        preload(str(tmp_path / "flash"), deployment("rp2040", build, True, extra=[model, tok],
+                                                    march=m3board.march_for("rp2040")))
+    with M3Sim("rp2040", fs=str(tmp_path / "flash")) as vb:
+        p = kvedge(*base)
+        assert p.returncode == 0, p.stderr
+        p = kvedge(*(gen + ["--port", vb.port]), timeout=600)
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == 2 and len(lines) == 1, p.stdout[-500:] + p.stderr[-1500:]
+        assert lines[0].startswith("kvedge generate: error: %s: runtime.tokenizer_bytes: the plan counted 0 bytes"
+                                   % plan), lines
+        assert "deployed" not in p.stderr and p.stdout == ""  # refused before the board was touched
+        p = kvedge(*(base + ["--tokenizer", tok]))
+        assert p.returncode == 0, p.stderr
+        p = kvedge(*(gen + ["--port", vb.port]), timeout=900)
+    assert p.returncode == 0, p.stdout[-1500:] + p.stderr[-2000:]
+    assert "Error" not in p.stdout and "Traceback" not in p.stdout, p.stdout[-1500:]
+    assert p.stdout.startswith(PROMPT) and "[%d tokens in " % STEPS in p.stderr, p.stdout[-800:] + p.stderr[-800:]
+    stats = [ln for ln in p.stderr.splitlines() if ln.startswith("KVSTATS ")]
+    assert stats and '"alloc_failures":0' in stats[-1], stats[-1:]
+
+
+def test_demo_runs_a_given_plan_on_the_emulated_rp2040(tmp_path):
+    # kvedge demo --plan FILE: the plan of `kvedge plan` (tokenizer counted) run instead of the demo's own planning;
+    # the board's summary is the plan's strategy and its peak heap stays within the plan's total
+    from kvedge.model.checkpoint import convert_to_i8
+    model = str(tmp_path / "m.i8.bin")
+    convert_to_i8(MODEL, model)
+    plan = str(tmp_path / "plan.json")
+    p = kvedge("plan", "--model", model, "--tokenizer", TOK, "--board", "rp2040", "--weights-dtype", "i8",
+               "--kv-dtype", "i8", "--align", "0", "--out", plan)
+    assert p.returncode == 0, p.stderr
+    doc = json.load(open(plan))
+    p = kvedge("demo", "--board", "rp2040", "--sim", "m3", "--plan", plan, "--steps", "16", "--prompt", PROMPT,
+               "--plain", timeout=900)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "demo: plan: %s (--plan %s)" % (doc["strategy"], plan) in p.stdout, p.stdout[-2000:]
+    m = re.search(r"measured peak ([\d,]+) bytes, plan ([\d,]+) bytes", p.stdout)
+    assert m and int(m.group(2).replace(",", "")) == doc["total_bytes"], p.stdout[-1000:]
+    assert int(m.group(1).replace(",", "")) <= doc["total_bytes"]
