@@ -491,3 +491,22 @@ def _report(text, s, mon, plan):
         t.add_row(k, v)
     Console().print(t)
     print("demo: plan vs board: " + peak_vs_plan(s, plan), flush=True)
+    print("demo: " + built_vs_plan(s, plan), flush=True)
+
+
+def built_vs_plan(s, plan):
+    """What the board says it built (its stats line: the pass, the cache kind, slots, cold blocks) beside what the
+    plan named; a difference is said first."""
+    got = {"forward": s.get("forward"), "kind": s.get("kind"), "slots": s.get("slots"),
+           "cold_blocks": s.get("cold_blocks", 0)}
+    from kvedge.sizes import cache_slots
+    c = plan["cache"]
+    want = {"forward": plan.get("forward"), "kind": plan.get("kind"),
+            "slots": cache_slots(c["max_tokens"], c.get("window", 0), c.get("sinks", 0)),
+            "cold_blocks": (plan.get("tier") or {}).get("cold_blocks", 0)}
+    line = "board built %s pass, %s cache, %s slots%s" % (got["forward"], got["kind"], got["slots"], (
+        ", %d cold blocks" % got["cold_blocks"]) if got["cold_blocks"] else "")
+    off = [k for k in want if want[k] is not None and got[k] != want[k]]
+    if off:
+        return "NOT AS PLANNED (%s): %s; the plan: %s" % (", ".join(off), line, json.dumps(want, sort_keys=True))
+    return line + ": as planned"

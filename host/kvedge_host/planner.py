@@ -35,6 +35,10 @@ PREFIX_FRACTION = 0.05  # trap 5: the first ~5 % of the context at full precisio
 KIVI_MIN = 2 * budget.QK  # i4's default sliding residual (one group) and the group leaving it: the smallest ring
 # heuristic quality order when no measured table is given (lower = closer to the full f32 cache)
 KIND_GROUP = {"keep": 0, "prefix": 0, "h2o": 1, "sinks": 2, "tiered": 3, "window": 4, "shorter": 5}
+# what a tiered run's loop adds beyond the measured loop (kvedge footprint runs an H2O cache, not a tier): moving a
+# block to flash writes files (the filesystem's and the store's transient objects). Measured: a tiered plan on the
+# emulated rp2350 (tests/host/test_plan_kinds_m3.py) peaked 422 bytes above a plan without it; rounded up.
+TIERED_LOOP_BYTES = 1024
 TIER_BLOCK = 16  # tokens per cold block of a tiered cache (keys quantized per channel over it)
 TIER_RINGS = (budget.F32, budget.F16, budget.I8)
 DTYPE_RANK = {budget.F32: 0, budget.F16: 1, budget.I8: 2, budget.I4: 3, budget.I2: 4}
@@ -132,7 +136,7 @@ class Planner:
             return 0
         n = account.runner_objects(self.shape, cfg, self.word(), self.tile, self.rt.kind) * self.batch
         if tiered:
-            n += (self.rt.tiered or 0) + 2 * self.rt.file
+            n += (self.rt.tiered or 0) + 2 * self.rt.file + TIERED_LOOP_BYTES
         return n + (self.rt.evict + account.H2O_STATE_BYTES if h2o else 0)
 
     def word(self):

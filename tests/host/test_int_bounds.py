@@ -5,6 +5,7 @@ step_q8 runs over i8, i4 and i2 caches: ordinary Gaussian rows with outlier chan
 extremes (6e4 beside 1e-4 and subnormals) whose scores saturate in both directions. Any local int outside
 [-2**30, 2**30) fails the test, naming the function, the variable and the line (on ESP32/RP2040 such an int is a
 heap long: an allocation in a loop that must allocate nothing, and a MemoryError under heap_lock)."""
+import os
 import sys
 
 import numpy as np
@@ -86,3 +87,23 @@ def test_integer_path_intermediates_stay_small_ints(dtype, residual, data):
         assert max(scores) > 0
     finally:
         kernels.select()
+
+
+def test_the_integer_tables_equal_double_precision_math():
+    # the device test's digests (tests/device/test_intpath_tables.py) are those of llama2.c's float formulas in
+    # CPython's doubles: the integer computation of the tables gives exactly these values
+    import math
+    from array import array
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "device"))
+    from test_intpath_tables import DIGESTS, digest
+    from kvedge.model import intpath
+    sig = [min(32767, int(32768 / (1.0 + math.exp(-(k - 192) / 16)) + 0.5)) for k in range(385)]
+    assert list(intpath.sigmoid_table()) == sig and digest(sig) == DIGESTS["sigmoid"]
+    for hd, key in ((8, "rope8"), (64, "rope64")):
+        want = [hd // 2]
+        for i in range(hd // 2):
+            fr = array("f", [1.0 / math.pow(10000.0, (2 * i) / hd)])[0]
+            m, e = math.frexp(fr)
+            q = (int(m * 16777216) * intpath.TURN61 + (1 << (48 - e))) >> (49 - e)
+            want += [q >> 8, q & 255]
+        assert list(intpath.rope_turns(hd)) == want and digest(want) == DIGESTS[key]

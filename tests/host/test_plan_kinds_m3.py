@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.skipif(WHY is not None, reason="emulated Cortex-M3: %s
 PROMPT = "Lily"
 # steps per kind: enough to fill an H2O cache past its budget or a tiered ring past its first block (kept lean:
 # each token is a few tens of millions of emulated instructions)
-KINDS = {"sinks": ("rp2040", 20), "h2o": ("rp2040", 20), "tiered": ("rp2350", 0)}
+KINDS = {"sinks": ("rp2040", 12), "h2o": ("rp2040", 12), "tiered": ("rp2350", 0)}
 
 
 @pytest.fixture(scope="module")
@@ -44,21 +44,23 @@ def test_each_plan_kind_runs_on_the_emulated_rp2040_as_planned(kind, model, tmp_
                "--kv-dtype", "i8", "--align", "0", "--kind", kind, "--out", plan)
     assert p.returncode == 0, p.stderr[-2000:]
     doc = json.load(open(plan))
-    assert doc["kind"] == kind and doc["forward"] == "int", (doc["kind"], doc.get("forward"))
+    assert doc["kind"] == kind and doc["forward"] in ("int", "float"), (doc["kind"], doc.get("forward"))
     steps = steps or doc["cache"]["max_tokens"] + (doc["tier"]["block"] if doc.get("tier") else 0) + 4
     p = kvedge("demo", "--board", board, "--sim", "m3", "--plan", plan, "--steps", str(steps), "--prompt", PROMPT,
                "--plain", "--stats-ms", "1000", "--workdir", str(tmp_path / "w"), timeout=1800)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     m = re.search(r"measured peak ([\d,]+) bytes, plan ([\d,]+) bytes", p.stdout)
     assert m and int(m.group(1).replace(",", "")) <= doc["total_bytes"], p.stdout[-1500:]
-    # the board's own account of what it built
-    ran = [json.loads(ln.split(" ", 1)[1]) for ln in p.stdout.splitlines() if ln.startswith("#KVEDGE ")]
-    ran = ran or [json.loads(ln[ln.index("{"):]) for ln in p.stdout.splitlines() if '"forward"' in ln and "{" in ln]
-    assert ran, p.stdout[-1500:]
-    r = ran[-1]
-    assert (r["forward"], r["kind"], r["slots"]) == ("int", kind, doc["cache"]["max_tokens"]), r
+    # the board's own account of what it built (its stats line), compared with the plan by the demo
+    built = [ln for ln in p.stdout.splitlines() if ln.startswith("demo: board built ")]
+    assert built and built[-1].endswith(": as planned"), built or p.stdout[-1500:]
+    from kvedge.config import CacheConfig
+    want = "demo: board built %s pass, %s cache, %d slots" % (doc["forward"], kind,
+                                                             CacheConfig.from_dict(doc["cache"]).slots)
+    assert built[-1].startswith(want), (built[-1], want)
     if kind == "tiered":
-        assert r["cold_blocks"] == doc["tier"]["cold_blocks"], r
+        assert ", %d cold blocks" % doc["tier"]["cold_blocks"] in built[-1]
+        assert doc["forward"] == "int"  # an i8 ring and i8 cold blocks: the integer pass on the rp2350's heap
     text = _generated(p.stdout)
     g = kvedge("generate", "--model", model, "--tokenizer", TOK, "--plan", plan, "--steps", str(steps), "--prompt",
                PROMPT)

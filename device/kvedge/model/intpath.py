@@ -128,12 +128,42 @@ def rope_turns(hd):
     fq = zeros("i", 1 + 2 * half)
     fq[0] = half
     for i in range(half):
-        fr = array("f", [1.0 / math.pow(10000.0, (2 * i) / hd)])[0]
-        m, e = math.frexp(fr)  # fr = m * 2**e, 0.5 <= m < 1 with 24 significant bits
-        q = (int(m * 16777216) * TURN61 + (1 << (48 - e))) >> (49 - e)  # fr / (2 pi) * 2**36
+        mant, e = f32_freq(i, hd)  # fr = mant * 2**(e - 24): the f32 frequency with its 24 significant bits
+        q = (mant * TURN61 + (1 << (48 - e))) >> (49 - e)  # fr / (2 pi) * 2**36
         fq[1 + 2 * i] = q >> 8
         fq[2 + 2 * i] = q & 255
     return fq
+
+
+LN10000_Q60 = 10618799479599967255  # round(ln(10000) * 2**60)
+
+
+def f32_freq(i, hd):
+    """(24-bit mantissa m, exponent e) of float32(10000**(-2i/hd)) = m * 2**(e - 24), rounded to nearest, in
+    integers: math.pow on a float32 board and CPython's doubles round differently (head_dim 64 gave another
+    table on the emulated Cortex-M3), an integer computation gives one table everywhere."""
+    a = 2 * i * LN10000_Q60 // hd  # the exponent's magnitude in Q60
+    v = Q60
+    e1 = exp_neg_q60(1, 1)
+    for _ in range(a >> 60):
+        v = v * e1 >> 60
+    v = v * exp_neg_q60(a & (Q60 - 1), Q60) >> 60  # exp(-a) in Q60
+    sh = bitlen_long(v) - 24
+    m = (v + (1 << (sh - 1))) >> sh
+    if m >> 24:  # rounded up to the next power of two
+        m >>= 1
+        sh += 1
+    return m, sh - 60 + 24
+
+
+def bitlen_long(a):
+    """bitlen for a long int (start-up only)."""
+    n = 0
+    while a >> (n + 16):
+        n += 16
+    while a >> n:
+        n += 1
+    return n
 
 
 def sin_table():
@@ -145,11 +175,35 @@ def sin_table():
     return t
 
 
+Q60 = 1 << 60
+
+
+def exp_neg_q60(num, den):
+    """exp(-num/den) * 2**60 for 0 <= num/den <= 1, rounded down, in integers (a long int at start-up only): the
+    same on every runtime, where math.exp of a float32 board and of CPython's doubles differ in the last bits."""
+    s = Q60
+    term = Q60
+    n = 1
+    while term:
+        term = term * num // (den * n)
+        s = s - term if n & 1 else s + term
+        n += 1
+    return s
+
+
 def sigmoid_table():
+    """sigmoid(x) in Q15 at x = -12 .. 12 in steps of 1/SIG_STEPS, from integer arithmetic only (bit-identical
+    tables on a float32 board and on CPython: the integer pass's tokens are then the same everywhere)."""
     t = zeros("H", 12 * 2 * SIG_STEPS + 1)
-    for k in range(len(t)):
-        y = int(32768 / (1.0 + math.exp(-(k - 12 * SIG_STEPS) / SIG_STEPS)) + 0.5)
-        t[k] = 32767 if y > 32767 else y
+    mid = 12 * SIG_STEPS
+    e = exp_neg_q60(1, SIG_STEPS)  # exp(-1/16)
+    p = Q60  # exp(-d/16) for d = |k - mid|, built up one step at a time
+    for d in range(mid + 1):
+        # sigmoid(x) = 1 / (1 + exp(-x)): at x = -d/16 it is p / (p + 1), at x = +d/16 it is 1 / (1 + p)
+        for k, num in ((mid - d, p), (mid + d, Q60)):
+            y = (2 * 32768 * num + (p + Q60)) // (2 * (p + Q60))
+            t[k] = 32767 if y > 32767 else y
+        p = p * e >> 60
     return t
 
 
