@@ -35,10 +35,11 @@ def add_arguments(p):
     p.add_argument("--align", type=int, default=0, help="row alignment in bytes (default 0)")
     p.add_argument("--stream", action="store_true", help="read weight rows from the file instead of RAM")
     p.add_argument("--kernels", default="auto", choices=("auto", "asm", "viper", "native", "plain"))
-    p.add_argument("--forward", default="auto", choices=("auto", "float", "int", "ulab"), help="the forward pass "
-                   "(default auto: the fastest the model, cache and kernels allow, kvedge.model.passes: int for "
-                   "int8 weights and an i8 cache with asm or viper kernels); int: the integer pass (no float, no "
-                   "allocation per token); ulab: CircuitPython's ulab pass; float: every model and cache")
+    p.add_argument("--forward", choices=("auto", "float", "int", "ulab"), help="the forward pass (default: the "
+                   "plan's with --plan; float on a board at --port, whose footprint is of that pass; else auto: the "
+                   "fastest the model, cache and kernels allow, kvedge.model.passes: int for int8 weights and an i8 "
+                   "cache with asm or viper kernels); int: the integer pass (no float, no allocation per token); "
+                   "ulab: CircuitPython's ulab pass; float: every model and cache")
     p.add_argument("--runtime", default="cpython", choices=("cpython", "unix", "wasm"))
     p.add_argument("--mpy", action="store_true", help="unix: run the device package precompiled with mpy-cross "
                    "(as deployed to a board: no compiler garbage, about 8 KB less heap and far less "
@@ -156,7 +157,7 @@ def run(args):
                 steps=args.steps, temperature=args.temperature, seed=args.seed, kv=_kv(args), budget=budget,
                 workspace=workspace or 0, stream="rom" if args.rom else args.stream, kernel=args.kernels,
                 h2o=args.h2o, stats_ms=args.stats_ms)
-    call["forward"] = args.forward
+    call["forward"] = args.forward or ("float" if args.port else "auto")
     if args.plan:
         call.update(_plan_kwargs(args))
     if args.port:
@@ -229,7 +230,7 @@ def _plan_kwargs(args):
                         "tokenizer, the loop): plan again with --workspace %d" % (
                             args.plan, doc["total_bytes"], -kw["workspace"], doc["workspace_bytes"] - kw["workspace"]))
     kw = run_args(kw)
-    if args.forward != "auto":  # --forward given: it overrides the plan's pass
+    if args.forward is not None:  # --forward given: it overrides the plan's pass
         kw["forward"] = args.forward
     return kw
 

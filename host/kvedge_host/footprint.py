@@ -116,7 +116,8 @@ def _main(kind, modules, optional, late, model, tokenizer, steps, h2o, max_token
     from kvedge.model import run, llama, checkpoint
     from kvedge.model.pieces import FileTokenizer as Tokenizer
     kv = {'dtype': 'i8', 'max_tokens': max_tokens, 'align': 0}
-    r = run.main(model, tokenizer, steps=steps, kv=kv, stream=True, h2o=h2o, stats_ms=1, peak=True, kernel=kind)
+    r = run.main(model, tokenizer, steps=steps, kv=kv, stream=True, h2o=h2o, stats_ms=1, peak=True, kernel=kind,
+                 forward='float')
     b = _a()
     print('KVFP warm %d' % (b - a))
     for name in late:

@@ -22,7 +22,11 @@ def runner_args(doc, steps, stats_ms=0, prompt="", temperature=0.0, seed=1):
     kw = {"prompt": prompt, "steps": steps, "temperature": temperature, "seed": seed,
           "kv": {k: v for k, v in doc["cache"].items() if k not in SHAPE},
           "stream": doc["weights"]["place"] != "heap", "h2o": h2o, "stats_ms": stats_ms, "peak": True,
-          "kv_bytes": doc["kv_bytes"] if doc.get("batch", 1) == 1 else 0}
+          "kv_bytes": doc["kv_bytes"] if doc.get("batch", 1) == 1 else 0,
+          "forward": doc.get("forward") or "float"}  # the pass the plan counted (kvedge.model.runplan: the same)
+    tier = doc.get("tier") if doc.get("kind") == "tiered" else None
+    if tier:
+        kw["tier"] = {k: tier[k] for k in ("block", "cold_dtype", "cold_blocks", "at_cap", "cold_align") if k in tier}
     if rt.get("source") == "measured":
         if stats_ms and not rt.get("stats", True):
             raise ValueError("the plan counted no stats stream (kvedge plan --no-stats): run with stats_ms=0")
@@ -32,7 +36,7 @@ def runner_args(doc, steps, stats_ms=0, prompt="", temperature=0.0, seed=1):
         kw["budget"] = rt["usable_heap"] - rt["margin_bytes"]
         kw["workspace"] = rt["boot_bytes"] + rt["code_bytes"] + rt["telemetry_bytes"] + (rt["evict_bytes"] if h2o
                                                                                          else 0) + (
-            rt.get("encode_bytes", 0) if kw["encode"] else 0)
+            rt.get("encode_bytes", 0) if kw["encode"] else 0) + (rt.get("tiered_bytes", 0) if tier else 0)
         # the loop, and the buffers of the files the run keeps open (the tokenizer; the weights when streamed)
         kw["overhead"] = rt["loop_bytes"] + rt["file_bytes"] * (1 + (1 if kw["stream"] else 0))
         if prompt and not rt.get("prompt", True):

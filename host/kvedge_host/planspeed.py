@@ -178,7 +178,7 @@ def cost(c, spec, wdtype, kernels, forward, table=None, tier_cost=None):
 def annotate(c, spec, wdtype, kernels, prof, table=None):
     """Add "forward", "kernels", "instructions_per_token" (None when not measured), "tokens_per_s" (at the
     profile's clock; None without one) and "speed" (what the figure is, where it came from) to candidate c."""
-    fw = forward_for(c, wdtype, kernels, prof)
+    fw = c.get("forward") or forward_for(c, wdtype, kernels, prof)  # the planner's, when it sized the plan for one
     k = cost(c, spec, wdtype, kernels, fw, table, (c.get("tier") or {}).get("cost"))
     hz, src = clock(prof)
     c["forward"] = fw

@@ -52,7 +52,9 @@ def test_the_plan_for_stories260k_generates_on_the_board_within_its_heap(capsys,
     # every profile keeps at least MIN_TOKENS with the stats stream; the ESP32's 100 KB the fewest (13 tokens with
     # the footprints of 2026-11-30: 4 sinks + a 9-token window)
     assert doc["runtime"]["tokenizer_bytes"] > 0 and doc["tokens_kept"] >= planrun.MIN_TOKENS
-    assert doc["runtime"]["stats"] and doc["kind"] != "shorter"
+    # the ESP32's 100 KB keeps only a cut context since the runner's objects are counted 512 bytes larger (it kept
+    # 4 sinks + a 9-token window before): still MIN_TOKENS tokens with the stats stream
+    assert doc["runtime"]["stats"] and (doc["kind"] != "shorter" or board == "esp32")
     s, out = _run(board, doc, weights, TOK512)
     assert ("KVSTATS " in out) == doc["runtime"]["stats"] and s["kernels"] == doc["runtime"]["kernels"]
     text = re.sub(r"KVSTATS \{[^}]*\}\r?\n?", "", out)  # the stats lines land between the pieces

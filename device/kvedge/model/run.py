@@ -98,7 +98,7 @@ def _load(kernel, h2o, stats, encode=False, kv=None, forward="auto", model=None,
 
 def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=None, budget=None, workspace=0,
          stream=False, kernel="auto", tile=32, peak=False, h2o=0, stats_ms=0, overhead=RUN_OVERHEAD,
-         kv_bytes=0, encode=None, ctrl_c=False, forward="auto", tier=None):
+         kv_bytes=0, encode=None, ctrl_c=False, forward="float", tier=None):
     """Returns the stats dict it prints. Raises BudgetError before allocating when the run does not fit: the
     plan counts the tokenizer (kept in its file: kvedge.model.pieces.FileTokenizer) and `overhead`, this
     loop's own heap (a plan made from the board's measured footprint passes the loop it measured), in the
@@ -113,8 +113,9 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
     far smaller than what is free); the cache checks it is its size. encode: count the tokenizer's sorted ids
     (default: when there is a prompt), as the plan did. ctrl_c=True looks for a Ctrl-C waiting on stdin after
     every token (a board's USB stack interrupts a program by itself; firmware that reads its UART only when
-    asked, like the emulated Cortex-M3's, cannot be stopped otherwise). forward: "auto" (the fastest pass this
-    model, cache and kernels allow: kvedge.model.passes), "float", "int" or "ulab" (kvedge.model.llama.Llama).
+    asked, like the emulated Cortex-M3's, cannot be stopped otherwise). forward: the pass the caller's budget
+    was counted for: "float" (the default: what a board's measured footprint is of), "int", "ulab", or "auto"
+    (the fastest this model, cache and kernels allow: kvedge.model.passes; Llama's own default).
     tier: a tiered cache (a plan's "tier": block, cold_dtype, cold_blocks, at_cap, cold_align; its files
     kvedge.model.llama.COLD_PATH.* start afresh): kv is then its ring's config and kv_bytes the ring's arena."""
     if budget is not None and kv_bytes > budget:
