@@ -32,7 +32,8 @@ from kvedge import kernels
 from kvedge.compat import ticks_diff, ticks_us  # CircuitPython boards have no time.ticks_*
 kernels.select(%(kernels)r)
 from kvedge.model.llama import Llama
-m = Llama(%(model)r, kv={"dtype": %(cache)r, "align": 0, "max_tokens": %(slots)d}, stream=%(stream)r)
+m = Llama(%(model)r, kv={"dtype": %(cache)r, "align": 0, "max_tokens": %(slots)d}, stream=%(stream)r,
+          forward="float")  # the float pass this table has always measured (Llama's default is auto)
 c = m.cache
 cfg = m.cfg
 k = [0.0] * cfg.kv_dim

@@ -157,7 +157,7 @@ def run(args):
                 steps=args.steps, temperature=args.temperature, seed=args.seed, kv=_kv(args), budget=budget,
                 workspace=workspace or 0, stream="rom" if args.rom else args.stream, kernel=args.kernels,
                 h2o=args.h2o, stats_ms=args.stats_ms)
-    call["forward"] = args.forward or ("float" if args.port else "auto")
+    call["forward"] = args.forward or ("float" if (args.port or args.board) else "auto")
     if args.plan:
         call.update(_plan_kwargs(args))
     if args.port:

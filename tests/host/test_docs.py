@@ -175,6 +175,8 @@ NOT_RUN = {
         "the set-up of the checkout the tests run in (tools/test runs tools/setup.sh first); the activation only "
         "puts .venv/bin on the shell's PATH, which this test's `kvedge` stands for",
     "tools/test": "the whole suite: the suite does not run itself (CI runs it: .ci/run)",
+    ".venv/bin/python tools/fuzz.py --runtime unix --seed 7 --minutes 0.2 -k test_fuzz_tiered":
+        "the fuzzers' longer runs: the suite runs the same fuzzers with fixed seeds (tests/device/test_fuzz_*.py)",
     "tools/demo": "runs tools/setup.sh, then `kvedge demo`: the demo is run by tests/host/test_demo.py and "
                   "tests/host/test_demo_boards.py",
     "mpremote connect PORT mip install github:OWNER/kvedge":
