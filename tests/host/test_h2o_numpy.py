@@ -36,11 +36,11 @@ def reference(K, V, Q, budget, recent, sinks, decay):
                 k = K[live, layer, kvh].astype(np.float64)
                 q = Q[t, layer, h].astype(np.float64)
                 s = (k @ q) * (1.0 / math.sqrt(D))
-                # the attention step keeps a tile's scores in float32 (its max and sum come from those),
-                # and reports each probability from the float64 score: mirror both
+                # the attention step keeps a tile's scores in float32 (its max and sum come from those) and
+                # reports each probability from that float32 score (so no weight passes 1): mirror both
                 s32 = s.astype(np.float32).astype(np.float64)
                 m = s32.max()
-                p = np.exp(s - m) * (1.0 / np.exp(s32 - m).sum())
+                p = np.exp(s32 - m) * (1.0 / np.exp(s32 - m).sum())
                 add += np.floor(p * 65536 + 0.5).astype(np.int64)
         for j, pos in enumerate(live):
             a = acc[pos]
