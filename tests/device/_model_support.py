@@ -4,6 +4,8 @@
 import math
 from array import array
 
+from _support import tmp_path  # noqa: F401 (the model tests' temp files; it lives in _support)
+
 
 class RefAttention:
     """Two-pass softmax attention reading every live row with cache.read(); GQA head h -> h // group."""
@@ -46,20 +48,6 @@ class RefAttention:
                 p = self.scores[j] / tot
                 for i in range(hd):
                     out[h * hd + i] += p * row[i]
-
-
-def tmp_path(name):
-    # the current folder first: each run has its own (a board's filesystem, a fresh folder on the host), while
-    # /tmp is shared by every run on the machine
-    for d in ("", "/tmp"):
-        try:
-            p = d + "/" + name if d else name
-            f = open(p, "wb")
-            f.close()
-            return p
-        except OSError:
-            pass
-    raise OSError("no writable folder for " + name)
 
 
 class PlainForward:

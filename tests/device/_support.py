@@ -159,3 +159,33 @@ class Rng:
 
     def choice(self, seq):
         return seq[self.bits() % len(seq)]
+
+
+def tmp_path(name):
+    # the current folder first: each run has its own (a board's filesystem, a fresh folder on the host), while
+    # /tmp is shared by every run on the machine
+    for d in ("", "/tmp"):
+        try:
+            p = d + "/" + name if d else name
+            f = open(p, "wb")
+            f.close()
+            return p
+        except OSError:
+            pass
+    raise OSError("no writable folder for " + name)
+
+
+def preload_kernels(kinds):
+    """Load each kernel kind's integer-pass kernels (and the attention kernels it loads beside them) now, on a
+    collected heap: the model tests switch kinds later, when a board-sized heap has no large block left."""
+    import gc
+    from kvedge import kernels
+    from kvedge.model import intpath
+    for kind in kinds:
+        kernels.select(kind)
+        intpath.qkernels()
+        k = kernels.get()
+        if hasattr(k, "att_preload"):
+            k.att_preload(k)
+        gc.collect()
+    kernels.select()

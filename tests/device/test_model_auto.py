@@ -6,19 +6,13 @@ from kvedge.model import llama  # noqa: F401 (the large modules first, on a coll
 gc.collect()
 from kvedge import attention  # noqa: F401,E402
 gc.collect()
-from kvedge.model import intpath  # noqa: E402
+from kvedge.model import intpath  # noqa: F401,E402
 gc.collect()
-for _kind in __import__("kvedge.kernels").kernels.available():  # every kind's kernels, now
-    __import__("kvedge.kernels").kernels.select(_kind)
-    intpath.qkernels()
-    _k = __import__("kvedge.kernels").kernels.get()
-    if hasattr(_k, "att_preload"):
-        _k.att_preload(_k)
-    gc.collect()
-__import__("kvedge.kernels").kernels.select()
-from _support import need, raises  # noqa: E402
-from _model_support import tmp_path  # noqa: E402
+from _support import preload_kernels  # noqa: E402
 from kvedge import kernels  # noqa: E402
+preload_kernels(kernels.available())  # every kind's kernels, now: later the heap has no room for them
+from _support import need, raises  # noqa: E402
+from _support import tmp_path  # noqa: E402
 from kvedge.model import checkpoint, tiny  # noqa: E402
 
 _PATHS = {}
@@ -41,11 +35,19 @@ def _model(kv, forward="int"):
     return Llama(_file(), kv=kv, forward=forward, tile=8)
 
 
+def _ulab():
+    try:
+        import ulab  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
 def test_auto_takes_the_fastest_pass_the_kernels_allow():
     for kind in kernels.available():
         kernels.select(kind)
         # the integer pass with asm/viper kernels; else ulab's where the firmware has it (CircuitPython); else float
-        best = "int" if kind in ("asm", "viper") else ("ulab" if llama._has_ulab() else "float")
+        best = "int" if kind in ("asm", "viper") else ("ulab" if _ulab() else "float")
         for kv, want in (({"dtype": "i8", "align": 0, "max_tokens": 16}, best),
                          ({"dtype": "i8", "align": 0, "max_tokens": 16, "window": 8, "sinks": 2}, best),
                          ({"dtype": "f32", "align": 0, "max_tokens": 16}, "float")):  # an f32 cache: float only

@@ -1,0 +1,92 @@
+# The tiered model tests' shared part: a tiny int8 model, the tokens, a ring and a tier that move blocks to
+# flash, and a runner that compares a model's logits position by position with a reference run's.
+import gc
+
+from _support import need, tmp_path
+from kvedge.compat import zeros
+from kvedge.model import checkpoint, tiny
+
+PATHS = {}
+# 22 tokens: with a ring of 8 (+ 4 sinks) in blocks of 4, four blocks leave the ring for flash
+TOKENS = (1, 40, 30, 7, 7, 29, 3, 45, 12, 12, 8, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+RING = {"dtype": "i8", "align": 0, "max_tokens": 12, "window": 8, "sinks": 4}
+TIER = {"block": 4, "cold_dtype": "i8", "cold_blocks": 8, "at_cap": "drop"}
+V = 48
+REF = zeros("i", V * len(TOKENS))  # the reference's logits, made now: later the heap has no 4 KB block left
+
+
+def files():
+    need("fs")
+    if PATHS:
+        try:  # under pytest each test module runs in its own folder: files made for another are not here
+            open(PATHS["i8"], "rb").close()
+        except OSError:
+            PATHS.clear()
+    if not PATHS:
+        p = tmp_path("kvedge_tier_tiny.bin")
+        tiny.write_checkpoint(p, seed=11, vocab_size=V)
+        q = tmp_path("kvedge_tier_tiny_i8.bin")
+        checkpoint.convert_to_i8(p, q)
+        PATHS.update(i8=q, cold=tmp_path("kvedge_tier_cold"))
+    return PATHS
+
+
+def model(kv, tier=None, forward="int"):
+    from kvedge.model.llama import Llama
+    f = files()
+    gc.collect()
+    return Llama(f["i8"], kv=kv, forward=forward, tile=8, tier=tier, cold_path=f["cold"])
+
+
+def value(lg, i, forward):
+    return lg[i] if forward == "int" else int(lg[i] * 65536)
+
+
+def run(kv, tier=None, forward="int", ref=False):
+    """Run a model on this cache over TOKENS. ref=False: keep its logits in REF (the float pass's in units of
+    2**-16) and return their digest; ref=True: compare each position with REF as it comes (one model in RAM at
+    a time: a board-sized 64-bit heap holds little more) and return (digest, the largest gap relative to the
+    row's largest logit, positions whose top token differs, the first position whose bits differ)."""
+    m = model(kv, tier, forward)
+    h = 0
+    worst = 0
+    flips = 0
+    first = -1
+    try:
+        assert m.cfg.vocab_size == V and m.forward_kind == forward
+        for j in range(len(TOKENS)):
+            lg = m.forward(TOKENS[j])
+            o = j * V
+            big = 1
+            gap = 0
+            ra = 0
+            ga = 0
+            for i in range(V):
+                x = value(lg, i, forward)
+                h = (h * 31 + x) & 0xFFFFFFF
+                if not ref:
+                    REF[o + i] = x
+                    continue
+                r = REF[o + i]
+                big = max(big, abs(r))
+                gap = max(gap, abs(r - x))
+                if r > REF[o + ra]:
+                    ra = i
+                if x > value(lg, ga, forward):
+                    ga = i
+            if ref:
+                if gap and first < 0:
+                    first = j
+                worst = max(worst, gap / big)
+                flips += ra != ga
+    finally:
+        m.close()
+        drop(m)
+    return (h, worst, flips, first) if ref else h
+
+
+def drop(m):
+    """Let go of everything a closed model holds: a stale pointer to it on MicroPython's C stack (the collector
+    scans it conservatively) must not keep a 20 KB model alive for the next one."""
+    for k in list(m.__dict__):
+        setattr(m, k, None)
