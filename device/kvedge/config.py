@@ -126,34 +126,3 @@ class CacheConfig:
     def __repr__(self):
         return "CacheConfig(%s)" % ", ".join("%s=%r" % (k, getattr(self, k)) for k in _FIELDS)
 
-
-TIER_AT_CAP = ("drop", "reset")  # what a full cold store does: drop its oldest block, or take a reset point
-TIER_U16 = 0xFFFF  # the cold store's header holds these fields in 16 bits
-
-
-def check_tier(cfg, block, cold, cold_blocks, at_cap, cold_align):
-    """A tiered cache's fields (kvedge.tiered.TieredCache, a plan's "tier") against its ring's CacheConfig:
-    ValueError naming the field. The rule, written once: TieredCache and kvedge.model.plandoc both call it."""
-    for name, x in (("block", block), ("cold_blocks", cold_blocks)):
-        if not isinstance(x, int) or isinstance(x, bool) or x < 1 or x > TIER_U16:
-            raise ValueError("%s must be an int in 1..%d, got %r" % (name, TIER_U16, x))
-    if not isinstance(cold, str) or cold not in CACHE_DTYPES:
-        raise ValueError("cold dtype must be one of %s, got %r" % (", ".join(CACHE_DTYPES), cold))
-    if not isinstance(at_cap, str) or at_cap not in TIER_AT_CAP:
-        raise ValueError("at_cap must be 'drop' or 'reset', got %r" % (at_cap,))
-    if not cfg.window:
-        raise ValueError("a tiered cache needs a hot ring: build its config with window > 0")
-    if cfg.window % block:
-        raise ValueError("window (%d) must be a multiple of block (%d): blocks leave the ring whole"
-                         % (cfg.window, block))
-    if cfg.prefix and cfg.prefix != cfg.sinks:
-        raise ValueError("a tiered cache keeps its sinks at f32 (prefix = sinks = %d) or in the ring's dtype "
-                         "(prefix 0), got prefix %d" % (cfg.sinks, cfg.prefix))
-    if cold == "i4" and cfg.head_dim & 1:
-        raise ValueError("head_dim must be even for an i4 cold store, got %d" % cfg.head_dim)
-    for name, x in (("layers", cfg.layers), ("kv_heads", cfg.kv_heads), ("head_dim", cfg.head_dim),
-                    ("sinks", cfg.sinks), ("align", cfg.align)):
-        if x > TIER_U16:
-            raise ValueError("%s %d does not fit the cold store's header (<= %d)" % (name, x, TIER_U16))
-    if not isinstance(cold_align, int) or isinstance(cold_align, bool) or cold_align < 0 or cold_align > TIER_U16:
-        raise ValueError("cold_align must be an int in 0..%d, got %r" % (TIER_U16, cold_align))

@@ -25,7 +25,8 @@ from .budget import F32, F16, I8, I4, LOWBIT, CACHE_DTYPES, tiered_bytes
 from .cache import KVCache, POS_LIMIT
 from .coldstore import ColdStore
 from .compat import float_array, zeros
-from .config import CacheConfig, check_tier
+from .config import CacheConfig
+from .tierconf import check as check_tier
 from .errors import BudgetError
 from . import quant
 

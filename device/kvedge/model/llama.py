@@ -14,7 +14,6 @@ import sys
 
 from kvedge import sizes as _sizes
 from kvedge import kernels
-from kvedge.model import passes as _passes
 from kvedge.cache import KVCache
 from kvedge.config import CacheConfig
 from kvedge.errors import BudgetError
@@ -85,15 +84,6 @@ def object_bytes(cfg, ccfg, tile=32, word=WORD, integer=False):
     return 2048 + 320 * (7 * cfg.n_layers + 2) + 4 * ccfg.slots + 256 * tile + conv
 
 
-def tier_bytes(ccfg, tier):
-    """kvedge.budget.tiered_bytes of the tiered cache a plan's `tier` (block, cold_dtype, cold_blocks, cold_align)
-    builds around the ring `ccfg`: what TieredCache.ram_bytes() will be, and its flash."""
-    from kvedge.budget import tiered_bytes
-    return tiered_bytes(ccfg.layers, ccfg.heads, ccfg.kv_heads, ccfg.head_dim, ccfg.window, ccfg.sinks,
-                        tier["block"], tier["cold_blocks"], ccfg.dtype, tier["cold_dtype"], ccfg.align,
-                        tier.get("cold_align", 0), ccfg.group, ccfg.prefix == ccfg.sinks and ccfg.sinks > 0)
-
-
 def plan(cfg, wdtype, ccfg, stream=False, tile=32, workspace=0, forward="float", word=WORD, integer=False,
          tier=None):
     """The run's memory account (kvedge.budget.deployment_bytes): weights resident in RAM, KV cache (the arena,
@@ -107,18 +97,14 @@ def plan(cfg, wdtype, ccfg, stream=False, tile=32, workspace=0, forward="float",
         scratch = scratch_bytes(cfg, wdtype, stream)
     else:
         scratch = _path(forward).scratch_bytes(cfg, stream)
-    kv = ccfg.nbytes() if tier is None else tier_bytes(ccfg, tier)["ram"]
+    if tier is None:
+        kv = ccfg.nbytes()
+    else:
+        from kvedge import tierconf
+        kv = tierconf.ram_bytes(ccfg, tier)["ram"]
     # the float pass reads streamed norms from the file; the others keep theirs
     return _sizes.deployment_bytes(resident_bytes(cfg, wdtype, stream, norms=forward != "float"), kv,
                                    act + scratch, workspace + object_bytes(cfg, ccfg, tile, word, integer))
-
-
-def _has_ulab():
-    try:
-        import ulab  # noqa: F401 (CircuitPython's builtin; no file to load)
-        return True
-    except ImportError:
-        return False
 
 
 def plan_kind(ccfg, tier=None, policy=False):
@@ -135,13 +121,14 @@ def plan_kind(ccfg, tier=None, policy=False):
 def resolve_forward(forward, wdtype, ccfg, tier=None, stream=False, policy=False, attention=None):
     """forward="auto": the fastest pass that runs this model and cache with the kernels selected here
     (kvedge.model.passes.choose); any other value is returned as it is (checked by check())."""
+    from kvedge.model import passes as _passes  # here: a run that names its pass does not load the rule
     if forward != _passes.AUTO:
         return forward
     if attention is not None:  # a caller's attention runs on the float pass
         return _passes.FLOAT
     cold = tier["cold_dtype"] if tier is not None else None
     return _passes.choose(wdtype, ccfg.dtype, kernels.kind(), plan_kind(ccfg, tier, policy), cold, ccfg.prefix,
-                          bool(stream), policy, _has_ulab())
+                          bool(stream), policy, _passes.has_ulab())
 
 
 def _path(forward):
@@ -156,23 +143,6 @@ def _path(forward):
     raise ValueError("forward must be 'float', 'int' or 'ulab', got %r" % (forward,))
 
 
-def check_tier(tier, ccfg, forward="float", policy=False):
-    """A tiered cache's fields (a plan's "tier") before anything is built; kvedge.tiered.TieredCache checks the
-    rest against the ring's config when it is built (before it allocates)."""
-    if not isinstance(tier, dict):
-        raise TypeError("tier must be a dict (a plan's \"tier\"), got %s" % type(tier).__name__)
-    for key in ("block", "cold_dtype", "cold_blocks"):
-        if key not in tier:
-            raise ValueError("tier: no %r" % key)
-    if policy:
-        raise ValueError("a tiered cache keeps every token it can: no eviction policy beside it")
-    if forward == _passes.ULAB:
-        raise ValueError("the ulab forward pass reads an i8 cache in RAM, not a tiered cache")
-    if forward == _passes.INT and tier["cold_dtype"] not in _passes.INT_COLD:
-        raise ValueError("the integer forward pass attends %s cold blocks, not %r" % (
-            " or ".join(_passes.INT_COLD), tier["cold_dtype"]))
-
-
 def check(path, kv=None, budget=None, workspace=0, stream=False, tile=32, policy=False, forward="float",
           attention=None, integer=False, tier=None):
     """(model config, weights dtype, cache config, plan) of a run of this checkpoint; ValueError when the forward
@@ -181,10 +151,9 @@ def check(path, kv=None, budget=None, workspace=0, stream=False, tile=32, policy
     forward: "float", "int" or "ulab" (resolve_forward gives "auto"'s choice); tier: a tiered cache's fields."""
     cfg, wdtype = read_config(path)
     ccfg = cache_config(cfg, kv)
-    if forward not in _passes.FORWARDS:
-        raise ValueError("forward must be 'auto', 'float', 'int' or 'ulab', got %r" % (forward,))
     if tier is not None:
-        check_tier(tier, ccfg, forward, policy)
+        from kvedge import tierconf
+        tierconf.check_run(tier, forward, policy)
     if forward != "float":
         _path(forward).check(wdtype, ccfg, attention, bool(stream), policy)
     stream = weights_place(path, stream) if forward == "float" else bool(stream)
@@ -239,7 +208,7 @@ class Llama:
 
     def __init__(self, path, kv=None, budget=None, workspace=0, stream=False, tile=32, attention=None,
                  int_attention="auto", policy=None, forward="auto", arena=None, tier=None, cold_path=COLD_PATH):
-        if forward == _passes.AUTO:
+        if forward == "auto":  # kvedge.model.passes.AUTO
             cfg, wdtype = read_config(path)
             forward = resolve_forward(forward, wdtype, cache_config(cfg, kv), tier, stream, policy is not None,
                                       attention)
@@ -287,7 +256,8 @@ class Llama:
             self.att = self.cache
             quantized = self.cache.int_ok
             if int_attention == "auto":
-                int_attention = quantized and kernels.kind() in _passes.FAST_KERNELS
+                from kvedge.model.passes import FAST_KERNELS
+                int_attention = quantized and kernels.kind() in FAST_KERNELS
         elif attention is None:  # kvedge.attention: build the integer path's scratch only when it runs
             quantized = ccfg.dtype in ("i8", "i4", "i2")
             if int_attention == "auto":

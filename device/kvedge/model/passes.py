@@ -44,3 +44,12 @@ def choose(wdtype, dtype, kernel_kind, kind="keep", cold=None, prefix=0, stream=
     if ulab and ulab_runs(wdtype, dtype, kind, prefix, stream, policy):
         return ULAB
     return FLOAT
+
+
+def has_ulab():
+    """Whether ulab imports here (CircuitPython's builtin; no file to load)."""
+    try:
+        import ulab  # noqa: F401
+        return True
+    except ImportError:
+        return False
