@@ -16,7 +16,7 @@ def add_arguments(p):
     p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
     p.add_argument("--samples", type=int, metavar="N", help="stop after N samples")
     p.add_argument("--until", metavar="EVENT", help="stop after a sample with this event (e.g. final: the end of a "
-                   "generation)")
+                   "generation); a traceback from the board stops the watch too, with exit 1")
     p.add_argument("--plain", action="store_true", help="no live view: print events and alerts as lines "
                    "(the default when stdout is not a terminal)")
     p.add_argument("--wait", action="store_true", help="the port need not exist yet: wait for it to appear (a "
@@ -85,7 +85,8 @@ def run(args):
     mon = Monitor(csv_path=args.csv, alert_pct=args.alert_pct, on_alert=say("ALERT "), on_note=say(""))
 
     def until():
-        return bool(args.until and mon.samples and mon.samples[-1].get("event") == args.until)
+        # a traceback ends the board's program: the awaited event can no longer come
+        return bool(args.until and (mon.stopped() or mon.samples and mon.samples[-1].get("event") == args.until))
     try:
         if live_view:
             from rich.live import Live
@@ -110,4 +111,8 @@ def run(args):
     if args.plot:
         plot(mon, args.plot)
     print("monitor: " + mon.summary(), flush=True)
+    if args.until and mon.crash:
+        print("kvedge monitor: %s: the board's program stopped before a %r sample: %s"
+              % (args.port, args.until, mon.crash), file=sys.stderr, flush=True)
+        return 1
     return 0

@@ -13,6 +13,7 @@ import time
 from kvedge import telemetry
 
 MAX_LINE = 16384  # a "line" longer than this without a newline is garbage: dropped, not accumulated
+RESTARTS = ("soft reboot", "Auto-reload", "code.py output:", "main.py output:")  # a board's program starting again
 CSV_FIELDS = ["host_time", "session"] + list(telemetry.KEYS) + ["cache_pct"]
 
 
@@ -48,6 +49,9 @@ class Monitor:
             (k, 0) for k in ("samples", "sessions", "lost", "duplicates", "bad_lines", "other_lines",
                              "connects", "disconnects"))
         self.other = collections.deque(maxlen=6)  # last lines of other program output
+        self.crash = None  # the error line of the last traceback the board printed (its program stopped)
+        self.crash_at = 0.0
+        self._in_traceback = False
         self.connected = False
         self.port_state = "not opened"
         self._buf = bytearray()
@@ -114,10 +118,31 @@ class Monitor:
             elif text.strip():
                 self.counts["other_lines"] += 1
                 self.other.append(_printable(text.strip())[:160])
+                self._watch_traceback(text)
             return None
         return self.sample(d)
 
+    def _watch_traceback(self, text):
+        """A MicroPython/CircuitPython traceback: its header, indented frames, then the error line, which ends
+        the program (a sample after it is a new run: the crash is then history, not the state)."""
+        t = text.strip()
+        if t == "Traceback (most recent call last):":
+            self._in_traceback = True
+        elif self._in_traceback and not text[:1].isspace():
+            self._in_traceback = False
+            self.crash = _printable(t)[:160]
+            self.crash_at = time.monotonic()
+            self._note("the board's program stopped: " + self.crash)
+        elif any(w in t for w in RESTARTS):  # the board starts its program again
+            self.crash = None
+
+    def stopped(self, settle=1.0):
+        """The board's program ended in a traceback at least `settle` seconds ago and has not started again (a
+        traceback buffered from before a reset is followed at once by the reboot's output)."""
+        return self.crash is not None and time.monotonic() - self.crash_at >= settle
+
     def sample(self, d):
+        self.crash = None  # the board runs (again)
         seq = d["seq"]
         canon = json.dumps([d[k] for k in telemetry.KEYS])
         last = self._last

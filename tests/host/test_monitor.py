@@ -162,6 +162,42 @@ def test_port_vanishing_and_returning_on_a_raw_pty(tmp_path):
     assert [int(r["seq"]) for r in _rows(tmp_path / "r.csv")] == [1, 2, 3, 4]
 
 
+TRACEBACK = (b"Traceback (most recent call last):\r\n  File \"code.py\", line 7, in <module>\r\n"
+             b"  File \"lib/kvedge/model/plandoc.py\", line 127, in check\r\n"
+             b"PlanError: heap_bytes: the plan is for a 169984-byte heap, this runtime has 164608\r\n")
+
+
+def test_a_traceback_is_the_program_stopping_until_the_board_starts_again():
+    m = Monitor()
+    m.feed(_line(1) + TRACEBACK[:60])
+    assert m.crash is None                       # a header and a frame: not yet an error line
+    m.feed(TRACEBACK[60:])
+    assert m.crash.startswith("PlanError: heap_bytes") and m.stopped(settle=0)
+    assert not m.stopped(settle=30)              # a reboot's output may still follow a buffered traceback
+    m.feed(b"soft reboot\r\n")
+    assert m.crash is None and not m.stopped(settle=0)
+    m.feed(TRACEBACK + _line(1, t_ms=3))         # a traceback, then the program runs again: not stopped
+    assert m.crash is None and m.counts["sessions"] == 2
+    m.feed(b"Traceback is a word a story may print\r\nValueError: and so is this\r\n")
+    assert m.crash is None                       # only MicroPython's exact header starts a traceback
+
+
+def test_cli_until_ends_with_exit_1_when_the_board_stops_with_a_traceback(tmp_path):
+    link = str(tmp_path / "port")
+    master, slave = _new_port(link)
+    try:
+        os.write(master, _line(1, event="start") + TRACEBACK + b"\r\n>>> ")
+        t0 = time.monotonic()
+        p = kvedge("monitor", "--port", link, "--until", "final", "--duration", "300", "--plain", timeout=120)
+    finally:
+        os.close(master)
+        os.close(slave)
+    assert time.monotonic() - t0 < 60            # not the 300 s of --duration: the final sample cannot come
+    assert p.returncode == 1, (p.stdout, p.stderr)
+    assert p.stderr.count("\n") == 1 and link in p.stderr and "PlanError: heap_bytes" in p.stderr, p.stderr
+    assert "1 samples in 1 session(s)" in p.stdout
+
+
 def _board_fs(root, tokens, every):
     fs = os.path.join(root, "fs")
     shutil.copytree(os.path.join(DEVICE, "kvedge"), os.path.join(fs, "kvedge"),
