@@ -366,13 +366,13 @@ def _power_cut(fz, ts):
             before = model.copy()
             pos = model.start()
             ks, vs = ts.rows(pos)
-            ts.q8.pop(pos, None)
             try:
                 tc.append(ks, vs)
-            except PowerCut:
-                model = before
-                SEEN["cuts"] += 1
+            except PowerCut:  # the cut came in start_token (a demotion or a cap reset), before any row was
+                model = before  # written: the position keeps what it held (a cut cap reset gave pos 0 again,
+                SEEN["cuts"] += 1  # whose write_q8 row is still in the committed block: seed 2029)
                 break
+            ts.q8.pop(pos, None)
     finally:
         CUT[0] = -1
         coldstore.open = open
