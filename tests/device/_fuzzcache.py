@@ -2,6 +2,7 @@
 import math
 from array import array
 
+from kvedge import quant
 from kvedge.attention import Attention, quantize_query, dequantize_output
 from kvedge.cache import KVCache
 from kvedge.compat import zeros
@@ -144,8 +145,65 @@ def _check_step(st, rng):
         st.att.step_q8(layer, qc, qs, oq, oe)
         g = zeros("f", st.hd)
         dequantize_output(oq, oe, g, cfg.heads)
-        err = max(abs(g[i] - out[i]) for i in range(st.hd))
-        assert err <= 0.08 * scale, (cfg, err, scale)  # int8 query, int8 rows: within a few percent
+        for h in range(cfg.heads):
+            tol = q8_tolerance(st, layer, h, q, qc, qs, 2e-4 * scale)
+            for i in range(h * cfg.head_dim, (h + 1) * cfg.head_dim):
+                assert abs(g[i] - out[i]) <= tol, (cfg, h, i, g[i], out[i], tol)
+
+
+def q8_tolerance(st, layer, h, q, qc, qs, float_err):
+    """Largest |step_q8 - step| for query head h's outputs, from what the integer path rounds (a bound, not a
+    fit: 0.08 * max|output| failed on seeds 2026, 2030, 2031, 2044, 2048, whose outputs are averages far
+    smaller than the values averaged, while step_q8 matched exact softmax on its rounded inputs to < 1e-3).
+      inputs   the query's codes: e_q[i] = |q[i] - qc[i] * scale|, exact. Rows step_q8 reads verbatim (i8, past
+               the prefix): none. Rows it converts to int8 with a power-of-two step (f32 prefix and KIVI
+               residual rows, i4/i2 rows: kernels att_conv_*): step <= amax / 64 and |error| <= amax / 127
+               (half a step, or under a step where the largest code saturates at 127), + 2**-12 amax for the
+               low bits the conversion drops.
+      scores   delta_j <= (sum_i e_q[i] (|k_i| + e_k) + |q_i| e_k) / sqrt(D), + the score arithmetic: lam's and
+               B's rounding (1.5 / lam) and Q16 (2**-12) relative, one unit of the product a (q scale * k step),
+               2**-14 absolute.
+      weights  softmax(s + delta) / softmax(s) per token lies in [e**-r, e**r], r = 2 max|delta_j|: the weights
+               move by at most e**r - 1 in total, and as they sum to 1 the output moves by that times half the
+               values' spread per channel; converted V rows add their own error (a weighted mean of them).
+      integer  each token's Q14 weight (table interpolation and shift) and its scaled weight W_j are truncated by
+               <= 1 unit each against a running sum >= 2**13 (so <= 2**-12 of the largest value each), the
+               online rescales as much again, the Q10 division one output unit (<= 2**-10 of it).
+    float_err: what step() itself may be off by (its own check against the plain softmax)."""
+    c, cfg = st.c, st.cfg
+    D = cfg.head_dim
+    kvh = h // (cfg.heads // cfg.kv_heads)
+    o = h * D
+    sq = quant.f16_value(qs[h])
+    rt = math.sqrt(D)
+    k = zeros("f", D)
+    v = zeros("f", D)
+    lo = [0.0] * D
+    hi = [0.0] * D
+    dmax = ev = vabs = 0.0
+    live = st.ref.live()
+    for j, p in enumerate(live):
+        c.read(layer, kvh, p, 0, k)
+        c.read(layer, kvh, p, 1, v)
+        conv = cfg.dtype != "i8" or c.slot_of(p) < cfg.prefix
+        ak = max(abs(x) for x in k)
+        ek = ak * (1 / 127.0 + 2.0 ** -12) if conv else 0.0
+        d = s = 0.0
+        for i in range(D):
+            d += abs(q[o + i] - qc[o + i] * sq) * (abs(k[i]) + ek) + abs(q[o + i]) * ek
+            s += q[o + i] * k[i]
+        d = (d + abs(s) * (1.5 / st.att.lam + 2.0 ** -12) + sq * ak / 64.0) / rt + 2.0 ** -14
+        dmax = max(dmax, d)
+        av = max(abs(x) for x in v)
+        vabs = max(vabs, av)
+        if conv:
+            ev = max(ev, av * (1 / 127.0 + 2.0 ** -12))
+        for i in range(D):
+            lo[i] = v[i] if j == 0 else min(lo[i], v[i])
+            hi[i] = v[i] if j == 0 else max(hi[i], v[i])
+    spread = max(hi[i] - lo[i] for i in range(D)) / 2
+    return ((math.exp(2 * dmax) - 1) * spread + ev + (3 * len(live) * 2.0 ** -12 + 2.0 ** -10) * vabs
+            + float_err)
 
 
 def cache_refuse(fz, st):
