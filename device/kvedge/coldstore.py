@@ -21,7 +21,7 @@
 import struct
 
 from .budget import CACHE_DTYPES, TIER_HEADER_BYTES, TIER_TAG_BYTES
-from .compat import zeros
+from .compat import IS_MICROPYTHON, zeros
 from .errors import ColdStoreError
 
 MAGIC = b"KVTC"
@@ -52,6 +52,14 @@ def _newer(s, t):
     return (s - t) % SEQ_MOD < (SEQ_MOD >> 1)
 
 
+def _collect():
+    """Free closed files' buffers now on a board (MicroPython frees memory only when it collects); CPython
+    frees them on close."""
+    if IS_MICROPYTHON:
+        import gc
+        gc.collect()
+
+
 def _open(path, mode):
     try:
         return open(path, mode)
@@ -80,6 +88,11 @@ class ColdStore:
         self.saved = False
         self.reads = self.writes = 0
         self.segs = [None, None]
+        self.spare = None  # an open file held for the heap its buffers take: see _hold()
+        # the names a commit opens, made once: a name made between _release() and the open would take the room
+        self.h_names = ("%s.h0" % path, "%s.h1" % path)
+        self.s_name = path + ".s"
+        self.seg_names = ("%s.0" % path, "%s.1" % path)
         h = None if fresh else _open(path + ".h0", "rb") or _open(path + ".h1", "rb")
         if h is None:
             if not fresh:  # no header, but a data file: the headers were lost, which is damage, not a new store
@@ -90,6 +103,7 @@ class ColdStore:
                         self._refuse("both headers (%s.h0, %s.h1) are missing but its data file %s%s is there"
                                      % (path, path, path, x))
             self._create()
+            self._hold()
             return
         h.close()
         try:
@@ -97,9 +111,28 @@ class ColdStore:
         except Exception:
             self.close()
             raise
+        self._hold()
+
+    def _hold(self):
+        """Keep one more file open (the sinks' file, appending nothing) for the heap its buffers take: a header
+        commit or the sinks' write opens a file in the middle of a run, when a board's heap may have no block of
+        that size left; _release() frees it just before (the new file's buffers take its place), _hold() takes
+        it back after. An open that fails leaves nothing held (the store works the same, without the spare)."""
+        if self.spare is None:
+            _collect()  # the file just closed is garbage until collected: its buffers are the room to reuse
+            try:
+                self.spare = _open(self.s_name, "ab")
+            except MemoryError:  # no room even so: the store goes on without a spare
+                self.spare = None
+
+    def _release(self):
+        if self.spare is not None:
+            self.spare.close()
+            self.spare = None
+            _collect()
 
     def _name(self, i):
-        return "%s.%d" % (self.path, i)
+        return self.seg_names[i]
 
     # ---- headers ----
 
@@ -142,11 +175,13 @@ class ColdStore:
             self.segs[i] = open(self._name(i), "w+b")
 
     def _write_header(self, i, seq, k0, count, saved):
-        f = open("%s.h%d" % (self.path, i), "wb")
+        self._release()
+        f = open(self.h_names[i], "wb")
         try:
             f.write(self._pack_header(seq, k0, count, saved))
         finally:
             f.close()
+        self._hold()  # only once the header is there: a spare made beside no header would read as damage
 
     def commit(self, k0, count, saved):
         """Write the next header (alternating files), closed = on flash; only then does the state here follow."""
@@ -279,10 +314,13 @@ class ColdStore:
                 if self.segs[i] is not None:
                     self.segs[i].close()
                     self.segs[i] = None
+                self._release()
                 try:
-                    self.segs[i] = open(self._name(i), "w+b")
+                    self.segs[i] = open(self.seg_names[i], "w+b")
                 except OSError as e:  # no live block is in this file: the next use opens it again
                     raise OSError("%s: cannot start the cold segment file %s (%s)" % (self.path, self._name(i), e))
+                finally:
+                    self._hold()
         f = self._seg(i)
         f.seek((k % self.C) * self.stride + layer * self.rb)
         f.write(self.rec)
@@ -297,7 +335,8 @@ class ColdStore:
         if sinks is not None:
             self.ab[0] = 1
             self.ab[1] = 0
-            g = open(self.path + ".s", "wb")
+            self._release()
+            g = open(self.s_name, "wb")
             try:
                 for run in sinks:
                     adler(run, len(run), self.ab)
@@ -305,6 +344,7 @@ class ColdStore:
                 g.write(self._pack_tag(SINKS_TAG, self.S))
             finally:
                 g.close()
+            self._hold()
         self.writes += 1
 
     def load(self, k, layer):
@@ -331,6 +371,7 @@ class ColdStore:
         return 2 * TIER_HEADER_BYTES + (self.sinks_rec if self.saved else 0) + self.count * self.stride
 
     def close(self):
+        self._release()
         for i in (0, 1):
             if self.segs[i] is not None:
                 self.segs[i].close()

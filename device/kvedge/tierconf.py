@@ -3,6 +3,7 @@
 # RAM account. Apart from kvedge.config and kvedge.model.llama so that a run without a tier (most boards) does
 # not compile this into its heap.
 from kvedge.sizes import CACHE_DTYPES
+from kvedge.model import passes as _passes  # here, not in check_run: a tier's measured footprint then holds it
 
 AT_CAP = ("drop", "reset")  # what a full cold store does: drop its oldest block, or take a reset point
 U16 = 0xFFFF  # the cold store's header holds these fields in 16 bits
@@ -40,7 +41,6 @@ def check_run(tier, forward="float", policy=False):
     """A tiered cache (a plan's "tier") for the model runner (kvedge.model.llama) before anything is built: its
     fields are there, no eviction policy beside it, a pass that attends it. TieredCache checks the rest against
     the ring's config (check()) when it is built, before it allocates."""
-    from kvedge.model import passes as _passes
     if not isinstance(tier, dict):
         raise TypeError("tier must be a dict (a plan's \"tier\"), got %s" % type(tier).__name__)
     for key in ("block", "cold_dtype", "cold_blocks"):

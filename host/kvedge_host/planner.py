@@ -36,9 +36,13 @@ KIVI_MIN = 2 * budget.QK  # i4's default sliding residual (one group) and the gr
 # heuristic quality order when no measured table is given (lower = closer to the full f32 cache)
 KIND_GROUP = {"keep": 0, "prefix": 0, "h2o": 1, "sinks": 2, "tiered": 3, "window": 4, "shorter": 5}
 # what a tiered run's loop adds beyond the measured loop (kvedge footprint runs an H2O cache, not a tier): moving a
-# block to flash writes files (the filesystem's and the store's transient objects). Measured: a tiered plan on the
-# emulated rp2350 (tests/host/test_plan_kinds_m3.py) peaked 422 bytes above a plan without it, the rp2040 a tiered float run ran out writing a block 800 bytes past it; rounded up.
+# block to flash packs tags and commits headers (the filesystem's transient objects). Measured on the emulated
+# rp2040 (tests/host/test_plan_flow_m3.py, a tiered stories260K plan with a prompt and the stats stream): with
+# 1,024 the run ran out of heap in the stats stream; with 2,048 it holds. The files a commit opens mid-run take
+# the place of the store's spare (kvedge.coldstore.ColdStore._hold), one of the TIERED_FILES it keeps open beside
+# its two segments.
 TIERED_LOOP_BYTES = 2048
+TIERED_FILES = 3
 TIER_BLOCK = 16  # tokens per cold block of a tiered cache (keys quantized per channel over it)
 TIER_RINGS = (budget.F32, budget.F16, budget.I8)
 DTYPE_RANK = {budget.F32: 0, budget.F16: 1, budget.I8: 2, budget.I4: 3, budget.I2: 4}
@@ -131,12 +135,12 @@ class Planner:
 
     def runner(self, cfg, h2o=False, tiered=False):
         """The runner's objects for this cache (32-bit word on a board) and, with H2O, its module and state; with
-        a tiered cache, its modules (measured: footprint tiered_bytes) and its two open segment files."""
+        a tiered cache, its modules (measured: footprint tiered_bytes) and the files it keeps open."""
         if self.rt is None:
             return 0
         n = account.runner_objects(self.shape, cfg, self.word(), self.tile, self.rt.kind) * self.batch
         if tiered:
-            n += (self.rt.tiered or 0) + 2 * self.rt.file + TIERED_LOOP_BYTES
+            n += (self.rt.tiered or 0) + TIERED_FILES * self.rt.file + TIERED_LOOP_BYTES
         return n + (self.rt.evict + account.H2O_STATE_BYTES if h2o else 0)
 
     def word(self):
@@ -663,7 +667,7 @@ def runtime_info(rt, prof, tokenizer):
     return {"source": "measured", "kernels": rt.kind, "tile": rt.tile, "heap_bytes": rt.heap, "heap_image": rt.image,
             "usable_heap": rt.usable, "boot_bytes": rt.boot, "code_bytes": rt.code,
             "telemetry_bytes": rt.telemetry, "evict_bytes": rt.evict, "encode_bytes": rt.encode, "loop_bytes": rt.loop,
-            "file_bytes": rt.file, "tiered_bytes": (rt.tiered or 0) + 2 * rt.file + TIERED_LOOP_BYTES,
+            "file_bytes": rt.file, "tiered_bytes": (rt.tiered or 0) + TIERED_FILES * rt.file + TIERED_LOOP_BYTES,
             "largest_block_bytes": rt.largest, "margin_bytes": rt.margin, "stats": rt.telemetry > 0,
             "tokenizer_bytes": tokenizer[0],
             "tokenizer": tokenizer[1], "prompt": tokenizer[2], "command": src.get("command"),

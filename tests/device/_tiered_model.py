@@ -2,7 +2,7 @@
 # flash, and a runner that compares a model's logits position by position with a reference run's.
 import gc
 
-from _support import need, tmp_path
+from _support import _feature, need, tmp_path, under_heap_lock
 from kvedge.compat import zeros
 from kvedge.model import checkpoint, tiny
 
@@ -12,7 +12,7 @@ TOKENS = (1, 40, 30, 7, 7, 29, 3, 45, 12, 12, 8, 5, 6, 7, 8, 9, 10, 11, 12, 13, 
 RING = {"dtype": "i8", "align": 0, "max_tokens": 12, "window": 8, "sinks": 4}
 TIER = {"block": 4, "cold_dtype": "i8", "cold_blocks": 8, "at_cap": "drop"}
 V = 48
-REF = zeros("i", V * len(TOKENS))  # the reference's logits, made now: later the heap has no 4 KB block left
+ROW = zeros("i", V)  # one position's reference logits, read back from the reference's file
 
 
 def files():
@@ -27,7 +27,7 @@ def files():
         tiny.write_checkpoint(p, seed=11, vocab_size=V)
         q = tmp_path("kvedge_tier_tiny_i8.bin")
         checkpoint.convert_to_i8(p, q)
-        PATHS.update(i8=q, cold=tmp_path("kvedge_tier_cold"))
+        PATHS.update(i8=q, cold=tmp_path("kvedge_tier_cold"), ref=tmp_path("kvedge_tier_ref.bin"))
     return PATHS
 
 
@@ -42,21 +42,27 @@ def value(lg, i, forward):
     return lg[i] if forward == "int" else int(lg[i] * 65536)
 
 
-def run(kv, tier=None, forward="int", ref=False):
-    """Run a model on this cache over TOKENS. ref=False: keep its logits in REF (the float pass's in units of
-    2**-16) and return their digest; ref=True: compare each position with REF as it comes (one model in RAM at
-    a time: a board-sized 64-bit heap holds little more) and return (digest, the largest gap relative to the
-    row's largest logit, positions whose top token differs, the first position whose bits differ)."""
-    m = model(kv, tier, forward)
+def run(kv, tier=None, forward="int", ref=False, keep=True, locked=()):
+    """Run a model on this cache over TOKENS. ref=False: write its logits (the float pass's in units of 2**-16)
+    to the reference's file and return their digest; ref=True: compare each position with that file's as it
+    comes (one model in RAM at a time, and no reference in RAM: a board-sized heap holds little more) and return
+    (digest, the largest gap relative to the row's largest logit, positions whose top token differs, the first
+    position whose bits differ). keep=False: the digest alone (no reference written). locked: positions run
+    with the heap locked where the runtime can lock it (an allocation there raises MemoryError)."""
+    f = open(files()["ref"], "rb" if ref else "wb") if keep or ref else None  # opened before the model is built
+    lock = locked if _feature("heap_lock") else ()
+    m = None
     h = 0
     worst = 0
     flips = 0
     first = -1
     try:
+        m = model(kv, tier, forward)
         assert m.cfg.vocab_size == V and m.forward_kind == forward
         for j in range(len(TOKENS)):
-            lg = m.forward(TOKENS[j])
-            o = j * V
+            lg = under_heap_lock(m.forward, TOKENS[j]) if j in lock else m.forward(TOKENS[j])
+            if ref:
+                assert f.readinto(ROW) == 4 * V
             big = 1
             gap = 0
             ra = 0
@@ -65,12 +71,12 @@ def run(kv, tier=None, forward="int", ref=False):
                 x = value(lg, i, forward)
                 h = (h * 31 + x) & 0xFFFFFFF
                 if not ref:
-                    REF[o + i] = x
+                    ROW[i] = x
                     continue
-                r = REF[o + i]
+                r = ROW[i]
                 big = max(big, abs(r))
                 gap = max(gap, abs(r - x))
-                if r > REF[o + ra]:
+                if r > ROW[ra]:
                     ra = i
                 if x > value(lg, ga, forward):
                     ga = i
@@ -79,9 +85,14 @@ def run(kv, tier=None, forward="int", ref=False):
                     first = j
                 worst = max(worst, gap / big)
                 flips += ra != ga
+            elif f is not None:
+                f.write(ROW)
     finally:
-        m.close()
-        drop(m)
+        if f is not None:
+            f.close()
+        if m is not None:
+            m.close()
+            drop(m)
     return (h, worst, flips, first) if ref else h
 
 

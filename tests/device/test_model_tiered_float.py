@@ -1,6 +1,6 @@
 # The model runner on a tiered cache under the float forward pass (it must follow a plain float cache that keeps
-# every token), forward="auto" (the fastest pass the cache and kernels allow: kvedge.model.passes) and the
-# tiers and passes a model refuses before it allocates. (The integer pass: test_model_tiered.py.)
+# every token) and the tiers and passes a model refuses before it allocates. (The integer pass:
+# test_model_tiered.py; forward="auto": test_model_tiered_auto.py.)
 import gc
 
 from kvedge.model import llama  # noqa: F401 (the large modules first, on a collected heap)
@@ -13,9 +13,7 @@ from kvedge import tiered  # noqa: F401,E402
 gc.collect()
 from _support import preload_kernels  # noqa: E402
 from kvedge import kernels  # noqa: E402
-kernels.select()
-BEST = kernels.kind()  # asm on Arm, viper on MicroPython, plain elsewhere
-preload_kernels(("plain", BEST))  # the kinds compared below, loaded now: later the heap has no room for them
+preload_kernels(("plain",))  # loaded now: later the heap has no room for them
 from _support import raises  # noqa: E402
 from _tiered_model import RING, TIER, files, model, run  # noqa: E402
 
@@ -25,18 +23,6 @@ def test_tiered_float_pass_follows_a_cache_that_keeps_everything():
     run({"dtype": "f32", "align": 0, "max_tokens": 32}, forward="float")
     h, worst, flips, first = run(dict(RING, dtype="f32"), dict(TIER, cold_dtype="f32"), "float", ref=True)
     assert worst < 2e-4 and flips == 0, (worst, flips)
-
-
-
-def test_auto_runs_a_tiered_cache_on_the_integer_pass_where_the_kernels_allow():
-    for kind in ("plain", BEST):
-        kernels.select(kind)
-        m = model(RING, TIER, forward="auto")
-        got = m.forward_kind
-        m.close()
-        m = None
-        assert got == ("int" if kind in ("asm", "viper") else "float"), (kind, got)
-    kernels.select()
 
 
 

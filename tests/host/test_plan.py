@@ -66,8 +66,8 @@ def recompute_total(doc, weights_dtype="i8", board="rp2350", runtime=None):
     runner = (llama.scratch_bytes(_Shape, weights_dtype, flash) + llama.object_bytes(_Shape, cfg, tile, 4, integer)
               + (budget.activation_bytes(64, 172, 8, 512, tile) - act))
     files = fp["file_bytes"] * ((1 if rt["tokenizer_bytes"] else 0) + (1 if flash else 0))
-    if (doc["policy"] or {}).get("kind") == "tiered":  # the tier's code, its two open segment files, its loop
-        files += fp["tiered_" + kind] + 2 * fp["file_bytes"] + 2048
+    if (doc["policy"] or {}).get("kind") == "tiered":  # the tier's code, its two segment files and a spare, its loop
+        files += fp["tiered_" + kind] + 3 * fp["file_bytes"] + 2048
     return cfg, (w + cfg.nbytes() + scores + act + runtime + runner + rt["tokenizer_bytes"] + files
                  + (fp["evict_bytes"] + 256 if h2o else 0))
 

@@ -148,8 +148,12 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
     ws = workspace + FileTokenizer.nbytes(tokenizer, vocab, encode) + overhead
     # BudgetError before anything else is allocated
     check(model, kv, budget, ws, stream, tile, h2o > 0, forward, None,
-          integer_path(kv) if forward == "float" else False, tier)
+          integer_path(kv), tier)  # as Llama counts it: its attention's integer scratch, on either pass
     tok = FileTokenizer(tokenizer, vocab)  # pieces stay in the file; its offsets go before the small objects
+    if encode:  # the ids sorted by piece (a 1 KB array for stories260K's 512) beside them, not in a heap the
+        # model has fragmented (a tiered plan on the emulated rp2040: MemoryError in bpe.sort_ids)
+        from kvedge.model.bpe import sort_ids
+        tok.order = sort_ids(tok)
     gc.collect()  # set-up leaves garbage between what it keeps: free it before the next arrays are placed
     m = Llama(model, kv=kv, budget=budget, workspace=ws, stream=stream, tile=tile, policy=policy, arena=arena,
               forward=forward, tier=tier)

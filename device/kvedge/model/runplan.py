@@ -61,7 +61,7 @@ def plan_args(doc, model=None, tokenizer=None, heap=None):
         fwd = doc.get("forward") or UNNAMED
         own = Tokenizer.nbytes(tokenizer, cfg.vocab_size) + RUN_OVERHEAD
         try:  # the runner's own check (the pass and the tier against this file and cache) and its account
-            p = llama.check(model, kv, None, own, stream, 32, h2o > 0, fwd, None, False, tier)[3]
+            p = llama.check(model, kv, None, own, stream, 32, h2o > 0, fwd, None, llama.integer_path(kv), tier)[3]
         except ImportError:  # the pass's module does not load on this runtime (ulab on the host): the board's
             p = llama.plan(cfg, wdtype, ccfg, weights_place(model, stream), 32,
                            own + ((8 * ccfg.slots + 256) if h2o else 0))

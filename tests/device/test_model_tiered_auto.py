@@ -1,0 +1,29 @@
+# forward="auto" on a tiered cache takes the integer pass where the kernels allow (asm, viper), else the float
+# pass (kvedge.model.passes). (The rest of the tiered model tests: test_model_tiered.py.)
+import gc
+
+from kvedge.model import llama  # noqa: F401 (the large modules first, on a collected heap)
+gc.collect()
+from kvedge import attention  # noqa: F401,E402
+gc.collect()
+from kvedge.model import intpath  # noqa: F401,E402
+gc.collect()
+from kvedge import tiered  # noqa: F401,E402
+gc.collect()
+from _support import preload_kernels  # noqa: E402
+from kvedge import kernels  # noqa: E402
+kernels.select()
+BEST = kernels.kind()  # asm on Arm, viper on MicroPython, plain elsewhere
+preload_kernels(("plain", BEST))  # the kinds tried below, loaded now: later the heap has no room
+from _tiered_model import RING, TIER, model  # noqa: E402
+
+
+def test_auto_runs_a_tiered_cache_on_the_integer_pass_where_the_kernels_allow():
+    for kind in ("plain", BEST):
+        kernels.select(kind)
+        m = model(RING, TIER, forward="auto")
+        got = m.forward_kind
+        m.close()
+        m = None
+        assert got == ("int" if kind in ("asm", "viper") else "float"), (kind, got)
+    kernels.select()
