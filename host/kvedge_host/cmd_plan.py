@@ -179,6 +179,8 @@ def print_plan(spec, tgt, r, chosen, top):
     from rich.table import Table
     c = Console()
     req = r["requested"]
+    for line in planner.verdict(r):  # the verdict and its reason first; the account and the search follow
+        c.print(line, highlight=False, markup=False, soft_wrap=True)
     c.print("[bold]%s[/bold] on [bold]%s[/bold] (heap %s), context %d, batch %d, align %d"
             % (spec.name, tgt["name"], _b(tgt["heap_bytes"]), r["context"], r["batch"], r["align"]))
     c.print("%d layers, %d heads, %d KV heads: %s (query head h reads KV head h // %d), head_dim %d"

@@ -813,6 +813,51 @@ def plan(spec, context, tgt, kv_dtype="f32", weights_dtype=None, align=64, batch
     return Plan(spec, tgt, result, chosen, doc)
 
 
+def verdict(result):
+    """The plan's verdict in two lines: whether anything fits the board and the one reason (what is chosen and how
+    much of the context it keeps; or, when nothing fits, the part that rules it out: the weights against the
+    flash, a single part against the heap, or the fixed parts leaving no room for a cache), then what would fit."""
+    board = result["board"]
+    ranked = result["configurations"]
+    if ranked:
+        c = ranked[(result.get("chosen") or 1) - 1]
+        speed = (", %.3g tokens/s" % c["tokens_per_s"]) if c.get("tokens_per_s") else ""
+        first = "verdict: fits %s: %s, %s of %s tokens kept (%s pass%s)" % (
+            board, c["strategy"], format(c["tokens_kept"], ","), format(result["context"], ","), c["forward"], speed)
+        if c["tokens_kept"] >= result["context"]:
+            return first, "the whole context fits: %s of the %s bytes a plan may use" % (
+                format(c["total_bytes"], ","), format(c["total_bytes"] + c["headroom_bytes"] - c.get(
+                    "margin_bytes", 0), ","))
+        return first, "the context does not fit whole: the heap leaves the cache %s bytes (%s); a context of " \
+            "%s or less keeps every token" % (format(c["kv_bytes"], ","), c["kind"], format(c["tokens_kept"], ","))
+    fl = result.get("floor") or {}
+    limit = fl.get("limit", result["heap_bytes"])
+    weights = (result.get("requested") or {}).get("weights") or {}
+    flash = result.get("flash_fs_bytes")
+    parts = [(n, b) for n, b in fl.get("parts", []) if not n.startswith("KV cache")]
+    too_big = flash is not None and weights.get("bytes", 0) > max(flash, limit)
+    if too_big:
+        reason = "the weights (%s bytes as %s) fit neither the flash (%s bytes usable) nor the heap" % (
+            format(weights["bytes"], ","), weights.get("dtype", "?"), format(flash, ","))
+    elif parts and max(b for _, b in parts) > limit:
+        name, b = max(parts, key=lambda x: x[1])
+        reason = "its %s alone (%s bytes) are more than the %s bytes a plan may use" % (
+            name, format(b, ","), format(limit, ","))
+    else:
+        reason = "its fixed parts (%s bytes: weights held, activations, runtime) leave no room for a one-token " \
+            "cache within %s bytes" % (format(sum(b for _, b in parts), ","), format(limit, ","))
+    first = "verdict: nothing fits %s: %s" % (board, reason)
+    over = fl.get("total", 0) - limit
+    want = []
+    if too_big:
+        want.append("weights of at most %s bytes (about %s parameters as int8)" % (format(flash, ","),
+                                                                                 format(flash, ",")))
+    if over > 0:
+        want.append("%s bytes less RAM at its smallest (a smaller vocabulary, dim or hidden_dim)" % format(over, ","))
+    return first, "what would fit: a model with %s, or a board with more (kvedge plan --board all)" % (
+        " and ".join(want) or "a smaller footprint")
+
+
 class NothingFits(UserError):
     """No kernel kind's runtime fits the board at all (its footprint says so): exit 1, not 2."""
 

@@ -222,3 +222,39 @@ def test_the_benchmark_fit_recovers_a_known_line():
     steps = [3100 + 17 * min(p + 1, 32) for p in range(96)]
     got = b.fit(ring, 0, steps)
     assert (got["base"], got["per_token"]) == (3100000, 17000) and "evict" not in got
+
+
+def _lines(capsys, *argv):
+    code = cli.main(["plan"] + list(argv))
+    return code, capsys.readouterr().out.splitlines()
+
+
+@pytest.mark.parametrize("preset", ["smollm2-135m", "qwen2.5-0.5b", "tinyllama-1.1b"])
+def test_a_plan_leads_with_its_verdict_and_the_reason(capsys, preset):
+    # models far beyond a microcontroller: on every profile the first line says nothing fits and why (their f16
+    # weights, counted here from the model's own shape, are more than the flash and the heap), the second what
+    # would; the account and the search come after
+    from kvedge import budget
+    from kvedge_host import boards, models
+    spec = models.load(preset_name=preset)
+    p = budget.llama_params(spec.dim, spec.hidden_dim, spec.layers, spec.heads, spec.kv_heads, spec.vocab)
+    params = p["embedding"] + p["matrices"] + p["classifier"]
+    for board in boards.names():
+        prof = boards.load(board)
+        if not prof.get("flash_bytes"):
+            continue
+        code, out = _lines(capsys, "--preset", preset, "--board", board)
+        assert code == 1, (board, out[:3])
+        assert out[0].startswith("verdict: nothing fits %s: the weights (" % board), (board, out[:2])
+        shown = int(re.search(r"the weights \(([\d,]+) bytes", out[0]).group(1).replace(",", ""))
+        assert shown >= 2 * params * 0.98, (board, shown, params)  # f16: two bytes a parameter (+ norms)
+        assert out[1].startswith("what would fit: a model with weights of at most"), (board, out[1])
+
+
+def test_a_plan_that_fits_says_how_much_of_the_context_it_keeps(capsys, stories):
+    code, out = _lines(capsys, "--model", stories, "--board", "esp32", "--weights-dtype", "i8", "--context", "512")
+    assert code == 0
+    doc = _json(capsys, "--model", stories, "--board", "esp32", "--weights-dtype", "i8", "--context", "512")
+    c = doc["configurations"][0]
+    assert out[0].startswith("verdict: fits esp32: %s, %s of 512 tokens kept" % (c["strategy"], c["tokens_kept"]))
+    assert ("keeps every token" in out[1]) == (c["tokens_kept"] < 512) or "the whole context fits" in out[1]
