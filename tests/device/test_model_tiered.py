@@ -5,20 +5,7 @@
 # test_model_tiered_auto.py; i4 cold blocks: test_model_tiered_i4.py; the float pass and refusals:
 # test_model_tiered_float.py. One model test per fresh heap and only the kernels it runs: the virtual rp2040,
 # with the package compiled from .py on littlefs, has no room for more.)
-import gc
-
-from kvedge.model import llama  # noqa: F401 (the large modules first, on a collected heap)
-gc.collect()
-from kvedge import attention  # noqa: F401,E402
-gc.collect()
-from kvedge.model import intpath  # noqa: F401,E402
-gc.collect()
-from kvedge import tiered  # noqa: F401,E402
-gc.collect()
-from _support import preload_kernels  # noqa: E402
-from kvedge import kernels  # noqa: E402
-kernels.select()
-BEST = kernels.kind()  # asm on Arm, viper on MicroPython, plain elsewhere
+from _tiered_load import BEST, kernels, preload_kernels  # first: the large modules on a collected heap
 preload_kernels((BEST,))  # loaded now: later the heap has no room for them
 from _tiered_model import RING, TIER, run  # noqa: E402
 

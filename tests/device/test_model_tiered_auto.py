@@ -1,19 +1,6 @@
 # forward="auto" on a tiered cache takes the integer pass where the kernels allow (asm, viper), else the float
 # pass (kvedge.model.passes). (The rest of the tiered model tests: test_model_tiered.py.)
-import gc
-
-from kvedge.model import llama  # noqa: F401 (the large modules first, on a collected heap)
-gc.collect()
-from kvedge import attention  # noqa: F401,E402
-gc.collect()
-from kvedge.model import intpath  # noqa: F401,E402
-gc.collect()
-from kvedge import tiered  # noqa: F401,E402
-gc.collect()
-from _support import preload_kernels  # noqa: E402
-from kvedge import kernels  # noqa: E402
-kernels.select()
-BEST = kernels.kind()  # asm on Arm, viper on MicroPython, plain elsewhere
+from _tiered_load import BEST, kernels, preload_kernels  # first: the large modules on a collected heap
 preload_kernels(("plain", BEST))  # the kinds tried below, loaded now: later the heap has no room
 from _tiered_model import RING, TIER, model  # noqa: E402
 

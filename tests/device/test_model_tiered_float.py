@@ -1,18 +1,7 @@
 # The model runner on a tiered cache under the float forward pass (it must follow a plain float cache that keeps
 # every token) and the tiers and passes a model refuses before it allocates. (The integer pass:
 # test_model_tiered.py; forward="auto": test_model_tiered_auto.py.)
-import gc
-
-from kvedge.model import llama  # noqa: F401 (the large modules first, on a collected heap)
-gc.collect()
-from kvedge import attention  # noqa: F401,E402
-gc.collect()
-from kvedge.model import intpath  # noqa: F401,E402
-gc.collect()
-from kvedge import tiered  # noqa: F401,E402
-gc.collect()
-from _support import preload_kernels  # noqa: E402
-from kvedge import kernels  # noqa: E402
+from _tiered_load import kernels, preload_kernels  # first: the large modules on a collected heap
 preload_kernels(("plain",))  # loaded now: later the heap has no room for them
 from _support import raises  # noqa: E402
 from _tiered_model import RING, TIER, files, model, run  # noqa: E402

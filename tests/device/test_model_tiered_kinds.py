@@ -2,20 +2,7 @@
 # Arm, viper on MicroPython) against the plain kernels, with i8 cold blocks. (i4 and i2 codes are compared kind
 # by kind in test_attention_int_kivi.py: with them here, two kinds' kernels and a model do not fit an rp2040's
 # heap beside the package compiled from .py.)
-import gc
-
-from kvedge.model import llama  # noqa: F401 (the large modules first, on a collected heap)
-gc.collect()
-from kvedge import attention  # noqa: F401,E402
-gc.collect()
-from kvedge.model import intpath  # noqa: F401,E402
-gc.collect()
-from kvedge import tiered  # noqa: F401,E402
-gc.collect()
-from _support import preload_kernels  # noqa: E402
-from kvedge import kernels  # noqa: E402
-kernels.select()
-BEST = kernels.kind()  # asm on Arm, viper on MicroPython, plain elsewhere
+from _tiered_load import BEST, kernels, preload_kernels  # first: the large modules on a collected heap
 preload_kernels(("plain", BEST))  # the kinds compared below, loaded now: later the heap has no room
 from _tiered_model import RING, TIER, run  # noqa: E402
 
