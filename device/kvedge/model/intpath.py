@@ -53,6 +53,14 @@ else:
         return f.readinto(memoryview(buf)[:n])
 
 
+def _collect():
+    """Collect between the weights' groups on a board, so each group's arrays fill the holes the last one's
+    garbage left (CPython frees as it goes)."""
+    if IS_MICROPYTHON:
+        import gc
+        gc.collect()
+
+
 QKINDS = ("asm", "viper", "native", "plain")
 
 
@@ -322,6 +330,11 @@ class Weights:
         self._file = f
         if stream:
             self.scratch = bytearray(chunk_bytes or 16 * (h if h > d else d))
+        # one buffer for every group's f32 row scales and every norm's gains, made before anything kept: the
+        # groups' arrays then sit side by side below the float garbage their scales leave (one scales array per
+        # group left the emulated rp2040 with 30 KB free in holes of at most 2.2 KB, and the arena's neighbours
+        # could not be allocated)
+        self._sc = alloc("f", max(cfg.vocab_size, d + 2 * kv, 2 * h, d))
         try:
             self.emb = self._group(f, [lay["embedding"]], [cfg.vocab_size], d)
             self.wcls = self.emb if lay["wcls"] is None else self._group(f, [lay["wcls"]], [cfg.vocab_size], d)
@@ -335,6 +348,7 @@ class Weights:
             self.g_ffn = [self._gain(f, o, d) for o in lay["rms_ffn"]]
             self.g_final = self._gain(f, lay["rms_final"], d)
         finally:
+            self._sc = None
             if not stream:
                 f.close()
                 self._file = None
@@ -345,37 +359,40 @@ class Weights:
             self._file = None
 
     def _group(self, f, offs, rows, cols):
+        """A fused group of rows: what it keeps (the parameter block, the codes or the parts' offsets) is made
+        first, then its scales are read into the shared buffer and folded into row words (float garbage)."""
+        _collect()
         n = 0
         for r in rows:
             n += r
         m = IntMatrix(n, cols)
-        scales = alloc("f", n)
         at = 0
-        for o, r in zip(offs, rows):
-            f.seek(o)
-            f.readinto(memoryview(scales)[at:at + r])
-            at += r
-        m.set_scales(scales)
-        del scales
         if self.stream:
-            at = 0
             for o, r in zip(offs, rows):
                 m.parts.append((o + 4 * r, at, r))
                 at += r
-            return m
-        m.codes = bytearray(n * cols)
-        mv = memoryview(m.codes)
+        else:
+            m.codes = bytearray(n * cols)
+            mv = memoryview(m.codes)
+            for o, r in zip(offs, rows):
+                f.seek(o + 4 * r)
+                f.readinto(mv[at * cols:(at + r) * cols])
+                at += r
+            mv = None
+            qkernels()[0].q_xor80(m.codes, n * cols)
+        scales = memoryview(self._sc)[:n]
         at = 0
         for o, r in zip(offs, rows):
-            f.seek(o + 4 * r)
-            f.readinto(mv[at * cols:(at + r) * cols])
+            f.seek(o)
+            f.readinto(scales[at:at + r])
             at += r
-        qkernels()[0].q_xor80(m.codes, n * cols)
+        m.set_scales(scales)
         return m
 
     def _gain(self, f, off, n):
         """RMSNorm weights times sqrt(n) as 15-bit mantissas with one exponent: (array('i'), exponent)."""
-        g = alloc("f", n)
+        out = zeros("i", n)  # kept: made before the floats below
+        g = memoryview(self._sc)[:n]
         f.seek(off)
         f.readinto(g)
         root = math.sqrt(n)
@@ -385,7 +402,6 @@ class Weights:
             if a > big:
                 big = a
         m, e = mantissa(big)
-        out = zeros("i", n)
         if m:
             sc = math.ldexp(root, -e)
             for i in range(n):
