@@ -171,10 +171,20 @@ MARGIN_FRACTION = 0.03
 MARGIN_MIN = 5120
 
 
+INT_KEY = "int_"  # footprint keys of the integer pass: runtime_int_asm, loop_int_asm, tiered_int_asm
+
+
 def kernel_kinds(prof):
     """Kernel kinds with a measured footprint on this profile, fastest first."""
     fp = (prof or {}).get("footprint") or {}
     return [k for k in KERNEL_KINDS if "runtime_" + k in fp]
+
+
+def int_measured(prof):
+    """Kernel kinds whose integer pass has a measured footprint on this profile (kvedge footprint runs it with
+    the kinds that make it the fastest pass: kvedge.model.passes.FAST_KERNELS), fastest first."""
+    fp = (prof or {}).get("footprint") or {}
+    return [k for k in KERNEL_KINDS if "runtime_" + INT_KEY + k in fp]
 
 
 class Runtime:
@@ -184,12 +194,14 @@ class Runtime:
     A profile whose heap is larger than the image it was measured on (PSRAM) is scaled: its GC tables take the
     same share, and the runtime leaves the same holes beside the largest block."""
 
-    def __init__(self, prof, kind, heap=None):
+    def __init__(self, prof, kind, heap=None, forward="float"):
         fp = prof["footprint"]
-        if "runtime_" + kind not in fp:
+        key = (INT_KEY if forward == "int" else "") + kind
+        if "runtime_" + key not in fp:
             raise ValueError("no measured %s footprint for %s (kvedge footprint --board %s --write)"
-                             % (kind, prof.get("name"), prof.get("name")))
+                             % (key, prof.get("name"), prof.get("name")))
         self.kind = kind
+        self.forward = forward  # the pass whose code and first-run state were measured: float or int
         self.heap = heap or prof["heap_bytes"]
         self.image = fp["heap_image"]
         if self.heap == self.image:
@@ -197,12 +209,12 @@ class Runtime:
         else:
             self.usable = self.heap * fp["heap_usable"] // self.image
         self.boot = fp["boot_bytes"]
-        self.code = fp["runtime_" + kind]
+        self.code = fp["runtime_" + key]
         self.telemetry = fp.get("telemetry_bytes", 0)
         self.evict = fp.get("evict_bytes", 0)
-        self.tiered = fp.get("tiered_" + kind)  # None: not measured (or does not fit): no tiered plan counted on it
+        self.tiered = fp.get("tiered_" + key)  # None: not measured (or does not fit): no tiered plan counted on it
         self.encode = fp.get("encode_bytes", 0)  # kvedge.model.bpe, loaded by a run with a prompt
-        self.loop = fp.get("loop_" + kind, 0)
+        self.loop = fp.get("loop_" + key, 0)
         self.file = fp.get("file_bytes", 0)  # one open file (the filesystem's buffers)
         # plain kernels run the float attention path, whose tile only batches scores: 8 costs little time and
         # 1.1 KB less heap than 32 (stories260K); the integer kernels fold 32 tokens a call

@@ -93,8 +93,11 @@ def report(board, prof, res, fp):
     t = Table(title="heap taken by importing each module (.mpy, -march=%s), bytes" % res["march"])
     t.add_column("module")
     for k in kinds:
-        t.add_column(k, justify="right")
-    names = list(next(iter(res["kinds"].values()))["modules"])
+        t.add_column(k.replace(footprint.INT, "") + " int pass" if k.startswith(footprint.INT) else k,
+                     justify="right")
+    names = []  # every module any run imported, in import order (the integer pass's runs import more)
+    for k in kinds:
+        names += [n for n in res["kinds"][k]["modules"] if n not in names]
     for n in names:
         t.add_row(n, *[format(res["kinds"][k]["modules"].get(n, 0), ",") for k in kinds])
     for mod in footprint.OPTIONAL.values():

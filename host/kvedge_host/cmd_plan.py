@@ -27,6 +27,9 @@ def add_arguments(p):
     p.add_argument("--kernels", default="auto", metavar="KIND",
                    help="asm, viper, native, plain or auto: the fastest kind with a measured footprint (kvedge footprint) "
                         "for which a configuration fits (default auto)")
+    p.add_argument("--forward", default="auto", metavar="PASS",
+                   help="auto (default: the integer pass, the fastest, wherever its measured runtime fits a cache "
+                        "it runs; else the float pass), int or float: plan for that forward pass only")
     p.add_argument("--tokenizer", metavar="PATH",
                    help="tokenizer the runner loads, counted in the plan (default: tok512.bin or tokenizer.bin beside "
                         "a llama2.c model)")
@@ -55,6 +58,8 @@ def add_arguments(p):
     p.add_argument("--pick", type=int, default=1, help="rank of the configuration --out writes (default 1)")
     p.add_argument("--top", type=int, default=12, help="ranked rows to print (default 12)")
     p.add_argument("--json", action="store_true", help="print the whole plan as JSON")
+    p.add_argument("--verbose", action="store_true",
+                   help="list every strategy tried and what it came to (the search's trace; --json holds it too)")
 
 
 def run(a):
@@ -68,7 +73,7 @@ def run(a):
             raise UserError("--out writes one board's plan: name the board instead of 'all'")
         doc = planner.all_boards(a.model, a.preset, a.context, a.weights_dtype, a.workspace, a.batch, a.kv_dtype,
                                  a.align, a.weights_in, not a.no_tiered, a.kernels, a.margin, a.tokenizer,
-                                 not a.no_stats, not a.no_prompt, quality, a.objective, a.kind)
+                                 not a.no_stats, not a.no_prompt, quality, a.objective, a.kind, a.forward)
         if a.json:
             print(json.dumps(doc, indent=2))
         else:
@@ -81,7 +86,8 @@ def run(a):
     try:
         p = planner.plan(spec, context, tgt, a.kv_dtype, a.weights_dtype, a.align, a.batch, a.weights_in,
                          not a.no_tiered, a.kernels, a.margin, a.workspace, a.model, a.tokenizer, not a.no_stats,
-                         not a.no_prompt, quality, a.objective, a.min_tokens_per_s, a.kind, a.pick, a.flash_tier)
+                         not a.no_prompt, quality, a.objective, a.min_tokens_per_s, a.kind, a.pick, a.flash_tier,
+                         a.forward)
     except planner.NothingFits as e:
         print(e)
         return 1
@@ -94,7 +100,7 @@ def run(a):
     if a.json:
         print(json.dumps(result, indent=2))
     else:
-        print_plan(spec, tgt, result, p.chosen, a.top)
+        print_plan(spec, tgt, result, p.chosen, a.top, a.verbose)
     return 0 if p.fits else 1
 
 
@@ -160,20 +166,23 @@ def _print_runtime(c, r):
         return
     scaled = "" if rt["heap_image"] == rt["heap_bytes"] else (
         ", scaled from the %s-byte image it was measured on" % "{:,}".format(rt["heap_image"]))
-    c.print("runtime, measured on the emulated board (%s, %s): %s kernels; usable heap %s of %s%s; boot %s + code "
-            "%s + stats %s + prompt encoder %s + loop %s; tokenizer %s; largest free block after start-up %s; "
-            "margin %s kept free" % (rt["command"], rt["date"], rt["kernels"], "{:,}".format(rt["usable_heap"]),
+    c.print("runtime, measured on the emulated board (%s, %s): %s kernels, %s pass; usable heap %s of %s%s; boot %s "
+            "+ code %s + stats %s + prompt encoder %s + loop %s; tokenizer %s; largest free block after start-up %s; "
+            "margin %s kept free" % (rt["command"], rt["date"], rt["kernels"], rt.get("forward", "float"),
+                                     "{:,}".format(rt["usable_heap"]),
                "{:,}".format(rt["heap_bytes"]), scaled, "{:,}".format(rt["boot_bytes"]),
                "{:,}".format(rt["code_bytes"]), "{:,}".format(rt["telemetry_bytes"]),
                "{:,}".format(rt.get("encode_bytes", 0)), "{:,}".format(rt["loop_bytes"]),
                "{:,}".format(rt["tokenizer_bytes"]), "{:,}".format(rt["largest_block_bytes"]),
                "{:,}".format(rt["margin_bytes"])), highlight=False, markup=False, soft_wrap=True)
     for o in r.get("other_kernels", []):
-        c.print("  with %s kernels: %s" % (o["kernels"], ("%s tokens kept (%s)" % (o["tokens_kept"], o["strategy"]))
-                                          if o["strategy"] else "nothing fits"), highlight=False, markup=False)
+        c.print("  with %s kernels, %s pass: %s" % (o["kernels"], o.get("forward", "float"),
+                                                   ("%s tokens kept (%s)" % (o["tokens_kept"], o["strategy"]))
+                                                   if o["strategy"] else "nothing fits"),
+                highlight=False, markup=False)
 
 
-def print_plan(spec, tgt, r, chosen, top):
+def print_plan(spec, tgt, r, chosen, top, verbose=False):
     from rich import box
     from rich.console import Console
     from rich.table import Table
@@ -202,9 +211,11 @@ def print_plan(spec, tgt, r, chosen, top):
         c.print("requested %s: %s total, fits with %s to spare" % (req["strategy"], _b(req["total_bytes"]),
                                                                   _b(req["headroom_bytes"])), highlight=False)
     else:
-        c.print("requested %s: needs %s, [red]over the heap by %s[/red]; trying strategies:"
-                % (req["strategy"], _b(req["total_bytes"]), _b(-req["headroom_bytes"])), highlight=False)
-        for t in r["trace"][1:]:
+        tried = [t for t in r["trace"][1:] if "total_bytes" in t or "at any setting" in t["result"]]
+        c.print("requested %s: needs %s, [red]over the heap by %s[/red]; %d settings of the strategies tried%s"
+                % (req["strategy"], _b(req["total_bytes"]), _b(-req["headroom_bytes"]), len(tried),
+                   ":" if verbose else " (--verbose lists them)"), highlight=False)
+        for t in r["trace"][1:] if verbose else ():
             tail = (": %s total %s" % (t.get("strategy", ""), _b(t["total_bytes"]))) if "total_bytes" in t else ""
             c.print("  %-34s %s%s" % (t["try"], t["result"], tail), highlight=False, markup=False)
     if not cands:

@@ -32,7 +32,7 @@ import re
 import shutil
 import tempfile
 
-from . import boards, m3board
+from . import account, boards, m3board
 from .paths import BOARDS
 
 KINDS = ("asm", "viper", "native", "plain")  # asm: Thumb inline assembler, Arm chips only
@@ -41,6 +41,7 @@ MODULES = ("kvedge.errors", "kvedge.sizes", "kvedge.config", "kvedge.quant", "kv
            "kvedge.model.checkpoint", "kvedge.model.pieces", "kvedge.model.sampler", "kvedge.model.llama",
            "kvedge.model.run")
 INTEGER_KINDS = ("asm", "viper")  # kernels with which an i8 cache takes kvedge.attention's integer path
+INT = account.INT_KEY  # the integer pass's figures: the same keys with the kind "int_asm", "int_viper"
 
 
 def modules_for(kind):
@@ -50,6 +51,21 @@ def modules_for(kind):
         return MODULES
     i = MODULES.index("kvedge.floatatt") + 1
     return MODULES[:i] + ("kvedge.attention",) + MODULES[i:]
+
+
+def int_modules(kind):
+    """The integer pass's run (kvedge.model.passes.FAST_KERNELS: where it is the fastest pass): the runner's
+    modules with `kind` kernels, then its q_* kernels and kvedge.model.intpath."""
+    return modules_for(kind) + ("kvedge.qkernels_" + kind, "kvedge.model.intpath")
+
+
+def runs(kinds):
+    """(name, kernel kind, forward pass, modules) of each first run to measure: the float pass with every kind,
+    the integer pass with the kinds on which it is the fastest (named INT + kind)."""
+    out = [(k, k, "float", modules_for(k)) for k in kinds]
+    return out + [(INT + k, k, "int", int_modules(k)) for k in kinds if k in INTEGER_KINDS]
+
+
 # what only some runs load: H2O eviction, the stats stream, encoding a prompt
 OPTIONAL = {"evict": "kvedge.evict", "telemetry": "kvedge.telemetry", "encode": "kvedge.model.bpe",
             "tiered": "kvedge.tiered"}
@@ -86,14 +102,14 @@ def largest():
     return lo
 
 
-def main(kind, modules, optional, late, model, tokenizer, steps, h2o, max_tokens):
+def main(kind, modules, optional, late, model, tokenizer, steps, h2o, max_tokens, forward='float'):
     try:
-        _main(kind, modules, optional, late, model, tokenizer, steps, h2o, max_tokens)
+        _main(kind, modules, optional, late, model, tokenizer, steps, h2o, max_tokens, forward)
     except MemoryError as e:
         print('\\nKVFP nofit %s' % e)  # on a line of its own: the run may stop in the middle of a piece
 
 
-def _main(kind, modules, optional, late, model, tokenizer, steps, h2o, max_tokens):
+def _main(kind, modules, optional, late, model, tokenizer, steps, h2o, max_tokens, forward):
     a = _a()
     print('KVFP start %d %d' % (a, gc.mem_free() + gc.mem_alloc()))
     from kvedge import kernels
@@ -117,7 +133,7 @@ def _main(kind, modules, optional, late, model, tokenizer, steps, h2o, max_token
     from kvedge.model.pieces import FileTokenizer as Tokenizer
     kv = {'dtype': 'i8', 'max_tokens': max_tokens, 'align': 0}
     r = run.main(model, tokenizer, steps=steps, kv=kv, stream=True, h2o=h2o, stats_ms=1, peak=True, kernel=kind,
-                 forward='float')
+                 forward=forward)
     b = _a()
     print('KVFP warm %d' % (b - a))
     for name in late:
@@ -148,7 +164,7 @@ def _main(kind, modules, optional, late, model, tokenizer, steps, h2o, max_token
     t = c = f = None
     cfg, wd = checkpoint.read_config(model)
     ccfg = llama.cache_config(cfg, kv)
-    p = llama.plan(cfg, wd, ccfg, True, 32, 8 * ccfg.slots + 256)
+    p = llama.plan(cfg, wd, ccfg, True, 32, 8 * ccfg.slots + 256, forward, integer=llama.integer_path(kv))
     print('KVFP run %d %d %d %d' % (r['heap_peak'], p['total'], Tokenizer.nbytes(tokenizer, cfg.vocab_size, False),
                                     r['heap_setup']))
     print('KVFP largest %d %d' % (largest(), gc.mem_free()))
@@ -177,7 +193,7 @@ def boot_code():
 START = ("from kvedge.model import run\nimport gc\nlo, hi = 0, gc.mem_free()\nwhile lo < hi:\n"
          "    mid = (lo + hi + 1) // 2\n    try:\n        b = bytearray(mid)\n        b = None\n        lo = mid\n"
          "    except MemoryError:\n        hi = mid - 1\n    gc.collect()\nprint('KVFP start_largest %d' % lo)\n")
-RUN = "import %s\n%s.main(%%r, %%r, %%r, %%r, %%r, %%r, %%d, %%d, %%d)\n" % (PROBE_NAME, PROBE_NAME)
+RUN = "import %s\n%s.main(%%r, %%r, %%r, %%r, %%r, %%r, %%d, %%d, %%d, %%r)\n" % (PROBE_NAME, PROBE_NAME)
 _LINE = re.compile(r"^KVFP (\w+) (.*)$")
 
 
@@ -286,8 +302,8 @@ def measure_circuitpython(board, log=None):
             return out
         version = run("import sys\nprint('KVFP version', sys.version)")
         boot = parse(run(boot_code()))
-        r = parse(run(RUN % ("plain", modules_for("plain"), tuple(OPTIONAL.values()), LATE, MODEL, TOKENIZER, TINY["steps"],
-                             TINY["h2o"], TINY["max_tokens"])))
+        r = parse(run(RUN % ("plain", modules_for("plain"), tuple(OPTIONAL.values()), LATE, MODEL, TOKENIZER,
+                             TINY["steps"], TINY["h2o"], TINY["max_tokens"], "float")))
         r["boot"], r["usable"] = boot["boot"], boot["usable"]
         res = {"board": board, "heap_image": heap, "march": "none (.py source)", "kinds": {"plain": r},
                "largest": parse(run(START))["start_largest"],
@@ -329,14 +345,14 @@ def measure(board, kinds=None, log=None):
             res["firmware"] = firmware_name(b)
             boot = parse(b.exec(boot_code()))
             res["largest"] = parse(b.exec(START))["start_largest"]
-            for kind in kinds:
-                code = RUN % (kind, modules_for(kind), tuple(OPTIONAL.values()), LATE, MODEL, TOKENIZER, TINY["steps"],
-                              TINY["h2o"], TINY["max_tokens"])
+            for name, kind, forward, mods in runs(kinds):
+                code = RUN % (kind, mods, tuple(OPTIONAL.values()), LATE, MODEL, TOKENIZER, TINY["steps"],
+                              TINY["h2o"], TINY["max_tokens"], forward)
                 r = parse(b.exec(code, timeout=900))
                 r["boot"], r["usable"] = boot["boot"], boot["usable"]
-                res["kinds"][kind] = r
+                res["kinds"][name] = r
                 if log:
-                    log("%s: %s" % (kind, summary(r)))
+                    log("%s: %s" % (name, summary(r)))
     return res
 
 
@@ -419,6 +435,15 @@ def _what(key):
     if key in WHAT:
         return WHAT[key]
     part, kind = key.split("_", 1)
+    if kind.startswith(INT):
+        kind = kind[len(INT):]
+        return {"runtime": "the runner's modules as .mpy with %s kernels and the integer forward pass (its q_* "
+                           "kernels, kvedge.model.intpath), each imported after gc.collect(), plus what a first "
+                           "generation on that pass leaves behind" % kind,
+                "tiered": "importing kvedge.tiered after the runner's modules and a first run of the integer "
+                          "pass with %s kernels" % kind,
+                "loop": "the integer pass's generation loop peak heap (%s kernels) beyond its formula-sized parts"
+                        % kind}[part]
     return {"runtime": "the runner's modules as .mpy with %s kernels (kvedge.kernels.select('%s')), each imported "
                        "after gc.collect(), plus what a first generation leaves behind" % (kind, kind),
             "tiered": "importing kvedge.tiered (a tiered cache: its cold store and the formulas it sizes itself "

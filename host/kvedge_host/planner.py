@@ -152,12 +152,14 @@ class Planner:
                            align=self.align, prefix=prefix)
 
     def forward(self, cfg, place, h2o=False, cold=None):
-        """The pass the plan names and counts (the board runs it: kvedge.model.runplan). A measured footprint is
-        of the float pass (kvedge footprint's first run), so plans made from one name the float pass: the
-        integer pass's code and tables (~30 KB more on a 32-bit board, measured on the emulated rp2040) are in
-        no footprint yet. Without one (a flat workspace), too. The fastest pass by kvedge.model.passes (the
-        runner's own rule) is what the formulas below count when a plan names it."""
-        return passes.FLOAT
+        """The pass the plan names and counts (the board runs it: kvedge.model.runplan): on a runtime measured
+        with the integer pass (account.Runtime.forward, kvedge footprint's int_ figures) the fastest pass by
+        kvedge.model.passes (the runner's own rule) where it is the integer one, else the float pass, whose
+        footprint that runtime's figures are not; with a flat workspace, the float pass."""
+        if self.rt is None or self.rt.forward != passes.INT:
+            return passes.FLOAT
+        fw = self.fastest(cfg, place, h2o, cold)
+        return fw if fw == passes.INT else passes.FLOAT
 
     def fastest(self, cfg, place, h2o=False, cold=None):
         """kvedge.model.passes.choose for this cache: the pass a run without a plan takes (forward="auto")."""
@@ -444,6 +446,10 @@ class Planner:
                 found += self._pass(place, padded)
                 self.align = self.base_align
             found = [c for c in found if c is not None and c["fits"]]
+        if self.rt is not None and self.rt.forward == passes.INT:
+            # the integer pass's runtime: only what that pass runs (other caches are planned on the float pass's
+            # runtime, whose footprint is theirs)
+            found = [c for c in found if c["forward"] == passes.INT]
         seen = set()
         unique = []
         for c in found:
@@ -464,7 +470,7 @@ class Planner:
                  ("activations", self.activations(place))]
         if self.rt is not None:
             rt = self.rt
-            parts += [("boot", rt.boot), ("runtime code (%s kernels)" % rt.kind, rt.code),
+            parts += [("boot", rt.boot), ("runtime code (%s kernels, %s pass)" % (rt.kind, rt.forward), rt.code),
                       ("stats stream", rt.telemetry), ("prompt encoder", rt.encode), ("generation loop", rt.loop),
                       ("tokenizer", self.tokenizer_bytes), ("the runner's objects", self.runner(cfg, False)),
                       ("open files' buffers", self.files(place))]
@@ -501,6 +507,11 @@ class Planner:
                             "where": "flash, read a chunk of rows at a time",
                             "why": "in RAM they would leave the cache fewer tokens, or not fit"})
                 name, why = "weights streaming", "norms, one chunk of rows and its scales"
+            elif name == "weights" and c["weights"]["place"] == "rom" and c.get("forward") != passes.FLOAT:
+                out.append({"array": "weights", "bytes": self.weights_bytes,
+                            "where": "flash (ROMFS), read a chunk of rows at a time",
+                            "why": "the %s pass streams its rows even from the mapped file" % c["forward"]})
+                name, why = "weights streaming", "norms, one chunk of rows and its scales"
             elif name == "weights" and c["weights"]["place"] == "rom":
                 out.append({"array": "weights", "bytes": self.weights_bytes, "where": "flash (ROMFS), read in place",
                             "why": "memory-mapped: a row is read where it lies, never copied"})
@@ -533,7 +544,10 @@ def rank(cands, table):
 
     def key(c):
         q = c["quality"]
-        measured = (0, quality_cost(q), 1 if q.get("uncertain") else 0) if q else (1, 0.0, 0)
+        # a row measured at more tokens than the candidate keeps ("fewer") only bounds its cost from below: after
+        # every candidate whose row bounds its cost from above
+        measured = (0, 1 if q.get("fewer") else 0, quality_cost(q), 1 if q.get("uncertain") else 0) if q else \
+            (1, 0, 0.0, 0)
         grp = KIND_GROUP[c["kind"]]
         dt = DTYPE_RANK[c["cache"]["dtype"]]
         if c["cache"]["dtype"] == budget.I2 and c["kind"] != "shorter":
@@ -603,26 +617,40 @@ def inputs(model=None, preset=None, context=None, board=None, heap=None, workspa
     return spec, context, account.target(board, heap, workspace)
 
 
-def runtimes(tgt, kernels="auto", margin=None, workspace=None, stats=True, prompt=True):
-    """account.Runtime per kernel kind to plan with, fastest first; [] when the plan uses the flat workspace
-    allowance (a workspace given, --heap, or a profile without a measured footprint)."""
+FORWARDS = ("auto", passes.INT, passes.FLOAT)  # what --forward takes: auto = the integer pass where it runs
+
+
+def runtimes(tgt, kernels="auto", margin=None, workspace=None, stats=True, prompt=True, forward="auto"):
+    """account.Runtime per kernel kind and pass to plan with, fastest first (the integer pass's, where measured,
+    before the float pass's; forward: only that pass's); [] when the plan uses the flat workspace allowance (a
+    workspace given, --heap, or a profile without a measured footprint)."""
     prof = tgt["profile"]
     measured = account.kernel_kinds(prof)
     if kernels not in ("auto",) + account.KERNEL_KINDS:
         raise UserError("--kernels must be auto, %s; got %r" % (", ".join(account.KERNEL_KINDS), kernels))
+    if forward not in FORWARDS:
+        raise UserError("--forward must be %s; got %r" % (", ".join(FORWARDS), forward))
     if margin is not None:
         account.check_size("--margin", margin, 0)
     if prof is None or workspace is not None or not measured:
-        if kernels != "auto" or margin is not None:
-            raise UserError("--kernels and --margin need a measured footprint (a board profile with one, no "
-                            "--workspace): kvedge footprint --board %s --write" % (tgt["name"]))
+        if kernels != "auto" or margin is not None or forward == passes.INT:
+            raise UserError("--kernels, --margin and --forward int need a measured footprint (a board profile with "
+                            "one, no --workspace): kvedge footprint --board %s --write" % (tgt["name"]))
         return []
     if kernels != "auto":
         if kernels not in measured:
             raise UserError("--kernels %s: %s has no measured %s footprint (measured: %s)"
                             % (kernels, tgt["name"], kernels, ", ".join(measured)))
         measured = [kernels]
-    out = [account.Runtime(prof, k) for k in measured]
+    # the integer pass first where it was measured (the fastest pass: kvedge.model.passes), then the float pass
+    ints = [k for k in account.int_measured(prof) if k in measured] if forward != passes.FLOAT else []
+    if forward == passes.INT and not ints:
+        raise UserError("--forward int: %s has no measured integer-pass footprint with %s kernels (the pass runs "
+                        "with asm or viper kernels: kvedge footprint --board %s --write)"
+                        % (tgt["name"], "/".join(measured), tgt["name"]))
+    out = [account.Runtime(prof, k, forward=passes.INT) for k in ints]
+    if forward != passes.INT:
+        out += [account.Runtime(prof, k) for k in measured]
     for rt in out:
         if margin is not None:
             rt.margin = margin
@@ -663,8 +691,9 @@ def runtime_info(rt, prof, tokenizer):
     """What the plan counted for the runtime, and where the figures come from."""
     if rt is None:
         return None
-    src = next((s for s in prof.get("sources", []) if s["figure"] == "footprint.runtime_" + rt.kind), {})
-    return {"source": "measured", "kernels": rt.kind, "tile": rt.tile, "heap_bytes": rt.heap, "heap_image": rt.image,
+    key = (account.INT_KEY if rt.forward == passes.INT else "") + rt.kind
+    src = next((s for s in prof.get("sources", []) if s["figure"] == "footprint.runtime_" + key), {})
+    return {"source": "measured", "kernels": rt.kind, "forward": rt.forward, "tile": rt.tile, "heap_bytes": rt.heap, "heap_image": rt.image,
             "usable_heap": rt.usable, "boot_bytes": rt.boot, "code_bytes": rt.code,
             "telemetry_bytes": rt.telemetry, "evict_bytes": rt.evict, "encode_bytes": rt.encode, "loop_bytes": rt.loop,
             "file_bytes": rt.file, "tiered_bytes": (rt.tiered or 0) + TIERED_FILES * rt.file + TIERED_LOOP_BYTES,
@@ -735,7 +764,7 @@ class Plan:
 def plan(spec, context, tgt, kv_dtype="f32", weights_dtype=None, align=64, batch=1, weights_in="auto",
          tiered=True, kernels="auto", margin=None, workspace=None, model=None, tokenizer=None, stats=True,
          prompt=True, quality=None, objective=DEFAULT_OBJECTIVE, min_tokens_per_s=None, kind=None, pick=1,
-         flash_tier=False):
+         flash_tier=False, forward="auto"):
     """Plan `spec` (models.load) at `context` tokens on `tgt` (account.target; inputs() makes all three).
 
     kv_dtype: the requested cache to start from; weights_dtype: their storage (None: the source's); align: row
@@ -745,7 +774,8 @@ def plan(spec, context, tgt, kv_dtype="f32", weights_dtype=None, align=64, batch
     tokenizer counted; stats / prompt: the run writes a stats stream / encodes a prompt; quality: a quality
     table file, None (the shipped one for stories260K) or False (the heuristic order); objective: balanced,
     quality or speed (order()); min_tokens_per_s: leave slower ones out; kind: search that kind only; pick: the
-    rank the document is made of. Returns a Plan."""
+    rank the document is made of; forward: auto (the integer pass wherever its runtime fits something, else the
+    float pass), int or float (that pass's runtimes only). Returns a Plan."""
     if kv_dtype not in DTYPES:
         raise UserError("unknown KV dtype %r for a device cache (choose from %s)" % (kv_dtype, ", ".join(DTYPES)))
     if weights_in not in ("auto", "heap", "flash", "rom"):
@@ -754,7 +784,7 @@ def plan(spec, context, tgt, kv_dtype="f32", weights_dtype=None, align=64, batch
     account.check_size("--pick", pick)
     check_choices(objective, kind, min_tokens_per_s)
     table, table_path, qnote = quality_table(spec, quality)
-    rts = runtimes(tgt, kernels, margin, workspace, stats, prompt)
+    rts = runtimes(tgt, kernels, margin, workspace, stats, prompt, forward)
     prof = tgt["profile"]
     if not rts and prof and prof.get("footprint") and workspace is None:
         # measured, and no kernel kind ran even the tiny model: a flat allowance would promise a heap that is not there
@@ -787,9 +817,10 @@ def plan(spec, context, tgt, kv_dtype="f32", weights_dtype=None, align=64, batch
     notes += _speed_notes(ranked, dropped, objective, min_tokens_per_s, kind,
                           ranked[pick - 1] if ranked and pick <= len(ranked) else None)
     notes += _tier_notes(ranked[pick - 1] if ranked and pick <= len(ranked) else None, ranked)
+    notes += _more_tokens_notes(rt, plans, ranked[pick - 1] if ranked and pick <= len(ranked) else None)
     if rt is not None and tok[1] is None:
         notes.append("no tokenizer counted (--tokenizer): the runner loads one beside the model")
-    others = [{"kernels": r.kind, "tokens_kept": rk[0]["tokens_kept"] if rk else 0,
+    others = [{"kernels": r.kind, "forward": r.forward, "tokens_kept": rk[0]["tokens_kept"] if rk else 0,
                "strategy": rk[0]["strategy"] if rk else None} for r, _, rk, _ in plans if r is not rt]
     hz, hz_src = planspeed.clock(prof)
     result = {"model": spec.name, "board": tgt["name"], "heap_bytes": pl.heap, "context": context,
@@ -881,6 +912,22 @@ def _speed_notes(ranked, dropped, objective, min_tps, kind, chosen):
     return out
 
 
+def _more_tokens_notes(rt, plans, chosen):
+    """The plan takes the fastest pass and kernels with which something fits: say when a slower runtime would
+    keep more of the context, and how to ask for it."""
+    if rt is None or chosen is None:
+        return []
+    more = [(r, rk[0]) for r, _, rk, _ in plans if r is not rt and rk and rk[0]["tokens_kept"] > chosen["tokens_kept"]]
+    if not more:
+        return []
+    r, c = max(more, key=lambda x: x[1]["tokens_kept"])  # the fastest of those keeping the most (max keeps the first)
+    speed = (" at %.3g tokens/s" % c["tokens_per_s"]) if c.get("tokens_per_s") else ""
+    return ["the %s pass with %s kernels keeps %s tokens (%s)%s, against %s here at %s: --forward %s --kernels %s"
+            % (r.forward, r.kind, format(c["tokens_kept"], ","), c["strategy"], speed,
+               format(chosen["tokens_kept"], ","), "%.3g tokens/s" % chosen["tokens_per_s"]
+               if chosen.get("tokens_per_s") else "an unmeasured speed", r.forward, r.kind)]
+
+
 def _tier_notes(chosen, ranked):
     """A tiered choice on the float path: say which tiered configuration takes the integer path, and its cost."""
     k = ((chosen or {}).get("tier") or {}).get("cost")
@@ -898,7 +945,7 @@ def _tier_notes(chosen, ranked):
 
 def all_boards(model=None, preset=None, context=None, weights_dtype=None, workspace=None, batch=1, kv_dtype="f32",
                align=64, weights_in="auto", tiered=True, kernels="auto", margin=None, tokenizer=None, stats=True,
-               prompt=True, quality=None, objective=DEFAULT_OBJECTIVE, kind=None):
+               prompt=True, quality=None, objective=DEFAULT_OBJECTIVE, kind=None, forward="auto"):
     """Every board profile: how many tokens each strategy keeps, at what measured cost and speed (the best-ranked
     configuration of each strategy, as plan() ranks them for that board)."""
     from . import boards
@@ -908,7 +955,7 @@ def all_boards(model=None, preset=None, context=None, weights_dtype=None, worksp
         spec, ctx, tgt = inputs(model, preset, context, name, None, workspace, batch, weights_dtype)
         try:
             p = plan(spec, ctx, tgt, kv_dtype, weights_dtype, align, batch, weights_in, tiered, kernels, margin,
-                     workspace, model, tokenizer, stats, prompt, quality, objective, None, kind)
+                     workspace, model, tokenizer, stats, prompt, quality, objective, None, kind, forward=forward)
         except NothingFits:
             doc["boards"][name] = {"heap_bytes": tgt["heap_bytes"], "strategies": []}
             continue

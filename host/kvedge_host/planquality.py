@@ -201,14 +201,16 @@ def _tiered_row(table, cand):
 
 
 def _by_size(rows, tokens):
-    """The row measured at the most tokens <= `tokens`; else the one at the fewest, marked uncertain."""
+    """The row measured at the most tokens <= `tokens`; else the one at the fewest, marked uncertain and "fewer"
+    (the candidate keeps fewer tokens than any measured row: its cost is at least that row's, how much more is
+    unknown, so it ranks after every candidate whose row bounds its cost)."""
     sized = [r for r in rows if r.get("tokens")]
     if not sized:
         return rows[0] if rows else None
     below = [r for r in sized if r["tokens"] <= tokens]
     if below:
         return max(below, key=lambda r: r["tokens"])
-    return dict(min(sized, key=lambda r: r["tokens"]), uncertain=True)
+    return dict(min(sized, key=lambda r: r["tokens"]), uncertain=True, fewer=True)
 
 
 def _keep_kl(table, dtype):
@@ -228,6 +230,8 @@ def _other_dtype(table, row, dtype):
              "kind": row["kind"], "dtype": dtype, "metrics": {"kl": kl}, "estimated": True}
         if "tokens" in row:
             q["tokens"] = row["tokens"]
+        if row.get("fewer"):
+            q["fewer"] = q["uncertain"] = True
         return q
     return dict(row, uncertain=True)
 

@@ -203,7 +203,7 @@ STANDINS = {
     ("README.md", "import json"):
         ("import subprocess, sys\n"
          "subprocess.run([sys.executable, '-m', 'kvedge_host.cli', 'plan', '--model', 'docs/examples/stories260K.json',"
-         " '--board', 'rp2040', '--weights-dtype', 'i8', '--workspace', '136403', '--quality', '--top', '3', '--out',"
+         " '--board', 'rp2040', '--weights-dtype', 'i8', '--top', '3', '--out',"
          " 'kvedge_plan.json'],"
          " check=True, capture_output=True)\n",
          "tiered = type(cache).__name__ == 'TieredCache'  # a tiered plan's ring, staging block and tables\n"

@@ -60,6 +60,33 @@ def test_board_lines_become_the_profiles_figures():
     assert footprint.summary(short).startswith("does not fit")
 
 
+def test_the_integer_pass_is_measured_with_the_kinds_it_is_fastest_on_and_planned_from_its_own_figures():
+    runs = footprint.runs(("asm", "viper", "native", "plain"))
+    assert [(n, k, f) for n, k, f, _ in runs] == [
+        ("asm", "asm", "float"), ("viper", "viper", "float"), ("native", "native", "float"),
+        ("plain", "plain", "float"), ("int_asm", "asm", "int"), ("int_viper", "viper", "int")]
+    mods = dict((n, m) for n, _, _, m in runs)
+    assert mods["int_asm"][-2:] == ("kvedge.qkernels_asm", "kvedge.model.intpath")
+    assert "kvedge.model.intpath" not in mods["asm"] and "kvedge.attention" in mods["asm"]
+    assert footprint.runs(("plain",)) == [("plain", "plain", "float", footprint.modules_for("plain"))]
+    # an int run's lines become int_ figures beside the float pass's, each with its own code and loop
+    res = _res()
+    fl = res["kinds"]["plain"]
+    it = footprint.parse(OUT.replace("KVFP warm 176", "KVFP warm 9000").replace("KVFP run 20000", "KVFP run 40000"))
+    it["boot"], it["usable"] = 1968, 210112
+    fp = footprint.figures(dict(res, kinds={"asm": fl, "int_asm": it}))
+    assert fp["runtime_asm"] == 7856 + 848 + 6208 + 176 and fp["runtime_int_asm"] == 7856 + 848 + 6208 + 9000
+    assert fp["loop_int_asm"] == 40000 - 9000 - 12328 - 2562 - 2 * 1152 != fp["loop_asm"]
+    from kvedge_host import account
+    prof = {"name": "x", "heap_bytes": 215040, "footprint": fp}
+    assert account.kernel_kinds(prof) == ["asm"] and account.int_measured(prof) == ["asm"]
+    rt_i, rt_f = account.Runtime(prof, "asm", forward="int"), account.Runtime(prof, "asm")
+    assert (rt_i.code, rt_i.loop, rt_i.forward) == (fp["runtime_int_asm"], fp["loop_int_asm"], "int")
+    assert (rt_f.code, rt_f.loop, rt_f.forward) == (fp["runtime_asm"], fp["loop_asm"], "float")
+    with pytest.raises(ValueError, match="no measured int_viper footprint"):
+        account.Runtime(prof, "viper", forward="int")
+
+
 def test_record_writes_cited_figures_that_load(tmp_path, monkeypatch):
     folder = tmp_path / "boards"
     shutil.copytree(os.path.dirname(boards.__file__).replace("host/kvedge_host", "boards"), folder)

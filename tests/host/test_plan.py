@@ -31,20 +31,22 @@ def stories(tmp_path):
 
 class _Shape:  # stories260K's header, as kvedge.model.checkpoint.ModelConfig holds it
     dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, head_dim, kv_dim = 64, 172, 5, 8, 4, 512, 8, 32
+    shared_classifier = True
 
 
 def recompute_total(doc, weights_dtype="i8", board="rp2350", runtime=None):
     """The deployment total from the device config alone (or a candidate and its plan's "runtime"), with
     kvedge.budget, the runner's formulas (kvedge.model.llama) and the board profile's measured footprint
     (boot, code, stats stream, prompt encoder, loop)."""
-    from kvedge.model import llama
+    from kvedge.model import intpath, llama
     cfg = CacheConfig.from_dict(doc["cache"])
     p = budget.llama_params(64, 172, 5, 8, 4, 512)
     flash = doc["weights"]["place"] != "heap"
+    intpass = doc.get("forward") == "int"  # the integer pass keeps every norm and has buffers of its own
     if not flash:
         w = budget.weights_bytes(p, weights_dtype)
     else:
-        w = streambytes.weights_stream_bytes(p, 64, 172, weights_dtype)
+        w = streambytes.weights_stream_bytes(p, 64, 172, weights_dtype, norms=intpass)
     h2o = (doc["policy"] or {}).get("kind") == "h2o"
     scores = budget.h2o_score_bytes(cfg.slots) if h2o else 0
     if (doc["policy"] or {}).get("kind") == "tiered":  # beside the ring: staging block and tables, recomputed
@@ -58,16 +60,18 @@ def recompute_total(doc, weights_dtype="i8", board="rp2350", runtime=None):
         return cfg, w + cfg.nbytes() + scores + act + boards.load(board)["workspace_bytes"]
     fp = boards.load(board)["footprint"]
     kind = rt["kernels"]
-    runtime = fp["boot_bytes"] + fp["runtime_" + kind] + fp["telemetry_bytes"] + fp.get("loop_" + kind, 0)
+    key = ("int_" if intpass else "") + kind  # the footprint measured with that pass
+    runtime = fp["boot_bytes"] + fp["runtime_" + key] + fp["telemetry_bytes"] + fp.get("loop_" + key, 0)
     if rt["prompt"]:  # a run that encodes its prompt loads the encoder (kvedge.model.bpe)
         runtime += fp["encode_bytes"]
     tile = 8 if kind == "plain" else 32
     integer = kind in ("asm", "viper") and cfg.dtype in ("i8", "i4", "i2")
-    runner = (llama.scratch_bytes(_Shape, weights_dtype, flash) + llama.object_bytes(_Shape, cfg, tile, 4, integer)
+    scratch = intpath.scratch_bytes(_Shape, flash) if intpass else llama.scratch_bytes(_Shape, weights_dtype, flash)
+    runner = (scratch + llama.object_bytes(_Shape, cfg, tile, 4, integer)
               + (budget.activation_bytes(64, 172, 8, 512, tile) - act))
     files = fp["file_bytes"] * ((1 if rt["tokenizer_bytes"] else 0) + (1 if flash else 0))
     if (doc["policy"] or {}).get("kind") == "tiered":  # the tier's code, its two segment files and a spare, its loop
-        files += fp["tiered_" + kind] + 3 * fp["file_bytes"] + 2048
+        files += fp["tiered_" + key] + 3 * fp["file_bytes"] + 2048
     return cfg, (w + cfg.nbytes() + scores + act + runtime + runner + rt["tokenizer_bytes"] + files
                  + (fp["evict_bytes"] + 256 if h2o else 0))
 
@@ -354,7 +358,8 @@ def test_help_lists_the_commands(capsys):
 def test_tiered_cache_offered_by_default_and_built_from_the_plan(capsys, stories, tmp_path):
     from kvedge.tiered import TieredCache
     out = str(tmp_path / "plan.json")
-    r = plan(capsys, "--model", stories, "--board", "rp2040", "--weights-dtype", "i8")
+    # the float pass's runtime (--forward float): the integer pass's larger code leaves a tier no room on rp2040
+    r = plan(capsys, "--model", stories, "--board", "rp2040", "--weights-dtype", "i8", "--forward", "float")
     tiers = [c for c in r["configurations"] if c["kind"] == "tiered"]
     assert tiers and not any("--flash-tier" in n for n in r["notes"])
     assert {(c["cache"]["dtype"], c["tier"]["cold_dtype"]) for c in tiers} >= {("i8", "i4"), ("i8", "i8"), ("f32", "i4")}
@@ -377,7 +382,8 @@ def test_tiered_cache_offered_by_default_and_built_from_the_plan(capsys, stories
         assert k["cold_instructions_per_token"] == row["per_cold_token"] * t["cold_tokens"]
         assert MEASURED["command"] in k["measured"]
     pick = r["configurations"].index(tiers[0]) + 1
-    plan(capsys, "--model", stories, "--board", "rp2040", "--weights-dtype", "i8", "--out", out, "--pick", str(pick))
+    plan(capsys, "--model", stories, "--board", "rp2040", "--weights-dtype", "i8", "--forward", "float", "--out", out,
+         "--pick", str(pick))
     doc = json.load(open(out))
     assert doc["kind"] == "tiered"
     tc = TieredCache.from_plan(doc, str(tmp_path / "cold"), budget=doc["budget_bytes"])
@@ -386,9 +392,11 @@ def test_tiered_cache_offered_by_default_and_built_from_the_plan(capsys, stories
         assert tc.size["flash"] == doc["tier"]["flash_bytes"]
     finally:
         tc.close()
-    off = plan(capsys, "--model", stories, "--board", "rp2040", "--weights-dtype", "i8", "--no-tiered")
+    off = plan(capsys, "--model", stories, "--board", "rp2040", "--weights-dtype", "i8", "--forward", "float",
+               "--no-tiered")
     assert "tiered" not in set(c["kind"] for c in off["configurations"])
-    old = plan(capsys, "--model", stories, "--board", "rp2040", "--weights-dtype", "i8", "--flash-tier")
+    old = plan(capsys, "--model", stories, "--board", "rp2040", "--weights-dtype", "i8", "--forward", "float",
+               "--flash-tier")
     assert any("--flash-tier is no longer needed" in n for n in old["notes"])
     assert [c["strategy"] for c in old["configurations"]] == [c["strategy"] for c in r["configurations"]]
     unix = plan(capsys, "--model", stories, "--board", "unix", "--weights-dtype", "i8")  # no flash: no tier
@@ -429,10 +437,22 @@ def test_measured_runtime_is_counted_against_the_usable_heap_less_a_margin(capsy
         assert c["kv_bytes"] <= fp["largest_bytes"] - rt["margin_bytes"]  # the arena fits the largest block
     doc = json.load(open(out))
     assert doc["runtime"] == rt and doc["total_bytes"] == r["configurations"][0]["total_bytes"]
-    # the fastest kernels with which something fits; the leaner ones are listed with what they would keep
-    others = {o["kernels"]: o for o in r["other_kernels"]}
-    assert set(others) | {rt["kernels"]} == {"asm", "viper", "native", "plain"}  # asm: the RP2040 is Thumb
-    assert rt["kernels"] == "asm" and others["plain"]["tokens_kept"] >= r["configurations"][0]["tokens_kept"]
+    # the fastest kernels and pass with which something fits (the integer pass, asm: the RP2040 is Thumb); the
+    # others are listed with what they would keep
+    others = {(o["kernels"], o["forward"]): o for o in r["other_kernels"]}
+    assert set(others) | {(rt["kernels"], rt["forward"])} == {("asm", "int"), ("viper", "int"), ("asm", "float"),
+                                                             ("viper", "float"), ("native", "float"),
+                                                             ("plain", "float")}
+    assert (rt["kernels"], rt["forward"]) == ("asm", "int") and rt["code_bytes"] == fp["runtime_int_asm"]
+    assert {c["forward"] for c in r["configurations"]} == {"int"} and doc["forward"] == "int"
+    assert others[("plain", "float")]["tokens_kept"] >= r["configurations"][0]["tokens_kept"]
+    # the float pass on request: its own runtime's figures
+    fl = plan(capsys, "--model", stories, "--board", "rp2040", "--weights-dtype", "i8", "--kv-dtype", "i8",
+              "--align", "0", "--forward", "float")
+    assert (fl["runtime"]["forward"], fl["runtime"]["code_bytes"]) == ("float", fp["runtime_asm"])
+    assert {c["forward"] for c in fl["configurations"]} == {"float"}
+    for c in fl["configurations"]:
+        assert recompute_total(c, board="rp2040", runtime=fl["runtime"])[1] == c["total_bytes"], c["strategy"]
 
 
 def test_kernels_margin_and_a_flat_workspace_on_request(capsys, stories):
@@ -444,8 +464,11 @@ def test_kernels_margin_and_a_flat_workspace_on_request(capsys, stories):
     assert top["total_bytes"] <= plain["runtime"]["usable_heap"] - 8000
     flat = plan(capsys, *base, "--workspace", "16384")
     assert flat["runtime"] == {"source": "allowance", "workspace_bytes": 16384}
-    _bad(capsys, base + ["--workspace", "100", "--kernels", "plain"], "--kernels and --margin need a measured")
+    _bad(capsys, base + ["--workspace", "100", "--kernels", "plain"], "--kernels, --margin and --forward int need a measured")
     _bad(capsys, base + ["--kernels", "sse"], "--kernels must be auto, asm, viper, native, plain")
+    _bad(capsys, base + ["--forward", "ulab"], "--forward must be auto, int, float")
+    _bad(capsys, ["--model", stories, "--board", "rp2040-circuitpython", "--forward", "int"],
+         "--forward int: rp2040-circuitpython has no measured integer-pass footprint")
 
 
 def test_weights_on_flash_win_when_they_leave_the_cache_more_tokens(capsys, stories):
@@ -475,4 +498,4 @@ def test_nothing_fits_says_so_up_front_with_the_runtimes_numbers(capsys, stories
     first = [i for i, ln in enumerate(lines) if ln.startswith("nothing fits")][0]
     assert first < [i for i, ln in enumerate(lines) if ln.startswith("requested")][0]  # before the loop
     fp = boards.load("rp2040")["footprint"]
-    assert "runtime code (plain kernels)" in out and "{:,}".format(fp["runtime_plain"]) in out
+    assert "runtime code (plain kernels, float pass)" in out and "{:,}".format(fp["runtime_plain"]) in out

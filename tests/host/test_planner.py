@@ -90,28 +90,34 @@ def test_speed_is_the_measured_table_at_the_profiles_clock(capsys, stories):
     with open(os.path.join(BOARDS, "rp2350.json")) as f:
         hz = json.load(f)["clock_hz"]
     assert hz == 150000000  # RP2350 datasheet: 150 MHz
-    r = _json(capsys, "--model", stories, "--board", "rp2350", "--weights-dtype", "i8", "--weights-in", "heap",
-              "--objective", "quality", "--top", "99")
-    seen = set()
-    for c in r["configurations"]:
-        assert c["instructions_per_token"] > 0 and c["tokens_per_s"] > 0, c["strategy"]
-        assert c["kernels"] == r["runtime"]["kernels"] == "asm"
-        # the pass the plan names and counts: the float pass, which the board's measured footprint is of (the
-        # integer pass's code is in no footprint yet: kvedge_host.planner.Planner.forward)
-        assert c["forward"] == "float", c["strategy"]
-        dt = c["cache"]["dtype"]
-        exact = None
-        if c["kind"] == "keep" and dt == "f32":
-            exact = _mean_by_hand(_row("float-asm-f32"), c["context"], c["tokens_kept"])
-        if exact is not None:
-            seen.add((c["kind"], dt))
-            assert not c["speed"]["estimated"], c["speed"]
-            assert c["instructions_per_token"] == round(exact), (c["strategy"], exact)
-            assert abs(c["tokens_per_s"] - hz / exact) < 1e-3 * hz / exact
-            assert "bench_plan_speed.py" in c["speed"]["measured"]
-        elif c["speed"]["estimated"]:
-            assert c["speed"]["from"] and c["instructions_per_token"] == float("%.2g" % c["instructions_per_token"])
-    assert r["configurations"]
+    # by default the integer pass (its measured runtime fits), on request the float pass: each plan names the pass
+    # it counted, and its speed is that pass's measured row
+    every = {(k, d): "float-asm-" + d for k in ("keep", "shorter") for d in ("f32", "f16", "i8")}
+    for extra, fw, rows in (((), "int", {("keep", "i8"): "int-asm-i8", ("shorter", "i8"): "int-asm-i8",
+                                         ("window", "i8"): "int-asm-i8-ring", ("sinks", "i8"): "int-asm-i8-ring"}),
+                            (("--forward", "float"), "float", every)):
+        r = _json(capsys, "--model", stories, "--board", "rp2350", "--weights-dtype", "i8", "--weights-in", "heap",
+                  "--objective", "quality", "--top", "99", *extra)
+        seen = set()
+        assert r["runtime"]["forward"] == fw
+        for c in r["configurations"]:
+            assert c["instructions_per_token"] > 0 and c["tokens_per_s"] > 0, c["strategy"]
+            assert c["kernels"] == r["runtime"]["kernels"] == "asm"
+            assert c["forward"] == fw, c["strategy"]
+            dt = c["cache"]["dtype"]
+            exact = None
+            if (c["kind"], dt) in rows:
+                exact = _mean_by_hand(_row(rows[c["kind"], dt]), c["context"], c["tokens_kept"])
+            if exact is not None:
+                seen.add((c["kind"], dt))
+                assert not c["speed"]["estimated"], c["speed"]
+                assert c["instructions_per_token"] == round(exact), (c["strategy"], exact)
+                assert abs(c["tokens_per_s"] - hz / exact) < 1e-3 * hz / exact
+                assert "bench_plan_speed.py" in c["speed"]["measured"]
+            elif c["speed"]["estimated"]:
+                assert c["speed"]["from"] and c["instructions_per_token"] == float(
+                    "%.2g" % c["instructions_per_token"])
+        assert r["configurations"] and seen, fw
 
 
 def test_the_table_agrees_with_the_forward_benchmark():
@@ -142,7 +148,7 @@ def test_by_default_never_more_than_2x_slower_than_the_fastest_keeping_as_many(c
 
 def test_the_readme_example_picks_within_2x_and_the_quality_objective_may_not(capsys):
     argv = ["--model", os.path.join(ROOT, "docs", "examples", "stories260K.json"), "--board", "rp2040",
-            "--weights-dtype", "i8", "--workspace", "136403", "--quality", "--top", "99"]
+            "--weights-dtype", "i8", "--top", "99"]
     r = _json(capsys, *argv)
     c = r["configurations"][0]
     fastest = max(d["tokens_per_s"] for d in r["configurations"] if d["tokens_kept"] >= c["tokens_kept"])
@@ -151,9 +157,9 @@ def test_the_readme_example_picks_within_2x_and_the_quality_objective_may_not(ca
 
 def test_min_tokens_per_s_and_kind_steer_the_search(capsys, stories):
     m = ["--model", stories, "--board", "rp2350", "--weights-dtype", "i8"]
-    r = _json(capsys, *(m + ["--min-tokens-per-s", "0.3", "--top", "99"]))  # plans name the float pass
-    assert r["configurations"] and all(c["tokens_per_s"] >= 0.3 for c in r["configurations"])
-    assert any("below 0.3" in n for n in r["notes"])
+    r = _json(capsys, *(m + ["--min-tokens-per-s", "10", "--top", "99"]))  # H2O and the i4 tier are slower
+    assert r["configurations"] and all(c["tokens_per_s"] >= 10 for c in r["configurations"])
+    assert any("below 10" in n for n in r["notes"])
     r = _json(capsys, *(m + ["--kind", "window"]))
     assert r["configurations"] and {c["kind"] for c in r["configurations"]} == {"window"}
     r = _json(capsys, *(m + ["--kind", "tiered"]))
@@ -258,3 +264,37 @@ def test_a_plan_that_fits_says_how_much_of_the_context_it_keeps(capsys, stories)
     c = doc["configurations"][0]
     assert out[0].startswith("verdict: fits esp32: %s, %s of 512 tokens kept" % (c["strategy"], c["tokens_kept"]))
     assert ("keeps every token" in out[1]) == (c["tokens_kept"] < 512) or "the whole context fits" in out[1]
+
+
+def test_a_cache_shorter_than_every_measured_row_ranks_after_those_the_table_bounds(capsys):
+    # a window of 10 tokens takes the quality row measured at the fewest tokens (more than 10): that row's cost is
+    # a lower bound of its own, so it must not outrank a 70-token cache whose row (measured at <= 70) bounds it
+    from kvedge_host.planquality import DEFAULT_QUALITY, load_quality
+    table = load_quality(DEFAULT_QUALITY)
+    r = _json(capsys, "--model", os.path.join(ROOT, "docs", "examples", "stories260K.json"), "--board", "rp2040",
+              "--weights-dtype", "i8", "--top", "99")
+    ranked = [c for c in r["configurations"] if c.get("quality")]
+    fewer = [i for i, c in enumerate(ranked) if c["quality"].get("fewer")]
+    bounded = [i for i, c in enumerate(ranked) if not c["quality"].get("fewer")]
+    assert fewer and bounded
+    for i in fewer:
+        c = ranked[i]
+        rows = [t["tokens"] for t in table if t["kind"] == c["kind"] and t.get("tokens")]
+        assert c["tokens_kept"] < min(rows), c["strategy"]  # only those below every measured size
+        assert c["quality"]["uncertain"]
+    assert max(bounded) < min(fewer)
+
+
+def test_the_search_trace_is_behind_verbose(capsys, stories):
+    m = ["plan", "--model", stories, "--board", "rp2040", "--weights-dtype", "i8"]
+    assert cli.main(m) == 0
+    short = capsys.readouterr().out
+    assert cli.main(m + ["--verbose"]) == 0
+    full = capsys.readouterr().out
+    tried = "".join(full.split())
+    flat = " ".join(short.split())  # rich wraps at the terminal's width
+    assert "at any setting" not in flat and "(--verbose lists them)" in flat
+    assert "f32H2Odoesnotfitatanysetting" in tried and len(full.splitlines()) > len(short.splitlines()) + 40
+    n = int(re.search(r"(\d+) settings of the strategies tried", flat).group(1))
+    r = _json(capsys, "--model", stories, "--board", "rp2040", "--weights-dtype", "i8")
+    assert n == len([t for t in r["trace"][1:] if "total_bytes" in t or "at any setting" in t["result"]]) > 20

@@ -55,16 +55,27 @@ def test_image_files_read_back_in_place_and_aligned(tmp_path):
 
 def test_plan_places_rom_weights_in_flash_and_counts_one_row(tmp_path):
     model = write_tiny(str(tmp_path))[0]
-    out = kvedge("plan", "--model", model, "--board", "rp2040", "--weights-dtype", "i8", "--weights-in", "rom",
-                 "--json")
-    assert out.returncode == 0, out.stderr
-    doc = json.loads(out.stdout)
-    top = doc["configurations"][doc["chosen"] - 1]
+    from kvedge.model import streambytes
     from kvedge.model.checkpoint import read_config
+    from kvedge_host import account, models
     cfg, _ = read_config(model)
-    assert top["weights"]["place"] == "rom"
-    assert top["weights"]["heap_bytes"] == budget.weights_row_buffer_bytes(cfg.dim, cfg.hidden_dim, budget.I8)
-    where = {p["array"]: p["where"] for p in top["placement"]}
-    assert where["weights"] == "flash (ROMFS), read in place"
+    spec = models.load(model)
+    # the float pass reads rows in place (one row's buffer); the integer pass (the default where it fits) keeps
+    # every norm and streams its rows from the mapped file (kvedge.model.llama.check)
+    held = {"float": budget.weights_row_buffer_bytes(cfg.dim, cfg.hidden_dim, budget.I8),
+            "int": streambytes.weights_stream_bytes(account.params(spec), cfg.dim, cfg.hidden_dim, budget.I8,
+                                                    norms=True)}
+    for fw in ("auto", "float"):
+        out = kvedge("plan", "--model", model, "--board", "rp2040", "--weights-dtype", "i8", "--weights-in", "rom",
+                     "--json", "--forward", fw)
+        assert out.returncode == 0, out.stderr
+        doc = json.loads(out.stdout)
+        top = doc["configurations"][doc["chosen"] - 1]
+        assert top["forward"] == ("int" if fw == "auto" else "float")
+        assert top["weights"]["place"] == "rom"
+        assert top["weights"]["heap_bytes"] == held[top["forward"]]
+        where = {p["array"]: p["where"] for p in top["placement"]}
+        assert where["weights"] == {"float": "flash (ROMFS), read in place",
+                                    "int": "flash (ROMFS), read a chunk of rows at a time"}[top["forward"]]
     bad = kvedge("plan", "--model", model, "--board", "rp2040", "--weights-in", "rom")
     assert bad.returncode == 2 and "--weights-dtype i8" in bad.stderr
