@@ -501,7 +501,9 @@ def built_vs_plan(s, plan):
            "cold_blocks": s.get("cold_blocks", 0)}
     from kvedge.sizes import cache_slots
     c = plan["cache"]
-    want = {"forward": plan.get("forward"), "kind": plan.get("kind"),
+    kind = plan.get("kind")
+    # a shorter context is a keep-all cache of fewer tokens: the board sees the cache, not the cut
+    want = {"forward": plan.get("forward"), "kind": "keep" if kind == "shorter" else kind,
             "slots": cache_slots(c["max_tokens"], c.get("window", 0), c.get("sinks", 0)),
             "cold_blocks": (plan.get("tier") or {}).get("cold_blocks", 0)}
     line = "board built %s pass, %s cache, %s slots%s" % (got["forward"], got["kind"], got["slots"], (

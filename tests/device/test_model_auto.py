@@ -59,6 +59,20 @@ def test_auto_takes_the_fastest_pass_the_kernels_allow():
     kernels.select()
 
 
+def test_the_cache_kind_the_board_reports_is_the_plans():
+    # the stats line's "kind" (kvedge demo compares it with the plan's): a prefix plan once read "keep"
+    from kvedge.config import CacheConfig
+
+    def cfg(**kw):
+        return CacheConfig(1, 1, 1, 8, 16, "i8", align=0, **kw)
+    assert llama.plan_kind(cfg()) == "keep"
+    assert llama.plan_kind(cfg(prefix=4)) == "prefix"
+    assert llama.plan_kind(cfg(window=8)) == "window"
+    assert llama.plan_kind(cfg(window=8, sinks=2)) == "sinks"
+    assert llama.plan_kind(cfg(), policy=True) == "h2o"
+    assert llama.plan_kind(cfg(window=8, sinks=4), tier={"cold_dtype": "i8"}) == "tiered"
+
+
 def test_refused_tokens_reserve_no_position():
     kernels.select("plain")
     for forward in ("int", "float"):

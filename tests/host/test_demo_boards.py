@@ -59,6 +59,8 @@ def test_the_demo_runs_its_plan_on_every_board_profile(tmp_path, board):
     if where == "unix":
         assert "MicroPython unix port" in out
         return
+    # the board's stats name the pass and the cache it built: the plan's (a prefix plan once read "keep")
+    assert "demo: board built %s pass, " % plan["forward"] in out and ": as planned" in out, out[-2000:]
     rt = plan["runtime"]
     assert rt["source"] == "measured" and peak <= rt["usable_heap"]
     assert "%s kernels" % rt["kernels"] in out   # the board ran the kernels the plan counted

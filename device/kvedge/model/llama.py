@@ -108,14 +108,17 @@ def plan(cfg, wdtype, ccfg, stream=False, tile=32, workspace=0, forward="float",
 
 
 def plan_kind(ccfg, tier=None, policy=False):
-    """The plan kind (kvedge.model.passes) of a cache: tiered, h2o, sinks, window or keep."""
+    """The plan kind (kvedge.model.passes) of a cache: tiered, h2o, sinks, window, prefix (every token, the first
+    ones at f32) or keep."""
     if tier is not None:
         return "tiered"
     if policy:
         return "h2o"
     if ccfg.sinks:
         return "sinks"
-    return "window" if ccfg.window else "keep"
+    if ccfg.window:
+        return "window"
+    return "prefix" if ccfg.prefix else "keep"
 
 
 def resolve_forward(forward, wdtype, ccfg, tier=None, stream=False, policy=False, attention=None):
