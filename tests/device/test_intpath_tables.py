@@ -27,3 +27,25 @@ def test_f32_frequencies_are_float32_of_the_exact_power():
     assert intpath.f32_freq(0, 8) == (1 << 23, 1)
     m, e = intpath.f32_freq(1, 4)
     assert (m, e) == (0xA3D70A, -6), (hex(m), e)
+
+
+class _OneArgFile:
+    """A file whose readinto takes the buffer only, as mpremote mount's remote files do on a board."""
+
+    def __init__(self, data):
+        self.data, self.at = data, 0
+
+    def readinto(self, buf):
+        n = min(len(buf), len(self.data) - self.at)
+        for i in range(n):
+            buf[i] = self.data[self.at + i]
+        self.at += n
+        return n
+
+
+def test_streamed_rows_read_from_a_file_whose_readinto_takes_one_argument():
+    # intpath._read's readinto(buf, n) raised TypeError on a mounted file (the device suite from mpremote mount)
+    f = _OneArgFile(bytes(range(10)))
+    buf = bytearray(8)
+    assert intpath._read(f, buf, 4) == 4 and bytes(buf) == bytes([0, 1, 2, 3, 0, 0, 0, 0])
+    assert intpath._read(f, buf, 8) == 6 and bytes(buf[:6]) == bytes(range(4, 10))

@@ -47,7 +47,10 @@ EPS = 1e-5
 
 if IS_MICROPYTHON:
     def _read(f, buf, n):
-        return f.readinto(buf, n)  # the first n bytes: no memoryview slice (an allocation)
+        try:
+            return f.readinto(buf, n)  # the first n bytes: no memoryview slice (an allocation)
+        except TypeError:  # a file whose readinto takes the buffer only (mpremote mount's remote files)
+            return f.readinto(memoryview(buf)[:n])
 else:
     def _read(f, buf, n):
         return f.readinto(memoryview(buf)[:n])
