@@ -57,7 +57,8 @@ _MODULES = ("kvedge.compat", "kvedge.errors", "kvedge.sizes", "kvedge.config", "
             "kvedge.model.llama")
 
 
-def _load(kernel, h2o, stats, encode=False, kv=None, forward="auto", model=None, tier=None, stream=False):
+def _load(kernel, h2o, stats, encode=False, kv=None, forward="auto", model=None, tier=None, stream=False,
+          int_attention="auto"):
     """Import the run's modules (None: the kernels, chosen there); returns (kernel module, forward pass): "auto"
     is resolved once the kernels are chosen (kvedge.model.llama.resolve_forward). Eviction, the stats stream,
     encoding a prompt (kvedge.model.bpe), the integer attention path (kvedge.attention), the other forward
@@ -76,7 +77,7 @@ def _load(kernel, h2o, stats, encode=False, kv=None, forward="auto", model=None,
         cfg, wdtype = llama.read_config(model)
         forward = llama.resolve_forward(forward, wdtype, llama.cache_config(cfg, kv), tier, stream, h2o > 0)
     later = ()
-    if forward != "float" or llama.integer_path(kv) or tier is not None:
+    if forward != "float" or llama.integer_path(kv, int_attention) or tier is not None:
         later += ("kvedge.attention",)
     if forward != "float":
         later += ("kvedge.model.%spath" % forward,)
@@ -98,7 +99,7 @@ def _load(kernel, h2o, stats, encode=False, kv=None, forward="auto", model=None,
 
 def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=None, budget=None, workspace=0,
          stream=False, kernel="auto", tile=32, peak=False, h2o=0, stats_ms=0, overhead=RUN_OVERHEAD,
-         kv_bytes=0, encode=None, ctrl_c=False, forward="float", tier=None):
+         kv_bytes=0, encode=None, ctrl_c=False, forward="float", tier=None, int_attention="auto"):
     """Returns the stats dict it prints. Raises BudgetError before allocating when the run does not fit: the
     plan counts the tokenizer (kept in its file: kvedge.model.pieces.FileTokenizer) and `overhead`, this
     loop's own heap (a plan made from the board's measured footprint passes the loop it measured), in the
@@ -117,7 +118,9 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
     was counted for: "float" (the default: what a board's measured footprint is of), "int", "ulab", or "auto"
     (the fastest this model, cache and kernels allow: kvedge.model.passes; Llama's own default).
     tier: a tiered cache (a plan's "tier": block, cold_dtype, cold_blocks, at_cap, cold_align; its files
-    kvedge.model.llama.COLD_PATH.* start afresh): kv is then its ring's config and kv_bytes the ring's arena."""
+    kvedge.model.llama.COLD_PATH.* start afresh): kv is then its ring's config and kv_bytes the ring's arena.
+    int_attention: Llama's ("auto": the integer attention path with asm/viper kernels; True: with any kernels,
+    e.g. plain ones on a host reproducing a board's asm run bit for bit)."""
     if budget is not None and kv_bytes > budget:
         from kvedge.errors import BudgetError
         raise BudgetError("KV arena", kv_bytes, budget)
@@ -125,7 +128,7 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
     import gc
     if encode is None:
         encode = len(prompt) > 0  # encoding a text sorts the tokenizer's ids once
-    k, forward = _load(kernel, h2o, stats_ms > 0, encode, kv, forward, model, tier, stream)
+    k, forward = _load(kernel, h2o, stats_ms > 0, encode, kv, forward, model, tier, stream, int_attention)
     from kvedge import compat
     from kvedge.model.llama import Llama, check, generate, integer_path
     from kvedge.model.sampler import Sampler
@@ -148,7 +151,7 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
     ws = workspace + FileTokenizer.nbytes(tokenizer, vocab, encode) + overhead
     # BudgetError before anything else is allocated
     check(model, kv, budget, ws, stream, tile, h2o > 0, forward, None,
-          integer_path(kv), tier)  # as Llama counts it: its attention's integer scratch, on either pass
+          integer_path(kv, int_attention), tier)  # as Llama counts it: its attention's integer scratch
     tok = FileTokenizer(tokenizer, vocab)  # pieces stay in the file; its offsets go before the small objects
     if encode:  # the ids sorted by piece (a 1 KB array for stories260K's 512) beside them, not in a heap the
         # model has fragmented (a tiered plan on the emulated rp2040: MemoryError in bpe.sort_ids)
@@ -156,7 +159,7 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
         tok.order = sort_ids(tok)
     gc.collect()  # set-up leaves garbage between what it keeps: free it before the next arrays are placed
     m = Llama(model, kv=kv, budget=budget, workspace=ws, stream=stream, tile=tile, policy=policy, arena=arena,
-              forward=forward, tier=tier)
+              forward=forward, tier=tier, int_attention=int_attention)
     arena = None
     gc.collect()
     ids = tok.encode(prompt) if len(prompt) else [BOS]  # no text: no encoder (kvedge.model.bpe) loaded

@@ -34,6 +34,9 @@ def plan_args(doc, model=None, tokenizer=None, heap=None):
     h2o = pol.get("budget", 0) if pol.get("kind") == "h2o" else 0
     place = doc["weights"]["place"]
     ws = doc["workspace_bytes"]
+    # the attention path of the plan's kernels (asm/viper: the integer one), whatever kernels run it here: a
+    # host run of a board's plan (plain kernels) computes what the board does, bit for bit
+    iatt = True if (doc.get("runtime") or {}).get("kernels") in ("asm", "viper") else "auto"
     if model is not None:
         from kvedge.errors import PlanError
         from kvedge.model import llama
@@ -61,7 +64,8 @@ def plan_args(doc, model=None, tokenizer=None, heap=None):
         fwd = doc.get("forward") or UNNAMED
         own = Tokenizer.nbytes(tokenizer, cfg.vocab_size) + RUN_OVERHEAD
         try:  # the runner's own check (the pass and the tier against this file and cache) and its account
-            p = llama.check(model, kv, None, own, stream, 32, h2o > 0, fwd, None, llama.integer_path(kv), tier)[3]
+            p = llama.check(model, kv, None, own, stream, 32, h2o > 0, fwd, None, llama.integer_path(kv, iatt),
+                            tier)[3]
         except ImportError:  # the pass's module does not load on this runtime (ulab on the host): the board's
             p = llama.plan(cfg, wdtype, ccfg, weights_place(model, stream), 32,
                            own + ((8 * ccfg.slots + 256) if h2o else 0))
@@ -69,7 +73,8 @@ def plan_args(doc, model=None, tokenizer=None, heap=None):
             raise PlanError("forward: the %s pass cannot run this model file and plan: %s" % (fwd, e))
         ws = doc["total_bytes"] - p["total"]
     return {"kv": kv, "h2o": h2o, "stream": _STREAM[place], "budget": doc["heap_bytes"], "workspace": ws,
-            "tier": tier_of(doc), "forward": doc.get("forward") or UNNAMED, "kind": doc["kind"]}
+            "tier": tier_of(doc), "forward": doc.get("forward") or UNNAMED, "kind": doc["kind"],
+            "int_attention": iatt}
 
 
 def run_args(args):
