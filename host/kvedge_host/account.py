@@ -180,11 +180,16 @@ def kernel_kinds(prof):
     return [k for k in KERNEL_KINDS if "runtime_" + k in fp]
 
 
+def footprint_key(kind, forward="float"):
+    """The suffix of a runtime's footprint keys: the kind ("asm": runtime_asm), the integer pass's INT_KEY + kind."""
+    return (INT_KEY if forward == "int" else "") + kind
+
+
 def int_measured(prof):
     """Kernel kinds whose integer pass has a measured footprint on this profile (kvedge footprint runs it with
     the kinds that make it the fastest pass: kvedge.model.passes.FAST_KERNELS), fastest first."""
     fp = (prof or {}).get("footprint") or {}
-    return [k for k in KERNEL_KINDS if "runtime_" + INT_KEY + k in fp]
+    return [k for k in KERNEL_KINDS if "runtime_" + footprint_key(k, "int") in fp]
 
 
 class Runtime:
@@ -196,7 +201,7 @@ class Runtime:
 
     def __init__(self, prof, kind, heap=None, forward="float"):
         fp = prof["footprint"]
-        key = (INT_KEY if forward == "int" else "") + kind
+        key = footprint_key(kind, forward)
         if "runtime_" + key not in fp:
             raise ValueError("no measured %s footprint for %s (kvedge footprint --board %s --write)"
                              % (key, prof.get("name"), prof.get("name")))

@@ -691,7 +691,7 @@ def runtime_info(rt, prof, tokenizer):
     """What the plan counted for the runtime, and where the figures come from."""
     if rt is None:
         return None
-    key = (account.INT_KEY if rt.forward == passes.INT else "") + rt.kind
+    key = account.footprint_key(rt.kind, rt.forward)
     src = next((s for s in prof.get("sources", []) if s["figure"] == "footprint.runtime_" + key), {})
     return {"source": "measured", "kernels": rt.kind, "forward": rt.forward, "tile": rt.tile, "heap_bytes": rt.heap, "heap_image": rt.image,
             "usable_heap": rt.usable, "boot_bytes": rt.boot, "code_bytes": rt.code,
