@@ -80,6 +80,9 @@ def check_args(a, prof):
         raise UserError("%s: no such port" % a.port)
     if a.workdir and os.path.exists(a.workdir) and not os.path.isdir(a.workdir):
         raise UserError("%s: not a folder (--workdir)" % a.workdir)
+    if a.workdir and not os.path.isdir(os.path.dirname(os.path.abspath(a.workdir))):
+        # the folder itself is made, not a whole path of them: a mistyped parent is a mistake, not a wish
+        raise UserError("%s: its parent folder does not exist (--workdir)" % a.workdir)
     if a.plan:
         validate.plan_file(a.plan, prof["heap_bytes"])
     if a.model or a.tokenizer:
@@ -257,11 +260,10 @@ def _plan_measured(a, prof, model, tok, heap, prompt, work, say, ctrl_c=True):
                             log=say)
     rt = plan["runtime"]
     stats_ms = a.stats_ms if rt.get("stats", True) else 0
-    say("plan (kvedge plan --model %s --board %s --weights-dtype i8 --kv-dtype i8 --align 0 --no-tiered%s%s%s): "
+    say("plan (%s): "
         "%s, %s kernels, weights %s; %s bytes of the %s usable (runtime %s measured on the emulated board, %s; "
         "margin %s kept free)" % (
-            os.path.basename(model), a.board, " --heap %d" % other if other else "", "" if prompt else " --no-prompt",
-            "" if rt.get("stats", True) else " --no-stats", plan["strategy"], rt["kernels"],
+            planrun.plan_command(model, a.board, plan, other, prompt), plan["strategy"], rt["kernels"],
             "in RAM" if plan["weights"]["place"] == "heap" else "read from flash", format(plan["total_bytes"], ","),
             format(rt["usable_heap"], ","), rt.get("command"), rt.get("date"), format(rt["margin_bytes"], ",")))
     kw = planrun.runner_args(plan, a.steps, stats_ms, prompt, a.temperature, a.seed)

@@ -22,8 +22,9 @@ def add_arguments(p):
     p.add_argument("--steps", type=int, default=256, help="positions to run, prompt included (default 256)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--seed", type=int, default=1, help="sampling seed, > 0 (default 1)")
-    p.add_argument("--kv-dtype", default="f32", choices=("f32", "f16", "i8", "i4", "i2"),
-                   help="cache storage")
+    p.add_argument("--kv-dtype", choices=("f32", "f16", "i8", "i4", "i2"),
+                   help="cache storage (default f32: every value as the checkpoint computes it; with --port and no "
+                   "cache flag the board's plan chooses)")
     p.add_argument("--max-tokens", type=int, default=0, help="cache cap (default: the model's context)")
     p.add_argument("--window", type=int, default=0, help="ring window of the last W tokens (0 = none)")
     p.add_argument("--sinks", type=int, default=0, help="tokens kept for ever beside the window")
@@ -36,10 +37,11 @@ def add_arguments(p):
     p.add_argument("--stream", action="store_true", help="read weight rows from the file instead of RAM")
     p.add_argument("--kernels", default="auto", choices=("auto", "asm", "viper", "native", "plain"))
     p.add_argument("--forward", choices=("auto", "float", "int", "ulab"), help="the forward pass (default: the "
-                   "plan's with --plan; float on a board at --port, whose footprint is of that pass; else auto: the "
-                   "fastest the model, cache and kernels allow, kvedge.model.passes: int for int8 weights and an i8 "
-                   "cache with asm or viper kernels); int: the integer pass (no float, no allocation per token); "
-                   "ulab: CircuitPython's ulab pass; float: every model and cache")
+                   "plan's with --plan, or with --port and no cache flag, where the board's plan is made for the "
+                   "fastest pass its measured footprint fits; float with --board or cache flags, whose allowance is "
+                   "of that pass; else auto: the fastest the model, cache and kernels allow, kvedge.model.passes: "
+                   "int for int8 weights and an i8 cache with asm or viper kernels); int: the integer pass (no "
+                   "float, no allocation per token); ulab: CircuitPython's ulab pass; float: every model and cache")
     p.add_argument("--runtime", default="cpython", choices=("cpython", "unix", "wasm"))
     p.add_argument("--mpy", action="store_true", help="unix: run the device package precompiled with mpy-cross "
                    "(as deployed to a board: no compiler garbage, about 8 KB less heap and far less "
@@ -47,7 +49,10 @@ def add_arguments(p):
     p.add_argument("--board", help="board profile: its heap caps the port and is the budget checked at start")
     b = p.add_argument_group("a board at a serial port (a real one, or a virtual board's)")
     b.add_argument("--port", help="run on the board at this port: checks that --board (default rp2040) describes "
-                   "it, deploys the package (.mpy) and the model files it lacks, streams the text and stats back")
+                   "it, deploys the package (.mpy) and the model files it lacks, streams the text and stats back; "
+                   "without --plan or a cache flag (--kv-dtype, --max-tokens, --window, --sinks, --prefix, --h2o, "
+                   "--align, --stream) it plans the cache first, as `kvedge plan --board` does from the profile's "
+                   "measured footprint, and runs that plan")
     b.add_argument("--plan", metavar="PLAN.json", help="take the cache, eviction and weights placement from a "
                    "`kvedge plan --out` file (instead of --kv-dtype, --window, --h2o, --stream ...)")
     b.add_argument("--rom", action="store_true", help="int8 weights in ROMFS, read in place (no copy of a row): "
@@ -69,7 +74,7 @@ def _tokenizer(args):
 
 
 def _kv(args):
-    kv = {"dtype": args.kv_dtype, "align": args.align}
+    kv = {"dtype": args.kv_dtype or "f32", "align": args.align}
     for name in ("max_tokens", "window", "sinks", "prefix"):
         v = getattr(args, name)
         if v:
@@ -125,7 +130,8 @@ def check_args(args, tok):
         _plan_kwargs(args)  # checked before anything runs
     cfg, wdtype = read_config(args.model)  # the header checked, and the file's size against it
     validate.finite_weights(args.model, cfg, wdtype)
-    if args.forward in ("int", "ulab") and (wdtype != "i8" or (args.kv_dtype != "i8" and not args.plan)):
+    if args.forward in ("int", "ulab") and (wdtype != "i8" or (
+            args.kv_dtype != "i8" and not args.plan and not _plans_itself(args))):
         raise UserError("%s: --forward %s needs int8 weights (kvedge convert) and --kv-dtype i8" % (
             args.model, args.forward))
     try:
@@ -143,9 +149,58 @@ def check_args(args, tok):
     return cfg, prompt
 
 
+# the flags that describe a cache by hand: without them (and without --plan) a run at --port is planned first
+CACHE_FLAGS = ("kv_dtype", "max_tokens", "window", "sinks", "prefix", "h2o", "align", "stream")
+
+
+def _cache_flags(args):
+    return ["--" + f.replace("_", "-") for f in CACHE_FLAGS if getattr(args, f)]
+
+
+def _plans_itself(args):
+    """A run at --port given no plan and no cache flag: it is planned first (_board_plan). Not on the unix-port
+    virtual board (--march x64), whose 64-bit objects no board profile's footprint describes."""
+    return bool(args.port) and not args.plan and not _cache_flags(args) and args.march != "x64"
+
+
 def run(args):
     tok = _tokenizer(args)
     cfg, prompt = check_args(args, tok)
+    if _plans_itself(args):
+        import tempfile
+        with tempfile.TemporaryDirectory(prefix="kvedge_plan_") as tmp:
+            args.plan = _board_plan(args, tok, prompt, os.path.join(tmp, "plan.json"))
+            return _run(args, tok, cfg, prompt)
+    return _run(args, tok, cfg, prompt)
+
+
+def _board_plan(args, tok, prompt, out):
+    """The plan a run at --port takes when it is given none: `kvedge plan --board` from the profile's measured
+    footprint (kvedge_host.planrun.plan_for, as `kvedge demo` plans), for the weights the checkpoint holds and
+    the fastest pass that fits, written to `out`. Refused here, before anything is deployed, when nothing fits."""
+    from kvedge.model.checkpoint import read_config
+    from . import boards, planrun
+    name = args.board or "rp2040"
+    prof = boards.load(name)
+    say = (lambda m: print("generate: " + m, file=sys.stderr, flush=True))
+    wdtype = read_config(args.model)[1]
+    forward = args.forward or "auto"
+    doc = planrun.plan_for(name, args.model, tok, out, prompt=prompt, stats=True, log=say, weights_dtype=wdtype,
+                           forward=forward, kernels=args.kernels)
+    rt = doc.get("runtime") or {}
+    say("plan (%s --out plan.json): %s, %s pass, %s kernels, weights %s; %s bytes of a %s-byte heap%s" % (
+        planrun.plan_command(args.model, name, doc, None, prompt, wdtype, forward, args.kernels), doc["strategy"],
+        doc.get("forward") or "float", rt.get("kernels", "auto"),
+        "in RAM" if doc["weights"]["place"] == "heap" else "read from flash", format(doc["total_bytes"], ","),
+        format(prof["heap_bytes"], ","), "" if rt.get("source") == "measured" else
+        " (a flat allowance for the runtime: this profile has no measured footprint)"))
+    if wdtype != "i8":
+        say("the integer pass (several times fewer instructions a token) needs int8 weights: kvedge convert %s "
+            "--weights-dtype i8 -o %s" % (args.model, os.path.splitext(os.path.basename(args.model))[0] + ".i8.bin"))
+    return out
+
+
+def _run(args, tok, cfg, prompt):
     budget = workspace = None
     heap = args.heap or 8 * 1024 * 1024
     if args.board:
@@ -249,6 +304,10 @@ def _run_port(args, call):
     bd.check_profile(info, prof, march)
     say("%s %s on %s, %s bytes of heap; --board %s" % (info["impl"], info["version"], info["machine"],
                                                        format(info["heap_usable"], ","), name))
+    if call["budget"] is None:
+        call["budget"], call["workspace"] = prof["heap_bytes"], prof.get("workspace_bytes", 0)
+    if not args.plan:
+        _check_fits(call, name)  # the cache given by hand: refused before anything is deployed
     files = [call["model"], call["tokenizer"]]
     on_board = {f: os.path.basename(f) for f in files}
     if call["stream"] == "rom":
@@ -260,8 +319,6 @@ def _run_port(args, call):
         res["version"], march, len(res["sent"]), len(res["unchanged"]), len(res["removed"])))
     call = dict(call, model=on_board[call["model"]], tokenizer=on_board[call["tokenizer"]],
                 stats_ms=call["stats_ms"] or 1000, ctrl_c=True)
-    if call["budget"] is None:
-        call["budget"], call["workspace"] = prof["heap_bytes"], prof.get("workspace_bytes", 0)
     code = "from kvedge.model import run\nrun.main(**%r)\n" % (call,)
     # a fresh interpreter (mpremote soft-resets the board), left running: its output is read off the port
     mpremote(args.port, ["exec", "--no-follow", code], resume=False)
@@ -282,6 +339,29 @@ def _run_port(args, call):
     _summary(MARK + json.dumps(summary))
     say("stats: " + mon.summary())
     return 0
+
+
+def _check_fits(call, board):
+    """The run's own account (kvedge.model.llama.check, with the tokenizer and the loop as kvedge.model.run.main
+    adds them, 32-bit objects as on the board) against the budget the board will check: UserError when over."""
+    from kvedge.errors import BudgetError
+    from kvedge.model import llama
+    from kvedge.model.checkpoint import read_config
+    from kvedge.model.pieces import FileTokenizer
+    from kvedge.model.run import RUN_OVERHEAD
+    if call["forward"] == "auto":
+        return  # resolved on the board, by its kernels
+    vocab = read_config(call["model"])[0].vocab_size
+    ws = call["workspace"] + FileTokenizer.nbytes(call["tokenizer"], vocab, len(call["prompt"]) > 0) + RUN_OVERHEAD
+    try:
+        llama.check(call["model"], call["kv"], call["budget"], ws, call["stream"], 32, call["h2o"] > 0,
+                    call["forward"], None, llama.integer_path(call["kv"], True), call.get("tier"), word=4)
+    except BudgetError as e:
+        raise UserError("%s on %s: %s: drop the cache flags to have the run planned for the board, or kvedge plan "
+                        "--board %s --out plan.json and --plan plan.json" % (os.path.basename(call["model"]), board,
+                                                                            e, board))
+    except ValueError as e:
+        raise UserError("%s on %s: %s" % (os.path.basename(call["model"]), board, e))
 
 
 class Console:
@@ -363,15 +443,24 @@ class _Split:
 _WHERE = {"heap": "in RAM", "file": "streamed from the file", "rom": "read in place from ROMFS"}
 
 
+def _slots(s):
+    """The cache's size as the board built it: slots, and for a tier its cold tokens in blocks."""
+    if "slots" not in s:
+        return ""
+    cold = " + %d cold tokens in %d blocks" % (s["cold_tokens"], s["cold_blocks"]) if s.get("cold_blocks") else ""
+    return " (%d slots%s)" % (s["slots"], cold)
+
+
 def _summary(out):
     for line in out.splitlines():
         if line.startswith(MARK):
             s = json.loads(line[len(MARK):])
             sys.stdout.write("\n")
-            print("[%d tokens in %.2f s: %.1f tok/s; weights %s (%s), kernels %s, cache %s: %s bytes (peak %s), "
-                  "evictions %d; plan %s bytes, heap used %s]" % (
-                      s["tokens"], s["ms"] / 1000.0, s["tok_s"], s["weights"], _WHERE.get(s.get("weights_in"), "?"),
-                      s["kernels"], s["kv_dtype"],
+            print("[%d tokens in %.2f s: %.1f tok/s; %s pass, weights %s (%s), kernels %s, cache %s %s%s: %s bytes "
+                  "(peak %s), evictions %d; plan %s bytes, heap used %s]" % (
+                      s["tokens"], s["ms"] / 1000.0, s["tok_s"], s.get("forward", "?"), s["weights"],
+                      _WHERE.get(s.get("weights_in"), "?"), s["kernels"], s["kv_dtype"], s.get("kind", "?"),
+                      _slots(s),
                       format(s["cache_bytes"], ","), format(s["peak_bytes"], ","), s["evictions"],
                       format(s["plan_total"], ","), format(s["heap_used"], ",") if s["heap_used"] >= 0 else "n/a"),
                   file=sys.stderr)

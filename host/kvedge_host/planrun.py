@@ -47,20 +47,23 @@ def runner_args(doc, steps, stats_ms=0, prompt="", temperature=0.0, seed=1):
 MIN_TOKENS = 8  # fewer tokens kept than this (or a cut context) is not a generation worth a stats stream
 
 
-def plan_for(board, model, tokenizer, out=None, heap=None, prompt="", stats=True, log=None):
-    """The plan (kvedge_host.planner) for kvedge's runner on `board` (int8 weights, an i8 cache, unpadded rows, no
-    tiered cache, the tokenizer counted, the prompt counted when there is one), written to `out` when given; with
-    the stats stream unless it leaves the cache fewer than MIN_TOKENS tokens (or only a cut context), in which
-    case the run goes without it (the returned document's runtime.stats says which). Returns the plan document;
-    UserError when nothing fits either way."""
+def plan_for(board, model, tokenizer, out=None, heap=None, prompt="", stats=True, log=None, weights_dtype="i8",
+             forward="auto", kernels="auto"):
+    """The plan (kvedge_host.planner) for kvedge's runner on `board` (int8 weights unless weights_dtype says the
+    file holds others, an i8 cache, unpadded rows, no tiered cache, the tokenizer counted, the prompt counted when
+    there is one), written to `out` when given; with the stats stream unless it leaves the cache fewer than
+    MIN_TOKENS tokens (or only a cut context), in which case the run goes without it (the returned document's
+    runtime.stats says which). forward / kernels: planner.plan's. Returns the plan document; UserError when
+    nothing fits either way."""
     from . import planner
     from .cli import UserError
-    spec, context, tgt = planner.inputs(model, board=board, heap=heap, weights_dtype="i8")
+    spec, context, tgt = planner.inputs(model, board=board, heap=heap, weights_dtype=weights_dtype)
     tries = [True, False] if stats else [False]
     doc = None
     for with_stats in tries:
-        p = planner.plan(spec, context, tgt, kv_dtype="i8", weights_dtype="i8", align=0, tiered=False, model=model,
-                         tokenizer=tokenizer, stats=with_stats, prompt=bool(prompt))
+        p = planner.plan(spec, context, tgt, kv_dtype="i8", weights_dtype=weights_dtype, align=0, tiered=False,
+                         model=model, tokenizer=tokenizer, stats=with_stats, prompt=bool(prompt), forward=forward,
+                         kernels=kernels)
         if p.document is None:
             continue
         doc = p.document
@@ -74,9 +77,18 @@ def plan_for(board, model, tokenizer, out=None, heap=None, prompt="", stats=True
             log("with the stats stream the cache keeps %d tokens (%s): planning without it"
                 % (doc["tokens_kept"], doc["strategy"]))
     if doc is None:
-        raise UserError("nothing fits %s: %s with %s int8 weights and an i8 cache (kvedge plan --board %s)"
-                        % (board, model, board, board))
+        raise UserError("nothing fits %s: %s with %s weights and an i8 cache (kvedge plan --board %s)"
+                        % (board, model, weights_dtype, board))
     return doc
+
+
+def plan_command(model, board, doc, heap=None, prompt="", weights_dtype="i8", forward="auto", kernels="auto"):
+    """The `kvedge plan` command that writes the plan plan_for made (doc: its document)."""
+    stats = (doc.get("runtime") or {}).get("stats", True)
+    return "kvedge plan --model %s --board %s --weights-dtype %s --kv-dtype i8 --align 0 --no-tiered%s%s%s%s%s" % (
+        os.path.basename(model), board, weights_dtype, " --heap %d" % heap if heap else "",
+        "" if prompt else " --no-prompt", "" if stats else " --no-stats",
+        "" if forward == "auto" else " --forward " + forward, "" if kernels == "auto" else " --kernels " + kernels)
 
 
 def runner_code(model, tokenizer, kw):

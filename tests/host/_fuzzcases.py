@@ -954,7 +954,8 @@ def flag_cases(ck, tmp):
                                                       ("--seed", _int_in(1, 2 ** 64 - 1)),
                                                       ("--stats-ms", _int_in(0, 86400000)),
                                                       ("--timeout", _real_in(0, 7 * 86400, True)),
-                                                      ("--board", name), ("--workdir", ["", afile])]),
+                                                      ("--board", name),
+                                                      ("--workdir", ["", afile, "/nonexistent-dir/x"])]),
         ("convert", [m, "--force"], [("-o", path_bad)]),
     ]
     cases = []

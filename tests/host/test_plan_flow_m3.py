@@ -80,3 +80,53 @@ def test_demo_runs_a_given_plan_on_the_emulated_rp2040(tmp_path):
     m = re.search(r"measured peak ([\d,]+) bytes, plan ([\d,]+) bytes", p.stdout)
     assert m and int(m.group(2).replace(",", "")) == doc["total_bytes"], p.stdout[-1000:]
     assert int(m.group(1).replace(",", "")) <= doc["total_bytes"]
+
+
+def _board_line(err):
+    m = re.search(r"\[(\d+) tokens in [\d.]+ s: [\d.]+ tok/s; (\w+) pass, weights (\w+) \([^)]*\), kernels (\w+), "
+                  r"cache (\w+) (\w+) \((\d+) slots[^)]*\): [\d,]+ bytes \(peak [\d,]+\), evictions \d+; plan ([\d,]+) "
+                  r"bytes, heap used ([\d,]+)\]", err)
+    assert m, err[-1500:]
+    return m
+
+
+def test_generate_port_without_a_plan_runs_the_plan_kvedge_plan_makes(tmp_path):
+    # no --plan and no cache flag: the run is planned for the board first, as `kvedge plan --board` plans from the
+    # profile's measured footprint; it must be that plan (strategy, pass, kernels, total), and it computes what the
+    # same plan given with --plan computes. A cache given by hand that does not fit is refused before deploying.
+    from kvedge.model.checkpoint import convert_to_i8
+    from kvedge_host.m3sim import M3Sim
+    model = str(tmp_path / "m.i8.bin")
+    convert_to_i8(MODEL, model)
+    tok = str(tmp_path / "tok512.bin")
+    shutil.copyfile(TOK, tok)
+    plan = str(tmp_path / "plan.json")
+    p = kvedge("plan", "--model", model, "--tokenizer", tok, "--board", "rp2040", "--weights-dtype", "i8",
+               "--kv-dtype", "i8", "--align", "0", "--no-tiered", "--out", plan)
+    assert p.returncode == 0, p.stderr
+    doc = json.load(open(plan))
+    gen = ["generate", "--board", "rp2040", "--model", model, "--tokenizer", tok, "--prompt", PROMPT, "--steps",
+           str(STEPS), "--temperature", "0"]
+    with tempfile.TemporaryDirectory() as build:
+        preload(str(tmp_path / "flash"), deployment("rp2040", build, True, extra=[model, tok],
+                                                    march=m3board.march_for("rp2040")))
+    with M3Sim("rp2040", fs=str(tmp_path / "flash")) as vb:
+        auto = kvedge(*(gen + ["--port", vb.port]), timeout=900)
+        given = kvedge(*(gen + ["--port", vb.port, "--plan", plan]), timeout=900)
+        big = kvedge("generate", "--port", vb.port, "--board", "rp2040", "--model", MODEL, "--tokenizer", tok,
+                     "--kv-dtype", "f32", "--steps", "8", timeout=300)
+    assert auto.returncode == 0, auto.stdout[-1500:] + auto.stderr[-2000:]
+    first = auto.stderr.splitlines()[0]
+    assert first.startswith("generate: plan (kvedge plan --model m.i8.bin --board rp2040 --weights-dtype i8 "
+                            "--kv-dtype i8 --align 0 --no-tiered --out plan.json): %s, %s pass, %s kernels"
+                            % (doc["strategy"], doc["forward"], doc["runtime"]["kernels"])), first
+    m = _board_line(auto.stderr)
+    assert m.group(2) == doc["forward"] == "int" and m.group(4) == doc["runtime"]["kernels"] == "asm"
+    # the slots the plan keeps; the board's own account of the run (its parts less the margin) within the plan
+    assert int(m.group(7)) == doc["tokens_kept"] and int(m.group(8).replace(",", "")) <= doc["total_bytes"]
+    assert given.returncode == 0, given.stderr[-2000:]
+    assert auto.stdout == given.stdout and auto.stdout.startswith(PROMPT)
+    assert big.returncode == 2 and "deployed" not in big.stderr, big.stderr[-1500:]
+    last = big.stderr.strip().splitlines()[-1]
+    assert last.startswith("kvedge generate: error: stories260K.bin on rp2040: model run (") and \
+        "drop the cache flags" in last, last

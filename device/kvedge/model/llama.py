@@ -147,11 +147,12 @@ def _path(forward):
 
 
 def check(path, kv=None, budget=None, workspace=0, stream=False, tile=32, policy=False, forward="float",
-          attention=None, integer=False, tier=None):
+          attention=None, integer=False, tier=None, word=WORD):
     """(model config, weights dtype, cache config, plan) of a run of this checkpoint; ValueError when the forward
     pass cannot run it, BudgetError when the plan is over `budget`. Reads the header only: nothing is allocated
     (Llama() checks first, and so can a caller that allocates other things first, e.g. the tokenizer).
-    forward: "float", "int" or "ulab" (resolve_forward gives "auto"'s choice); tier: a tiered cache's fields."""
+    forward: "float", "int" or "ulab" (resolve_forward gives "auto"'s choice); tier: a tiered cache's fields;
+    word: bytes of a pointer on the runtime that runs it (a host checks a 32-bit board's run with 4)."""
     cfg, wdtype = read_config(path)
     ccfg = cache_config(cfg, kv)
     if tier is not None:
@@ -162,7 +163,7 @@ def check(path, kv=None, budget=None, workspace=0, stream=False, tile=32, policy
     stream = weights_place(path, stream) if forward == "float" else bool(stream)
     if policy:
         workspace += 8 * ccfg.slots + 256  # a policy's per-slot scores and accumulators
-    p = plan(cfg, wdtype, ccfg, stream, tile, workspace, forward, WORD, integer, tier)
+    p = plan(cfg, wdtype, ccfg, stream, tile, workspace, forward, word, integer, tier)
     if budget is not None and p["total"] > budget:
         raise BudgetError("model run (weights %d + kv %d + activations %d + workspace %d)" % (
             p["weights"], p["kv"], p["activations"], p["workspace"]), p["total"], budget)
