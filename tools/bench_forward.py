@@ -36,6 +36,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path[:0] = [os.path.join(ROOT, "host"), os.path.join(ROOT, "device")]
 
+from kvedge import kernels  # noqa: E402
 from kvedge_host import runtimes  # noqa: E402
 from kvedge_host.paths import DEVICE, SHARED_MODELS, SHARED_RUNTIMES  # noqa: E402
 
@@ -230,7 +231,7 @@ def main(argv=None):
     ap.add_argument("--model", default=os.path.join(SHARED_MODELS, "stories260K.bin"))
     ap.add_argument("--forward", nargs="+", choices=("auto", "float", "int", "ulab"), help="the passes (default: "
                     "auto, Llama's default arguments, beside int; circuitpython: ulab int float)")
-    ap.add_argument("--kernels", nargs="+", choices=("asm", "viper", "native", "plain"))
+    ap.add_argument("--kernels", nargs="+", choices=kernels.KINDS)
     ap.add_argument("--context", type=int, default=256)
     ap.add_argument("--tokens", type=int, default=8, help="timed steps at the context (default 8)")
     ap.add_argument("--repeat", type=int, default=5, help="rounds (host runtimes): each starts a new sequence and "

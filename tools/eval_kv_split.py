@@ -15,6 +15,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [os.path.join(ROOT, "host"), os.path.join(ROOT, "device")]
 
+from kvedge.sizes import INT_CODES  # noqa: E402
 from kvedge_host import quality  # noqa: E402
 from kvedge_host.paths import SHARED_MODELS  # noqa: E402
 
@@ -41,7 +42,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default=os.path.join(SHARED_MODELS, "stories260K.bin"))
     ap.add_argument("--tokenizer", default=os.path.join(SHARED_MODELS, "tok512.bin"))
-    ap.add_argument("--dtype", default="i4", choices=("i8", "i4", "i2"))
+    ap.add_argument("--dtype", default="i4", choices=INT_CODES)
     ap.add_argument("--group", type=int, default=32)
     ap.add_argument("--residual", type=int, default=32)
     a = ap.parse_args(argv)

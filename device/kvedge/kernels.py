@@ -6,7 +6,9 @@
 # call select("plain"); on ports with os.getenv, KVEDGE_KERNELS=plain does the same.
 # All kinds implement the same functions with the same results (integer kernels are bit-exact).
 # asm: @micropython.asm_thumb (Arm ports with the inline assembler; Thumb-1 code, so the RP2040 runs it too).
-ALLOWED = ["asm", "viper", "native", "plain"]
+KINDS = ("asm", "viper", "native", "plain")  # every kind, fastest first: the one list of them
+FAST = ("asm", "viper")  # the kinds whose integer paths (attention, the int pass) beat the float ones
+ALLOWED = list(KINDS)
 _MODULES = {"asm": "kvedge.kernels_asm", "viper": "kvedge.kernels_viper", "native": "kvedge.kernels_native",
             "plain": "kvedge.kernels_plain"}
 _current = None

@@ -28,6 +28,7 @@ I8 = "i8"
 I4 = "i4"
 I2 = "i2"
 CACHE_DTYPES = (F32, F16, I8, I4, I2)
+INT_CODES = (I8, I4, I2)  # stored as integer codes with scales: what the integer attention path reads
 LOWBIT = (I4, I2)  # asymmetric codes packed several to a byte, with f16 scale and zero (KIVI)
 CODE_BITS = {I4: 4, I2: 2}
 # llama.cpp block types, for comparing plans with llama.cpp's logs (formulas only, no device storage).

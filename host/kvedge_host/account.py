@@ -3,6 +3,7 @@
 Nothing here computes a size itself; it picks the right kvedge.budget function for a ModelSpec and a memory
 target (a board profile or a bare heap) and names the results."""
 from kvedge import budget
+from kvedge import kernels as kvkernels
 
 from . import boards
 from .cli import UserError
@@ -159,7 +160,7 @@ def account(spec, context, kv_dtype, tgt, weights_dtype=None, align=0, batch=1, 
 
 # ---- the runtime's own heap, measured on the emulated board (kvedge footprint; boards/*.json "footprint") ----
 
-KERNEL_KINDS = ("asm", "viper", "native", "plain")  # fastest first
+KERNEL_KINDS = kvkernels.KINDS  # fastest first
 # Heap a plan leaves free beyond its account: a nearly full heap has its last free bytes in holes, and set-up and
 # each token's stats line need blocks of a few hundred bytes. Measured on the emulated board with stories260K and
 # the stats stream (kvedge plan --margin N, then the plan run there): the least that ran was 2-2.5 % of the usable
@@ -274,4 +275,4 @@ def runner_objects(shape, cfg, word=4, tile=32, kernels="plain"):
     """The runner's Python objects for a cache config (kvedge.model.llama.object_bytes, `word`-byte pointers),
     with the integer attention path's scratch when those kernels run it."""
     from kvedge.model import llama
-    return llama.object_bytes(shape, cfg, tile, word, cfg.dtype in ("i8", "i4", "i2") and kernels in ("asm", "viper"))
+    return llama.object_bytes(shape, cfg, tile, word, cfg.dtype in budget.INT_CODES and kernels in kvkernels.FAST)

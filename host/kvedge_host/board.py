@@ -11,12 +11,12 @@ import os
 import time
 
 from . import boards
-from .deploy import DeployError, mpremote
+from .deploy import THUMB_ARCHS, DeployError, mpremote
 from .paths import TOOLS
 
 PROBE = os.path.join(TOOLS, "board_probe.py")
 # Arm cores run every .mpy arch up to their own (MicroPython's persistentcode: armv6m < armv7m < armv7em < ..)
-ARM = ("armv6m", "armv7m", "armv7em", "armv7emsp", "armv7emdp")
+ARM = THUMB_ARCHS
 HEAP_SLACK = 0.9  # a board with less than this share of the profile's heap is not the profile's board
 SUMMARY = "#KVEDGE "
 _RESET_MARKS = ("MPY: soft reboot", "soft reboot\r", "Type \"help()\" for more information")

@@ -10,7 +10,7 @@ from kvedge import budget
 
 from . import account, models, validate
 
-STORAGE_CURVES = ("f32", "f16", "i8", "i4", "i2")
+STORAGE_CURVES = budget.CACHE_DTYPES
 
 
 def add_model_arguments(p):

@@ -20,6 +20,8 @@ import tempfile
 
 import numpy as np
 
+from kvedge import budget
+
 from . import numref
 from .paths import DEVICE, HOST_PKG
 
@@ -29,8 +31,8 @@ HEAP = 8 * 1024 * 1024  # a cross-check, not a board test: room for the larger c
 I2_BOUND = 0.8  # 2-bit values, four levels each: over seeds 1-10 the lowest cosine was 0.836
 I2_MODEL_TOL = 2.0  # 2-bit K/V on stories260K: measured 1.22 at the default 64 positions (4.47 at 256)
 BOUNDS = {"f32": 1e-5, "f16": 1e-5, "f16_exact": 4e-3, "i8": 0.999, "i4": 0.99, "i2": I2_BOUND}
-DTYPES = ("f32", "f16", "i8", "i4", "i2")
-LOWBIT = ("i4", "i2")
+DTYPES = budget.CACHE_DTYPES
+LOWBIT = budget.LOWBIT
 I4_GROUP = 8
 
 # name, heads, kv_heads, head_dim, tokens appended, window, sinks, layers, tile

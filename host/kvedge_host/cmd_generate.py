@@ -7,6 +7,8 @@ import json
 import os
 import sys
 
+from kvedge import budget, kernels
+
 from .cli import UserError
 from .paths import DEVICE, model_file
 
@@ -22,7 +24,7 @@ def add_arguments(p):
     p.add_argument("--steps", type=int, default=256, help="positions to run, prompt included (default 256)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--seed", type=int, default=1, help="sampling seed, > 0 (default 1)")
-    p.add_argument("--kv-dtype", choices=("f32", "f16", "i8", "i4", "i2"),
+    p.add_argument("--kv-dtype", choices=budget.CACHE_DTYPES,
                    help="cache storage (default f32: every value as the checkpoint computes it; with --port and no "
                    "cache flag the board's plan chooses)")
     p.add_argument("--max-tokens", type=int, default=0, help="cache cap (default: the model's context)")
@@ -35,7 +37,7 @@ def add_arguments(p):
                    "monitor's stream) every MS milliseconds; they go to stderr here, to the port on a board")
     p.add_argument("--align", type=int, default=0, help="row alignment in bytes (default 0)")
     p.add_argument("--stream", action="store_true", help="read weight rows from the file instead of RAM")
-    p.add_argument("--kernels", default="auto", choices=("auto", "asm", "viper", "native", "plain"))
+    p.add_argument("--kernels", default="auto", choices=("auto",) + kernels.KINDS)
     p.add_argument("--forward", choices=("auto", "float", "int", "ulab"), help="the forward pass (default: the "
                    "plan's with --plan, or with --port and no cache flag, where the board's plan is made for the "
                    "fastest pass its measured footprint fits; float with --board or cache flags, whose allowance is "

@@ -32,15 +32,17 @@ import re
 import shutil
 import tempfile
 
+from kvedge import kernels as kvkernels
+
 from . import account, boards, m3board
 from .paths import BOARDS
 
-KINDS = ("asm", "viper", "native", "plain")  # asm: Thumb inline assembler, Arm chips only
+KINDS = account.KERNEL_KINDS  # asm: Thumb inline assembler, Arm chips only
 # the runner's modules in dependency order: each one's cost is its own (what it imports is already loaded)
 MODULES = ("kvedge.errors", "kvedge.sizes", "kvedge.config", "kvedge.quant", "kvedge.cache", "kvedge.floatatt",
            "kvedge.model.checkpoint", "kvedge.model.pieces", "kvedge.model.sampler", "kvedge.model.llama",
            "kvedge.model.run")
-INTEGER_KINDS = ("asm", "viper")  # kernels with which an i8 cache takes kvedge.attention's integer path
+INTEGER_KINDS = kvkernels.FAST  # kernels with which an i8 cache takes kvedge.attention's integer path
 INT = account.INT_KEY  # the integer pass's figures: the same keys with the kind "int_asm", "int_viper"
 
 

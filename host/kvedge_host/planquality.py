@@ -11,7 +11,7 @@ from kvedge import budget
 from . import validate
 from .cli import UserError
 
-DTYPES = (budget.F32, budget.F16, budget.I8, budget.I4, budget.I2)
+DTYPES = budget.CACHE_DTYPES
 TIER_COLDS = (budget.I4, budget.I8)  # what cold blocks hold: i4 (KIVI, least flash) or i8 (cheaper to attend)
 # the quality table measured on stories260K (the written corpus): `kvedge eval --json`
 DEFAULT_QUALITY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "quality-stories260K.json")

@@ -27,6 +27,7 @@ from array import array
 from kvedge.compat import zeros, IS_MICROPYTHON
 from kvedge.model.checkpoint import i8_layout, file_size, CheckpointError, alloc
 from kvedge.compat import const
+from kvedge import kernels
 
 # q_mv's parameter block (qkernels_plain.P_*; a host test checks they agree): the layout, not the plain kernels
 VMAX = const((1 << 29) - 1)
@@ -64,13 +65,12 @@ def _collect():
         gc.collect()
 
 
-QKINDS = ("asm", "viper", "native", "plain")
+QKINDS = kernels.KINDS
 
 
 def qkernels():
     """(module, kind) of the q_* kernels for the selected attention kernels' kind (kvedge.kernels): that kind's
     qkernels_<kind>, or the next kind's that loads here."""
-    from kvedge import kernels
     k = kernels.kind()
     for q in QKINDS[QKINDS.index(k):]:
         if q == "asm" and not kernels.thumb():

@@ -176,8 +176,8 @@ def integer_path(kv, int_attention="auto", attention=None):
         return False
     dtype = (kv or {}).get("dtype", "f32")
     if int_attention == "auto":
-        return dtype in ("i8", "i4", "i2") and kernels.kind() in ("asm", "viper")
-    return dtype in ("i8", "i4", "i2")
+        return dtype in _sizes.INT_CODES and kernels.kind() in kernels.FAST
+    return dtype in _sizes.INT_CODES
 
 
 def _default_attention(cache, tile, integer=True):
@@ -260,18 +260,17 @@ class Llama:
             self.att = self.cache
             quantized = self.cache.int_ok
             if int_attention == "auto":
-                from kvedge.model.passes import FAST_KERNELS
-                int_attention = quantized and kernels.kind() in FAST_KERNELS
+                int_attention = quantized and kernels.kind() in kernels.FAST
         elif attention is None:  # kvedge.attention: build the integer path's scratch only when it runs
-            quantized = ccfg.dtype in ("i8", "i4", "i2")
+            quantized = ccfg.dtype in _sizes.INT_CODES
             if int_attention == "auto":
-                int_attention = quantized and kernels.kind() in ("asm", "viper")
+                int_attention = quantized and kernels.kind() in kernels.FAST
             self.att = _default_attention(self.cache, tile, bool(int_attention) and quantized)
         else:
             self.att = attention(self.cache, tile=tile)
-            quantized = ccfg.dtype in ("i8", "i4", "i2") and hasattr(self.att, "step_q8")
+            quantized = ccfg.dtype in _sizes.INT_CODES and hasattr(self.att, "step_q8")
             if int_attention == "auto":
-                int_attention = quantized and kernels.kind() in ("asm", "viper")
+                int_attention = quantized and kernels.kind() in kernels.FAST
         if int_attention and not quantized:
             raise ValueError("the integer attention path needs an i8, i4 or i2 cache and kvedge.attention")
         self.int_attention = bool(int_attention)

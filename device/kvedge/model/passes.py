@@ -6,13 +6,15 @@
 #          Cortex-M3 for stories260K against 50 M for the float pass; docs/benchmarks.md)
 #   ulab   kvedge.model.ulabpath: float32 through ulab arrays (CircuitPython boards: no viper, no asm)
 #   float  kvedge.model.llama's own pass: every weight and cache kind, every kernel kind
+from kvedge import kernels
+
 FLOAT = "float"
 INT = "int"
 ULAB = "ulab"
 AUTO = "auto"
 FORWARDS = (INT, ULAB, FLOAT)
 
-FAST_KERNELS = ("asm", "viper")  # kernel kinds whose integer pass is faster than the float pass
+FAST_KERNELS = kernels.FAST  # kernel kinds whose integer pass is faster than the float pass
 INT_WEIGHTS = ("i8",)
 INT_CACHE = ("i8",)  # cache dtypes the integer pass stores into (a tiered cache: its ring)
 INT_COLD = ("i8", "i4")  # cold-block dtypes a tiered cache attends on the integer path
@@ -38,7 +40,7 @@ def ulab_runs(wdtype, dtype, kind="keep", prefix=0, stream=False, policy=False):
 
 def choose(wdtype, dtype, kernel_kind, kind="keep", cold=None, prefix=0, stream=False, policy=False, ulab=False):
     """The fastest pass for a model with `wdtype` weights and a `dtype` cache of plan kind `kind` (tiered: `cold`
-    blocks), run with `kernel_kind` kernels ("asm", "viper", "native", "plain"); ulab: the runtime has ulab."""
+    blocks), run with `kernel_kind` kernels (one of kvedge.kernels.KINDS); ulab: the runtime has ulab."""
     if kernel_kind in FAST_KERNELS and int_runs(wdtype, dtype, kind, cold):
         return INT
     if ulab and ulab_runs(wdtype, dtype, kind, prefix, stream, policy):

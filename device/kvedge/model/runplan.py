@@ -1,6 +1,7 @@
 """A board that runs on its own: the cache of a `kvedge plan --out` document on its filesystem, options from
 settings.toml (what code.py on a CircuitPython board runs). Apart from kvedge.model.run, so that a generation
 started from the host does not compile this into a board's heap."""
+from kvedge import kernels
 from kvedge.model.run import RUN_OVERHEAD, main
 
 PLAN = "kvedge_plan.json"
@@ -36,7 +37,7 @@ def plan_args(doc, model=None, tokenizer=None, heap=None):
     ws = doc["workspace_bytes"]
     # the attention path of the plan's kernels (asm/viper: the integer one), whatever kernels run it here: a
     # host run of a board's plan (plain kernels) computes what the board does, bit for bit
-    iatt = True if (doc.get("runtime") or {}).get("kernels") in ("asm", "viper") else "auto"
+    iatt = True if (doc.get("runtime") or {}).get("kernels") in kernels.FAST else "auto"
     if model is not None:
         from kvedge.errors import PlanError
         from kvedge.model import llama
