@@ -50,7 +50,7 @@ class Workload:
         try:
             self.cache.append(self.k, self.v)
         except CacheFullError:
-            # no window and full: a reset point (trap 8), reported on the stream, then carry on
+            # no window and full: a reset point (trap 8 in docs/architecture.md), reported on the stream, then carry on
             self.telemetry.emit("reset")
             self.cache.reset()
             self.cache.append(self.k, self.v)

@@ -1,9 +1,9 @@
 # Decode-step attention over the cache, tiled, with an online softmax (no N x N matrix, no N-sized scratch).
 #
-# For each query head h (reading KV head h // (heads // kv_heads), trap 1), the live cached tokens are taken
-# T at a time. For a tile: scores s_j = q.k_j / sqrt(D); if the tile raises the running maximum m, the running
-# sum l and the partial output acc are rescaled by exp(m_old - m_new); then l += sum exp(s_j - m) and
-# acc += sum exp(s_j - m) v_j. At the end out = acc / l. Scratch depends on T and D only.
+# For each query head h (reading KV head h // (heads // kv_heads), trap 1 in docs/architecture.md), the live
+# cached tokens are taken T at a time. For a tile: scores s_j = q.k_j / sqrt(D); if the tile raises the running
+# maximum m, the running sum l and the partial output acc are rescaled by exp(m_old - m_new); then
+# l += sum exp(s_j - m) and acc += sum exp(s_j - m) v_j. At the end out = acc / l. Scratch depends on T and D only.
 #
 # Two arithmetic paths:
 #   step()     floats, for any cache dtype (rows are dequantized one at a time): kvedge.floatatt, which a run

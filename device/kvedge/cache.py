@@ -115,7 +115,7 @@ class KVCache:
     # ---- positions ----
 
     def reset(self):
-        """Forget every token (trap 2); the arena is kept, nothing is reallocated."""
+        """Forget every token (trap 2 in docs/architecture.md); the arena is kept, nothing is reallocated."""
         sp = self.slot_pos
         for i in range(self.N):
             sp[i] = -1

@@ -7,7 +7,7 @@ _FIELDS = ("layers", "heads", "kv_heads", "head_dim", "max_tokens", "dtype", "wi
 
 
 class CacheConfig:
-    """Shape and policy of one KV cache.
+    """Shape and policy of one KV cache (traps: docs/architecture.md).
 
     layers, heads, kv_heads, head_dim   the model's attention shape (kv_heads divides heads: MHA, GQA, MQA)
     max_tokens   hard cap on cached tokens (trap 8); with a window the cache holds sinks + window <= max_tokens

@@ -1,4 +1,4 @@
-# Heavy-hitter eviction (H2O, trap 4): keep the tokens attention keeps coming back to, not just the newest.
+# Heavy-hitter eviction (H2O, trap 4 in docs/architecture.md): keep the tokens attention keeps coming back to.
 #
 # The attention step adds each cached token's probability (Q16, summed over query heads) into `scores`, one
 # int per slot. observe() folds that step's scores into the accumulated `acc` and clears `scores`. When the

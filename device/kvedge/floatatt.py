@@ -2,12 +2,12 @@
 # scratch): kvedge.attention's float path, apart so that a run that never takes the integer path (plain or native
 # kernels, a float cache) does not hold the integer path's code (3-4 KB of a small board's heap).
 #
-# For each query head h (reading KV head h // (heads // kv_heads), trap 1), the live cached tokens are taken
-# T at a time. For a tile: scores s_j = q.k_j / sqrt(D); if the tile raises the running maximum m, the running
-# sum l and the partial output acc are rescaled by exp(m_old - m_new); then l += sum exp(s_j - m) and
-# acc += sum exp(s_j - m) v_j. At the end out = acc / l. Scratch depends on T and D only. Rows of any cache
-# dtype are dequantized one at a time. It can add each token's attention probability (Q16, summed over query
-# heads) into a caller's per-slot array, which is what heavy-hitter eviction accumulates.
+# For each query head h (reading KV head h // (heads // kv_heads), trap 1 in docs/architecture.md), the live
+# cached tokens are taken T at a time. For a tile: scores s_j = q.k_j / sqrt(D); if the tile raises the running
+# maximum m, the running sum l and the partial output acc are rescaled by exp(m_old - m_new); then
+# l += sum exp(s_j - m) and acc += sum exp(s_j - m) v_j. At the end out = acc / l. Scratch depends on T and D only.
+# Rows of any cache dtype are dequantized one at a time. It can add each token's attention probability (Q16, summed
+# over query heads) into a caller's per-slot array, which is what heavy-hitter eviction accumulates.
 import math
 
 from . import check, kernels

@@ -1,4 +1,4 @@
-# A paged KV pool for many sessions (traps 2 and 3): blocks on demand instead of max_seq_len per sequence.
+# A paged KV pool for many sessions (traps 2, 3: docs/architecture.md): blocks on demand, not max_seq_len each.
 #
 # Storage is one KVCache (window 0, no prefix) whose slots are cut into n_blocks blocks of B tokens: block b
 # holds slots b*B .. b*B+B-1 in every layer, K and V, every KV head, with the cache's own dtype, padding and

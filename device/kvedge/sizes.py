@@ -9,7 +9,7 @@
 # exact integer number of bytes. Python ints are arbitrary precision on every runtime, so results above 2**30
 # stay exact on 31-bit small-int boards (they become heap longs there, which is fine outside hot loops).
 #
-# Words used below:
+# Words used below (the traps are those of docs/architecture.md):
 #   row      one head's per-token entry for K or for V: head_dim values in the storage type.
 #   padded   a row rounded up to the alignment (trap 7: cache line / DMA burst); align 0 or 1 = no padding.
 #   meta     scales and zero points of quantized rows, stored as IEEE half (2 bytes each) so that integer

@@ -1,4 +1,4 @@
-# Endless streams (trap 8): speech, sensors, a chat that never ends. Two guarantees:
+# Endless streams (trap 8 in docs/architecture.md): speech, sensors, a chat that never ends. Two guarantees:
 #   - a hard cap that is never exceeded: the target (a KVCache or one session of a PagedPool) never holds
 #     more than its cap, and positions never reach the 2**30 small-int limit;
 #   - reset points: every N tokens, on a marker (end of an utterance, a sensor event), or forced at the cap.

@@ -1,4 +1,4 @@
-# A cold tier on the device filesystem (SPEC section 3, "Tiers"): the oldest blocks of a PagedPool session,
+# A cold tier on the device filesystem (docs/tiered.md): the oldest blocks of a PagedPool session,
 # already in the pool's compressed form (i8 codes + scales, i4 nibbles + scale/zero, f16...), go to a file and
 # come back when the session is attended.
 #

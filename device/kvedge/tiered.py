@@ -1,4 +1,4 @@
-# A tiered KV cache for ONE sequence (SPEC section 3, "Tiers"): the newest tokens in a hot ring in RAM, older
+# A tiered KV cache for ONE sequence (docs/tiered.md): the newest tokens in a hot ring in RAM, older
 # ones re-quantized into blocks on flash, and attention over all of them in one online-softmax pass.
 #
 #   sinks   the first S tokens, kept in RAM for ever: at f32 (the ring's prefix = S) or in the ring's dtype
