@@ -2,7 +2,7 @@
 
 Every figure comes from kvedge.budget (device/kvedge/budget.py), the formulas the device cache sizes itself with.
 Rows are not padded by default (--align 0) so that f16/q8_0/q4_0 figures equal llama.cpp's log lines; --align 64
-shows the padded layout the device cache uses by default (trap 7)."""
+shows the padded layout the device cache uses by default (trap 7 in docs/architecture.md)."""
 import json
 import sys
 

@@ -62,7 +62,7 @@ def add_arguments(p):
                    "seq_len (default 64, or seq_len when shorter)")
     p.add_argument("--kv-dtype", default="f32", choices=DTYPES, help="cache dtype of the model case (default f32: "
                    "1e-4)")
-    # hidden: use a wrong GQA head mapping in the reference, to show the check catches trap 1
+    # hidden: use a wrong GQA head mapping in the reference, to show the check catches trap 1 (docs/architecture.md)
     p.add_argument("--wrong-mapping", action="store_true", help=__import__("argparse").SUPPRESS)
 
 

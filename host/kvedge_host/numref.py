@@ -1,7 +1,7 @@
 """Independent numpy reference for decode-step attention over a KV cache, and the metrics `kvedge check` uses.
 
 Nothing here imports the device package: which positions a cache keeps, the GQA head mapping and the softmax
-are computed from their definitions (SPEC sections 2-3), in float64, with the full score vector."""
+are computed from their definitions (docs/device-api.md), in float64, with the full score vector."""
 import numpy as np
 
 
@@ -13,7 +13,8 @@ def gqa_mapping(heads, kv_heads):
 
 
 def wrong_mapping(heads, kv_heads):
-    """A plausible but wrong mapping (h % kv_heads, interleaved), to prove the check catches trap 1."""
+    """A plausible but wrong mapping (h % kv_heads, interleaved), to prove the check catches trap 1
+    (docs/architecture.md)."""
     return np.arange(heads) % kv_heads
 
 

@@ -31,7 +31,7 @@ from .planquality import DEFAULT_QUALITY, DEFAULT_QUALITY_MODEL, DTYPES, TIER_CO
 FORMAT = "kvedge-plan/1"
 SINKS = 4  # StreamingLLM keeps the first 4 tokens
 MIN_WINDOW = 8  # a ring shorter than this is not worth offering
-PREFIX_FRACTION = 0.05  # trap 5: the first ~5 % of the context at full precision
+PREFIX_FRACTION = 0.05  # trap 5: the first ~5 % of the context at full precision (traps: docs/architecture.md)
 KIVI_MIN = 2 * budget.QK  # i4's default sliding residual (one group) and the group leaving it: the smallest ring
 # heuristic quality order when no measured table is given (lower = closer to the full f32 cache)
 KIND_GROUP = {"keep": 0, "prefix": 0, "h2o": 1, "sinks": 2, "tiered": 3, "window": 4, "shorter": 5}

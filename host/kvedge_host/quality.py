@@ -355,7 +355,7 @@ def strategies(tokens, window=128, sinks=4, prefix=None, group=32):
     channel over groups of `group`, values per token, the newest R..R+G-1 tokens at f32 (residual R). `window`:
     the ring size of the eviction rows, or several (each is measured)."""
     if prefix is None:
-        prefix = max(1, (tokens * 5 + 99) // 100)  # the first ~5 % (trap 5)
+        prefix = max(1, (tokens * 5 + 99) // 100)  # the first ~5 % (trap 5, docs/architecture.md)
     rows = [
         ("f32", {"dtype": "f32"}),
         ("f16", {"dtype": "f16"}),

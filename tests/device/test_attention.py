@@ -43,7 +43,7 @@ def test_float_path_on_i8_i4_and_i2_caches():
 
 
 def test_wrong_head_mapping_is_caught():
-    # trap 1: the same check, with the reference using h % kv_heads instead of h // group, must fail
+    # trap 1 (docs/architecture.md): the same check, with the reference using h % kv_heads, not h // group, must fail
     cfg, c, K, V, live, q, att = _case("f32", (8, 2, 8, 30, 0, 0), 50)
     out = zeros("f", (cfg.heads * cfg.head_dim))
     att.step(0, q, out)

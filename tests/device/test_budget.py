@@ -104,7 +104,7 @@ def test_max_tokens_for_budget():
 
 
 def test_stories260k_full_context_f32():
-    # 5 layers, 4 KV heads, head_dim 8, 512 tokens, f32, no padding: SPEC's 655,360 bytes
+    # 5 layers, 4 KV heads, head_dim 8, 512 tokens, f32, no padding: docs/planning.md's 655,360 bytes
     assert budget.kv_bytes(5, 4, 8, 512, "f32", align=0) == 655360
 
 

@@ -1,5 +1,5 @@
 """`kvedge check`: seeded attention cases on CPython, the unix port and the wasm port agree with numpy, and a
-wrong GQA head mapping in the reference is caught (trap 1)."""
+wrong GQA head mapping in the reference is caught (trap 1, docs/architecture.md)."""
 import json
 import os
 import subprocess
