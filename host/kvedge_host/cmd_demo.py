@@ -349,11 +349,12 @@ def _plan_loop(model, weights, board, heap, workspace, run_workspace, plan_path,
     cfg, wdtype = read_config(weights)
     extra = 0
     for round_ in range(4):
-        say("planning round %d (kvedge plan --weights-dtype i8 --align 0 --workspace %d):"
-            % (round_ + 1, workspace + extra))
+        say("planning round %d (kvedge plan --model %s --board %s --weights-dtype i8 --kv-dtype i8 --align 0 "
+            "--no-tiered --workspace %d):" % (round_ + 1, os.path.basename(model), board, workspace + extra))
         spec, context, tgt = planner.inputs(model, board=board, workspace=workspace + extra, weights_dtype="i8")
         try:
-            p = planner.plan(spec, context, tgt, kv_dtype="i8", weights_dtype="i8", align=0,
+            # no tiered cache: the runner call below (and the runner's account) build the plan's cache in RAM
+            p = planner.plan(spec, context, tgt, kv_dtype="i8", weights_dtype="i8", align=0, tiered=False,
                              workspace=workspace + extra, model=model)
         except planner.NothingFits:
             p = None

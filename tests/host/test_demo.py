@@ -38,3 +38,7 @@ def test_demo_generates_the_known_story_on_an_rp2040_heap(tmp_path):
     rounds = re.findall(r"= ([\d,]+) bytes for a 215,040-byte heap", p.stdout)
     assert rounds and int(rounds[-1].replace(",", "")) <= 215040
     assert re.search(r"evictions\s*│\s*[1-9]", p.stdout)
+    # what was planned is what the board built (a tiered plan ran as a sinks cache: the runner call has no tier),
+    # and the planning command echoed is the one run (the cache dtype included)
+    assert "as planned" in p.stdout and "NOT AS PLANNED" not in p.stdout, p.stdout[-2000:]
+    assert "--kv-dtype i8 --align 0 --no-tiered --workspace" in p.stdout
