@@ -147,8 +147,10 @@ def run(a):
             from .footprint import circuitpython_exe
             if circuitpython_exe() is not None:
                 return _demo_circuitpython(a, prof, model, weights, tok, prompt, work, say)
-            say("no CircuitPython interpreter in ../shared/runtimes/circuitpython-unix32: the MicroPython unix port "
-                "instead")
+            # the virtual board of a CircuitPython profile is CircuitPython (kvedge_host.sim): not the unix port
+            raise UserError("the %s demo runs on CircuitPython: no interpreter in ../shared/runtimes/"
+                            "circuitpython-unix32 (a board of your own: kvedge deploy --drive, docs/boards.md)"
+                            % a.board)
         heap = None
         if a.sim != "host" and prof.get("mpy_march") != "x64" and not a.port:
             from .m3board import missing
@@ -304,7 +306,18 @@ def _plan_host(a, prof, vb, model, weights, tok, cfg, prompt, work, say):
     as workspace."""
     from kvedge.model.run import RUN_OVERHEAD
     from kvedge.model.tokenizer import Tokenizer
-    out = _mpremote(vb.port, ["exec", _FOOTPRINT], resume=False)
+    from .deploy import DeployError
+    try:
+        out = _mpremote(vb.port, ["exec", _FOOTPRINT], resume=False)
+    except DeployError as e:
+        if "MemoryError" not in str(e):
+            raise
+        # a small profile's heap on the unix port, whose 64-bit objects take about twice a board's: the runner's
+        # modules alone do not load (esp32's 102,400 bytes), refused before anything is planned or run
+        raise UserError("the %s profile's %s-byte heap cannot load the runner's code on the MicroPython unix port "
+                        "(64-bit objects, about twice a board's; MemoryError importing it): run it on the emulated "
+                        "Cortex-M3 (../shared/runtimes, KVEDGE_M3_FIRMWARE) or on the board itself (--port)"
+                        % (a.board, format(vb.heap, ",")))
     line = [ln for ln in out.splitlines() if ln.startswith("KVFOOTPRINT ")]
     if not line:
         raise UserError("the board did not report its footprint:\n" + out[-1500:])

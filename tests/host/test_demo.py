@@ -42,3 +42,29 @@ def test_demo_generates_the_known_story_on_an_rp2040_heap(tmp_path):
     # and the planning command echoed is the one run (the cache dtype included)
     assert "as planned" in p.stdout and "NOT AS PLANNED" not in p.stdout, p.stdout[-2000:]
     assert "--kv-dtype i8 --align 0 --no-tiered --workspace" in p.stdout
+
+
+def test_a_heap_the_unix_port_cannot_load_the_runner_in_is_one_line(tmp_path):
+    # esp32's 102,400 bytes on the unix port (the fallback without ../shared's emulated Cortex-M3): the runner's
+    # 64-bit code alone does not fit; refused in one line that says where it runs, not mpremote's raw MemoryError
+    p = kvedge("demo", "--sim", "host", "--board", "esp32", "--tiny", "--plain", "--steps", "6", "--workdir",
+               tmp_path, timeout=600)
+    assert p.returncode == 2, p.stdout[-2000:] + p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "the esp32 profile's 102,400-byte heap cannot load the runner's code" in lines[0], \
+        p.stderr
+    assert "mpremote failed" not in p.stderr and "board built" not in p.stdout
+
+
+def test_a_circuitpython_profile_without_its_interpreter_is_one_line(tmp_path):
+    # the CircuitPython profile's virtual board is CircuitPython: without it the demo is refused before it starts
+    # (it used to say "the MicroPython unix port instead", then fail on the missing CircuitPython binary)
+    from kvedge_host import footprint
+    if footprint.circuitpython_exe() is not None:
+        pytest.skip("CircuitPython is here: the demo runs on it (test_demo_boards)")
+    p = kvedge("demo", "--board", "rp2040-circuitpython", "--tiny", "--plain", "--steps", "6", "--workdir", tmp_path)
+    assert p.returncode == 2, p.stdout[-2000:] + p.stderr
+    assert p.stderr.strip().splitlines() == [
+        "kvedge demo: error: the rp2040-circuitpython demo runs on CircuitPython: no interpreter in "
+        "../shared/runtimes/circuitpython-unix32 (a board of your own: kvedge deploy --drive, docs/boards.md)"]
+    assert "unix port" not in p.stdout
