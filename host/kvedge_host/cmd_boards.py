@@ -26,19 +26,30 @@ def _value(v):
     return str(v)
 
 
-def _table(profs):
+def _table(profs, width):
+    """The profiles' table. Below 132 columns: sizes in KiB without the unit, no memory kinds (`kvedge boards NAME`
+    and the wide table say them), so that at 80 columns every name is whole and no cell wraps."""
+    from rich import box
     from rich.table import Table
-    t = Table(title="kvedge board profiles (boards/*.json)")
-    for col in ("board", "runtime", "heap", "fast memory", "slow memory", "flash", "-march"):
-        t.add_column(col, justify="right" if col in ("heap", "flash") else "left")
+    wide = width >= 132
+    t = Table(title="kvedge board profiles (boards/*.json)%s" % ("" if wide else ", sizes in KiB"),
+              box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1), collapse_padding=True)
+    for col in ("board", "runtime", "heap", "fast memory" if wide else "fast", "slow memory" if wide else "slow",
+                "flash", "-march"):
+        t.add_column(col, justify="left" if col in ("board", "runtime", "-march") or wide and "memory" in col
+                     else "right", no_wrap=not wide or col in ("board", "runtime", "-march"))
+
+    def size(n):
+        if wide or n is None:
+            return _kib(n)
+        return "{:,}".format(n // 1024) if n % 1024 == 0 else "{:,.1f}".format(n / 1024.0)
+
+    def mem(m):
+        return ("%s %s" % (_kib(m.get("bytes")), m.get("kind", "")) if wide else size(m.get("bytes"))) if m else "-"
     for p in profs:
-        fast = p.get("fast_memory") or {}
-        slow = p.get("slow_memory") or {}
-        heap = _kib(p["heap_bytes"]) + (" (est.)" if boards.is_estimate(p, "heap_bytes") else "")
-        t.add_row(p.get("name", "?"), p.get("runtime", "micropython"), heap,
-                  "%s %s" % (_kib(fast.get("bytes")), fast.get("kind", "")) if fast else "-",
-                  "%s %s" % (_kib(slow.get("bytes")), slow.get("kind", "")) if slow else "-",
-                  _kib(p.get("flash_bytes")), p["mpy_march"])
+        heap = size(p["heap_bytes"]) + ((" (est.)" if wide else "*") if boards.is_estimate(p, "heap_bytes") else "")
+        t.add_row(p.get("name", "?"), p.get("runtime", "micropython"), heap, mem(p.get("fast_memory")),
+                  mem(p.get("slow_memory")), size(p.get("flash_bytes")), p["mpy_march"])
     return t
 
 
@@ -92,7 +103,10 @@ def run(a):
         for p in profs:
             _sources(c, p)
         return 0
-    c.print(_table(profs))
+    c.print(_table(profs, c.width))
+    if c.width < 132:
+        c.print("* an estimate. fast, slow: the memory the heap lives in, and PSRAM (their kinds: kvedge boards NAME)",
+                highlight=False, markup=False)
     for p in profs:
         _summary(c, p)
     c.print("Measure a board's own figures: mpremote connect PORT run tools/board_probe.py", highlight=False,

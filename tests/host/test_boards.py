@@ -199,6 +199,24 @@ def test_boards_command_shows_sources_estimates_and_missing_ones(tmp_path, monke
     assert "heap_bytes = 1,000  [NO SOURCE]" in out
 
 
+@pytest.mark.parametrize("columns", [80, 160])
+def test_the_boards_table_keeps_every_name_whole(monkeypatch, capsys, columns):
+    # at 80 columns: sizes only, one line per board, nothing cut (it cut "esp32-p…", "micropy…", "xtensaw…");
+    # a wide terminal: the memory kinds beside them
+    monkeypatch.setenv("COLUMNS", str(columns))
+    assert cli.main(["boards"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("board "))
+    rows = lines[head + 2:head + 2 + len(boards.names())]
+    assert [r.split()[0] for r in rows] == boards.names() and "\u2026" not in "".join(lines[:head + 2 + len(rows)])
+    for r, name in zip(rows, boards.names()):
+        p = boards.load(name)
+        assert p.get("runtime", "micropython") in r.split() and r.rstrip().endswith(p["mpy_march"]), r
+    assert max(len(line) for line in lines[:head + 2 + len(rows)]) <= columns
+    if columns >= 132:
+        assert "internal SRAM" in lines[head + 2]
+
+
 # ---- tools/board_probe.py: the measurement the profiles cite ----
 
 def _probe(cmd):
