@@ -867,7 +867,10 @@ def verdict(result):
     flash = result.get("flash_fs_bytes")
     parts = [(n, b) for n, b in fl.get("parts", []) if not n.startswith("KV cache")]
     too_big = flash is not None and weights.get("bytes", 0) > max(flash, limit)
-    if too_big:
+    if too_big and not flash:  # a board with no flash to stream from (the unix profile): the heap is all
+        reason = "the weights (%s bytes as %s) are more than the %s bytes a plan may use, and it has no flash to " \
+            "read them from" % (format(weights["bytes"], ","), weights.get("dtype", "?"), format(limit, ","))
+    elif too_big:
         reason = "the weights (%s bytes as %s) fit neither the flash (%s bytes usable) nor the heap" % (
             format(weights["bytes"], ","), weights.get("dtype", "?"), format(flash, ","))
     elif parts and max(b for _, b in parts) > limit:
@@ -880,7 +883,7 @@ def verdict(result):
     first = "verdict: nothing fits %s: %s" % (board, reason)
     over = fl.get("total", 0) - limit
     want = []
-    if too_big:
+    if too_big and flash:
         want.append("weights of at most %s bytes (about %s parameters as int8)" % (format(flash, ","),
                                                                                  format(flash, ",")))
     if over > 0:
