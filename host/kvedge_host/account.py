@@ -155,7 +155,29 @@ def account(spec, context, kv_dtype, tgt, weights_dtype=None, align=0, batch=1, 
         "fits": dep["total"] <= heap, "notes": list(spec.notes) + (
             ["context %d is longer than the model's trained context %d" % (context, spec.context)]
             if spec.context and context > spec.context else []),
+        "warnings": lowbit_warnings(kv_dtype, kv, windows, spec, context, align, batch),
     }
+
+
+def lowbit_warnings(kv_dtype, kv, windows, spec, context, align, batch, residual_flag=True):
+    """An i4/i2 cache larger than a plainer one at this context (its f32 residual outweighs the packing: SmolLM2-135M
+    at 64 tokens, i4 3,340,800 bytes against f32's 2,949,120): one warning naming the plainer caches that are
+    smaller, else none. kv: budget.kv_bytes_layers(..., detail=True) of the low-bit cache; residual_flag: the command
+    has --residual (budget; plan does not)."""
+    if kv_dtype not in budget.LOWBIT:
+        return []
+    smaller = []
+    for dt in ("f32", "f16", "i8"):
+        n = budget.kv_bytes_layers(windows, spec.kv_heads, spec.head_dim, context, dt, align, batch)
+        if n < kv["total"]:
+            smaller.append((dt, n))
+    if not smaller:
+        return []
+    return ["this %s cache (%s bytes, %s of them its f32 residual) is larger than a plainer one at %d tokens: %s "
+            "bytes (--kv-dtype %s%s)" % (
+                kv_dtype, format(kv["total"], ","), format(kv["residual"], ","), context,
+                ", ".join("%s %s" % (dt, format(n, ",")) for dt, n in smaller), min(smaller, key=lambda x: x[1])[0],
+                "; or --residual 0, no f32 rows" if residual_flag else "")]
 
 
 # ---- the runtime's own heap, measured on the emulated board (kvedge footprint; boards/*.json "footprint") ----

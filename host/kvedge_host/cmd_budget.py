@@ -110,6 +110,8 @@ def print_table(spec, r):
     for n in r["notes"]:
         c.print("note: " + n, highlight=False, markup=False)
     c.print(t)
+    for w in r.get("warnings", ()):
+        c.print("warning: " + w, highlight=False, markup=False)
 
 
 def curves(spec, r, align, batch, points=120):

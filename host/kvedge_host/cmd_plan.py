@@ -220,7 +220,7 @@ def print_plan(spec, tgt, r, chosen, top, verbose=False):
             c.print("  %-34s %s%s" % (t["try"], t["result"], tail), highlight=False, markup=False)
     if not cands:
         for n in r["notes"]:
-            c.print("note: " + n, highlight=False, markup=False)
+            c.print(n if n.startswith("warning: ") else "note: " + n, highlight=False, markup=False)
         return
     t = Table(title="feasible configurations, best first", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
     wide = c.width >= 132  # the byte columns beside the rest; at 80 columns: kept, total, quality, speed
@@ -275,5 +275,5 @@ def print_plan(spec, tgt, r, chosen, top, verbose=False):
     if r.get("out"):
         c.print("device config written to %s" % r["out"], highlight=False)
     for n in r["notes"]:
-        c.print("note: " + n, highlight=False, markup=False)
+        c.print(n if n.startswith("warning: ") else "note: " + n, highlight=False, markup=False)
 

@@ -820,6 +820,13 @@ def plan(spec, context, tgt, kv_dtype="f32", weights_dtype=None, align=64, batch
     notes += _more_tokens_notes(rt, plans, ranked[pick - 1] if ranked and pick <= len(ranked) else None)
     if rt is not None and tok[1] is None:
         notes.append("no tokenizer counted (--tokenizer): the runner loads one beside the model")
+    if kv_dtype in budget.LOWBIT and pl.baseline.get("cache"):  # the requested cache, keep-all, as the device sizes it
+        c = pl.baseline["cache"]
+        windows = [c.get("window", 0)] * spec.layers
+        kv = budget.kv_bytes_layers(windows, spec.kv_heads, spec.head_dim, c["max_tokens"], kv_dtype, c["align"],
+                                    batch, residual=c.get("residual"), detail=True)
+        notes += ["warning: " + w for w in account.lowbit_warnings(kv_dtype, kv, windows, spec, c["max_tokens"],
+                                                                   c["align"], batch, residual_flag=False)]
     others = [{"kernels": r.kind, "forward": r.forward, "tokens_kept": rk[0]["tokens_kept"] if rk else 0,
                "strategy": rk[0]["strategy"] if rk else None} for r, _, rk, _ in plans if r is not rt]
     hz, hz_src = planspeed.clock(prof)

@@ -247,3 +247,23 @@ def test_usage_errors_are_one_line_exit_2():
         lines = p.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("kvedge budget: error:"), p.stderr
         assert "Traceback" not in p.stderr
+
+
+def test_a_lowbit_cache_larger_than_a_plainer_one_is_warned(capsys):
+    # SmolLM2-135M at 64 tokens: i4 with its f32 residual (3,340,800 bytes) is more than f32 (2,949,120)
+    assert cli.main(["budget", "--preset", "smollm2-135m", "--context", "64", "--kv-dtype", "i4", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["kv_cache_bytes"] == 3340800 and len(r["warnings"]) == 1
+    assert "this i4 cache (3,340,800 bytes, 2,903,040 of them its f32 residual) is larger than a plainer one at 64 " \
+        "tokens: f32 2,949,120, f16 1,474,560, i8 760,320 bytes" in r["warnings"][0]
+    assert cli.main(["budget", "--preset", "smollm2-135m", "--context", "64", "--kv-dtype", "i4"]) == 0
+    assert "warning: this i4 cache" in capsys.readouterr().out
+    # at its full context the packing wins: no warning; nor for a plain cache
+    for argv in (["--kv-dtype", "i4"], ["--kv-dtype", "i8", "--context", "64"]):
+        assert cli.main(["budget", "--preset", "smollm2-135m", "--json"] + argv) == 0
+        assert json.loads(capsys.readouterr().out)["warnings"] == [], argv
+    # and the plan that was asked for i4 says why it chose a plainer cache
+    assert cli.main(["plan", "--preset", "smollm2-135m", "--context", "64", "--kv-dtype", "i4", "--heap", "400000000",
+                     "--weights-dtype", "i4", "--json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert any(n.startswith("warning: this i4 cache (3,709,440 bytes") and "f32 2,949,120" in n for n in notes), notes
