@@ -25,8 +25,8 @@ def add_arguments(p):
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--seed", type=int, default=1, help="sampling seed, > 0 (default 1)")
     p.add_argument("--kv-dtype", choices=budget.CACHE_DTYPES,
-                   help="cache storage (default f32: every value as the checkpoint computes it; with --port and no "
-                   "cache flag the board's plan chooses)")
+                   help="cache storage (default f32: the exact cache, as kvedge plan starts from; with --port and "
+                   "no cache flag the board's plan chooses)")
     p.add_argument("--max-tokens", type=int, default=0, help="cache cap (default: the model's context)")
     p.add_argument("--window", type=int, default=0, help="ring window of the last W tokens (0 = none)")
     p.add_argument("--sinks", type=int, default=0, help="tokens kept for ever beside the window")
@@ -37,14 +37,18 @@ def add_arguments(p):
                    "monitor's stream) every MS milliseconds; they go to stderr here, to the port on a board")
     p.add_argument("--align", type=int, default=0, help="row alignment in bytes (default 0)")
     p.add_argument("--stream", action="store_true", help="read weight rows from the file instead of RAM")
-    p.add_argument("--kernels", default="auto", choices=("auto",) + kernels.KINDS)
+    p.add_argument("--kernels", default="auto", choices=("auto",) + kernels.KINDS,
+                   help="inner-loop kernels: asm (Thumb inline assembler), viper, native (MicroPython machine code), "
+                   "plain Python, or auto: the fastest this runtime compiles (default auto)")
     p.add_argument("--forward", choices=("auto", "float", "int", "ulab"), help="the forward pass (default: the "
                    "plan's with --plan, or with --port and no cache flag, where the board's plan is made for the "
                    "fastest pass its measured footprint fits; float with --board or cache flags, whose allowance is "
                    "of that pass; else auto: the fastest the model, cache and kernels allow, kvedge.model.passes: "
                    "int for int8 weights and an i8 cache with asm or viper kernels); int: the integer pass (no "
                    "float, no allocation per token); ulab: CircuitPython's ulab pass; float: every model and cache")
-    p.add_argument("--runtime", default="cpython", choices=("cpython", "unix", "wasm"))
+    p.add_argument("--runtime", default="cpython", choices=("cpython", "unix", "wasm"),
+                   help="where the device package runs without --port: cpython (this Python, the default), unix "
+                   "(the MicroPython unix port) or wasm (MicroPython's wasm port on Node.js)")
     p.add_argument("--mpy", action="store_true", help="unix: run the device package precompiled with mpy-cross "
                    "(as deployed to a board: no compiler garbage, about 8 KB less heap and far less "
                    "fragmentation, which a 215 KB board heap needs)")

@@ -9,7 +9,7 @@ from .monitor import Monitor, plot, render
 def add_arguments(p):
     p.add_argument("--port", required=True, help="serial port of the board (or of `kvedge sim`); a stable symlink "
                    "such as `kvedge sim --link` survives restarts")
-    p.add_argument("--baud", type=int, default=115200)
+    p.add_argument("--baud", type=int, default=115200, help="serial speed in baud (default 115200)")
     p.add_argument("--csv", metavar="FILE", help="write every sample to this CSV file")
     p.add_argument("--alert-pct", type=float, default=90.0, help="alert when the cache is above this %% of its bytes")
     p.add_argument("--plot", metavar="FILE.png", help="draw the session's timeline here at the end")

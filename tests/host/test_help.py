@@ -80,6 +80,8 @@ def test_help_is_complete(name):
     assert sentence_unfinished(desc) is None, (name, sentence_unfinished(desc), desc[-60:])
     assert " ".join(desc.split()) in " ".join(r.stdout.split()), name
     for a in p._actions:
+        # every option says what it does (--kernels, --runtime, --baud, demo's --temperature and --seed had no help)
+        assert a.help, (name, a.option_strings or a.dest, "no help")
         if a.help and a.help != "==SUPPRESS==":
             text = a.help % dict(vars(a), prog=p.prog) if "%" in a.help else a.help
             assert unfinished(text) is None, (name, a.option_strings or a.dest, unfinished(text), text[-60:])
