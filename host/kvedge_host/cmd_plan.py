@@ -1,7 +1,10 @@
-"""kvedge plan: compress until it fits, and weigh speed. Argument parsing and printing; the planning itself is
-kvedge_host.planner (a library: `planrun`, `kvedge demo` and the tests call it directly).
+"""Plan a KV cache for a model on a board: compress until it fits, and weigh speed. The first line is the verdict
+(fits, with what is chosen, or nothing fits, with the one reason), the second how much of the context fits or what
+would fit; then the ranked configurations (--verbose: every setting tried), and with --out the chosen one as a
+device config. Exit 0 with a plan, 1 when nothing fits, 2 on bad input.
 
-Exit 0 with a plan, 1 when nothing fits, 2 on bad input."""
+Argument parsing and printing; the planning itself is kvedge_host.planner (a library: `planrun`, `kvedge demo` and
+the tests call it directly)."""
 import json
 
 from . import planner, validate
