@@ -4,8 +4,9 @@ that exists. A fenced block that shows a command (a line starting with `kvedge`,
 `.venv/bin/...`, `python` or `pytest`, optionally after NAME=value settings) says how it is run:
 
 - ```sh runnable: each command runs as written; the block holds commands only (a line that is not a command,
-  a continuation or a comment fails the test: pasted, it would run as shell). The ```output block right after it
-  holds substrings the block's commands' output (all of it, in order) must hold.
+  a continuation or a comment fails the test: pasted, it would run as shell; so in ```sh board and ```sh blocks).
+  The ```output block right after it holds substrings the block's commands' output (all of it, in order) must
+  hold (after a board block: its last command's).
 - ```sh board: run against one virtual board, which the doc test starts from the docs' own `kvedge sim ... &`
   line; the placeholder ports (/dev/ttyACM0, /dev/ttyUSB0, COM3, PORT) become that board's port.
 - ```sh synopsis: a usage line: every option it shows must be one the command accepts, every `a|b|c` one of
@@ -276,16 +277,19 @@ def blocks(text):
         if words[:1] in (["python"], ["output"]):
             continue
         cmds = []
+        # every block a reader pastes holds commands only (runnable, board and plain sh; a synopsis is a usage
+        # line and its continuations)
         runnable = words[:1] == ["sh"] and words[1:] == ["runnable"]
+        pasted = words[:1] == ["sh"] and words[1:] != ["synopsis"]
         for ln in lines_of(body):
             if COMMAND.match(ln.strip()):
                 cmds.append((" ".join(strip_comment(ln.strip()).split()), []))
-            elif runnable:
-                raise ValueError("line %d: an output line in a ```sh runnable block (pasted, it runs as a command): "
-                                 "%r; put output in a ```output block after it" % (line, ln.strip()))
+            elif runnable or pasted and cmds:
+                raise ValueError("line %d: an output line in a ```%s block (pasted, it runs as a command): "
+                                 "%r; put output in a ```output block after it" % (line, " ".join(words), ln.strip()))
             elif cmds:
                 cmds[-1][1].append(ln.strip())
-        if runnable and cmds and i + 1 < len(found) and found[i + 1][0][:1] == ["output"]:
+        if pasted and cmds and i + 1 < len(found) and found[i + 1][0][:1] == ["output"]:
             between = text.split("\n")[line + body.count("\n") + 1:found[i + 1][2] - 1]
             if all(not b.strip() for b in between):
                 cmds[-1][1].extend(ln.strip() for ln in found[i + 1][1].splitlines() if ln.strip())
@@ -438,6 +442,13 @@ def test_blocks_parse_commands_modes_and_expected_lines():
                 "```sh runnable\nkvedge boards\nrequested f32, keep all 512\nkvedge boards esp32\n```\n"):
         with pytest.raises(ValueError, match="output line in a ```sh runnable block"):
             blocks(bad)
+    # a board block and a plain sh block are pasted too: output goes in the ```output block after them
+    for bad, kind in (("```sh board\nkvedge test --port PORT\n0 failed, 0 skipped\n```\n", "sh board"),
+                      ("```sh\nkvedge demo --plain\ndemo: plan vs board\n```\n", "sh")):
+        with pytest.raises(ValueError, match="output line in a ```%s block" % kind):
+            blocks(bad)
+    assert blocks("```sh board\nkvedge test --port PORT\n```\n\n```output\n0 failed\n```\n") == [
+        ("board", [("kvedge test --port PORT", ["0 failed"])], 1)]
     for bad in ("```\nkvedge boards\n```\n", "```bash\ntools/test\n```\n", "```sh maybe\nkvedge boards\n```\n"):
         with pytest.raises(ValueError):  # a command in a fence that does not say how it is run
             blocks(bad)
