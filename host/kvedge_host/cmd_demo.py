@@ -192,7 +192,7 @@ def run(a):
                 plan, code_run = _plan_host(a, prof, vb, model, weights, tok, cfg, prompt, work, say)
             # a fresh interpreter (as after a reset), started and left running: the monitor takes the port
             _mpremote(vb.port, ["exec", "--no-follow", code_run], resume=False)
-            text, summary, mon = _watch(vb.port, os.path.join(work, "stats.csv"), a.plain, a.timeout)
+            text, summary, mon = _watch(vb.port, os.path.join(work, "stats.csv"), a.plain, a.timeout, plan=plan)
         _report(text, summary, mon, plan)
         if a.workdir:
             say("work files (plan.json, stats.csv, the board's filesystem) kept in %s" % work)
@@ -224,7 +224,7 @@ def _demo_circuitpython(a, prof, model, weights, tok, prompt, work, say):
     proc = subprocess.Popen([exe, "-X", "heapsize=%d" % prof["heap_bytes"], "-c", code_run], cwd=board_dir,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        text, summary, mon = _watch(None, os.path.join(work, "stats.csv"), a.plain, a.timeout, proc=proc)
+        text, summary, mon = _watch(None, os.path.join(work, "stats.csv"), a.plain, a.timeout, proc=proc, plan=plan)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -411,13 +411,19 @@ def _pump(proc, mon, should_stop, on_tick):
     on_tick()
 
 
-def _watch(port, csv_path, plain, timeout, proc=None):
-    """The generation's output through the monitor (off the serial port, or a process's stdout with proc)."""
+# Plans whose cache evicts (or moves tokens to flash) once full: a full arena is their steady state, no alert
+EVICTING = ("window", "sinks", "h2o", "tiered")
+
+
+def _watch(port, csv_path, plain, timeout, proc=None, plan=None):
+    """The generation's output through the monitor (off the serial port, or a process's stdout with proc). Alerts
+    are what the user should act on: a plan whose cache evicts raises none for being full."""
     from .monitor import Monitor, render
     from .board import Capture
     cap = Capture()
     notes = []
-    mon = Monitor(csv_path=csv_path, on_note=notes.append)
+    mon = Monitor(csv_path=csv_path, on_note=notes.append,
+                  cache_alert=(plan or {}).get("kind") not in EVICTING)
     feed_line = mon.line
 
     def line(text):

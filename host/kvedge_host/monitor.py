@@ -31,12 +31,16 @@ def open_port(port, baud):
 
 
 class Monitor:
-    def __init__(self, csv_path=None, alert_pct=90.0, heap_fall=5, on_alert=None, on_note=None, clock=time.time):
+    def __init__(self, csv_path=None, alert_pct=90.0, heap_fall=5, on_alert=None, on_note=None, clock=time.time,
+                 cache_alert=True):
+        """cache_alert=False: no alert for the cache above alert_pct (a cache that evicts, whose full arena is its
+        steady state: nothing to act on); allocation failures and a falling heap still alert."""
         if not 0 < alert_pct <= 100:
             raise ValueError("--alert-pct must be in (0, 100], got %r" % alert_pct)
         if heap_fall < 2:
             raise ValueError("heap_fall must be >= 2")
         self.alert_pct = alert_pct
+        self.cache_alert = cache_alert
         self.heap_fall = heap_fall
         self.on_alert = on_alert
         self.on_note = on_note
@@ -191,7 +195,7 @@ class Monitor:
     def _check_alerts(self, row, last):
         pct = row["cache_pct"]
         if pct is not None:
-            if pct > self.alert_pct and self._armed["cache"]:
+            if pct > self.alert_pct and self._armed["cache"] and self.cache_alert:
                 self._armed["cache"] = False
                 self._alert("cache", "cache at %.1f%% of its %d bytes (threshold %g%%)"
                             % (pct, row["total_bytes"], self.alert_pct))

@@ -42,6 +42,8 @@ def test_demo_generates_the_known_story_on_an_rp2040_heap(tmp_path):
     # and the planning command echoed is the one run (the cache dtype included)
     assert "as planned" in p.stdout and "NOT AS PLANNED" not in p.stdout, p.stdout[-2000:]
     assert "--kv-dtype i8 --align 0 --no-tiered --workspace" in p.stdout
+    # a healthy run of a cache that evicts ends with no alert (it said "cache at 100.0% of its 36800 bytes")
+    assert re.search(r"│ alerts\s*│\s*none\s*│", p.stdout), p.stdout[-2000:]
 
 
 def test_a_heap_the_unix_port_cannot_load_the_runner_in_is_one_line(tmp_path):

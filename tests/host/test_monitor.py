@@ -84,6 +84,15 @@ def test_alerts_cache_threshold_alloc_failures_heap_falling():
     assert "lost" in got and m.counts["lost"] == 6
 
 
+def test_a_cache_that_evicts_raises_no_cache_alert():
+    # kvedge demo's window, sinks, H2O and tiered plans: a full arena is their steady state, nothing to act on;
+    # an allocation failure still alerts
+    got = []
+    m = Monitor(alert_pct=90, on_alert=lambda k, msg: got.append(k), cache_alert=False)
+    m.feed(_line(1, used=500) + _line(2, used=1000) + _line(3, used=1000, alloc=1))
+    assert got == ["alloc"]
+
+
 def test_plot_draws_a_png(tmp_path):
     m = Monitor()
     for i in range(1, 30):
