@@ -149,14 +149,14 @@ ELSEWHERE = {
     "kvedge generate --port /dev/ttyACM0 --board esp32s3 --model s3/model.i8.bin --tokenizer s3/tok.bin --plan "
     "s3/plan.json --prompt \"Lily\" --steps 64":
         ("tests/host/test_own_board.py", "test_micropython_board_commands_on_the_emulated_board", "as above"),
-    "kvedge convert ../shared/models/stories260K.bin -o stories260K.i8.bin":
+    "kvedge convert ~/.cache/kvedge/models/stories260K.bin -o stories260K.i8.bin":
         ("tests/host/test_own_board.py", "test_circuitpython_board_commands_on_real_circuitpython",
          "README's CircuitPython commands on the CircuitPython interpreter, a folder as its drive"),
     "kvedge plan --model stories260K.i8.bin --board rp2040-circuitpython --weights-dtype i8 --kv-dtype i8 --align 0 "
     "--workspace 90128 --out cp.json":
         ("tests/host/test_own_board.py", "test_circuitpython_board_commands_on_real_circuitpython", "as above"),
     "kvedge deploy --drive /media/$USER/CIRCUITPY --board rp2040-circuitpython --config cp.json --weights "
-    "stories260K.i8.bin --tokenizer ../shared/models/tok512.bin --set STEPS=64":
+    "stories260K.i8.bin --tokenizer ~/.cache/kvedge/models/tok512.bin --set STEPS=64":
         ("tests/host/test_own_board.py", "test_circuitpython_board_commands_on_real_circuitpython", "as above"),
     "kvedge monitor --port /dev/ttyACM0 --until final":
         ("tests/host/test_own_board.py", "test_circuitpython_board_commands_on_real_circuitpython", "as above"),

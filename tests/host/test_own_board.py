@@ -121,7 +121,7 @@ def test_circuitpython_board_commands_on_real_circuitpython(tmp_path):
     assert [c.split()[1] for c in cmds] == ["convert", "plan", "deploy", "monitor"], cmds
     model, tok = write(str(tmp_path / "m"))
     drive = tmp_path / "CIRCUITPY"
-    subs = [("../shared/models/stories260K.bin", model), ("../shared/models/tok512.bin", tok),
+    subs = [("~/.cache/kvedge/models/stories260K.bin", model), ("~/.cache/kvedge/models/tok512.bin", tok),
             ("/media/user/CIRCUITPY", str(drive))]
     vb = VirtualBoard("rp2040-circuitpython", fs=str(drive))
     vb.start()  # the board boots: boot_out.txt appears on its drive, there is no code.py yet
