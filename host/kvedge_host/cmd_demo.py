@@ -193,7 +193,7 @@ def run(a):
             # a fresh interpreter (as after a reset), started and left running: the monitor takes the port
             _mpremote(vb.port, ["exec", "--no-follow", code_run], resume=False)
             text, summary, mon = _watch(vb.port, os.path.join(work, "stats.csv"), a.plain, a.timeout, plan=plan)
-        _report(text, summary, mon, plan)
+        _report(text, summary, mon, plan, a.steps)
         if a.workdir:
             say("work files (plan.json, stats.csv, the board's filesystem) kept in %s" % work)
         return 0
@@ -229,7 +229,7 @@ def _demo_circuitpython(a, prof, model, weights, tok, prompt, work, say):
         if proc.poll() is None:
             proc.kill()
         proc.wait()
-    _report(text, summary, mon, plan)
+    _report(text, summary, mon, plan, a.steps)
     if a.workdir:
         say("work files (plan.json, stats.csv, the board's folder circuitpy/) kept in %s" % work)
     return 0
@@ -487,7 +487,18 @@ def peak_vs_plan(s, plan):
         format(s["heap_top"], ","), format(plan["total_bytes"], ","), 100.0 * s["heap_top"] / plan["total_bytes"])
 
 
-def _report(text, s, mon, plan):
+def stopped_early(s, plan, steps):
+    """Why the board ran fewer positions than --steps (None when it ran them all): a keep-all cache full at its
+    tokens, else the model's own end of text (it sampled BOS, as llama2.c stops)."""
+    if steps is None or s["tokens"] >= steps:
+        return None
+    c = plan["cache"]
+    if plan.get("kind") in ("keep", "prefix", "shorter") and s["tokens"] >= c["max_tokens"]:
+        return "--steps %d: stopped at %d, the cache is full (%d tokens)" % (steps, s["tokens"], c["max_tokens"])
+    return "--steps %d: stopped at %d, where the model ended its text (BOS)" % (steps, s["tokens"])
+
+
+def _report(text, s, mon, plan, steps=None):
     from rich.console import Console
     from rich.table import Table
     print()
@@ -497,7 +508,8 @@ def _report(text, s, mon, plan):
     t.add_column("item")
     t.add_column("value", justify="right")
     rows = [
-        ("tokens (prompt + generated)", "%d (%d generated)" % (s["tokens"], s["generated"])),
+        ("tokens (prompt + generated)", "%d (%d generated%s)" % (s["tokens"], s["generated"], "; %s" % (
+            stopped_early(s, plan, steps)) if stopped_early(s, plan, steps) else "")),
         ("speed", "%.1f tokens/s (%s kernels, %s weights)" % (s["tok_s"], s["kernels"], s["weights"])),
         ("KV cache", "%s, %s bytes" % (s["kv_dtype"], format(s["cache_bytes"], ","))),
         ("peak cache bytes", format(s["peak_bytes"], ",")),

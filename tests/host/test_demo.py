@@ -14,7 +14,7 @@ STORIES = os.path.join(SHARED_MODELS, "stories260K.bin")
 
 
 def _summary(out):
-    m = re.search(r"tokens \(prompt \+ generated\)\s*│\s*(\d+) \((\d+) generated\)", out)
+    m = re.search(r"tokens \(prompt \+ generated\)\s*│\s*(\d+) \((\d+) generated[;)]", out)
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
@@ -70,3 +70,14 @@ def test_a_circuitpython_profile_without_its_interpreter_is_one_line(tmp_path):
         "kvedge demo: error: the rp2040-circuitpython demo runs on CircuitPython: no interpreter in "
         "../shared/runtimes/circuitpython-unix32 (a board of your own: kvedge deploy --drive, docs/boards.md)"]
     assert "unix port" not in p.stdout
+
+
+def test_a_run_shorter_than_its_steps_says_why():
+    # --steps 700 on stories260K stopped at 368 without a word: the model's end of text, or a keep-all cache full
+    from kvedge_host.cmd_demo import stopped_early
+    window = {"kind": "window", "cache": {"max_tokens": 92, "window": 92}}
+    keep = {"kind": "keep", "cache": {"max_tokens": 128}}
+    assert stopped_early({"tokens": 256}, window, 256) is None
+    assert stopped_early({"tokens": 368}, window, 700) == \
+        "--steps 700: stopped at 368, where the model ended its text (BOS)"
+    assert stopped_early({"tokens": 128}, keep, 700) == "--steps 700: stopped at 128, the cache is full (128 tokens)"
