@@ -6,6 +6,7 @@ from kvedge.compat import isfinite
 from kvedge.config import CacheConfig
 from kvedge.tierconf import check as check_tier
 from kvedge.errors import PlanError
+from kvedge.kernels import KINDS as KERNEL_KINDS
 from kvedge.model.passes import FORWARDS
 
 FORMAT = "kvedge-plan/1"
@@ -14,7 +15,7 @@ POLICIES = ("ring", "h2o", "tiered")
 PLACES = ("heap", "flash", "rom")
 # the kinds a plan may name (kvedge.kernels' full list, not the ALLOWED a port narrowed: the emulated CircuitPython
 # sets ["plain"] and refused every asm plan; whether this port compiles the kind is kernels.get's to say)
-KERNELS = ("auto", "asm", "viper", "native", "plain")
+KERNELS = ("auto",) + KERNEL_KINDS
 MAX_BYTES = 1 << 30  # no byte figure of a plan comes near it (the largest profile's heap is 8 MiB)
 MAX_DEPTH = 12  # JSON nesting a plan may have (placement rows and measured figures are 4 deep)
 _BYTES = ("kv_bytes", "budget_bytes", "h2o_score_bytes", "activation_bytes", "workspace_bytes", "total_bytes",
