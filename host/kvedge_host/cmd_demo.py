@@ -478,6 +478,43 @@ def _watch(port, csv_path, plain, timeout, proc=None, plan=None):
     return "".join(cap.text), cap.summary, mon
 
 
+def account_rows(s, plan):
+    """The heap's account as named rows (name, bytes, what it is): the plan's parts and their sum, the headroom it
+    keeps free and the heap that makes, then what the board measured and checked. The parts add up to the total
+    and the total plus the headroom to the heap; a board row is a figure of its own, beside them."""
+    w = (plan.get("weights") or {}).get("heap_bytes", 0)
+    rows = [("weights in RAM", w, "all of them" if (plan.get("weights") or {}).get("place") == "heap" else
+             "norms and a chunk of rows: the rest on flash"),
+            ("KV cache", plan["kv_bytes"], "the arena: " + plan["strategy"])]
+    if plan.get("h2o_score_bytes"):
+        rows.append(("H2O scores", plan["h2o_score_bytes"], "the eviction policy's per-slot scores"))
+    rows += [("activations", plan["activation_bytes"], "the forward pass's buffers"),
+             ("runtime and workspace", plan["workspace_bytes"], "code (measured), stats, tokenizer, loop, objects")]
+    parts = sum(r[1] for r in rows)
+    rows.append(("= plan total", plan["total_bytes"], "the rows above" if parts == plan["total_bytes"]
+                 else "the plan's (the rows above sum to %s)" % format(parts, ",")))
+    if plan.get("headroom_bytes") is not None and plan.get("heap_bytes"):
+        rows.append(("+ headroom", plan["headroom_bytes"], "kept free (the margin)"))
+        rows.append(("= heap", plan["heap_bytes"], "the usable heap planned for"))
+    if s.get("plan_total", -1) >= 0:
+        rows.append(("board's own check", s["plan_total"], "its account before allocating"))
+    if s.get("heap_top", -1) >= 0:
+        rows.append(("board's measured peak", s["heap_top"], "gc.mem_alloc(): %.1f %% of the total" % (
+            100.0 * s["heap_top"] / plan["total_bytes"])))
+    return rows
+
+
+def account_table(s, plan):
+    from rich.table import Table
+    t = Table(title="heap account (bytes)")
+    t.add_column("row")
+    t.add_column("bytes", justify="right")
+    t.add_column("what it is")
+    for name, n, what in account_rows(s, plan):
+        t.add_row(name, format(n, ","), what)
+    return t
+
+
 def peak_vs_plan(s, plan):
     """The board's peak heap in use (gc.mem_alloc() after set-up and after every token, everything included)
     against the plan's total."""
@@ -514,9 +551,6 @@ def _report(text, s, mon, plan, steps=None):
         ("KV cache", "%s, %s bytes" % (s["kv_dtype"], format(s["cache_bytes"], ","))),
         ("peak cache bytes", format(s["peak_bytes"], ",")),
         ("evictions", format(s["evictions"], ",")),
-        ("heap taken by the run", "%s bytes (the runner's account: %s, the runtime's code included)" % (
-            format(s["heap_used"], ","), format(s["plan_total"], ","))),
-        ("peak heap vs plan", peak_vs_plan(s, plan)),
         ("stats samples", mon.summary()),
         ("alerts", "; ".join(m for _, _, m in mon.alerts) or "none"),
         ("strategy", plan["strategy"]),
@@ -524,6 +558,7 @@ def _report(text, s, mon, plan, steps=None):
     for k, v in rows:
         t.add_row(k, v)
     Console().print(t)
+    Console().print(account_table(s, plan))
     print("demo: plan vs board: " + peak_vs_plan(s, plan), flush=True)
     print("demo: " + built_vs_plan(s, plan), flush=True)
 

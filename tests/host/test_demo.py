@@ -81,3 +81,22 @@ def test_a_run_shorter_than_its_steps_says_why():
     assert stopped_early({"tokens": 368}, window, 700) == \
         "--steps 700: stopped at 368, where the model ended its text (BOS)"
     assert stopped_early({"tokens": 128}, keep, 700) == "--steps 700: stopped at 128, the cache is full (128 tokens)"
+
+
+@pytest.mark.parametrize("board, extra", [("rp2040", {}), ("esp32s3", {"kind": "h2o"})])
+def test_the_account_table_rows_add_up_to_the_plan_and_the_heap(board, extra):
+    # the demo's account: named rows whose sum is shown; the parts are the plan's own fields, summed here
+    from kvedge_host import planner
+    from kvedge_host.cmd_demo import account_rows
+    spec, context, tgt = planner.inputs(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "examples",
+                                                     "stories260K.json"), board=board, weights_dtype="i8")
+    doc = planner.plan(spec, context, tgt, kv_dtype="i8", weights_dtype="i8", align=0, tiered=False,
+                       **extra).document
+    board_says = {"plan_total": doc["total_bytes"] - 100, "heap_top": doc["total_bytes"] - 2000}
+    rows = {name: n for name, n, _ in account_rows(board_says, doc)}
+    parts = ["weights in RAM", "KV cache", "activations", "runtime and workspace"] + (
+        ["H2O scores"] if doc["h2o_score_bytes"] else [])
+    assert sum(rows[p] for p in parts) == rows["= plan total"] == doc["total_bytes"]
+    assert rows["= plan total"] + rows["+ headroom"] == rows["= heap"] == doc["heap_bytes"]
+    assert rows["board's measured peak"] == doc["total_bytes"] - 2000
+    assert ("H2O scores" in rows) == (doc["kind"] == "h2o")
