@@ -764,7 +764,7 @@ class Plan:
 def plan(spec, context, tgt, kv_dtype="f32", weights_dtype=None, align=64, batch=1, weights_in="auto",
          tiered=True, kernels="auto", margin=None, workspace=None, model=None, tokenizer=None, stats=True,
          prompt=True, quality=None, objective=DEFAULT_OBJECTIVE, min_tokens_per_s=None, kind=None, pick=1,
-         flash_tier=False, forward="auto"):
+         flash_tier=False, forward="auto", suggest=True):
     """Plan `spec` (models.load) at `context` tokens on `tgt` (account.target; inputs() makes all three).
 
     kv_dtype: the requested cache to start from; weights_dtype: their storage (None: the source's); align: row
@@ -775,7 +775,8 @@ def plan(spec, context, tgt, kv_dtype="f32", weights_dtype=None, align=64, batch
     table file, None (the shipped one for stories260K) or False (the heuristic order); objective: balanced,
     quality or speed (order()); min_tokens_per_s: leave slower ones out; kind: search that kind only; pick: the
     rank the document is made of; forward: auto (the integer pass wherever its runtime fits something, else the
-    float pass), int or float (that pass's runtimes only). Returns a Plan."""
+    float pass), int or float (that pass's runtimes only); suggest: when nothing fits, find the largest built-in
+    model that does (result["fits_instead"]). Returns a Plan."""
     if kv_dtype not in DTYPES:
         raise UserError("unknown KV dtype %r for a device cache (choose from %s)" % (kv_dtype, ", ".join(DTYPES)))
     if weights_in not in ("auto", "heap", "flash", "rom"):
@@ -841,6 +842,8 @@ def plan(spec, context, tgt, kv_dtype="f32", weights_dtype=None, align=64, batch
               "other_kernels": others}
     if not ranked:
         result["floor"] = pl.floor()
+        if suggest:
+            result["fits_instead"] = fits_instead(spec, context, tgt, workspace)
     chosen = doc = None
     if ranked:
         if pick > len(ranked):
@@ -849,6 +852,30 @@ def plan(spec, context, tgt, kv_dtype="f32", weights_dtype=None, align=64, batch
         result["chosen"] = pick
         doc = device_config(chosen, spec, tgt, runtime_info(rt, tgt["profile"], tok))
     return Plan(spec, tgt, result, chosen, doc)
+
+
+def fits_instead(spec, context, tgt, workspace=None):
+    """The largest built-in model (models.PRESETS, by parameters) that fits this board with int8 weights and an
+    int8 cache at this context (or its own, when shorter): {"preset", "context", "strategy", "tokens_kept"}; None
+    when none does."""
+    found = []
+    for name in models.PRESETS:
+        other = models.preset(name)
+        if (other.dim, other.layers, other.vocab) == (spec.dim, spec.layers, spec.vocab):
+            continue  # the model being planned
+        n = account.params(other)
+        found.append((n["embedding"] + n["matrices"] + n["norms"] + n["classifier"], name, other))
+    for _, name, other in sorted(found, key=lambda x: -x[0]):
+        ctx = min(context, other.context or context)
+        try:
+            p = plan(other, ctx, tgt, kv_dtype=budget.I8, weights_dtype=budget.I8, align=0, workspace=workspace,
+                     quality=False, suggest=False)
+        except UserError:
+            continue
+        if p.chosen is not None:
+            return {"preset": name, "context": ctx, "strategy": p.chosen["strategy"],
+                    "tokens_kept": p.chosen["tokens_kept"]}
+    return None
 
 
 def verdict(result):
@@ -895,8 +922,11 @@ def verdict(result):
                                                                                  format(flash, ",")))
     if over > 0:
         want.append("%s bytes less RAM at its smallest (a smaller vocabulary, dim or hidden_dim)" % format(over, ","))
-    return first, "what would fit: a model with %s, or a board with more (kvedge plan --board all)" % (
-        " and ".join(want) or "a smaller footprint")
+    alt = result.get("fits_instead")
+    example = ("; for example --preset %s --weights-dtype i8 --context %d fits (%s)" % (
+        alt["preset"], alt["context"], alt["strategy"])) if alt else ""
+    return first, "what would fit: a model with %s%s, or a board with more (kvedge plan --board all)" % (
+        " and ".join(want) or "a smaller footprint", example)
 
 
 class NothingFits(UserError):

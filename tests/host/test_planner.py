@@ -253,11 +253,21 @@ def test_a_plan_leads_with_its_verdict_and_the_reason(capsys, preset):
             # then "weights of at most 0 bytes (about 0 parameters as int8)")
             assert out[0].startswith("verdict: nothing fits %s: the weights (" % board) and "no flash" in out[0], out[0]
             assert out[1].startswith("what would fit: a model with ") and " 0 bytes" not in out[1], out[1]
+            _suggestion_fits(capsys, board, out[1])
             continue
         assert out[0].startswith("verdict: nothing fits %s: the weights (" % board), (board, out[:2])
         shown = int(re.search(r"the weights \(([\d,]+) bytes", out[0]).group(1).replace(",", ""))
         assert shown >= 2 * params * 0.98, (board, shown, params)  # f16: two bytes a parameter (+ norms)
         assert out[1].startswith("what would fit: a model with weights of at most"), (board, out[1])
+        _suggestion_fits(capsys, board, out[1])
+
+
+def _suggestion_fits(capsys, board, line):
+    # the example the second line names is planned again, as a user pasting it would: it must fit this board
+    m = re.search(r"for example (--preset \S+ --weights-dtype i8 --context \d+) fits \(", line)
+    assert m, (board, line)
+    code, out = _lines(capsys, *(m.group(1).split() + ["--kv-dtype", "i8", "--align", "0", "--board", board]))
+    assert code == 0 and out[0].startswith("verdict: fits %s: " % board), (board, m.group(1), out[:2])
 
 
 def test_a_plan_that_fits_says_how_much_of_the_context_it_keeps(capsys, stories):
