@@ -25,8 +25,8 @@ def add_arguments(p):
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--seed", type=int, default=1, help="sampling seed, > 0 (default 1)")
     p.add_argument("--kv-dtype", choices=budget.CACHE_DTYPES,
-                   help="cache storage (default f32: the exact cache, as kvedge plan starts from; with --port and "
-                   "no cache flag the board's plan chooses)")
+                   help="cache storage (default f32: the exact cache, as kvedge plan starts from; with --board or "
+                   "--port and no cache flag the board's plan chooses)")
     p.add_argument("--max-tokens", type=int, default=0, help="cache cap (default: the model's context)")
     p.add_argument("--window", type=int, default=0, help="ring window of the last W tokens (0 = none)")
     p.add_argument("--sinks", type=int, default=0, help="tokens kept for ever beside the window")
@@ -41,9 +41,9 @@ def add_arguments(p):
                    help="inner-loop kernels: asm (Thumb inline assembler), viper, native (MicroPython machine code), "
                    "plain Python, or auto: the fastest this runtime compiles (default auto)")
     p.add_argument("--forward", choices=("auto", "float", "int", "ulab"), help="the forward pass (default: the "
-                   "plan's with --plan, or with --port and no cache flag, where the board's plan is made for the "
-                   "fastest pass its measured footprint fits; float with --board or cache flags, whose allowance is "
-                   "of that pass; else auto: the fastest the model, cache and kernels allow, kvedge.model.passes: "
+                   "plan's with --plan, or with --board or --port and no cache flag, where the board's plan is made "
+                   "for the fastest pass its measured footprint fits; float with --board and cache flags, whose "
+                   "allowance is of that pass; else auto: the fastest the model, cache and kernels allow, kvedge.model.passes: "
                    "int for int8 weights and an i8 cache with asm or viper kernels); int: the integer pass (no "
                    "float, no allocation per token); ulab: CircuitPython's ulab pass; float: every model and cache")
     p.add_argument("--runtime", default="cpython", choices=("cpython", "unix", "wasm"),
@@ -52,7 +52,9 @@ def add_arguments(p):
     p.add_argument("--mpy", action="store_true", help="unix: run the device package precompiled with mpy-cross "
                    "(as deployed to a board: no compiler garbage, about 8 KB less heap and far less "
                    "fragmentation, which a 215 KB board heap needs)")
-    p.add_argument("--board", help="board profile: its heap caps the port and is the budget checked at start")
+    p.add_argument("--board", help="board profile: its heap caps the port and is the budget checked at start; without "
+                   "--plan or a cache flag the run is planned for it first, as at --port (not on --runtime unix, "
+                   "whose 64-bit objects no profile's footprint describes)")
     b = p.add_argument_group("a board at a serial port (a real one, or a virtual board's)")
     b.add_argument("--port", help="run on the board at this port: checks that --board (default rp2040) describes "
                    "it, deploys the package (.mpy) and the model files it lacks, streams the text and stats back; "
@@ -164,9 +166,14 @@ def _cache_flags(args):
 
 
 def _plans_itself(args):
-    """A run at --port given no plan and no cache flag: it is planned first (_board_plan). Not on the unix-port
-    virtual board (--march x64), whose 64-bit objects no board profile's footprint describes."""
-    return bool(args.port) and not args.plan and not _cache_flags(args) and args.march != "x64"
+    """A run for a board (--port, or --board run here) given no plan and no cache flag: it is planned first
+    (_board_plan), as the board would be. Not on the 64-bit unix port (the --march x64 virtual board at --port,
+    --runtime unix here), whose objects no board profile's footprint describes."""
+    if args.plan or _cache_flags(args):
+        return False
+    if args.port:
+        return args.march != "x64"
+    return bool(args.board) and args.runtime != "unix"
 
 
 def run(args):

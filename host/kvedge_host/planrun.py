@@ -79,6 +79,11 @@ def plan_for(board, model, tokenizer, out=None, heap=None, prompt="", stats=True
     if doc is None:
         raise UserError("nothing fits %s: %s with %s weights and an i8 cache (kvedge plan --board %s)"
                         % (board, model, weights_dtype, board))
+    if doc["tokens_kept"] < MIN_TOKENS:  # a run that stops after a token or two is not a plan worth running
+        raise UserError("nothing fits %s keeping %d tokens or more: %s with %s weights keeps %d (%s; kvedge plan "
+                        "--board %s)%s" % (board, MIN_TOKENS, model, weights_dtype, doc["tokens_kept"],
+                                           doc["strategy"], board, "" if weights_dtype == "i8" else
+                                           ": int8 weights (kvedge convert --weights-dtype i8) leave it more"))
     return doc
 
 

@@ -1,0 +1,70 @@
+"""`kvedge generate --board B` run here (no --port, no --plan, no cache flag) is planned as the board would be: the
+plan `kvedge plan --board B` makes from the profile's measured footprint, then run. Its tokens and cache equal
+those of that plan written by `kvedge plan --out` and run with `generate --plan` (the two paths a user takes),
+and a model the board cannot run usefully is refused in one line, before anything runs."""
+import json
+import os
+import re
+
+import pytest
+
+from kvedge_host.paths import SHARED_MODELS
+
+from _boardkit import kvedge
+
+MODEL = os.path.join(SHARED_MODELS, "stories260K.bin")
+TOK = os.path.join(SHARED_MODELS, "tok512.bin")
+pytestmark = pytest.mark.skipif(not os.path.exists(MODEL), reason="needs ../shared/models/stories260K.bin")
+PROMPT = "Tom had"
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    from kvedge.model.checkpoint import convert_to_i8
+    p = str(tmp_path_factory.mktemp("genboard") / "m.i8.bin")
+    convert_to_i8(MODEL, p)
+    return p
+
+
+def _closing(out):
+    """generate's closing line: (pass, cache dtype, kind, slots)."""
+    m = re.search(r"; (\w+) pass, weights .*?, cache (\w+) (\w+) \((\d+) slots", out)
+    assert m, out[-800:]
+    return m.group(1), m.group(2), m.group(3), int(m.group(4))
+
+
+@pytest.mark.parametrize("board", ["rp2040", "esp32"])
+def test_generate_for_a_board_runs_the_plan_kvedge_plan_makes(board, model, tmp_path):
+    g = kvedge("generate", "--board", board, "--model", model, "--tokenizer", TOK, "--prompt", PROMPT,
+               "--steps", "24", "--temperature", "0")
+    assert g.returncode == 0, g.stderr[-1500:]
+    first = [ln for ln in g.stderr.splitlines() if ln.startswith("generate: plan (")]
+    assert first, g.stderr[-1500:]
+    # the command it names, run by hand, writes the plan the run took
+    cmd = re.match(r"generate: plan \((kvedge plan .*?--out plan\.json)\)", first[0]).group(1).split()
+    plan = str(tmp_path / "plan.json")
+    argv = [a if a != "plan.json" else plan for a in cmd[1:]]
+    argv[argv.index("--model") + 1] = model
+    p = kvedge(*argv, "--tokenizer", TOK)
+    assert p.returncode == 0, p.stderr[-1500:]
+    doc = json.load(open(plan))
+    from kvedge.config import CacheConfig
+    cache = CacheConfig.from_dict(doc["cache"])
+    ran = _closing(g.stdout + g.stderr)
+    assert ran == (doc["forward"], cache.dtype, doc["kind"], cache.slots), (ran, doc["strategy"])
+    # the same plan through --plan: the same text
+    h = kvedge("generate", "--board", board, "--model", model, "--tokenizer", TOK, "--prompt", PROMPT,
+               "--steps", "24", "--temperature", "0", "--plan", plan)
+    assert h.returncode == 0, h.stderr[-1500:]
+    text = g.stdout.split("\n[")[0].strip()
+    assert text.startswith(PROMPT) and text == h.stdout.split("\n[")[0].strip(), (g.stdout, h.stdout)
+
+
+def test_a_model_the_board_keeps_too_few_tokens_of_is_refused_in_one_line():
+    # the f32 checkpoint on the ESP32's 100 KB: the best plan keeps one token; refused, with the way out
+    g = kvedge("generate", "--board", "esp32", "--model", MODEL, "--tokenizer", TOK, "--prompt", PROMPT,
+               "--steps", "24")
+    assert g.returncode == 2, (g.returncode, g.stderr[-800:])
+    err = [ln for ln in g.stderr.splitlines() if "error" in ln]
+    assert len(err) == 1 and "nothing fits esp32 keeping" in err[0] and "--weights-dtype i8" in err[0], g.stderr
+    assert "Traceback" not in g.stderr and g.stdout.strip() == "", g.stdout
