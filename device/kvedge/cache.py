@@ -136,6 +136,12 @@ class KVCache:
             return self.S + (pos - self.S) % self.W
         return pos
 
+    def has_room(self):
+        """Whether start_token() gives a position without raising (below the position limit, and a policy, a
+        window or a free slot to take it)."""
+        pos = self.n_seen
+        return pos < POS_LIMIT and (self.policy is not None or self._natural_slot(pos) < self.N)
+
     def start_token(self):
         """Reserve the next logical position and its slot; returns the position.
 
