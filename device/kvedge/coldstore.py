@@ -1,17 +1,20 @@
-# The cold store of a tiered cache (kvedge.tiered): blocks of re-quantized K/V in files on flash that a power
-# cut can never leave half-read.
+# kvedge's one flash format: blocks of K/V in files on flash that a power cut can never leave half-read. Two
+# owners: the tiered cache (kvedge.tiered, kind 0: re-quantized blocks of one sequence, dropped oldest first) and
+# the paged pool's cold tier (kvedge.tier, kind 1: arena blocks of sessions, its record index in the header).
 #
-# Files (PATH is the store's name; sizes in kvedge.budget.tiered_bytes):
-#   PATH.h0, PATH.h1   one 40-byte header each: layout (cold dtype, layers, kv_heads, head_dim, block, capacity C,
+# Files (PATH is the store's name; sizes in kvedge.budget.tiered_bytes and kvedge.budget.pool_tier_bytes):
+#   PATH.h0, PATH.h1   one header each: layout (kind, cold dtype, layers, kv_heads, head_dim, block, capacity C,
 #                      sinks, align, bytes of a sink row), the committed state (sequence number, first live block,
-#                      block count, sinks saved) and Adler-32 of those 36 bytes. Commits alternate between the two
-#                      files; the valid one with the newer sequence number is the state, so a header torn by a
-#                      power cut leaves the other.
+#                      block count, sinks saved), the owner's index (kind 1 only: which record holds what) and
+#                      Adler-32 of all that: 40 bytes + the index. Commits alternate between the two files; the
+#                      valid one with the newer sequence number is the state, so a header torn by a power cut
+#                      leaves the other.
 #   PATH.s             the sinks' rows (the hot ring's bytes) and their tag (written once, before the commit that
 #                      saves them)
 #   PATH.0, PATH.1     segments: block k is the (k % C)-th block of segment k // C, in file PATH.<(k // C) % 2>;
-#                      a block is one record per layer (the staging block's bytes verbatim) then its tag (block
-#                      number, sequence, Adler-32 of the records, tokens).
+#                      a block is its parts (kind 0: one record per layer, the staging block's bytes verbatim;
+#                      kind 1: the arena's runs of one pool block) then its tag (block number, sequence, Adler-32
+#                      of the parts, tokens).
 # Only appends: flash file systems (littlefs, MicroPython's default) rewrite everything after a write in the middle
 # of a file, so blocks are appended, the tag last, and a segment file is started afresh when block k % C == 0
 # lands in it: at most C blocks are live, so every block of the segment it held (k // C - 2) is dead by then.
@@ -26,8 +29,10 @@ from .errors import ColdStoreError
 
 MAGIC = b"KVTC"
 VERSION = 1
-HDR = "<4sBBBBHHHHHHHHIII"  # magic, version, cold dtype, sinks saved, 0, layers, kv_heads, head_dim, block,
-#                             capacity, sinks, align, sink row bytes, sequence, first block, block count; Adler-32
+HDR = "<4sBBBBHHHHHHHHIII"  # magic, version, cold dtype, sinks saved, kind, layers, kv_heads, head_dim, block,
+#                             capacity, sinks, align, sink row bytes, sequence, first block, block count; then the
+#                             owner's index (kind 1), then Adler-32
+KINDS = ("a tiered cache's cold store", "a paged pool's cold tier")  # the kind byte: append only
 TAG = "<IIHHI"  # block number (sinks: SINKS_TAG), sequence of the commit it precedes, Adler-32 a and b, tokens
 SINKS_TAG = 0xFFFFFFF
 SEQ_MOD = 1 << 30  # sequence numbers wrap here (small ints on 31-bit boards)
@@ -69,20 +74,38 @@ def _open(path, mode):
 
 class ColdStore:
     """The files PATH.* for `layout` = (cold dtype index, layers, kv_heads, head_dim, block, capacity, sinks,
-    align, sink row bytes); `size` is budget.tiered_bytes(); `rec` the buffer (memoryview) one record is read
-    into and written from. Reopens an existing store (whole, or ColdStoreError) unless fresh=True; else creates
-    it (refused when the file system reports less free space than `size["flash"]`)."""
+    align, sink row bytes); `size` is budget.tiered_bytes() (or budget.pool_tier_bytes()); `rec` the buffer
+    (memoryview) one record is read into and written from. `kind` says whose store it is (KINDS); `parts` the
+    byte lengths of a block's parts (default: `layers` parts of len(rec)), none longer than rec; `index` a
+    bytearray the owner keeps its record index in, committed with every header. Reopens an existing store
+    (whole, or ColdStoreError) unless fresh=True; else creates it (refused when the file system reports less free
+    space than `size["flash"]`)."""
 
-    def __init__(self, path, layout, size, rec, fresh=False):
+    def __init__(self, path, layout, size, rec, fresh=False, kind=0, parts=None, index=None):
         self.path, self.layout, self.rec = path, layout, rec
         self.L, self.B, self.C, self.S = layout[1], layout[4], layout[5], layout[6]
         self.rb = len(rec)
+        self.kind = kind
+        self.parts = parts if parts is not None else (self.rb,) * self.L
+        self.poff = zeros("i", len(self.parts))
+        o = 0
+        for j in range(len(self.parts)):
+            if self.parts[j] > self.rb:
+                raise ValueError("part %d of a block (%d bytes) is longer than the record buffer (%d)"
+                                 % (j, self.parts[j], self.rb))
+            self.poff[j] = o
+            o += self.parts[j]
+        self.index = index if index is not None else bytearray(0)
+        self.hb = TIER_HEADER_BYTES + len(self.index)  # bytes of one header file
         self.flash = size["flash"]
         self.sinks_bytes = size["sinks"] - TIER_TAG_BYTES if self.S else 0
         self.sinks_rec = size["sinks"]
         self.stride = size["block"]
+        if o + TIER_TAG_BYTES != self.stride:
+            raise ValueError("a block's parts (%d bytes) and tag do not fill its %d-byte stride" % (o, self.stride))
         self.ab = zeros("i", 2)
-        self.hdr = bytearray(TIER_HEADER_BYTES)
+        self.hdr = bytearray(self.hb)
+        self.foreign = None  # the kind byte of another kvedge store's header, when one was found
         self.tag = bytearray(TIER_TAG_BYTES)
         self.seq = self.k0 = self.count = 0
         self.saved = False
@@ -139,10 +162,13 @@ class ColdStore:
     def _pack_header(self, seq, k0, count, saved):
         lay = self.layout
         h = self.hdr
-        struct.pack_into(HDR, h, 0, MAGIC, VERSION, lay[0], 1 if saved else 0, 0, lay[1], lay[2], lay[3], lay[4],
-                         lay[5], lay[6], lay[7], lay[8], seq, k0, count)
-        self._sum(h, TIER_HEADER_BYTES - 4)
-        struct.pack_into("<HH", h, TIER_HEADER_BYTES - 4, self.ab[0], self.ab[1])
+        struct.pack_into(HDR, h, 0, MAGIC, VERSION, lay[0], 1 if saved else 0, self.kind, lay[1], lay[2], lay[3],
+                         lay[4], lay[5], lay[6], lay[7], lay[8], seq, k0, count)
+        n = TIER_HEADER_BYTES - 4
+        for i in range(len(self.index)):
+            h[n + i] = self.index[i]
+        self._sum(h, self.hb - 4)
+        struct.pack_into("<HH", h, self.hb - 4, self.ab[0], self.ab[1])
         return h
 
     def _sum(self, buf, n):
@@ -184,7 +210,8 @@ class ColdStore:
         self._hold()  # only once the header is there: a spare made beside no header would read as damage
 
     def commit(self, k0, count, saved):
-        """Write the next header (alternating files), closed = on flash; only then does the state here follow."""
+        """Write the next header (alternating files) with the owner's index as it is now, closed = on flash; only
+        then does the state here follow."""
         seq = (self.seq + 1) % SEQ_MOD
         self._write_header(seq & 1, seq, k0, count, saved)
         self.seq = seq
@@ -193,31 +220,42 @@ class ColdStore:
         self.saved = saved
 
     def _read_header(self, i):
-        """Header file i as a dict, or None when it is missing or not a valid header."""
+        """Header file i as a dict, or None when it is missing or not a valid header (of this store's kind: the
+        kind of another kvedge store's header is in self.foreign, for the refusal to name)."""
         f = _open("%s.h%d" % (self.path, i), "rb")
         if f is None:
             return None
         try:
-            h = f.read(TIER_HEADER_BYTES + 1)
+            h = f.read(self.hb + 1)
         finally:
             f.close()
-        if h is None or len(h) != TIER_HEADER_BYTES or h[:4] != MAGIC:
+        if h is None or len(h) < TIER_HEADER_BYTES or h[:4] != MAGIC:
             return None
-        self._sum(h, TIER_HEADER_BYTES - 4)
-        a, b = struct.unpack_from("<HH", h, TIER_HEADER_BYTES - 4)
+        if h[7] != self.kind:
+            self.foreign = h[7]
+            return None
+        if len(h) != self.hb:
+            return None
+        self._sum(h, self.hb - 4)
+        a, b = struct.unpack_from("<HH", h, self.hb - 4)
         if a != self.ab[0] or b != self.ab[1]:
             return None
         v = struct.unpack_from(HDR, h, 0)
         return {"version": v[1], "layout": v[2:3] + v[5:13], "saved": v[3] != 0, "seq": v[13], "k0": v[14],
-                "count": v[15]}
+                "count": v[15], "index": h[TIER_HEADER_BYTES - 4:self.hb - 4]}
 
     def _refuse(self, what):
         raise ColdStoreError("%s: %s; refusing the cold store (delete it, or open with fresh=True to start over)"
                              % (self.path, what))
 
     def _reopen(self):
+        self.foreign = None
         hs = [self._read_header(0), self._read_header(1)]
         if hs[0] is None and hs[1] is None:
+            if self.foreign is not None:
+                self._refuse("it is %s, not %s" % (KINDS[self.foreign] if self.foreign < len(KINDS)
+                                                   else "a store of unknown kind %d" % self.foreign,
+                                                   KINDS[self.kind]))
             self._refuse("no valid header (not a kvedge cold store, or both headers damaged)")
         h = hs[0]
         if h is None or (hs[1] is not None and _newer(hs[1]["seq"], h["seq"])):
@@ -231,6 +269,7 @@ class ColdStore:
                          "capacity %d, sinks %d, align %d, sink row %d)" % ((name,) + tuple(got[1:])))
         if h["count"] > self.C or h["k0"] >= SEQ_MOD or (self.S and h["count"] and not h["saved"]):
             self._refuse("its header is inconsistent")
+        self.header_index = h["index"]  # the owner checks it (kind 1) before anything is written
         for i in (0, 1):
             self.segs[i] = _open(self._name(i), "r+b")
         for i in range(h["count"]):
@@ -255,10 +294,11 @@ class ColdStore:
         f.seek((k % self.C) * self.stride)
         self.ab[0] = 1
         self.ab[1] = 0
-        for layer in range(self.L):
-            if f.readinto(self.rec) != self.rb:
+        for n in self.parts:
+            buf = self.rec if n == self.rb else self.rec[:n]
+            if f.readinto(buf) != n:
                 self._refuse("%s is truncated" % what)
-            adler(self.rec, self.rb, self.ab)
+            adler(buf, n, self.ab)
         self._check_tag(f.read(TIER_TAG_BYTES), k, what, self.B)
 
     def _check_tag(self, t, k, what, ntok):
@@ -306,8 +346,12 @@ class ColdStore:
     def write_record(self, k, layer):
         """Append rec as layer `layer` of block k (not yet committed); layers go in order 0, 1, ...
         An OSError leaves the committed state as it was (the block is simply not added)."""
+        self.write_part(k, layer, self.rec)
+
+    def write_part(self, k, j, buf):
+        """Append buf (parts[j] bytes) as part j of block k (not yet committed); parts go in order 0, 1, ..."""
         i = (k // self.C) & 1
-        if layer == 0:
+        if j == 0:
             self.ab[0] = 1
             self.ab[1] = 0
             if k % self.C == 0:  # a new segment: the one this file held is dead (at most C blocks are live)
@@ -322,9 +366,9 @@ class ColdStore:
                 finally:
                     self._hold()
         f = self._seg(i)
-        f.seek((k % self.C) * self.stride + layer * self.rb)
-        f.write(self.rec)
-        adler(self.rec, self.rb, self.ab)
+        f.seek((k % self.C) * self.stride + self.poff[j])
+        f.write(buf)
+        adler(buf, self.parts[j], self.ab)
 
     def end_block(self, k, sinks=None):
         """Append block k's tag and flush it; with the first block, also write the sinks' rows (`sinks`: a list of
@@ -349,13 +393,17 @@ class ColdStore:
 
     def load(self, k, layer):
         """rec := layer `layer` of block k, read from flash. Allocates nothing."""
+        self.load_part(k, layer, self.rec)
+        self.reads += 1
+
+    def load_part(self, k, j, buf):
+        """buf (parts[j] bytes) := part j of block k, read from flash."""
         f = self.segs[(k // self.C) & 1]
         if f is None:
             f = self._seg((k // self.C) & 1)
-        f.seek((k % self.C) * self.stride + layer * self.rb)
-        if f.readinto(self.rec) != self.rb:
+        f.seek((k % self.C) * self.stride + self.poff[j])
+        if f.readinto(buf) != self.parts[j]:
             raise OSError("%s: cold block %d is truncated" % (self.path, k))
-        self.reads += 1
 
     def load_sinks(self, runs):
         """The sinks' rows back into `runs` (the buffers end_block wrote, in the same order)."""
@@ -368,7 +416,7 @@ class ColdStore:
 
     def used(self):
         """Flash bytes holding committed data."""
-        return 2 * TIER_HEADER_BYTES + (self.sinks_rec if self.saved else 0) + self.count * self.stride
+        return 2 * self.hb + (self.sinks_rec if self.saved else 0) + self.count * self.stride
 
     def close(self):
         self._release()
