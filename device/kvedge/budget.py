@@ -160,6 +160,42 @@ TIER_HEADER_BYTES = 40  # one header file of a cold store; it has two (the newer
 TIER_TAG_BYTES = 16  # after each block (and the sinks' rows): its number and checksum
 
 
+POOL_INDEX_HEAD = 4  # a pool tier's index: its generation (u16) and 0, then one entry per log slot
+POOL_ENTRY_BYTES = 8  # one log slot's entry: session id (u32, 0 = no record), generation (u16), block index (u16)
+
+
+def pool_tier_bytes(layers, kv_heads, head_dim, block, dtype, align, capacity, slots=None):
+    """Exact flash and RAM of kvedge.tier.ColdTier, the cold tier of a PagedPool of `block`-token blocks (window 0,
+    prefix 0, i4/i2 with residual 0), holding at most `capacity` records in a log of `slots` (default
+    2 x capacity, at least capacity + 1) blocks per segment (kvedge.coldstore, kind 1), as a dict:
+
+      record   one pool block's bytes verbatim from the arena: per layer, K|V and KV head its B padded rows, then
+               their scales (i8: one f16 each; i4/i2: scale and zero); block = record + tag
+      header   one header file: the store's 40 bytes + the index (generation, then one entry per log slot)
+      flash    the files at most: two headers and two segment files of `slots` blocks each (records are only
+               appended; a record still live when the log comes round to it is appended again, see kvedge.tier)
+      scratch  the buffer a reopen verifies through and a record is copied forward through: the longest part
+      ram      the tier's own buffers: three int arrays of `slots` (session, generation, block index per slot),
+               the index and the header packed from it, the tag, the scratch, the part offsets, Adler-32 state"""
+    check_dtype(dtype)
+    check_int("capacity", capacity, 1)
+    if slots is None:
+        slots = 2 * capacity
+    check_int("slots", slots, capacity + 1)
+    row = padded_row_bytes(head_dim, dtype, align)
+    meta = META_BYTES if dtype == I8 else (2 * META_BYTES if dtype in LOWBIT else 0)
+    runs = 2 * layers * kv_heads  # data runs of B rows; as many scale runs when meta
+    record = runs * block * (row + meta)
+    index = POOL_INDEX_HEAD + slots * POOL_ENTRY_BYTES
+    header = TIER_HEADER_BYTES + index
+    scratch = block * (row if row > meta else meta)
+    parts = runs * (2 if meta else 1)
+    ram = 3 * 4 * slots + index + header + TIER_TAG_BYTES + scratch + 4 * parts + 2 * 4
+    return {"record": record, "block": TIER_TAG_BYTES + record, "header": header, "index": index,
+            "flash": 2 * header + 2 * slots * (TIER_TAG_BYTES + record), "scratch": scratch, "parts": parts,
+            "ram": ram, "slots": slots, "capacity": capacity}
+
+
 def cold_record_bytes(kv_heads, head_dim, block, dtype, align=0):
     """One layer of one cold block: K and V rows and scales of `block` tokens, laid out as a one-layer KVCache of
     `block` slots (i4: KIVI, keys per channel over the block, values per token) without its f32 residual."""

@@ -14,7 +14,8 @@
 #   KeyError        a session id that is not open (closed, reclaimed, never opened).
 #   CacheFullError  no room and nothing may be evicted (counted in alloc_failures / appends_failed, the one
 #                   documented change a refusal makes); BudgetError: a configuration over its byte budget.
-#   OSError         the cold tier's file system failed.
+#   OSError         the file system under a cold tier or cold store failed.
+#   ColdStoreError  reopening a cold tier or cold store that is damaged, truncated, foreign or for another layout.
 #   PlanError       (a ValueError) a plan document a runner must not run (kvedge.model.plandoc), field named first.
 
 
@@ -37,8 +38,9 @@ class CacheFullError(KVEdgeError):
 
 
 class ColdStoreError(KVEdgeError):
-    """A tiered cache's cold store on flash cannot be trusted (foreign, another layout, cut mid-write, damaged):
-    refused whole, never half-read."""
+    """A store on flash (a tiered cache's cold store, a paged pool's cold tier: kvedge.coldstore) cannot be
+    trusted (foreign, another kind or layout, truncated, cut mid-write, damaged): refused whole, never half-read,
+    never repaired."""
 
 
 class PlanError(ValueError):

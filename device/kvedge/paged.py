@@ -172,6 +172,7 @@ class PagedPool:
 
     def _drop_blocks(self, i):
         base = i * self.MB
+        cold = self.scold[i]
         for j in range(self.snb[i]):
             b = self.table[base + j]
             if b >= 0:
@@ -181,6 +182,8 @@ class PagedPool:
         self.snb[i] = 0
         self.scold[i] = 0
         self.slen[i] = 0
+        if cold and self.tier is not None:  # one commit drops the session's records on flash
+            self.tier.sync()
 
     def _filled(self, i, j):
         """Tokens in the j-th block of handle i."""

@@ -4,7 +4,7 @@
 # then random invalid calls of every public method of KVCache, Attention, H2O, PagedPool, Stream and ColdTier:
 # wrong types and lengths, NaN/inf/huge values, complex numbers, out-of-range layers/heads/positions/slots/
 # sessions, bad codes and scale bits, calls in the wrong state. After each refused call the whole state (arena
-# bytes, every table and counter, the tier's file) must be exactly as before and the exception one errors.py
+# bytes, every table and counter, the tier's files) must be exactly as before and the exception one errors.py
 # documents; valid calls in between are checked against independent models (_cacheref, _poolref, a plain
 # softmax). Each family makes FLOOR / 4 calls on a board (real or emulated) and more on desktop ports (_scale).
 import sys
@@ -162,10 +162,8 @@ class Fuzz:
         seen = []
         for r in self.roots:
             _snap(r, out, seen)
-        if self.tier is not None and self.tier.f is not None:
-            f = self.tier.f
-            f.seek(0)
-            out.append(f.read())
+        if self.tier is not None and self.tier.store is not None:
+            out.append(_tier_files(self.tier))
         if self.extra is not None:
             out.append(self.extra())
         return out
@@ -177,10 +175,8 @@ class Fuzz:
             i = _same(r, self.before, i, seen)
             if i < 0:
                 return False
-        if self.tier is not None and self.tier.f is not None:
-            f = self.tier.f
-            f.seek(0)
-            if f.read() != self.before[i]:
+        if self.tier is not None and self.tier.store is not None:
+            if _tier_files(self.tier) != self.before[i]:
                 return False
             i += 1
         if self.extra is not None:
@@ -228,6 +224,23 @@ class Fuzz:
         assert self.refused + self.valid >= floor and self.refused >= floor * 2 // 5, (self.refused, self.valid)
         print("fuzz %s: %d calls (%d refused, %d valid), seed %d" % (
             self.name, self.refused + self.valid, self.refused, self.valid, self.seed))
+
+
+def _tier_files(tier):
+    """The bytes of a cold tier's files (kvedge.coldstore: two headers, two segments), flushed first."""
+    out = b""
+    for f in tier.store.segs:
+        if f is not None:
+            f.flush()
+    for x in (".h0", ".h1", ".0", ".1"):
+        try:
+            f = open(tier.path + x, "rb")
+        except OSError:
+            out += b"-"
+            continue
+        out += f.read() + b"|"
+        f.close()
+    return out
 
 
 def _what(what, args):
@@ -351,11 +364,13 @@ def _live(c):
 
 
 def _remove(path):
+    """The file `path`, or the files of a store named `path` (kvedge.coldstore: PATH.h0, .h1, .s, .0, .1)."""
     import os
-    try:
-        os.remove(path)
-    except OSError:
-        pass
+    for x in ("", ".h0", ".h1", ".s", ".0", ".1"):
+        try:
+            os.remove(path + x)
+        except OSError:
+            pass
 
 
 def _fs():

@@ -1,5 +1,5 @@
-# Device-API fuzzer, family 3: a paged pool of f32 sessions and its cold tier on a file, driven with _poolref's
-# model (pressure, LRU reclaim, spill and page-in); refused calls of the pool and the tier, the tier's file
+# Device-API fuzzer, family 3: a paged pool of f32 sessions and its cold tier on flash, driven with _poolref's
+# model (pressure, LRU reclaim, spill and page-in); refused calls of the pool and the tier, the tier's files
 # included in the snapshot. See _fuzzkit.py.
 import gc
 
@@ -164,8 +164,8 @@ def _refuse_tier(fz, ps, ids, sid):
     elif m == 1:
         fz.refuse(rng.pick((tier.fetch, tier.save_instead)), (_bad_sid(rng, pool),), "fetch")
     elif m == 2:
-        used = [r for r in range(tier.capacity) if tier.rec_sid[r]]
-        fz.refuse(tier.drop, (rng.pick(used) if used and rng.below(2) else bad_index(rng, tier.capacity),),
+        used = [r for r in range(tier.slots) if tier.rec_sid[r]]
+        fz.refuse(tier.drop, (rng.pick(used) if used and rng.below(2) else bad_index(rng, tier.slots),),
                   "drop")
     elif m == 3:
         fz.refuse(tier.adopt, rng.pick(((0, 0), (tier.gen, sid), (1.5, 1), (1, None), (7, 3))), "adopt")

@@ -1,23 +1,41 @@
-# The cold tier: blocks written to a file come back byte for byte, survive reopening the file, and the
-# pool's accounting stays whole (every runtime with a filesystem).
+# The cold tier: blocks written to flash come back byte for byte, survive reopening the store, and the pool's
+# accounting stays whole; the store is kvedge.coldstore's (kind 1): its files stay within
+# budget.pool_tier_bytes while one block is spilled again and again (compaction), and a damaged, truncated,
+# foreign or other-layout store is refused with ColdStoreError (every runtime with a filesystem).
 import gc
 import json
 
+from kvedge.budget import pool_tier_bytes
 from kvedge.compat import zeros
 from kvedge.config import CacheConfig
+from kvedge.errors import ColdStoreError
 from kvedge.paged import PagedPool
 from kvedge.tier import ColdTier
 from _support import Rng, need, raises, message
 
-PATH = "_kvedge_tier_test.bin"
+PATH = "_kvedge_tier_test"
+FILES = (".h0", ".h1", ".0", ".1")
 
 
 def _remove(path=PATH):
     import os
-    try:
-        os.remove(path)
-    except OSError:
-        pass
+    for x in FILES + (".s",):
+        try:
+            os.remove(path + x)
+        except OSError:
+            pass
+
+
+def _file_bytes(path=PATH):
+    n = 0
+    for x in FILES:
+        try:
+            f = open(path + x, "rb")
+        except OSError:
+            continue
+        n += f.seek(0, 2)
+        f.close()
+    return n
 
 
 def _fill(pool, sid, n, rng):
@@ -151,18 +169,19 @@ def test_survives_reopening_the_file():
             raises(KeyError, tier.adopt, 1, old_sid)
         finally:
             tier.close()
-        # a different layout refuses the file instead of misreading it
+        # a different layout refuses the store instead of misreading it
         cfg2 = CacheConfig(**dict(CFGS[0], head_dim=4))
-        e = raises(ValueError, ColdTier, PagedPool(cfg2, 4), PATH, 6)
-        assert "another pool layout" in message(e)
+        e = raises(ColdStoreError, ColdTier, PagedPool(cfg2, 4), PATH, 6)
+        assert "written for another layout" in message(e) and PATH in message(e)
     finally:
         _remove()
-    f = open(PATH, "wb")
-    f.write(b"not a tier" * 4)
-    f.close()
+    for x in (".h0", ".h1"):
+        f = open(PATH + x, "wb")
+        f.write(b"not a tier" * 4)
+        f.close()
     try:
-        e = raises(ValueError, ColdTier, PagedPool(cfg, 4), PATH, 6)
-        assert "not a kvedge cold tier file" in message(e)
+        e = raises(ColdStoreError, ColdTier, PagedPool(cfg, 4), PATH, 6)
+        assert "no valid header" in message(e)
     finally:
         _remove()
 
@@ -215,3 +234,118 @@ def test_bad_tier_arguments():
     finally:
         tier.close()
         _remove()
+
+
+def _spilled_pool(cfg, capacity, slots=None):
+    pool = PagedPool(cfg, 4, sessions=3)
+    tier = ColdTier(pool, PATH, capacity, slots)
+    keep, hot = pool.open(), pool.open()
+    _fill(pool, keep, 8, Rng(41))  # two blocks that stay on flash for ever
+    _fill(pool, hot, 8, Rng(42))
+    return pool, tier, keep, hot
+
+
+def test_files_follow_the_formula():
+    # budget.pool_tier_bytes against sizes worked out here from the layout: i8, 2 layers, 2 KV heads, head_dim 8,
+    # align 16 (a row of 8 codes padded to 16), one f16 scale per row, blocks of 4 tokens
+    need("fs")
+    _remove()
+    cfg = CacheConfig(**CFGS[0])
+    z = pool_tier_bytes(2, 2, 8, 4, "i8", 16, 3)
+    assert z["record"] == 2 * 2 * 2 * 4 * (16 + 2) == 576
+    assert z["slots"] == 6 and z["header"] == 40 + 4 + 6 * 8
+    assert z["flash"] == 2 * (40 + 4 + 6 * 8) + 2 * 6 * (16 + 576)
+    pool, tier, keep, hot = _spilled_pool(cfg, 3)
+    try:
+        assert tier.record_bytes == pool.B * pool.cache.main_slot_bytes == z["record"]
+        assert tier.ram_bytes() == z["ram"]
+        assert _file_bytes() <= z["flash"]
+        e = raises(ValueError, ColdTier, PagedPool(cfg, 4), PATH + "x", 3, 3)
+        assert "slots must be an int in 4.." in message(e)
+    finally:
+        tier.close()
+        _remove()
+
+
+def test_a_block_spilled_again_and_again_stays_within_the_formula():
+    # a page-in drops the record, a spill appends a new one; when the log comes round to a record that is still
+    # live (the session that never comes back), compaction appends it again and the files never pass the bound
+    need("fs")
+    _remove()
+    cfg = CacheConfig(**CFGS[0])
+    pool, tier, keep, hot = _spilled_pool(cfg, 3)
+    try:
+        want_keep = _session_blocks(pool, tier, keep)
+        want_hot = _session_blocks(pool, tier, hot)
+        assert tier.spill(keep, 2) == 2
+        z = tier.size
+        most = 0
+        for cycle in range(20):
+            assert tier.spill(hot, 1) == 1
+            assert tier.records_used() == 3
+            most = max(most, _file_bytes())
+            assert most <= z["flash"], (cycle, most, z["flash"])
+            tier.fetch(hot)
+            assert _session_blocks(pool, tier, hot) == want_hot
+            pool.check()
+        assert tier.copies >= 2 * (20 // (tier.slots - 2) - 1), tier.copies  # keep's records went round
+        assert tier.writes == 22 and tier.reads == 20
+        tier.close()
+        gc.collect()
+        pool = PagedPool(cfg, 4, sessions=3)
+        tier = ColdTier(pool, PATH, 3)
+        (g, old, n), = tier.saved()
+        assert n == 2 and old == keep
+        sid = tier.adopt(g, old)
+        tier.fetch(sid)
+        assert _session_blocks(pool, tier, sid) == want_keep  # every copy bit-identical
+    finally:
+        tier.close()
+        _remove()
+
+
+def _spoil(name, at, value=None, cut=None):
+    f = open(name, "rb")
+    data = bytearray(f.read())
+    f.close()
+    if cut is not None:
+        data = data[:cut]
+    else:
+        data[at] ^= value
+    f = open(name, "wb")
+    f.write(data)
+    f.close()
+
+
+def test_a_damaged_truncated_or_foreign_store_is_refused():
+    need("fs")
+    cfg = CacheConfig(**CFGS[0])
+    for how in ("flip", "cut", "tiered"):
+        _remove()
+        pool, tier, keep, hot = _spilled_pool(cfg, 3)
+        assert tier.spill(keep, 2) == 2
+        lay = tier.store.layout
+        tier.close()
+        if how == "flip":
+            _spoil(PATH + ".0", tier.size["block"] + 5, 0x40)  # a byte of the second record
+            want = "block 1 (positions 4-7) fails its checksum"
+        elif how == "cut":
+            _spoil(PATH + ".0", 0, cut=tier.size["block"] + 100)
+            want = "block 1 (positions 4-7) is truncated"
+        else:
+            from kvedge.coldstore import ColdStore  # a tiered cache's store (kind 0) of the same shape
+            _remove()
+            rec = memoryview(bytearray(288))
+            ColdStore(PATH, lay, {"flash": 0, "sinks": 0, "block": 2 * 288 + 16}, rec, True).close()
+            want = "it is a tiered cache's cold store, not a paged pool's cold tier"
+        before = [_file_bytes()]
+        gc.collect()
+        pool = PagedPool(cfg, 4, sessions=3)
+        e = raises(ColdStoreError, ColdTier, pool, PATH, 3)
+        assert want in message(e) and "refusing the cold" in message(e), (how, message(e))
+        assert pool.tier is None and [_file_bytes()] == before  # nothing repaired or re-created
+        ColdTier(pool, PATH, 3, fresh=True).close()  # asked for: an empty tier over it
+        tier = ColdTier(pool, PATH, 3)
+        assert tier.records_used() == 0 and tier.saved() == []
+        tier.close()
+    _remove()

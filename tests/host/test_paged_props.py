@@ -41,7 +41,9 @@ class PoolMachine(RuleBasedStateMachine):
     def teardown(self):
         if self.tier is not None:
             self.tier.close()
-            os.remove(self.path)
+            for x in (".h0", ".h1", ".0", ".1"):  # the store's files (kvedge.coldstore)
+                if os.path.exists(self.path + x):
+                    os.remove(self.path + x)
 
     def pick(self, k):
         ids = sorted(self.model.sess)
