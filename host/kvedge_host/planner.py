@@ -258,12 +258,14 @@ class Planner:
 
     # -- the strategies; each returns a candidate or None, and records what it tried --
 
-    def _note(self, what, c):
+    def _note(self, what, c, kind):
+        """Record what a strategy of `kind` came to in the trace (kind: the plan kind it tries, for --kind's
+        verdict)."""
         if c is None:
-            self.trace.append({"try": what, "result": "does not fit at any setting"})
+            self.trace.append({"try": what, "kind": kind, "result": "does not fit at any setting"})
         else:
-            t = {"try": what, "result": "fits" if c["fits"] else "does not fit", "total_bytes": c["total_bytes"],
-                 "strategy": c["strategy"]}
+            t = {"try": what, "kind": kind, "result": "fits" if c["fits"] else "does not fit",
+                 "total_bytes": c["total_bytes"], "strategy": c["strategy"]}
             if c.get("why_not"):
                 t["result"] += " (%s)" % c["why_not"]
             self.trace.append(t)
@@ -404,22 +406,24 @@ class Planner:
         found = []
         tag = "" if self.align == self.base_align else ", align %d" % self.align
         for dt in dts:
-            found.append(self._note("%s, keep all%s" % (dt, tag), self.keep(dt, place)))
+            found.append(self._note("%s, keep all%s" % (dt, tag), self.keep(dt, place), "keep"))
         for dt in dts:
             if dt in (budget.I8,) + budget.LOWBIT:
-                found.append(self._note("%s + f32 prefix%s" % (dt, tag), self.prefix(dt, place)))
+                found.append(self._note("%s + f32 prefix%s" % (dt, tag), self.prefix(dt, place), "prefix"))
         for dt in dts:
             if dt not in budget.LOWBIT:
-                found.append(self._note("%s H2O%s" % (dt, tag), self.h2o(dt, place)))
-            found.append(self._note("%s sinks + window%s" % (dt, tag), self.window(dt, place, SINKS)))
-            found.append(self._note("%s window%s" % (dt, tag), self.window(dt, place, 0)))
+                found.append(self._note("%s H2O%s" % (dt, tag), self.h2o(dt, place), "h2o"))
+            found.append(self._note("%s sinks + window%s" % (dt, tag), self.window(dt, place, SINKS),
+                                    "sinks"))
+            found.append(self._note("%s window%s" % (dt, tag), self.window(dt, place, 0), "window"))
         for dt in dts:
             if dt in TIER_RINGS and self.tiered_ok:
                 for cold in TIER_COLDS:
                     found.append(self._note("%s hot ring + %s blocks on flash%s" % (dt, cold, tag),
-                                            self.tiered(dt, place, cold)))
+                                            self.tiered(dt, place, cold), "tiered"))
         for dt in dts:
-            found.append(self._note("%s, shorter context%s" % (dt, tag), self.shorter(dt, place)))
+            found.append(self._note("%s, shorter context%s" % (dt, tag), self.shorter(dt, place),
+                                    "shorter"))
         return found
 
     def run(self, start_dtype, weights_in):
@@ -793,18 +797,24 @@ def plan(spec, context, tgt, kv_dtype="f32", weights_dtype=None, align=64, batch
                           "the emulated board (kvedge footprint --board %s)" % (tgt["name"], tgt["name"]))
     tok = tokenizer_for(spec, model, tokenizer, prompt) if rts else (0, None, False)
     plans = []
+    other_kind = None
     for rt in rts or [None]:
         pl = Planner(spec, context, tgt, align, weights_dtype, batch, rt, tok[0])
         if weights_in == "rom" and pl.weights_dtype != budget.I8:
             raise UserError("--weights-in rom: the device reads int8 weights in place (add --weights-dtype i8), "
                             "these are %s" % pl.weights_dtype)
         pl.tiered_ok = tiered and kind in (None, "tiered")
-        cands = [c for c in pl.run(kv_dtype, weights_in) if kind is None or c["kind"] == kind]
+        every = pl.run(kv_dtype, weights_in)
+        cands = [c for c in every if kind is None or c["kind"] == kind]
         ks = planspeed.kernels_for(prof, rt.kind if rt else None)
         for c in cands:
             planspeed.annotate(c, spec, pl.weights_dtype, ks, prof)
         ranked, dropped = order(rank(cands, table), objective, min_tokens_per_s)
         plans.append((rt, pl, ranked, dropped))
+        if kind is not None and every and other_kind is None:  # what fits without --kind (the verdict's "instead")
+            c = max(every, key=lambda c: (c["tokens_kept"], -c["total_bytes"]))
+            other_kind = {"kind": c["kind"], "strategy": c["strategy"], "tokens_kept": c["tokens_kept"],
+                          "forward": c["forward"]}
     # the fastest kernels with which something fits (the leanest when nothing does: its numbers are the floor)
     rt, pl, ranked, dropped = next((p for p in plans if p[2]), plans[-1])
     notes = list(spec.notes)
@@ -842,6 +852,12 @@ def plan(spec, context, tgt, kv_dtype="f32", weights_dtype=None, align=64, batch
               "other_kernels": others}
     if not ranked:
         result["floor"] = pl.floor()
+        if kind is not None and other_kind is not None:
+            tried = [t for t in pl.trace if t.get("kind") == kind and t.get("total_bytes")]
+            least = min(tried, key=lambda t: t["total_bytes"]) if tried else None
+            result["kind_refused"] = {"kind": kind, "limit": pl.limit, "instead": other_kind,
+                                      "least": {"strategy": least["strategy"], "total_bytes": least["total_bytes"]}
+                                      if least else None}
         if suggest:
             result["fits_instead"] = fits_instead(spec, context, tgt, workspace)
     chosen = doc = None
@@ -895,6 +911,19 @@ def verdict(result):
                     "margin_bytes", 0), ","))
         return first, "the context does not fit whole: the heap leaves the cache %s bytes (%s); a context of " \
             "%s or less keeps every token" % (format(c["kv_bytes"], ","), c["kind"], format(c["tokens_kept"], ","))
+    kr = result.get("kind_refused")
+    if kr:  # --kind: that kind fits at no setting, though others do; the board is not what rules it out
+        lim = format(kr["limit"], ",")
+        if kr["least"]:
+            why = "its smallest setting (%s) needs %s bytes, the plan may use %s" % (
+                kr["least"]["strategy"], format(kr["least"]["total_bytes"], ","), lim)
+        else:
+            why = "no setting of it fits within the %s bytes a plan may use" % lim
+        o = kr["instead"]
+        return ("verdict: nothing fits %s as --kind %s: %s" % (board, kr["kind"], why),
+                "what would fit: another kind, e.g. %s (%s, %s of %s tokens kept, %s pass): kvedge plan without "
+                "--kind" % (o["strategy"], o["kind"], format(o["tokens_kept"], ","), format(result["context"], ","),
+                            o["forward"]))
     fl = result.get("floor") or {}
     limit = fl.get("limit", result["heap_bytes"])
     weights = (result.get("requested") or {}).get("weights") or {}

@@ -311,3 +311,23 @@ def test_the_search_trace_is_behind_verbose(capsys, stories):
     n = int(re.search(r"(\d+) settings of the strategies tried", flat).group(1))
     r = _json(capsys, "--model", stories, "--board", "rp2040", "--weights-dtype", "i8")
     assert n == len([t for t in r["trace"][1:] if "total_bytes" in t or "at any setting" in t["result"]]) > 20
+
+
+@pytest.mark.parametrize("board", ["rp2040", "esp32"])
+def test_a_kind_that_fits_nowhere_is_named_in_the_verdict_not_the_board(capsys, stories, board):
+    # --kind keep at 1,024 tokens fits neither board, though other kinds do: the verdict named the board's fixed
+    # parts ("leave no room for a one-token cache"), false where a 60-token window fits. It names the kind, the
+    # smallest setting tried (more than the plan may use) and a kind that fits, which plans with exit 0.
+    m = ["--model", stories, "--board", board, "--weights-dtype", "i8", "--kv-dtype", "i8", "--align", "0",
+         "--context", "1024"]
+    code, out = _lines(capsys, *(m + ["--kind", "keep"]))
+    assert code == 1, out[:3]
+    v = re.match(r"verdict: nothing fits %s as --kind keep: its smallest setting \((.+)\) needs ([\d,]+) bytes, the "
+                 r"plan may use ([\d,]+)$" % board, out[0])
+    assert v and int(v.group(2).replace(",", "")) > int(v.group(3).replace(",", "")), out[0]
+    assert "keep all 1024" in v.group(1) and "one-token cache" not in out[0]
+    w = re.match(r"what would fit: another kind, e.g. .+ \((\w+), [\d,]+ of 1,024 tokens kept, \w+ pass\): kvedge plan "
+                 r"without --kind$", out[1])
+    assert w and w.group(1) != "keep", out[1]
+    code, again = _lines(capsys, *(m + ["--kind", w.group(1)]))
+    assert code == 0 and again[0].startswith("verdict: fits %s: " % board), again[:2]
