@@ -4,10 +4,11 @@ allocated per token, and (unix) llama2.c's own C run.c on the same model in the 
 
   tools/bench_forward.py [--runtime unix|m3|circuitpython] [--model M] [--forward int float ulab]
                          [--kernels asm viper native plain] [--context 256] [--tokens 8] [--llama2c PATH]
-                         [--macs] [--board rp2040] [--json]
+                         [--macs] [--board rp2040] [--heap BYTES] [--rom] [--cache K=V,...] [--unlocked]
+                         [--json]
 
 Each figure: a fresh interpreter converts nothing (the int8 file is written once on the host), builds the model
-(int8 weights in RAM, i8 cache of 512 slots), runs --context positions of real tokens from BOS (greedy), then
+(int8 weights in RAM, or with --rom read in place from ROMFS; an i8 cache of 512 slots, or --cache's), runs --context positions of real tokens from BOS (greedy), then
 times --tokens more steps at that context and measures the bytes one step allocates (gc.mem_alloc() with
 collection off). Every token is timed alone; on host runtimes the sequence runs --repeat rounds from a reset
 cache (greedy decoding repeats the same tokens) and each position counts its best round, so a token the
@@ -48,11 +49,15 @@ from kvedge import kernels
 kernels.select(%(kernels)r)
 from kvedge.model.llama import Llama
 FW = %(forward)r
+KV = %(kv)r
 if FW == "auto":  # Llama's default arguments: the pass a user gets (kvedge.model.passes)
-    m = Llama(%(model)r, kv={"dtype": "i8", "align": 0, "max_tokens": 512})
+    m = Llama(%(model)r, kv=KV, stream=%(stream)r)
 else:
-    m = Llama(%(model)r, kv={"dtype": "i8", "align": 0, "max_tokens": 512}, forward=FW)
+    m = Llama(%(model)r, kv=KV, forward=FW, stream=%(stream)r)
 RAN = m.forward_kind if FW != "auto" else "auto=" + m.forward_kind
+if %(unlocked)r:  # the integer pass's steps never run with the heap locked (kvedge.model.llama.Llama._int_step)
+    m._lockable = False
+    RAN += "(unlocked)"
 V = m.cfg.vocab_size
 
 
@@ -242,6 +247,12 @@ def main(argv=None):
     ap.add_argument("--march", default="armv7m", help="m3: -march of the package's .mpy (armv6m: the RP2040's)")
     ap.add_argument("--llama2c", help="unix: llama2.c's run.c compiled by you: its tokens/s and the ratio")
     ap.add_argument("--macs", action="store_true", help="m3: also each int8 kernel in instructions per MAC")
+    ap.add_argument("--rom", action="store_true", help="m3: the int8 weights read in place from ROMFS (as a board "
+                    "with ROMFS runs them; a 215 KB heap does not hold them) instead of copied to RAM")
+    ap.add_argument("--cache", default="max_tokens=512", metavar="K=V,...", help="the i8 cache's CacheConfig "
+                    "fields (default max_tokens=512; e.g. max_tokens=96,window=92,sinks=4)")
+    ap.add_argument("--unlocked", action="store_true", help="also each integer-pass row with the steps' heap "
+                    "lock off (what it saves: MicroPython's heap-allocated frames)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     if not os.path.exists(a.model):
@@ -254,6 +265,17 @@ def main(argv=None):
     m3 = a.runtime == "m3"
     if m3 and a.repeat > 1:
         a.repeat = 1  # instruction counts are exact
+    kv = {"dtype": "i8", "align": 0}
+    try:
+        for item in a.cache.split(","):
+            k, v = item.split("=")
+            kv[k.strip()] = int(v)
+    except ValueError:
+        print("bench_forward: --cache %r: not K=V,... with integer values" % a.cache, file=sys.stderr)
+        return 2
+    if a.rom and a.runtime != "m3":
+        print("bench_forward: --rom: the emulated board's ROMFS (--runtime m3) only", file=sys.stderr)
+        return 2
     from kvedge.model.checkpoint import convert_to_i8
     rows = []
     macs = []
@@ -264,9 +286,12 @@ def main(argv=None):
             for fw in forwards:
                 if fw == "ulab" and kind != kinds[0]:
                     continue  # one ulab row: it uses no kernel kind
-                code = DEVICE_CODE % {"kernels": kind, "forward": fw, "model": i8, "context": a.context,
-                                      "tokens": a.tokens, "repeat": a.repeat}
-                out = run_device(a.runtime, code, tmp, heap, a.march, a.board)
+                out = ""
+                for unlocked in ((False, True) if a.unlocked and fw in ("auto", "int") else (False,)):
+                    code = DEVICE_CODE % {"kernels": kind, "forward": fw, "model": i8, "context": a.context,
+                                          "tokens": a.tokens, "repeat": a.repeat, "kv": kv,
+                                          "stream": "rom" if a.rom else False, "unlocked": unlocked}
+                    out += run_device(a.runtime, code, tmp, heap, a.march, a.board)
                 for line in out.splitlines():
                     if line.startswith("BENCH "):
                         k, f, avg, best, n, alloc = line.split()[1:]
@@ -301,8 +326,9 @@ def main(argv=None):
     where = {"unix": "MicroPython unix port (x86-64)", "circuitpython": "CircuitPython 10.3 unix binary with "
              "ulab (float32, 32-bit)", "m3": "emulated Cortex-M3 (qemu -icount shift=0, %s .mpy, heap %d)" % (
                  a.march, heap)}[a.runtime]
-    print("%s, int8 weights in RAM, i8 cache, %s; %d timed steps at context %d" % (
-        os.path.basename(a.model), where, a.tokens, a.context))
+    print("%s, int8 weights %s, i8 cache (%s), %s; %d timed steps at context %d" % (
+        os.path.basename(a.model), "read in place from ROMFS" if a.rom else "in RAM", a.cache, where, a.tokens,
+        a.context))
     if m3:
         print("| forward pass | kernels | instructions/token | target | bytes allocated/token | target |")
         print("|---|---|---:|---|---:|---|")
