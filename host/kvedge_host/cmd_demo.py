@@ -488,6 +488,10 @@ def account_rows(s, plan):
             ("KV cache", plan["kv_bytes"], "the arena: " + plan["strategy"])]
     if plan.get("h2o_score_bytes"):
         rows.append(("H2O scores", plan["h2o_score_bytes"], "the eviction policy's per-slot scores"))
+    tier = plan.get("tier") or {}
+    if tier.get("staging_bytes") or tier.get("tables_bytes"):
+        rows.append(("tier staging, tables", (tier.get("staging_bytes", 0) + tier.get("tables_bytes", 0))
+                     * plan.get("batch", 1), "a cold block read back, the running softmax per head"))
     rows += [("activations", plan["activation_bytes"], "the forward pass's buffers"),
              ("runtime and workspace", plan["workspace_bytes"], "code (measured), stats, tokenizer, loop, objects")]
     parts = sum(r[1] for r in rows)

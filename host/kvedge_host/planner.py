@@ -42,6 +42,11 @@ KIND_GROUP = {"keep": 0, "prefix": 0, "h2o": 1, "sinks": 2, "tiered": 3, "window
 # the place of the store's spare (kvedge.coldstore.ColdStore._hold), one of the TIERED_FILES it keeps open beside
 # its two segments.
 TIERED_LOOP_BYTES = 2048
+# and into i4 cold blocks a block is re-quantized through floats (kvedge.tiered._demote): measured on the emulated
+# rp2040 (kvedge demo --board rp2040 --sim m3 --plan P, P = kvedge plan --kind tiered, i8 ring 80 + 4 sinks, i4
+# cold, the float pass, 104 steps: 2026-12-02), the peak passed the plan by 5,008 bytes at the first demotion
+# (with the default margin the run ran out of heap there)
+TIER_I4_DEMOTE_BYTES = 6144
 TIERED_FILES = 3
 TIER_BLOCK = 16  # tokens per cold block of a tiered cache (keys quantized per channel over it)
 TIER_RINGS = (budget.F32, budget.F16, budget.I8)
@@ -133,14 +138,17 @@ class Planner:
         self.native_window = w[0] if w and w[0] and len(set(w)) == 1 and w[0] < context else 0
         self.mixed_windows = bool(any(w) and len(set(w)) > 1)
 
-    def runner(self, cfg, h2o=False, tiered=False):
+    def runner(self, cfg, h2o=False, cold=None):
         """The runner's objects for this cache (32-bit word on a board) and, with H2O, its module and state; with
-        a tiered cache, its modules (measured: footprint tiered_bytes) and the files it keeps open."""
+        a tiered cache (cold: its cold dtype), its modules (measured: footprint tiered_bytes), the files it keeps
+        open and what moving a block to flash takes."""
         if self.rt is None:
             return 0
         n = account.runner_objects(self.shape, cfg, self.word(), self.tile, self.rt.kind) * self.batch
-        if tiered:
+        if cold is not None:
             n += (self.rt.tiered or 0) + TIERED_FILES * self.rt.file + TIERED_LOOP_BYTES
+            if cold == budget.I4:
+                n += TIER_I4_DEMOTE_BYTES
         return n + (self.rt.evict + account.H2O_STATE_BYTES if h2o else 0)
 
     def word(self):
@@ -208,7 +216,7 @@ class Planner:
         cold dtype (the pass it runs on)."""
         fw = self.forward(cfg, place, h2o, cold)
         return (self.weights_heap(place, fw) + cfg.nbytes() * self.batch + scores * self.batch
-                + self.activations(place, fw) + self.ws + self.runner(cfg, h2o, cold is not None) + self.files(place))
+                + self.activations(place, fw) + self.ws + self.runner(cfg, h2o, cold) + self.files(place))
 
     def files(self, place):
         """The filesystem's buffers of the files a run keeps open: the tokenizer's, and the weights' when they
@@ -231,7 +239,7 @@ class Planner:
         cold = tier["cold_dtype"] if tier else None
         fw = self.forward(cfg, place, h2o, cold)
         total = self.total(cfg, place, extra, h2o, cold)
-        ws = self.ws + self.runner(cfg, h2o, cold is not None) + self.files(place)
+        ws = self.ws + self.runner(cfg, h2o, cold) + self.files(place)
         if cfg.align != self.base_align:
             name += ", align %d" % cfg.align
         c = {"kind": kind, "strategy": name, "forward": fw, "cache": cfg.to_dict(), "kv_bytes": kv,

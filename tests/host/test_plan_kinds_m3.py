@@ -16,7 +16,7 @@ What fits where (measured 2026-12-02 with the footprints in boards/): the rp2040
 slots, sinks + window and window (60 tokens), a context cut to 60; its float pass a tier (i8 ring 96 + 4 sinks,
 the rest of the context i8 or i4 on flash). Keep-all and the f32 prefix fit neither board at either context, i4
 KIVI with its f32 residual (63 f32 rows a layer) no window on either; the esp32's 102,400-byte heap (plain kernels,
-float pass) fits only a context cut to 4 tokens. The tier with i4 cold blocks is not run (see RUNS: it runs out of heap at its first demotion). Steps: enough to evict once (slots + 4) or, for a tier, to move
+float pass) fits only a context cut to 4 tokens. Steps: enough to evict once (slots + 4) or, for a tier, to move
 a block to flash and read it back (ring + block + 4)."""
 import json
 import os
@@ -38,11 +38,9 @@ PROMPT = "Lily"
 CONTEXTS = (512, 1024)
 # (board, kind, cold dtype of a tier or None): what runs on the emulated board
 RUNS = [("rp2040", k, None) for k in ("h2o", "sinks", "window", "shorter")] + \
-    [("rp2040", "tiered", "i8"), ("esp32", "shorter", None)]
-# Not run: the rp2040's tier with i4 cold blocks (i8 ring 96 + 4 sinks, the float pass). On the emulated rp2040 it
-# runs at 0.4 tokens/s (about 4 minutes to its first demotion) and then fails there, at both contexts:
-# "MemoryError: memory allocation failed, allocating 1148 bytes" in kvedge/coldstore.py _write_header <- commit
-# <- tiered.py _demote (measured 2026-12-02 with this file's steps): its plan is short of a header's bytes.
+    [("rp2040", "tiered", "i8"), ("rp2040", "tiered", "i4"), ("esp32", "shorter", None)]
+# (the i4-cold tier ran out of heap at its first demotion until the planner counted what re-quantizing a block
+# into i4 takes: kvedge_host.planner.TIER_I4_DEMOTE_BYTES)
 # (board, kind): what `kvedge plan --kind K` refuses at both contexts
 REFUSED = [("rp2040", k) for k in ("keep", "prefix")] + \
     [("esp32", k) for k in ("keep", "prefix", "h2o", "sinks", "window", "tiered")]
