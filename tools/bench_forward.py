@@ -153,7 +153,7 @@ oq = array("i", [0] * 512)
 oe = array("i", [0] * 8)
 att.step_q8(0, qc, qs, oq, oe)
 t0 = ticks_us()
-att._step_q8(0, qc, qs, oq, oe, None, None, -1)  # as the forward pass calls it: its buffers checked once
+att.q8_step(0, qc, qs, oq, oe, None, None, -1)  # as the forward pass calls it: its buffers checked once
 print("MACS step_q8 8h/2kv/d64x256 %%d %%d" %% (ticks_diff(ticks_us(), t0), 8 * 256 * 64 * 2))
 t0 = ticks_us()
 att.step_q8(0, qc, qs, oq, oe)  # the public call checks its arguments every time

@@ -17,16 +17,16 @@
 import math
 
 from . import check, kernels, quant
-from .compat import zeros, const
+from .compat import zeros
 from .floatatt import FloatAttention, MAX_TILE, SCORE_CAP, SCORE_STEP, _float_array  # noqa: F401 (its names)
 from .sizes import I2, I4, I8
-from .kernels_plain import (T_N, T_D, T_QOFF, T_T, T_B, T_EQ, T_M, T_WS, T_EVMAX, T_TMAX, T_EVT, T_HDR, T_KIVI,
-                           T_LSUM, T_SH, T_CORR, T_QBITS)
+from .layout import (T_N, T_D, T_QOFF, T_T, T_B, T_EQ, T_M, T_WS, T_EVMAX, T_TMAX, T_EVT, T_HDR, T_KIVI, T_LSUM,
+                     T_SH, T_CORR, T_QBITS, R_KROW, R_KSC, R_U, R_VROW, R_VSC, R_SLOT, R_RUNS, G_KROW, G_VROW, G_KSC,
+                     G_VSC, G_PITCH, G_P, G_J, G_N, G_LISTED, G_END, LG_WORDS)
 
-# geo: att_fill_i8's geometry (0..8), one query head's running state (9..13) and scratch of the fused kernels
+# geo (kvedge.layout G_*): att_fill_i8's geometry, one query head's running state and scratch of the fused kernels
 # (kernels_viper/asm: att_head_i8 and their drivers att_step_i8, att_rows_i8), which run every tile of a head
 # in one call with the same operations, in the same order, as the tile loop below (_tile_q8): their reference.
-_G_END = const(24)
 LOG2E = 1.4426950408889634
 _LIM = 1 << 28
 
@@ -96,8 +96,8 @@ class Attention(FloatAttention):
         self.kivi = cache.kivi
         self.mixed = self.P > 0 or self.kivi  # rows other than the cache dtype exist
         if self.int_ok:
-            self.tile = zeros("i", T_HDR + 7 * tile)
-            self.geo = zeros("i", _G_END + D + 10)  # geometry, a head's state, kernel scratch, layer bases
+            self.tile = zeros("i", T_HDR + R_RUNS * tile)
+            self.geo = zeros("i", G_END + D + LG_WORDS)  # geometry, a head's state, kernel scratch, layer bases
             self.tile[T_D] = D
             self.tile[T_T] = tile
             self.tile[T_KIVI] = 1 if self.kivi else 0
@@ -154,56 +154,54 @@ class Attention(FloatAttention):
         return nt
 
     def _prep(self, c, kind, layer, kvh, nt):
-        """Point the tile at the rows of tslot[0:nt] of cache c; returns the buffer the att_* kernels must read."""
+        """Point the tile at the rows of tslot[0:nt] of cache c (offsets from its accessors: kvedge.cache owns the
+        layout); returns the buffer the att_* kernels must read."""
         tile = self.tile  # one name per line: unpacking 4+ values builds a tuple (an allocation)
         ts = self.tslot
         T = self.T
-        H = c.H
-        D = self.D
         P = c.P
         if kind == 2:
-            i4 = c.lowbit
-            B = c.B
-            prow = c.prow
-            kbase = c.DATA + ((layer * 2) * H + kvh) * B * prow
-            vbase = c.DATA + ((layer * 2 + 1) * H + kvh) * B * prow
+            pitch = c.row_pitch()
+            kbase = c.base(layer, 0, kvh)
+            vbase = c.base(layer, 1, kvh)
             for t in range(nt):
                 b = ts[t] - P
-                tile[T_HDR + 6 * T + t] = ts[t]
-                tile[T_HDR + t] = kbase + b * prow
-                tile[T_HDR + 3 * T + t] = vbase + b * prow
-                if i4:
-                    if c.kivi:
-                        tile[T_HDR + T + t] = c.META + ((layer * H + kvh) * c.NG + b // c.G) * D * 4
-                    else:
-                        tile[T_HDR + T + t] = c.META + ((layer * H + kvh) * B + b) * 4
-                    tile[T_HDR + 4 * T + t] = c.VMETA + ((layer * H + kvh) * B + b) * 4
-                else:
-                    tile[T_HDR + T + t] = c.META + ((layer * 2) * H + kvh) * B * 2 + b * 2
-                    tile[T_HDR + 4 * T + t] = c.META + ((layer * 2 + 1) * H + kvh) * B * 2 + b * 2
+                tile[T_HDR + R_SLOT * T + t] = ts[t]
+                tile[T_HDR + R_KROW * T + t] = kbase + b * pitch
+                tile[T_HDR + R_KSC * T + t] = c.scale_at(layer, 0, kvh, b)
+                tile[T_HDR + R_VROW * T + t] = vbase + b * pitch
+                tile[T_HDR + R_VSC * T + t] = c.scale_at(layer, 1, kvh, b)
             tile[T_N] = nt
-            if not i4:
+            if not c.lowbit:
                 return c.arena
             tile[T_KIVI] = 1 if c.kivi else 0  # c's own fields: the tile may have served another cache last
             tile[T_QBITS] = c.bits
             self.k.att_conv_i4(c.arena, tile, self.scratch, self.conv)
             return self.scratch
-        frow = c.frow
+        pitch = c.f32_pitch()
+        if kind == 0:
+            kbase = c.prefix_at(layer, 0, kvh, 0)
+            vbase = c.prefix_at(layer, 1, kvh, 0)
+        else:
+            kbase = c.residual_at(layer, 0, kvh, 0)
+            vbase = c.residual_at(layer, 1, kvh, 0)
         for t in range(nt):
-            if kind == 0:
-                n = P
-                r = ts[t]
-                base = c.PRE
-            else:
-                n = c.R
-                r = (c.slot_pos[ts[t]] - P) % n
-                base = c.RES
-            tile[T_HDR + 6 * T + t] = ts[t]
-            tile[T_HDR + t] = base + (((layer * 2) * H + kvh) * n + r) * frow
-            tile[T_HDR + 3 * T + t] = base + (((layer * 2 + 1) * H + kvh) * n + r) * frow
+            r = ts[t] if kind == 0 else (c.slot_pos[ts[t]] - P) % c.R
+            tile[T_HDR + R_SLOT * T + t] = ts[t]
+            tile[T_HDR + R_KROW * T + t] = kbase + r * pitch
+            tile[T_HDR + R_VROW * T + t] = vbase + r * pitch
         tile[T_N] = nt
         self.k.att_conv_f32(c.arena, tile, self.scratch, self.conv)
         return self.scratch
+
+    def head_geo(self, c, layer, kvh):
+        """geo's geometry of KV head kvh's i8 rows in `layer` of cache c (G_KROW..G_PITCH), from c's accessors."""
+        geo = self.geo
+        geo[G_KROW] = c.base(layer, 0, kvh)
+        geo[G_VROW] = c.base(layer, 1, kvh)
+        geo[G_KSC] = c.scale_at(layer, 0, kvh, 0)
+        geo[G_VSC] = c.scale_at(layer, 1, kvh, 0)
+        geo[G_PITCH] = c.row_pitch()
 
     def _tile_q8(self, src, qc):
         """One tile of the online softmax on int8 rows in src; state in self.M/lsum/ws/evmax."""
@@ -252,11 +250,13 @@ class Attention(FloatAttention):
         the output is out_q * 2**out_exp. Allocates nothing once warm; all ints stay within +-2**30."""
         self.check_step_q8(layer, qc, qs, out_q, out_exp, scores)
         self._check_slots(slots, nslots)
-        self._step_q8(layer, qc, qs, out_q, out_exp, scores, slots, nslots)
+        self.q8_step(layer, qc, qs, out_q, out_exp, scores, slots, nslots)
 
-    def _step_q8(self, layer, qc, qs, out_q, out_exp, scores, slots, nslots, span=-1):
-        """step_q8() on checked arguments. span >= 0: no slot from span on holds a token (a caller that places
-        every token knows; the rows' scan stops there), -1: every slot is scanned."""
+    def q8_step(self, layer, qc, qs, out_q, out_exp, scores, slots, nslots, span=-1):
+        """step_q8() without its checks, for a caller that checked its own buffers once (check_step_q8 with the
+        same qc, qs, out_q, out_exp and scores; slots None with nslots -1, or a list of nslots live slots) and
+        passes a valid layer. span >= 0: no slot from span on holds a token (a caller that places every token
+        knows; the rows' scan stops there), -1: every slot is scanned."""
         c = self.cache
         if slots is None:
             slots = c.slot_pos
@@ -340,7 +340,6 @@ class Attention(FloatAttention):
         (q8_head) into the running state. c may be another cache than the bound one (same head_dim)."""
         tile = self.tile
         geo = self.geo
-        H = c.H
         P = c.P
         i4 = c.lowbit
         tile[T_KIVI] = 1 if c.kivi else 0
@@ -350,15 +349,11 @@ class Attention(FloatAttention):
             if (kind == 0 and P == 0) or (kind == 1 and not c.kivi):
                 continue
             if kind == 2 and not i4:  # the hot case: i8 rows, gathered by a kernel
-                geo[0] = c.DATA + ((layer * 2) * H + kvh) * c.B * c.prow
-                geo[1] = c.DATA + ((layer * 2 + 1) * H + kvh) * c.B * c.prow
-                geo[2] = c.META + ((layer * 2) * H + kvh) * c.B * 2
-                geo[3] = c.META + ((layer * 2 + 1) * H + kvh) * c.B * 2
-                geo[4] = c.prow
-                geo[5] = P
-                geo[6] = 0
-                geo[7] = nmax
-                geo[8] = 0 if nslots < 0 else 1
+                self.head_geo(c, layer, kvh)
+                geo[G_P] = P
+                geo[G_J] = 0
+                geo[G_N] = nmax
+                geo[G_LISTED] = 0 if nslots < 0 else 1
                 rows = getattr(self.k, "att_rows_i8", None) if self.fused else None
                 if rows is None or not rows(self, c.arena, qc, slots):
                     while self.k.att_fill_i8(slots, tile, geo):
@@ -396,7 +391,7 @@ class Attention(FloatAttention):
             if kind < 2 and not self.mixed:
                 continue
             if kind == 2 and not self.i4:
-                geo[6] = 0
+                geo[G_J] = 0
                 src = c.arena
                 nt = self.k.att_fill_i8(slots, tile, geo)
             else:
@@ -406,8 +401,8 @@ class Attention(FloatAttention):
             while nt:
                 self.k.att_scores_i8(src, qc, tile)
                 for t in range(nt):
-                    w = _exp2q14(self.M - tile[T_HDR + 2 * T + t], 0, self.exp2)
-                    scores[tile[T_HDR + 6 * T + t]] += _divq10((w << 6) >> self.ws, self.lsum)
+                    w = _exp2q14(self.M - tile[T_HDR + R_U * T + t], 0, self.exp2)
+                    scores[tile[T_HDR + R_SLOT * T + t]] += _divq10((w << 6) >> self.ws, self.lsum)
                 if kind == 2 and not self.i4:
                     nt = self.k.att_fill_i8(slots, tile, geo)
                 else:

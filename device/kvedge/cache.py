@@ -83,6 +83,14 @@ class KVCache:
         if end != need:  # the layout and the budget formula must agree to the byte
             raise AssertionError("layout %d != formula %d" % (end, need))
         self.arena = arena if arena is not None else bytearray(need)
+        # the arena offset of DATA row 0 of every (layer, K|V, KV head), at (layer * 2 + kv) * H + kvh, computed
+        # once: no module outside this one derives an offset from the regions above; they read base(), row_at(),
+        # scale_at(), prefix_at(), residual_at() and the pitches (a run of rows b0..b0+n-1: from row_at(.., b0) to
+        # row_at(.., b0 + n), likewise its metadata), and write_q8_at() fills q_store's block. Not in the arena:
+        # bookkeeping, like slot_pos.
+        self.bases = zeros("i", 2 * L * H)
+        for i in range(2 * L * H):
+            self.bases[i] = self.DATA + i * B * self.prow
         self.slot_pos = zeros("i", N)  # reset() fills it with -1
         self._low = None
         if self.lowbit:  # i4 / i2 rows: their code lives in kvedge.kivi, loaded only by caches that need it
@@ -96,6 +104,7 @@ class KVCache:
         self.vlim = check.F32_MAX if cfg.dtype == F32 else (check.I8_MAX if cfg.dtype == I8 else check.F16_MAX)
         self._scratch = zeros("f", max(D, G) if self.kivi else D)  # one row (KIVI: or a group's key channel)
         self.policy = None
+        self._lay = None  # kvedge.layout, once q8_store_block() set up a block
         # bytes one cached token occupies, by where it lives (for used_bytes)
         self.pre_slot_bytes = 2 * L * H * self.frow
         row_meta = 0
@@ -281,6 +290,43 @@ class KVCache:
                 n += 1
         return n
 
+    # ---- the layout, for the modules that read the arena (attention, kernels, tiers, the forward passes) ----
+
+    def base(self, layer, kv, kvh):
+        """Arena offset of DATA row 0 (slot P) of (layer, K|V, KV head)."""
+        return self.bases[(layer * 2 + kv) * self.H + kvh]
+
+    def row_at(self, layer, kv, kvh, b):
+        """Arena offset of DATA row b (slot P + b) of (layer, K|V, KV head)."""
+        return self.bases[(layer * 2 + kv) * self.H + kvh] + b * self.prow
+
+    def row_pitch(self):
+        """Bytes from one DATA row to the next (the row, padding included)."""
+        return self.prow
+
+    def f32_pitch(self):
+        """Bytes from one f32 row (prefix, residual) to the next."""
+        return self.frow
+
+    def scale_at(self, layer, kv, kvh, b):
+        """Arena offset of DATA row b's metadata: i8 its f16 scale; i4/i2 the f16 scale and zero of a value row
+        or a per-row key; KIVI keys those of channel 0 of the row's group (4 bytes a channel)."""
+        if self.cfg.dtype == I8:
+            return self.META + (((layer * 2 + kv) * self.H + kvh) * self.B + b) * 2
+        if kv == V:
+            return self.VMETA + ((layer * self.H + kvh) * self.B + b) * 4
+        if self.kivi:
+            return self.META + ((layer * self.H + kvh) * self.NG + b // self.G) * self.D * 4
+        return self.META + ((layer * self.H + kvh) * self.B + b) * 4
+
+    def prefix_at(self, layer, kv, kvh, slot):
+        """Arena offset of the f32 prefix row of `slot` (< P)."""
+        return self.PRE + self._rowidx(layer, kv, kvh, self.P, slot) * self.frow
+
+    def residual_at(self, layer, kv, kvh, r):
+        """Arena offset of row r (< R) of KIVI's f32 residual ring."""
+        return self.RES + self._rowidx(layer, kv, kvh, self.R, r) * self.frow
+
     # ---- writes ----
 
     def _check_layer(self, layer):
@@ -323,8 +369,8 @@ class KVCache:
         dt = self.cfg.dtype
         if slot < self.P:
             for h in range(self.H):
-                self._put_f32(self.PRE + self._rowidx(layer, K, h, self.P, slot) * self.frow, k, h * self.D)
-                self._put_f32(self.PRE + self._rowidx(layer, V, h, self.P, slot) * self.frow, v, h * self.D)
+                self._put_f32(self.prefix_at(layer, K, h, slot), k, h * self.D)
+                self._put_f32(self.prefix_at(layer, V, h, slot), v, h * self.D)
             return
         b = slot - self.P
         if self.kivi:
@@ -332,19 +378,15 @@ class KVCache:
             return
         for h in range(self.H):
             for kv, x in ((K, k), (V, v)):
-                off = self.DATA + self._rowidx(layer, kv, h, self.B, b) * self.prow
+                off = self.row_at(layer, kv, h, b)
                 if dt == F32:
                     self._put_f32(off, x, h * self.D)
                 elif dt == F16:
                     self._put_f16(off, x, h * self.D)
                 elif dt == I8:
-                    self._put_i8(off, self.META + self._rowidx(layer, kv, h, self.B, b) * 2, x, h * self.D)
+                    self._put_i8(off, self.scale_at(layer, kv, h, b), x, h * self.D)
                 else:  # i4 without residual: per-row asymmetric for K and V
-                    if kv == K:
-                        moff = self.META + ((layer * self.H + h) * self.B + b) * 4
-                    else:
-                        moff = self.VMETA + ((layer * self.H + h) * self.B + b) * 4
-                    self._low.put_row(self, off, moff, x, h * self.D)
+                    self._low.put_row(self, off, self.scale_at(layer, kv, h, b), x, h * self.D)
 
     def write_q8(self, layer, k_codes, k_scales, v_codes, v_scales):
         """i8 caches: store pre-quantized rows: int8 codes (-128..127, kv_heads*head_dim each) and f16 scale bits
@@ -373,21 +415,84 @@ class KVCache:
 
     def _write_q8(self, layer, k_codes, k_scales, v_codes, v_scales):
         b = self.cur_slot - self.P
+        self._put_q8(layer, K, b, k_codes, 0, k_scales, 0)
+        self._put_q8(layer, V, b, v_codes, 0, v_scales, 0)
+
+    def _put_q8(self, layer, kv, b, cs, co, sc, so):
+        """Row b of (layer, kv) of every KV head: int8 codes cs[co + h*D ...], f16 scale bits sc[so + h]."""
         a = self.arena
         D = self.D
-        for kv in range(2):
-            cs = k_codes if kv == K else v_codes
-            sc = k_scales if kv == K else v_scales
-            for h in range(self.H):
-                ri = self._rowidx(layer, kv, h, self.B, b)
-                off = self.DATA + ri * self.prow
-                src = h * D
-                for i in range(D):
-                    a[off + i] = cs[src + i] & 0xFF
-                m = self.META + ri * 2
-                s = sc[h]
-                a[m] = s & 0xFF
-                a[m + 1] = s >> 8
+        i = (layer * 2 + kv) * self.H
+        for h in range(self.H):
+            off = self.bases[i + h] + b * self.prow
+            src = co + h * D
+            for j in range(D):
+                a[off + j] = cs[src + j] & 0xFF
+            m = self.META + ((i + h) * self.B + b) * 2
+            s = sc[so + h]
+            a[m] = s & 0xFF
+            a[m + 1] = s >> 8
+
+    def q8_store_block(self, p, kc, vc, ks, vs, ncodes, nscales):
+        """Set up p (array('i') of kvedge.layout.S_WORDS) for write_q8_at(): a caller's codes buffer of ncodes
+        holds K's codes of every KV head from index kc and V's from vc (kv_heads * head_dim each), its scales
+        buffer of nscales the f16 scale bits from ks and vs (kv_heads each). Checked here, once."""
+        if self.cfg.dtype != I8:
+            raise TypeError("write_q8_at needs an i8 cache, this one is %s" % self.cfg.dtype)
+        from . import layout as lay  # the integer path's: loaded when a caller sets up a block, not by every cache
+        check.length("p", p, lay.S_WORDS)
+        check.out("p", p, lay.S_WORDS, -(1 << 30))
+        for at in (kc, vc, ks, vs, ncodes, nscales):
+            check.index("a buffer index", at)
+        n = self.H * self.D
+        if min(kc, vc, ks, vs) < 0 or max(kc, vc) + n > ncodes or max(ks, vs) + self.H > nscales:
+            raise ValueError("K and V codes (%d each) at %d, %d and scales (%d each) at %d, %d pass buffers of %d and %d"
+                             % (n, kc, vc, self.H, ks, vs, ncodes, nscales))
+        p[lay.S_KVH] = self.H
+        p[lay.S_D] = self.D
+        p[lay.S_HSTEP] = self.B * self.prow
+        p[lay.S_SSTEP] = 2 * self.B
+        p[lay.S_KC] = kc
+        p[lay.S_VC] = vc
+        p[lay.S_KS] = ks
+        p[lay.S_VS] = vs
+        self._lay = lay
+
+    def write_q8_at(self, layer, codes, scales, p, store=None):
+        """write_q8() of the current token's rows in `layer` from buffers laid out as q8_store_block() set p up:
+        codes an array('b') (int8 by construction) of the block's ncodes, scales an array('H') of its nscales,
+        each scale checked (0..0x7BFF) before a byte moves. store: a q_store kernel (kvedge.qkernels_*) to write
+        the rows with, or None (this module's loop). Allocates nothing."""
+        if self.cfg.dtype != I8:
+            raise TypeError("write_q8_at needs an i8 cache, this one is %s" % self.cfg.dtype)
+        lay = self._lay
+        if lay is None:
+            raise ValueError("no block: call q8_store_block() first")
+        self._check_layer(layer)
+        self._check_current()
+        b = self.cur_slot - self.P
+        if b < 0:
+            raise ValueError("position in the full-precision prefix: use write() with floats")
+        n = self.H * self.D
+        kc = p[lay.S_KC]
+        vc = p[lay.S_VC]
+        ks = p[lay.S_KS]
+        vs = p[lay.S_VS]
+        if len(codes) < kc + n or len(codes) < vc + n or len(scales) < ks + self.H or len(scales) < vs + self.H:
+            raise ValueError("codes or scales shorter than the block q8_store_block() set up")
+        top = check.SCALE_MAX
+        for i in range(self.H):
+            if scales[ks + i] > top or scales[vs + i] > top:
+                check.codes("scales", scales, len(scales), 0, top)
+        p[lay.S_KROW] = self.row_at(layer, K, 0, b)
+        p[lay.S_VROW] = self.row_at(layer, V, 0, b)
+        p[lay.S_KSC] = self.scale_at(layer, K, 0, b)
+        p[lay.S_VSC] = self.scale_at(layer, V, 0, b)
+        if store is not None:
+            store(self.arena, codes, scales, p)
+            return
+        self._put_q8(layer, K, b, codes, kc, scales, ks)
+        self._put_q8(layer, V, b, codes, vc, scales, vs)
 
     def append(self, ks, vs):
         """Convenience: a new token with K and V for every layer (ks[layer], vs[layer] flat sequences)."""

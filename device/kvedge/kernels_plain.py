@@ -89,27 +89,12 @@ def mv_add(x, y, n):
 
 
 # ---- attention tiles over the i8 cache (att_*) ----
-# The tile is an array('i'): a header (kvedge.attention.T_* indexes) then six runs of T entries:
-# K row offsets, K scale offsets, scores U (log2 units, Q16), V row offsets, V scale offsets, weights.
+# The tile is an array('i'): a header (kvedge.layout's T_* indexes) then runs of T entries (R_*): K row
+# offsets, K scale offsets, scores U (log2 units, Q16), V row offsets, V scale offsets, weights, slots.
 # Arena bytes are unsigned: (b ^ 128) - 128 sign-extends an int8. f16 scale bits give mantissa m and
 # exponent e with value m * 2**(e - 25) (subnormals: m = fraction, e = 1).
-T_N = 0
-T_D = 1
-T_QOFF = 2
-T_T = 3
-T_B = 4
-T_EQ = 5
-T_M = 6
-T_WS = 7
-T_EVMAX = 8
-T_TMAX = 9
-T_EVT = 10
-T_KIVI = 11  # 1 when i4 keys have per-channel scales (meta offset = the group's first channel)
-T_LSUM = 12  # running sum of weights (att_div_q10 divides by it)
-T_SH = 13  # att_rescale: right shift of the accumulator (a larger V scale arrived)
-T_CORR = 14  # att_rescale: Q14 factor 2**-(growth of the running max), 16384 = none
-T_QBITS = 15  # att_conv_i4: bits per code of the low-bit rows, 4 (i4) or 2 (i2), packed low bits first
-T_HDR = 16
+from kvedge.layout import (T_N, T_D, T_QOFF, T_T, T_B, T_EQ, T_M, T_WS, T_EVMAX, T_TMAX, T_EVT, T_KIVI,  # noqa: E402,F401
+                           T_LSUM, T_SH, T_CORR, T_QBITS, T_HDR)
 SAT = (1 << 29) - 1  # |U| <= SAT: a difference of two scores (M - U) stays below 2**30, a small int
 
 

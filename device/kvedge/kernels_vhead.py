@@ -3,6 +3,9 @@
 # calls through its kernel module (att_step_i8, att_rows_i8). The asm kind brings its own att_head_i8.
 import micropython
 
+from kvedge.layout import (T_KIVI, G_KROW, G_VROW, G_KSC, G_VSC, G_P, G_N, G_LISTED, G_M, G_END, LG_HEADS, LG_GROUP,
+                           LG_KROW, LG_VROW, LG_KSC, LG_VSC, LG_HSTEP, LG_SSTEP, LG_LAM)
+
 
 @micropython.viper
 def att_head_i8(arena: ptr8, q: ptr32, tile, aux) -> int:  # noqa: F821
@@ -371,7 +374,7 @@ def att_layer_i8(arena, q, tile, aux) -> int:
 
 
 # ---- the Python drivers of att_head_i8 (kvedge.attention calls them through its kernel module, so the kind's own
-# att_head_i8 runs: att.k). geo words: 0-8 geometry, 9 M, 10 lsum, 11 ws, 12 evmax, 13 first. ----
+# att_head_i8 runs: att.k). geo: kvedge.layout's G_* words; the running state crosses at G_M. ----
 
 def att_rows_i8(att, arena, qc, slots):
     """attention.q8_rows' i8 case: every tile in one att_head_i8 call; the running state crosses through geo.
@@ -380,18 +383,10 @@ def att_rows_i8(att, arena, qc, slots):
     aux = att.aux
     aux[0] = slots
     aux[2] = att.iacc  # kvedge.tiered lends each head its own accumulator
-    geo[9] = att.M
-    geo[10] = att.lsum
-    geo[11] = att.ws
-    geo[12] = att.evmax
-    geo[13] = 1 if att.first else 0
+    att.q8_save(geo, G_M)
     (getattr(att.k, "att_head_i8", None) or att_head_i8)(arena, qc, att.tile, aux)
     aux[0] = None
-    att.M = geo[9]
-    att.lsum = geo[10]
-    att.ws = geo[11]
-    att.evmax = geo[12]
-    att.first = geo[13] != 0
+    att.q8_load(geo, G_M)
     return True
 
 
@@ -404,9 +399,6 @@ def att_step_i8(att, c, layer, qc, qs, out_q, out_exp, slots, nslots, nmax):
     geo = att.geo
     aux = att.aux
     k = att.k
-    H = c.H
-    B = c.B
-    prow = c.prow
     aux[0] = slots
     aux[2] = att.iacc
     aux[4] = qs
@@ -414,28 +406,25 @@ def att_step_i8(att, c, layer, qc, qs, out_q, out_exp, slots, nslots, nmax):
     aux[6] = out_exp
     aux[7] = getattr(k, "att_head_i8", None) or att_head_i8  # the asm kind has its own
     aux[8] = k.att_div_q10
-    tile[11] = 0  # T_KIVI
-    geo[4] = prow
-    geo[5] = c.P
-    geo[7] = nmax
-    geo[8] = 0 if nslots < 0 else 1
-    L = 24 + att.D  # the layer's bases, after the kernels' scratch and query
-    geo[L] = att.heads
-    geo[L + 1] = att.group
-    geo[L + 2] = c.DATA + layer * 2 * H * B * prow  # K rows of the layer; V rows follow, then the scales
-    geo[L + 3] = geo[L + 2] + H * B * prow
-    geo[L + 4] = c.META + layer * 4 * H * B
-    geo[L + 5] = geo[L + 4] + 2 * H * B
-    geo[L + 6] = B * prow
-    geo[L + 7] = 2 * B
-    geo[L + 8] = att.lam
+    tile[T_KIVI] = 0
+    att.head_geo(c, layer, 0)  # the row pitch; att_layer_i8 sets each KV head's bases from the layer's below
+    geo[G_P] = c.P
+    geo[G_N] = nmax
+    geo[G_LISTED] = 0 if nslots < 0 else 1
+    L = G_END + att.D  # the layer's bases, after the kernels' scratch and query
+    geo[L + LG_HEADS] = att.heads
+    geo[L + LG_GROUP] = att.group
+    geo[L + LG_KROW] = geo[G_KROW]  # KV head 0's
+    geo[L + LG_VROW] = geo[G_VROW]
+    geo[L + LG_KSC] = geo[G_KSC]
+    geo[L + LG_VSC] = geo[G_VSC]
+    geo[L + LG_HSTEP] = c.base(layer, 0, 1) - geo[G_KROW]  # from one KV head's rows to the next (the cache's)
+    geo[L + LG_SSTEP] = c.scale_at(layer, 0, 1, 0) - geo[G_KSC]
+    geo[L + LG_LAM] = att.lam
     r = att_layer_i8(c.arena, qc, tile, aux)
     aux[0] = aux[4] = aux[5] = aux[6] = None
     if r < 0:
         raise ValueError("no cached tokens to attend to in layer %d" % layer)
-    att.M = geo[9]  # the last head's state, as the general loop leaves it
-    att.lsum = geo[10]
-    att.ws = geo[11]
-    att.evmax = geo[12]
+    att.q8_load(geo, G_M)  # the last head's state, as the general loop leaves it
     att.first = False
     return True

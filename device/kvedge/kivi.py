@@ -46,14 +46,8 @@ def read_row(c, layer, head, b, kv, off, out):
     bits = c.bits
     per = 8 // bits
     top = (1 << bits) - 1
-    step = 0
-    if kv == V:
-        m = c.VMETA + ((layer * c.H + head) * c.B + b) * 4
-    elif c.kivi:
-        m = c.META + ((layer * c.H + head) * c.NG + b // c.G) * D * 4
-        step = 4
-    else:
-        m = c.META + ((layer * c.H + head) * c.B + b) * 4
+    step = 4 if kv == K and c.kivi else 0
+    m = c.scale_at(layer, kv, head, b)
     sc = quant.f16_value(a[m] | (a[m + 1] << 8))
     z = quant.f16_value(a[m + 2] | (a[m + 3] << 8))
     for i in range(D):
@@ -76,8 +70,8 @@ def write_residual(c, layer, s, k, v):
     r = s % R
     D = c.D
     for h in range(c.H):
-        c._put_f32(c.RES + c._rowidx(layer, K, h, R, r) * c.frow, k, h * D)
-        c._put_f32(c.RES + c._rowidx(layer, V, h, R, r) * c.frow, v, h * D)
+        c._put_f32(c.residual_at(layer, K, h, r), k, h * D)
+        c._put_f32(c.residual_at(layer, V, h, r), v, h * D)
 
 
 def quantize_residual(c):
@@ -93,24 +87,24 @@ def quantize_residual(c):
 
 def close_group(c, layer, lo):
     """Residual tokens lo..lo+G-1 into their DATA slots: keys per channel over the group, values per token."""
-    G, D, R, B, H = c.G, c.D, c.R, c.B, c.H
+    G, D, R, H = c.G, c.D, c.R, c.H
     b0 = c._natural_slot(c.P + lo) - c.P  # the group's first DATA row (groups tile the slots)
     rowf = col = c._scratch  # a value row, then (after them) one key channel of the group
     a = c.arena
-    frow = c.frow
-    prow = c.prow
+    frow = c.f32_pitch()
+    prow = c.row_pitch()
     bits = c.bits
     top = (1 << bits) - 1
     per = 8 // bits
     unpack = struct.unpack_from
     for h in range(H):
         for r in range(G):  # values: each row on its own
-            c._get_f32(c.RES + c._rowidx(layer, V, h, R, (lo + r) % R) * frow, rowf)
+            c._get_f32(c.residual_at(layer, V, h, (lo + r) % R), rowf)
             b = b0 + r
-            put_row(c, c.DATA + c._rowidx(layer, V, h, B, b) * prow, c.VMETA + ((layer * H + h) * B + b) * 4, rowf, 0)
-        kres = c.RES + c._rowidx(layer, K, h, R, 0) * frow
-        kdata = c.DATA + c._rowidx(layer, K, h, B, b0) * prow
-        kmeta = c.META + ((layer * H + h) * c.NG + b0 // G) * D * 4
+            put_row(c, c.row_at(layer, V, h, b), c.scale_at(layer, V, h, b), rowf, 0)
+        kres = c.residual_at(layer, K, h, 0)
+        kdata = c.row_at(layer, K, h, b0)
+        kmeta = c.scale_at(layer, K, h, b0)
         for ch in range(D):  # keys: one scale and zero per channel over the group's G tokens
             for r in range(G):
                 col[r] = unpack("<f", a, kres + ((lo + r) % R) * frow + 4 * ch)[0]

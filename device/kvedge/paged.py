@@ -339,7 +339,7 @@ class PagedPool:
         att = self.att
         att.check_step_q8(layer, qc, qs, out_q, out_exp, scores)
         n = self._expand(i)
-        att._step_q8(layer, qc, qs, out_q, out_exp, scores, self.slots, n)
+        att.q8_step(layer, qc, qs, out_q, out_exp, scores, self.slots, n)
         self._touch(i)
 
     # ---- accounting ----

@@ -8,17 +8,10 @@
 # stays within +-2**30 (31-bit small ints; 32-bit words in viper/asm) and every shift is at most 31.
 # Scalars that need a division (quantization reciprocals, the norm's rsqrt) are computed by the caller, once
 # per vector, so every kernel kind gives the same bits.
-VMAX = (1 << 29) - 1
-# q_mv parameter block (array('i')): header, then one word per matrix row: (mantissa << 8) | shift
-P_WO = 0  # byte offset of the first row in w
-P_ROWS = 1
-P_COLS = 2
-P_XM = 3  # input scale mantissa (< 2**15)
-P_OS = 4  # extra right shift of every row (negative: left, saturating)
-P_ADD = 5  # 1: add into out (the residual connection), 0: store
-P_RO = 6  # first row: index into out and into the row words
-P_SX = 7  # set by q_mv: 128 * sum(x), the offset-binary rows' correction
-P_HDR = 8
+# q_mv parameter block (array('i')): header, then one word per matrix row: (mantissa << 8) | shift; its
+# indexes, q_store's block and VMAX: kvedge.layout
+from kvedge.layout import (VMAX, P_WO, P_ROWS, P_COLS, P_XM, P_OS, P_ADD, P_RO, P_SX, P_HDR, S_KVH, S_D,  # noqa: F401
+                           S_KROW, S_KSC, S_HSTEP, S_SSTEP, S_KC, S_KS)
 OK = True
 
 
@@ -347,19 +340,20 @@ def q_xor80(buf, n):
 
 
 def q_store(arena, codes, scales, p):
-    """A token's K and V rows into an i8 cache's arena, as KVCache.write_q8 stores them: for kv = 0 (K), 1 (V) and
-    KV head h < p[0], p[1] int8 codes from codes[p[8+kv] + h*p[1]] to arena[p[2+kv] + h*p[6]], and the f16 scale
-    bits scales[p[10+kv] + h] to arena[p[4+kv] + h*p[7]] (little-endian)."""
-    H = p[0]
-    D = p[1]
+    """A token's K and V rows into an i8 cache's arena, as KVCache.write_q8 stores them (KVCache.write_q8_at fills
+    p, kvedge.layout's S_* words): for kv = 0 (K), 1 (V) and KV head h < p[S_KVH], p[S_D] int8 codes from
+    codes[p[S_KC+kv] + h*D] to arena[p[S_KROW+kv] + h*p[S_HSTEP]], and the f16 scale bits scales[p[S_KS+kv] + h]
+    to arena[p[S_KSC+kv] + h*p[S_SSTEP]] (little-endian)."""
+    H = p[S_KVH]
+    D = p[S_D]
     for kv in range(2):
         for h in range(H):
-            dst = p[2 + kv] + h * p[6]
-            src = p[8 + kv] + h * D
+            dst = p[S_KROW + kv] + h * p[S_HSTEP]
+            src = p[S_KC + kv] + h * D
             for i in range(D):
                 arena[dst + i] = codes[src + i] & 255
-            s = scales[p[10 + kv] + h]
-            m = p[4 + kv] + h * p[7]
+            s = scales[p[S_KS + kv] + h]
+            m = p[S_KSC + kv] + h * p[S_SSTEP]
             arena[m] = s & 255
             arena[m + 1] = s >> 8
     return 0

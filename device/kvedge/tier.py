@@ -116,23 +116,23 @@ class ColdTier:
     def _segments(c, B):
         """(base offset of block 0, length) of every run of bytes one block owns (run j of block b starts at
         base + b * length)."""
-        segs = []
-        N = c.B  # data rows = slots (a pool keeps no prefix)
-        for layer in range(c.L):
-            for kv in (0, 1):
-                for h in range(c.H):
-                    segs.append((c.DATA + ((layer * 2 + kv) * c.H + h) * N * c.prow, B * c.prow))
+        segs = []  # from the cache's accessors: a pool keeps no prefix and no KIVI groups
+        L, H = c.L, c.H
+        for i in range(2 * L * H):  # the rows of every (layer, K|V, KV head)
+            layer, kv, h = i // (2 * H), (i // H) % 2, i % H
+            o = c.row_at(layer, kv, h, 0)
+            segs.append((o, c.row_at(layer, kv, h, B) - o))
         dt = c.cfg.dtype
-        if dt == I8:
-            for layer in range(c.L):
-                for kv in (0, 1):
-                    for h in range(c.H):
-                        segs.append((c.META + ((layer * 2 + kv) * c.H + h) * N * 2, B * 2))
+        if dt == I8:  # their scales, in the same order
+            for i in range(2 * L * H):
+                layer, kv, h = i // (2 * H), (i // H) % 2, i % H
+                o = c.scale_at(layer, kv, h, 0)
+                segs.append((o, c.scale_at(layer, kv, h, B) - o))
         elif dt == I4 or dt == I2:  # residual 0: scale and zero per row, K then V
-            for base in (c.META, c.VMETA):
-                for layer in range(c.L):
-                    for h in range(c.H):
-                        segs.append((base + (layer * c.H + h) * N * 4, B * 4))
+            for kv in (0, 1):
+                for i in range(L * H):
+                    o = c.scale_at(i // H, kv, i % H, 0)
+                    segs.append((o, c.scale_at(i // H, kv, i % H, B) - o))
         return segs
 
     def _segs_of(self, b):

@@ -28,6 +28,7 @@ from .compat import float_array, zeros
 from .config import CacheConfig
 from .tierconf import check as check_tier
 from .errors import BudgetError
+from .layout import G_P, G_J, G_N, G_LISTED
 from . import quant
 
 
@@ -63,7 +64,7 @@ class TieredCache:
         self.stg = KVCache(CacheConfig(1, cfg.heads, H, D, block, cold, align=cold_align, group=block))
         for _ in range(block):  # the staging block's slots are always live: each read refills all of them
             self.stg.start_token()
-        self.rec = memoryview(self.stg.arena)[self.stg.DATA:]
+        self.rec = memoryview(self.stg.arena)[self.stg.base(0, 0, 0):]  # its rows and their metadata
         self.rb = len(self.rec)
         self.att = Attention(self.ring, tile)
         self.int_ok = self.att.int_ok and cold in (I8, I4)
@@ -174,23 +175,21 @@ class TieredCache:
         r = self.ring
         mv = memoryview(r.arena)
         S = self.S
-        if r.P:
-            return [mv[r.PRE:r.PRE + 2 * r.L * r.H * S * r.frow]]
+        L, H = r.L, r.H
+        if r.P:  # the prefix region is [layer][K|V][kv_head][p < P = S]
+            return [mv[r.prefix_at(0, 0, 0, 0):r.prefix_at(L - 1, 1, H - 1, S - 1) + r.f32_pitch()]]
         runs = []
-        for i in range(2 * r.L * r.H):
-            runs.append(mv[r.DATA + i * r.B * r.prow:r.DATA + i * r.B * r.prow + S * r.prow])
-        if r.cfg.dtype == I8:
-            for i in range(2 * r.L * r.H):
-                runs.append(mv[r.META + i * r.B * 2:r.META + i * r.B * 2 + 2 * S])
-        elif r.lowbit:
-            for i in range(r.L * r.H):
-                runs.append(mv[r.VMETA + i * r.B * 4:r.VMETA + i * r.B * 4 + 4 * S])
-            for i in range(r.L * r.H):
-                if r.kivi:  # the sinks are whole groups of G (CacheConfig checks it)
-                    o = r.META + i * r.NG * r.D * 4
-                    runs.append(mv[o:o + (S // r.G) * r.D * 4])
-                else:
-                    runs.append(mv[r.META + i * r.B * 4:r.META + i * r.B * 4 + 4 * S])
+        for i in range(2 * L * H):  # the rows of every (layer, K|V, KV head), in the arena's order
+            layer, kv, h = i // (2 * H), (i // H) % 2, i % H
+            runs.append(mv[r.row_at(layer, kv, h, 0):r.row_at(layer, kv, h, S)])
+        if r.cfg.dtype == I8:  # their scales, in the same order
+            for i in range(2 * L * H):
+                layer, kv, h = i // (2 * H), (i // H) % 2, i % H
+                runs.append(mv[r.scale_at(layer, kv, h, 0):r.scale_at(layer, kv, h, S)])
+        elif r.lowbit:  # the value rows' scales and zeros, then the key rows' (KIVI: the sinks' whole key groups)
+            for kv in (1, 0):
+                for i in range(L * H):
+                    runs.append(mv[r.scale_at(i // H, kv, i % H, 0):r.scale_at(i // H, kv, i % H, S)])
         return runs
 
     def _encode(self, layer, p0):
@@ -232,12 +231,13 @@ class TieredCache:
             st.start_token()
             for kv in (0, 1):
                 for h in range(self.H):
-                    src = ((layer * 2 + kv) * self.H + h) * r.B + b
-                    dst = (kv * self.H + h) * self.B + t
-                    o = st.DATA + dst * st.prow
-                    sa[o:o + n] = a[r.DATA + src * r.prow:r.DATA + src * r.prow + n]
+                    o = st.row_at(0, kv, h, t)
+                    src = r.row_at(layer, kv, h, b)
+                    sa[o:o + n] = a[src:src + n]
                     if i8:
-                        sa[st.META + 2 * dst:st.META + 2 * dst + 2] = a[r.META + 2 * src:r.META + 2 * src + 2]
+                        o = st.scale_at(0, kv, h, t)
+                        src = r.scale_at(layer, kv, h, b)
+                        sa[o:o + 2] = a[src:src + 2]
 
     def _clamp(self, row, dst, o):
         """dst[o:o+D] = row, saturated at the cold range: a value that fit it when written can come back from an
@@ -434,15 +434,11 @@ class TieredCache:
         if self.cold == I8:
             geo = att.geo
             B = self.B
-            geo[0] = st.DATA + kvh * B * st.prow
-            geo[1] = st.DATA + (st.H + kvh) * B * st.prow
-            geo[2] = st.META + kvh * B * 2
-            geo[3] = st.META + (st.H + kvh) * B * 2
-            geo[4] = st.prow
-            geo[5] = 0
-            geo[6] = 0
-            geo[7] = B
-            geo[8] = 0
+            att.head_geo(st, 0, kvh)
+            geo[G_P] = 0
+            geo[G_J] = 0
+            geo[G_N] = B
+            geo[G_LISTED] = 0
             rows = getattr(att.k, "att_rows_i8", None) if att.fused else None
             if rows is not None:  # a fused kernel: the block's every tile in one call per query head
                 ist = self.ist
@@ -451,7 +447,7 @@ class TieredCache:
                     att.q8_head(h, qs)
                     att.q8_load(ist, 5 * h)
                     att.iacc = self.iaccs[h]
-                    geo[6] = 0
+                    geo[G_J] = 0
                     rows(att, st.arena, qc, st.slot_pos)
                     att.q8_save(ist, 5 * h)
                 return

@@ -449,3 +449,102 @@ def test_windowed_soak_and_reset_cycles_keep_memory_flat():
     a2 = gc.mem_alloc()
     assert c.evictions >= 100000 - 20
     assert a1 - a0 <= 64 and a2 - a1 <= 64, (a0, a1, a2)
+
+
+def test_layout_accessors_are_the_documented_layout():
+    # the offsets from the layout comment at the top of cache.py, computed here from the budget's region sizes:
+    # prefix, residual, rows [layer][K|V][kv_head][b], then the metadata
+    L, H, D = 2, 3, 8
+    for dt, align, prefix in (("i8", 16, 2), ("i8", 0, 0), ("f16", 64, 1), ("i4", 0, 0)):
+        cfg = CacheConfig(L, 6, H, D, 12, dt, align=align, prefix=prefix,
+                          **({"group": 4, "residual": 4} if dt == "i4" else {}))
+        c = KVCache(cfg)
+        size = cfg.nbytes(True)
+        prow = budget.align_up(budget.row_bytes(D, dt), align)
+        frow = budget.align_up(4 * D, align)
+        B = 12 - prefix
+        data = size["prefix"] + size["residual"]
+        meta = data + size["data"]
+        assert c.row_pitch() == prow and c.f32_pitch() == frow
+        for layer in range(L):
+            for kv in (0, 1):
+                for h in range(H):
+                    i = (layer * 2 + kv) * H + h
+                    assert c.base(layer, kv, h) == data + i * B * prow
+                    for b in (0, 1, B - 1):
+                        assert c.row_at(layer, kv, h, b) == data + (i * B + b) * prow
+                        if dt == "i8":
+                            assert c.scale_at(layer, kv, h, b) == meta + (i * B + b) * 2
+                        elif dt == "i4" and kv == 1:  # values: scale and zero per row, after the keys' groups
+                            kmeta = L * H * (B // 4) * D * 4
+                            assert c.scale_at(layer, kv, h, b) == meta + kmeta + ((layer * H + h) * B + b) * 4
+                        elif dt == "i4":  # KIVI keys: per channel of the row's group
+                            assert c.scale_at(layer, kv, h, b) == meta + ((layer * H + h) * (B // 4) + b // 4) * D * 4
+                    for p in range(prefix):
+                        assert c.prefix_at(layer, kv, h, p) == (i * prefix + p) * frow
+                    if dt == "i4":
+                        R = c.R
+                        assert c.residual_at(layer, kv, h, R - 1) == size["prefix"] + (i * R + R - 1) * frow
+
+
+def _q8_at_cycle(c, codes, scales, p, store, n):
+    for _ in range(n):
+        c.start_token()
+        for layer in range(c.L):
+            c.write_q8_at(layer, codes, scales, p, store)
+
+
+def test_write_q8_at_stores_what_write_q8_stores_and_refuses_first():
+    from kvedge import qkernels_plain
+    from kvedge.layout import S_WORDS
+    rng = Rng(41)
+    cfg = CacheConfig(3, 4, 2, 8, 9, "i8", window=6, sinks=1, align=16)  # padded rows, a ring that wraps
+    q, kvd = 4 * 8, 2 * 8
+    for store in (None, qkernels_plain.q_store):
+        ref = KVCache(cfg)
+        c = KVCache(cfg)
+        p = array("i", [0] * S_WORDS)
+        codes = array("b", [0] * (q + 2 * kvd))
+        scales = array("H", [0] * (4 + 2 * 2))
+        c.q8_store_block(p, q, q + kvd, 4, 6, len(codes), len(scales))
+        for t in range(11):
+            ref.start_token()
+            c.start_token()
+            for layer in range(3):
+                for i in range(len(codes)):
+                    codes[i] = rng.randint(-128, 127)
+                for i in range(len(scales)):
+                    scales[i] = rng.randint(0, 0x7BFF)
+                ref.write_q8(layer, codes[q:q + kvd], scales[4:6], codes[q + kvd:], scales[6:8])
+                c.write_q8_at(layer, codes, scales, p, store)
+            assert bytes(c.arena) == bytes(ref.arena), (store, t)
+        # refused before a byte moves: a scale outside f16's finite range, a layer, the caller's buffers
+        before = bytes(c.arena)
+        scales[5] = 0x7C00
+        assert "f16 scale bits" in message(raises(ValueError, c.write_q8_at, 1, codes, scales, p, store))
+        scales[5] = 0
+        raises(IndexError, c.write_q8_at, 3, codes, scales, p, store)
+        raises(ValueError, c.write_q8_at, 0, codes[:q + kvd], scales, p, store)
+        assert bytes(c.arena) == before
+    raises(TypeError, KVCache(CacheConfig(1, 2, 1, 8, 4, "f16")).q8_store_block, p, 0, 8, 0, 1, 16, 2)
+    raises(ValueError, c.q8_store_block, p, q, q + kvd + 1, 4, 6, len(codes), len(scales))  # V codes pass the end
+    pre = KVCache(CacheConfig(1, 2, 1, 8, 4, "i8", prefix=1))
+    pre.q8_store_block(p, 0, 8, 0, 1, 16, 2)
+    pre.start_token()
+    raises(ValueError, pre.write_q8_at, 0, array("b", [0] * 16), array("H", [0, 0]), p, None)
+
+
+def test_write_q8_at_allocates_nothing():
+    need("heap_lock")
+    from kvedge import qkernels_plain
+    from kvedge.layout import S_WORDS
+    c = KVCache(CacheConfig(2, 4, 2, 8, 40, "i8", window=16, sinks=4))
+    p = array("i", [0] * S_WORDS)
+    codes = array("b", [(i * 7) % 255 - 127 for i in range(32 + 32)])
+    scales = array("H", [0x2C00 + i for i in range(8)])
+    c.q8_store_block(p, 32, 48, 4, 6, len(codes), len(scales))
+    for store in (None, qkernels_plain.q_store):
+        _q8_at_cycle(c, codes, scales, p, store, 30)  # warm: the ring has wrapped
+        under_heap_lock(_q8_at_cycle, c, codes, scales, p, store, 20)
+    out = array("b", [0] * 8)
+    assert c.read_codes(1, 1, c.n_seen - 1, 1, out) == scales[7] and list(out) == list(codes[56:64])

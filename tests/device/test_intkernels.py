@@ -5,7 +5,7 @@ from array import array
 
 from _support import Rng
 from kvedge import kernels, quant
-from kvedge.qkernels_plain import VMAX, P_HDR
+from kvedge.layout import VMAX, P_HDR
 from kvedge.model import intpath
 
 

@@ -26,19 +26,9 @@ from array import array
 
 from kvedge.compat import zeros, IS_MICROPYTHON
 from kvedge.model.checkpoint import i8_layout, file_size, CheckpointError, alloc
-from kvedge.compat import const
 from kvedge import kernels
 
-# q_mv's parameter block (qkernels_plain.P_*; a host test checks they agree): the layout, not the plain kernels
-VMAX = const((1 << 29) - 1)
-P_WO = const(0)
-P_ROWS = const(1)
-P_COLS = const(2)
-P_XM = const(3)
-P_OS = const(4)
-P_ADD = const(5)
-P_RO = const(6)
-P_HDR = const(8)
+from kvedge.layout import P_WO, P_ROWS, P_COLS, P_XM, P_OS, P_ADD, P_RO, P_HDR, S_WORDS
 
 RES_EXP = -16  # residual stream in Q16: |x| < 8192 with steps of 1.5e-5
 MAX_COLS = 32768  # sum(u * x) with u <= 255, |x| <= 127 stays within 2**30
@@ -446,23 +436,10 @@ class Forward:
         self.tiered = model.kind == "tiered"
         c = model.cache.ring if self.tiered else model.cache
         self.ring = c
-        # q_store: the i8 cache's layout (kvedge.cache: rows [layer][K|V][kv_head][slot], scales likewise)
-        self.sp = zeros("i", 12)
-        sp = self.sp
-        sp[0] = KV
-        sp[1] = hd
-        sp[6] = c.B * c.prow  # from one KV head's row to the next
-        sp[7] = 2 * c.B
-        sp[8] = d  # K codes and scales follow q's in codes/scales
-        sp[9] = d + kvd
-        sp[10] = H
-        sp[11] = H + KV
-        self.kdata = c.DATA
-        self.lstride = 2 * KV * c.B * c.prow
-        self.vdelta = KV * c.B * c.prow
-        self.kmeta = c.META
-        self.lmstride = 4 * KV * c.B
-        self.vmdelta = 2 * KV * c.B
+        # the rows write_q8_at stores: K and V codes and scales follow q's in codes and scales
+        self.sp = zeros("i", S_WORDS)
+        if not self.tiered:
+            c.q8_store_block(self.sp, d, d + kvd, H, H + KV, len(self.codes), len(self.scales))
         self.ap = zeros("i", 4)  # q_align: heads, head_dim, -> the common exponent
         self.ap[0] = H
         self.ap[1] = hd
@@ -636,7 +613,6 @@ class Forward:
         ch = self.ch
         att = m.att
         scores = m.scores
-        arena = ring.arena
         tiered = self.tiered
         kc = self.kc
         ks = self.ks
@@ -654,10 +630,6 @@ class Forward:
         w13 = w.w13
         w2 = w.w2
         prefix = ring.cur_slot < ring.P
-        if not prefix:  # the rows as write_q8 stores them (codes from q_heads are int8 by construction)
-            b = ring.cur_slot - ring.P
-            kd = self.kdata + b * ring.prow
-            km = self.kmeta + 2 * b
         for l in range(m.cfg.n_layers):
             # attention block
             self._norm(x, A, g_att[l])
@@ -670,16 +642,12 @@ class Forward:
                 self._write_prefix(l, hp[2])
             elif tiered:
                 cache.write_q8(l, kc, ks, vc, vs)  # checked: its cold store takes only what it can hold
-            else:
-                sp[2] = kd + l * self.lstride
-                sp[3] = sp[2] + self.vdelta
-                sp[4] = km + l * self.lmstride
-                sp[5] = sp[4] + self.vmdelta
-                q_store(arena, codes, scales, sp)
+            else:  # codes from q_heads are int8 by construction
+                ring.write_q8_at(l, codes, scales, sp, q_store)
             if tiered:
                 cache.step_q8(l, qc, qs, oq, oe)
             else:
-                att._step_q8(l, qc, qs, oq, oe, scores, None, -1, span)
+                att.q8_step(l, qc, qs, oq, oe, scores, None, -1, span)
             B = q_align(oq, oe, d, ap)
             self._quant(oq, d, B, ap[2], cd)
             mat = wo[l]

@@ -120,10 +120,10 @@ class Forward:
         for l in range(cfg.n_layers):
             for kvh in range(cfg.n_kv_heads):
                 for kv, codes, bits in ((0, self.kc, self.ks), (1, self.vc, self.vs)):
-                    ri = ((l * 2 + kv) * c.H + kvh) * N
-                    codes.append(np.frombuffer(c.arena, dtype=np.int8, count=N * c.prow,
-                                               offset=c.DATA + ri * c.prow).reshape((N, c.prow)))
-                    bits.append(np.frombuffer(c.arena, dtype=np.uint16, count=N, offset=c.META + ri * 2))
+                    pitch = c.row_pitch()
+                    codes.append(np.frombuffer(c.arena, dtype=np.int8, count=N * pitch,
+                                               offset=c.base(l, kv, kvh)).reshape((N, pitch)))
+                    bits.append(np.frombuffer(c.arena, dtype=np.uint16, count=N, offset=c.scale_at(l, kv, kvh, 0)))
         self.scale = 1.0 / math.sqrt(cfg.head_dim)
         self.logits = np.zeros(cfg.vocab_size)
 
