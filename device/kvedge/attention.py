@@ -21,8 +21,7 @@ from .compat import zeros
 from .floatatt import FloatAttention, MAX_TILE, SCORE_CAP, SCORE_STEP, _float_array  # noqa: F401 (its names)
 from .sizes import I2, I4, I8
 from .layout import (T_N, T_D, T_QOFF, T_T, T_B, T_EQ, T_M, T_WS, T_EVMAX, T_TMAX, T_EVT, T_HDR, T_KIVI, T_LSUM,
-                     T_SH, T_CORR, T_QBITS, R_KROW, R_KSC, R_U, R_VROW, R_VSC, R_SLOT, R_RUNS, G_KROW, G_VROW, G_KSC,
-                     G_VSC, G_PITCH, G_P, G_J, G_N, G_LISTED, G_END, LG_WORDS)
+                     T_SH, T_CORR, T_QBITS, R_KROW, R_KSC, R_U, R_VROW, R_VSC, R_SLOT, R_RUNS, G_KROW, G_PITCH, G_P, G_J, G_N, G_LISTED, G_END, LG_WORDS)
 
 # geo (kvedge.layout G_*): att_fill_i8's geometry, one query head's running state and scratch of the fused kernels
 # (kernels_viper/asm: att_head_i8 and their drivers att_step_i8, att_rows_i8), which run every tile of a head
@@ -196,12 +195,8 @@ class Attention(FloatAttention):
 
     def head_geo(self, c, layer, kvh):
         """geo's geometry of KV head kvh's i8 rows in `layer` of cache c (G_KROW..G_PITCH), from c's accessors."""
-        geo = self.geo
-        geo[G_KROW] = c.base(layer, 0, kvh)
-        geo[G_VROW] = c.base(layer, 1, kvh)
-        geo[G_KSC] = c.scale_at(layer, 0, kvh, 0)
-        geo[G_VSC] = c.scale_at(layer, 1, kvh, 0)
-        geo[G_PITCH] = c.row_pitch()
+        c.i8_bases(self.geo, G_KROW, layer, kvh)  # G_KROW, G_VROW, G_KSC, G_VSC
+        self.geo[G_PITCH] = c.row_pitch()
 
     def _tile_q8(self, src, qc):
         """One tile of the online softmax on int8 rows in src; state in self.M/lsum/ws/evmax."""

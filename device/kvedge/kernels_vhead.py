@@ -3,8 +3,7 @@
 # calls through its kernel module (att_step_i8, att_rows_i8). The asm kind brings its own att_head_i8.
 import micropython
 
-from kvedge.layout import (T_KIVI, G_KROW, G_VROW, G_KSC, G_VSC, G_P, G_N, G_LISTED, G_M, G_END, LG_HEADS, LG_GROUP,
-                           LG_KROW, LG_VROW, LG_KSC, LG_VSC, LG_HSTEP, LG_SSTEP, LG_LAM)
+from kvedge.layout import T_KIVI, G_P, G_N, G_LISTED, G_M, G_END, LG_HEADS, LG_GROUP, LG_KROW, LG_LAM
 
 
 @micropython.viper
@@ -407,19 +406,14 @@ def att_step_i8(att, c, layer, qc, qs, out_q, out_exp, slots, nslots, nmax):
     aux[7] = getattr(k, "att_head_i8", None) or att_head_i8  # the asm kind has its own
     aux[8] = k.att_div_q10
     tile[T_KIVI] = 0
-    att.head_geo(c, layer, 0)  # the row pitch; att_layer_i8 sets each KV head's bases from the layer's below
+    att.head_geo(c, layer, 0)  # the row pitch (att_layer_i8 sets each KV head's bases from the layer's below)
     geo[G_P] = c.P
     geo[G_N] = nmax
     geo[G_LISTED] = 0 if nslots < 0 else 1
     L = G_END + att.D  # the layer's bases, after the kernels' scratch and query
     geo[L + LG_HEADS] = att.heads
     geo[L + LG_GROUP] = att.group
-    geo[L + LG_KROW] = geo[G_KROW]  # KV head 0's
-    geo[L + LG_VROW] = geo[G_VROW]
-    geo[L + LG_KSC] = geo[G_KSC]
-    geo[L + LG_VSC] = geo[G_VSC]
-    geo[L + LG_HSTEP] = c.base(layer, 0, 1) - geo[G_KROW]  # from one KV head's rows to the next (the cache's)
-    geo[L + LG_SSTEP] = c.scale_at(layer, 0, 1, 0) - geo[G_KSC]
+    c.i8_bases(geo, L + LG_KROW, layer, 0, True)  # LG_KROW..LG_VSC, then LG_HSTEP, LG_SSTEP
     geo[L + LG_LAM] = att.lam
     r = att_layer_i8(c.arena, qc, tile, aux)
     aux[0] = aux[4] = aux[5] = aux[6] = None

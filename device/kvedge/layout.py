@@ -33,11 +33,12 @@ R_W = const(5)
 R_SLOT = const(6)
 R_RUNS = const(7)
 
+# (names with a leading underscore are positions another method fills: documented here, kept out of RAM)
 # ---- geo (array('i')): att_fill_i8's geometry of one KV head's i8 rows, a query head's running state, scratch ----
 G_KROW = const(0)  # arena offset of the head's K row 0 (KVCache.head_geo fills G_KROW..G_PITCH)
-G_VROW = const(1)  # ... of its V row 0
-G_KSC = const(2)  # ... of K row 0's f16 scale (2 bytes a row)
-G_VSC = const(3)  # ... of V row 0's
+_G_VROW = const(1)  # ... of its V row 0
+_G_KSC = const(2)  # ... of K row 0's f16 scale (2 bytes a row)
+_G_VSC = const(3)  # ... of V row 0's
 G_PITCH = const(4)  # bytes from one row to the next
 G_P = const(5)  # the cache's prefix slots (slot s is row s - P)
 G_J = const(6)  # the scan's next index (att_fill_i8 moves it)
@@ -49,11 +50,11 @@ G_END = const(24)  # the fused kernels' scratch ends here; the query follows (D 
 LG_HEADS = const(0)
 LG_GROUP = const(1)
 LG_KROW = const(2)  # K row 0 of KV head 0 of the layer; KV head h at + h * LG_HSTEP
-LG_VROW = const(3)
-LG_KSC = const(4)  # K row 0's scale of KV head 0; KV head h at + h * LG_SSTEP
-LG_VSC = const(5)
-LG_HSTEP = const(6)
-LG_SSTEP = const(7)
+_LG_VROW = const(3)
+_LG_KSC = const(4)  # K row 0's scale of KV head 0; KV head h at + h * LG_SSTEP
+_LG_VSC = const(5)
+_LG_HSTEP = const(6)
+_LG_SSTEP = const(7)
 LG_LAM = const(8)
 LG_WORDS = const(10)
 
