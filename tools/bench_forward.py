@@ -8,7 +8,8 @@ allocated per token, and (unix) llama2.c's own C run.c on the same model in the 
                          [--json]
 
 Each figure: a fresh interpreter converts nothing (the int8 file is written once on the host), builds the model
-(int8 weights in RAM, or with --rom read in place from ROMFS; an i8 cache of 512 slots, or --cache's), runs --context positions of real tokens from BOS (greedy), then
+(int8 weights in RAM, or with --rom read in place from ROMFS; an i8 cache of 512 slots,
+or --cache's), runs --context positions of real tokens from BOS (greedy), then
 times --tokens more steps at that context and measures the bytes one step allocates (gc.mem_alloc() with
 collection off). Every token is timed alone; on host runtimes the sequence runs --repeat rounds from a reset
 cache (greedy decoding repeats the same tokens) and each position counts its best round, so a token the
