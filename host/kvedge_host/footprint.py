@@ -34,7 +34,7 @@ import tempfile
 
 from kvedge import kernels as kvkernels
 
-from . import account, boards, m3board
+from . import account, board_scripts, boards, m3board
 from .paths import BOARDS
 
 KINDS = account.KERNEL_KINDS  # asm: Thumb inline assembler, Arm chips only
@@ -78,100 +78,11 @@ TINY = {"steps": 12, "h2o": 12, "max_tokens": 16}  # the first run: every path o
 MODEL, TOKENIZER = "fp_tiny.bin", "fp_tok.bin"
 
 # The board-side probe, a module on the board's filesystem (compiled like the package, so the snippet that runs it
-# is tiny); prints KVFP lines. A kind that does not fit the heap says so (KVFP nofit) instead of failing.
+# is tiny): board_scripts/kvfp_probe.py. Prints KVFP lines; a kind that does not fit the heap says so (KVFP nofit)
+# instead of failing.
 PROBE_NAME = "kvfp_probe"
-PROBE = """
-import gc
-
-
-def _a():
-    gc.collect()
-    return gc.mem_alloc()
-
-
-def largest():
-    gc.collect()
-    lo, hi = 0, gc.mem_free()
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        try:
-            b = bytearray(mid)
-            b = None
-            lo = mid
-        except MemoryError:
-            hi = mid - 1
-        gc.collect()
-    return lo
-
-
-def main(kind, modules, optional, late, model, tokenizer, steps, h2o, max_tokens, forward='float'):
-    try:
-        _main(kind, modules, optional, late, model, tokenizer, steps, h2o, max_tokens, forward)
-    except MemoryError as e:
-        print('\\nKVFP nofit %s' % e)  # on a line of its own: the run may stop in the middle of a piece
-
-
-def _main(kind, modules, optional, late, model, tokenizer, steps, h2o, max_tokens, forward):
-    a = _a()
-    print('KVFP start %d %d' % (a, gc.mem_free() + gc.mem_alloc()))
-    from kvedge import kernels
-    kernels.select(kind)
-    b = _a()
-    print('KVFP module kernels %d' % (b - a))
-    a = b
-    for name in modules:
-        __import__(name)
-        b = _a()
-        print('KVFP module %s %d' % (name, b - a))
-        a = b
-    print('KVFP largest_imports %d' % largest())
-    for name in optional:
-        if name not in late:
-            __import__(name)
-            b = _a()
-            print('KVFP optional %s %d' % (name, b - a))
-            a = b
-    from kvedge.model import run, llama, checkpoint
-    from kvedge.model.pieces import FileTokenizer as Tokenizer
-    kv = {'dtype': 'i8', 'max_tokens': max_tokens, 'align': 0}
-    r = run.main(model, tokenizer, steps=steps, kv=kv, stream=True, h2o=h2o, stats_ms=1, peak=True, kernel=kind,
-                 forward=forward)
-    b = _a()
-    print('KVFP warm %d' % (b - a))
-    for name in late:
-        a = _a()
-        try:
-            __import__(name)
-        except MemoryError:
-            print('KVFP toolarge %s' % name)
-            continue
-        print('KVFP optional %s %d' % (name, _a() - a))
-    # what a stats stream's object keeps, and what an open file costs (measured after the run: its garbage is
-    # gone, and nothing measured here can hide in what the run leaves)
-    from kvedge.cache import KVCache
-    from kvedge.config import CacheConfig
-    from kvedge.telemetry import Telemetry
-    c = KVCache(CacheConfig(1, 1, 1, 8, 4, 'i8', align=0))
-    a = _a()
-    t = Telemetry(c, interval_ms=1)
-    t.emit('start')
-    t.tick()
-    b = _a()
-    print('KVFP telemetry_state %d' % (b - a))
-    a = _a()
-    f = open(model, 'rb')
-    b = _a()
-    print('KVFP file %d' % (b - a))
-    f.close()
-    t = c = f = None
-    cfg, wd = checkpoint.read_config(model)
-    ccfg = llama.cache_config(cfg, kv)
-    p = llama.plan(cfg, wd, ccfg, True, 32, 8 * ccfg.slots + 256, forward, integer=llama.integer_path(kv))
-    print('KVFP run %d %d %d %d' % (r['heap_peak'], p['total'], Tokenizer.nbytes(tokenizer, cfg.vocab_size, False),
-                                    r['heap_setup']))
-    print('KVFP largest %d %d' % (largest(), gc.mem_free()))
-"""
-BOOT = "import gc\ngc.collect()\nprint('KVFP boot %d %d' % (gc.mem_alloc(), gc.mem_free() + gc.mem_alloc()))\n"
+PROBE = board_scripts.source(PROBE_NAME)
+BOOT = board_scripts.source("kvfp_boot")  # heap allocated after boot, and the usable heap
 # The runner's call (kvedge_host.planrun.runner_code) stays in the heap as long as the run lasts (its bytecode,
 # keyword names and values): on the emulated board it took 880 bytes more than BOOT alone, the whole gap between
 # the board's peak and a plan that left it out. Boot is measured with such a call in a branch that never runs.
@@ -192,9 +103,7 @@ def boot_code():
     return BOOT + "if gc.mem_alloc() < 0:\n" + "".join("    %s\n" % line for line in call.strip().splitlines())
 # what a run's arena can take: the largest block once the runner's entry module is imported, which is when
 # kvedge.model.run.main(kv_bytes=...) allocates it (the snippet is as small as the one that starts a run)
-START = ("from kvedge.model import run\nimport gc\nlo, hi = 0, gc.mem_free()\nwhile lo < hi:\n"
-         "    mid = (lo + hi + 1) // 2\n    try:\n        b = bytearray(mid)\n        b = None\n        lo = mid\n"
-         "    except MemoryError:\n        hi = mid - 1\n    gc.collect()\nprint('KVFP start_largest %d' % lo)\n")
+START = board_scripts.source("kvfp_start")
 RUN = "import %s\n%s.main(%%r, %%r, %%r, %%r, %%r, %%r, %%d, %%d, %%d, %%r)\n" % (PROBE_NAME, PROBE_NAME)
 _LINE = re.compile(r"^KVFP (\w+) (.*)$")
 

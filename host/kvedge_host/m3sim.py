@@ -26,7 +26,7 @@ import threading
 import time
 import tty
 
-from . import m3board, tied
+from . import board_scripts, m3board, tied
 from .sim import _set_nonblocking, _write, default_fs
 
 RAW_BANNER = b"raw REPL; CTRL-B to exit\r\n>"
@@ -37,11 +37,7 @@ _BUFFER_LIMIT = 1 << 16
 _PRIME_TIMEOUT = 30  # seconds of host time for the board to answer during start-up
 
 # Runs in the raw REPL after each reset: the flash at / (cwd), boot.py, and whether there is a main.py.
-PRIME_CODE = m3board.MOUNT + """import os
-if 'boot.py' in os.listdir():
-    exec(open('boot.py').read())
-print('KVPRIMED', 'main.py' in os.listdir())
-"""
+PRIME_CODE = m3board.MOUNT + board_scripts.source("m3_prime")
 
 
 class M3Sim:
