@@ -1,8 +1,8 @@
 """Run seeded attention cases on a runtime and compare the outputs with an independent numpy reference.
 
-The device code is one script (kvedge_host/check_device.py) run by `run_script` on the chosen runtime (or on a
-board through mpremote with --port, after `kvedge deploy`); it
-prints one JSON line per case and path. The host draws the same inputs (check_device.Gen), computes numpy
+The device code is one script (kvedge_host/board_scripts/check_device.py) run by `run_script` on the chosen
+runtime (or on a board through mpremote with --port, after `kvedge deploy`); it prints one JSON line per case and
+path. The host draws the same inputs (check_device.Gen), computes numpy
 attention over the positions the cache must hold (numref), and checks every output:
 
   f32  float path   max relative error <= 1e-5
@@ -22,8 +22,8 @@ import numpy as np
 
 from kvedge import budget
 
-from . import numref
-from .paths import DEVICE, HOST_PKG
+from . import board_scripts, numref
+from .paths import DEVICE
 
 RUNTIMES = ("cpython", "unix", "wasm")
 M3_HEAP = 2097152  # the emulated Cortex-M3's benchmark image: room for the larger cases
@@ -131,7 +131,7 @@ def tiered_cases(seed):
 
 def random_cases(n, seed):
     """n further cases: random GQA ratio, head_dim, window, sinks, dtype, tile (from check_device.Gen)."""
-    from . import check_device
+    from .board_scripts import check_device
     g = check_device.Gen(seed + 7777)
     out = []
     for k in range(n):
@@ -152,9 +152,7 @@ def random_cases(n, seed):
 # ---- running the device script ----
 
 def device_script(cases):
-    with open(os.path.join(HOST_PKG, "check_device.py")) as f:
-        src = f.read()
-    return src + "\nmain(%r)\n" % json.dumps(cases)
+    return board_scripts.source("check_device") + "\nmain(%r)\n" % json.dumps(cases)
 
 
 def run_script(runtime, code, port=None, timeout=900):
@@ -225,7 +223,7 @@ def parse_output(rc, text):
 def case_inputs(c):
     """The case's inputs exactly as the device drew them: K, V (tokens, kv_heads, D) of the queried layer,
     and q (heads, D), float64."""
-    from . import check_device
+    from .board_scripts import check_device
     H, KVH, D, L = c["heads"], c["kv_heads"], c["head_dim"], c["layers"]
     g = check_device.Gen(c["seed"])
     n = KVH * D
@@ -354,16 +352,8 @@ def _table(rows, title):
     Console(width=max(140, Console().width)).print(t)
 
 
-# The model case: teacher-forced tokens through kvedge.model.llama on the runtime; logits back as raw float32.
-_MODEL_SCRIPT = """
-import binascii
-from kvedge.model.llama import Llama
-m = Llama(%r, kv={'align': 0, 'dtype': %r, 'max_tokens': %d})
-for t in %r:
-    print('LOGITS ' + binascii.hexlify(bytes(m.forward(t))).decode())
-m.close()
-print('DONE')
-"""
+# The model case (board_scripts/check_model.py): teacher-forced tokens through kvedge.model.llama on the runtime;
+# logits back as raw float32.
 MODEL_TOL = {"f32": 1e-4, "f16": 2e-2, "i8": 5e-2, "i4": 0.25, "i2": I2_MODEL_TOL}  # max abs logit error
 
 
@@ -384,7 +374,8 @@ def check_model(runtime, path, positions, kv_dtype, seed=1):
         raise UserError("%s: no such file" % path)
     ref = llama_ref.RefModel(path)
     toks = model_tokens(ref.cfg.vocab_size, positions, seed)
-    code = _MODEL_SCRIPT % (os.path.abspath(path), kv_dtype, max(positions, 1), toks)
+    code = board_scripts.source("check_model", PATH=os.path.abspath(path), DTYPE=kv_dtype,
+                                MAX_TOKENS=max(positions, 1), TOKENS=toks)
     if runtime == "cpython":
         rc, out = run_script("cpython", code)
     else:

@@ -18,22 +18,9 @@ import shutil
 import tempfile
 import time
 
-from . import boards
+from . import board_scripts, boards
 from .cli import UserError
 from .paths import SHARED_MODELS
-
-# Runner modules a generation imports on the board: what their code costs is measured there, not guessed.
-_FOOTPRINT = """
-import gc
-gc.collect()
-f0 = gc.mem_free()
-import kvedge.model.run, kvedge.model.llama, kvedge.model.tokenizer, kvedge.model.sampler, kvedge.model.checkpoint
-import kvedge.cache, kvedge.attention, kvedge.telemetry, kvedge.evict
-from kvedge import kernels
-kernels.get()
-gc.collect()
-print('KVFOOTPRINT %d %d %s' % (f0 - gc.mem_free(), gc.mem_free(), kernels.kind()))
-"""
 
 _SHAPE = ("layers", "heads", "kv_heads", "head_dim")
 
@@ -308,7 +295,7 @@ def _plan_host(a, prof, vb, model, weights, tok, cfg, prompt, work, say):
     from kvedge.model.tokenizer import Tokenizer
     from .deploy import DeployError
     try:
-        out = _mpremote(vb.port, ["exec", _FOOTPRINT], resume=False)
+        out = _mpremote(vb.port, ["exec", board_scripts.source("demo_footprint")], resume=False)
     except DeployError as e:
         if "MemoryError" not in str(e):
             raise

@@ -10,7 +10,7 @@ import shutil
 import sys
 import tempfile
 
-from . import boards, runtimes
+from . import board_scripts, boards, runtimes
 from .deploy import DeployError, deploy, mpremote, sync
 from .paths import TESTS_DEVICE, TOOLS
 
@@ -51,8 +51,8 @@ def run_suite(port, board="rp2040", files=None, only=None, mpy=False, circuitpyt
     sync(port, test_pairs(), [BOARD_DIR])
     total = {"passed": 0, "failed": 0, "skipped": 0, "lines": []}
     for f in files or runtimes.test_files():
-        code = ("import sys\nsys.path.insert(0, %r)\nimport devrunner\n"
-                "devrunner.main([%r], circuitpython=%r, only=%r)\n" % (BOARD_DIR, f, circuitpython, only))
+        code = board_scripts.source("run_device_tests", BOARD_DIR=BOARD_DIR, FILE=f, CIRCUITPYTHON=circuitpython,
+                                    ONLY=only)
         try:
             # no `resume`: mpremote soft-resets the board first, so each file starts from a fresh heap
             out, rc = mpremote(port, ["exec", code], resume=False, timeout=timeout), 0

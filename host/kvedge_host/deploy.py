@@ -9,7 +9,7 @@ import os
 import subprocess
 import tempfile
 
-from . import boards
+from . import board_scripts, boards
 from .paths import DEVICE_PKG, venv_tool
 
 
@@ -54,56 +54,12 @@ def sha256_file(path):
         return hashlib.sha256(f.read()).hexdigest()
 
 
-# Runs on the board: every file under the managed folders (and the named single files) with its SHA-256.
-_INVENTORY = """
-import os
-try:
-    import hashlib, binascii
-except ImportError:
-    hashlib = None
-def _h(p):
-    if hashlib is None:
-        return None
-    h = hashlib.sha256()
-    with open(p, 'rb') as f:
-        while True:
-            b = f.read(512)
-            if not b:
-                break
-            h.update(b)
-    return binascii.hexlify(h.digest()).decode()
-def _walk(d):
-    try:
-        ents = list(os.ilistdir(d))
-    except OSError:
-        return
-    print('KVDIR ' + d)
-    for e in ents:
-        p = d + '/' + e[0]
-        if e[1] & 0x4000:
-            _walk(p)
-        else:
-            print('KVFILE %%s %%s' %% (_h(p), p))
-for _d in %(dirs)r:
-    _walk(_d)
-for _f in %(files)r:
-    try:
-        os.stat(_f)
-        print('KVFILE %%s %%s' %% (_h(_f), _f))
-    except OSError:
-        pass
-try:
-    _s = os.statvfs('.')
-    print('KVFREE %%d %%d' %% (_s[1] or _s[0], _s[4]))
-except (AttributeError, OSError):
-    pass
-"""
-
-
+# The board-side scripts (board_scripts/): inventory.py, swap.py, check_version.py, check_native.py.
 def inventory(port, dirs, files=(), resume=True, free=None):
-    """What the board holds: ({path: sha256 hex or None}, set of folders) under `dirs` plus `files`. free: a dict
-    that gets "block" and "blocks" (the filesystem's block size and free blocks) where the board tells."""
-    code = _INVENTORY % {"dirs": list(dirs), "files": list(files)}
+    """What the board holds (board_scripts/inventory.py): ({path: sha256 hex or None}, set of folders) under
+    `dirs` plus `files`. free: a dict that gets "block" and "blocks" (the filesystem's block size and free blocks)
+    where the board tells."""
+    code = board_scripts.source("inventory", DIRS=list(dirs), FILES=list(files))
     out = mpremote(port, ["exec", code], resume=resume)
     have, folders = {}, set()
     for line in out.splitlines():
@@ -119,24 +75,7 @@ def inventory(port, dirs, files=(), resume=True, free=None):
 
 
 TMP = ".kvnew"  # a file being sent is written beside its target and renamed over it once every file is complete
-# Runs on the board after the files were sent: each new file renamed over the old one (removed first: FAT's
-# rename does not replace), or every new file removed when `_ok` is false.
-_SWAP = """
-import os
-for _p in %(paths)r:
-    if %(ok)r:
-        try:
-            os.remove(_p)
-        except OSError:
-            pass
-        os.rename(_p + %(tmp)r, _p)
-    else:
-        try:
-            os.remove(_p + %(tmp)r)
-        except OSError:
-            pass
-print('KVSWAP')
-"""
+# (board_scripts/swap.py), or removed when a send failed
 
 
 def _need_bytes(paths, block):
@@ -184,10 +123,10 @@ def sync(port, pairs, managed_dirs, resume=True, echo=None):
         try:
             mpremote(port, args[:-1], resume=resume)
         except DeployError as e:
-            mpremote(port, ["exec", _SWAP % {"paths": sent, "ok": False, "tmp": TMP}], resume=resume)
+            mpremote(port, ["exec", board_scripts.source("swap", PATHS=sent, OK=False, TMP=TMP)], resume=resume)
             raise DeployError("sending the files failed (%s); the board keeps what it held before"
                               % str(e).splitlines()[0])
-        mpremote(port, ["exec", _SWAP % {"paths": sent, "ok": True, "tmp": TMP}], resume=resume)
+        mpremote(port, ["exec", board_scripts.source("swap", PATHS=sent, OK=True, TMP=TMP)], resume=resume)
     if removed:
         rm = []
         for p in removed:
@@ -247,32 +186,14 @@ def compile_mpy(sources, march, build_dir):
     return out
 
 
-_CHECK = """
-import sys
-for _k in list(sys.modules):
-    if _k == 'kvedge' or _k.startswith('kvedge.'):
-        del sys.modules[_k]
-import kvedge
-print('KVVERSION', kvedge.__version__)
-"""
-
 CONFIG_NAME = "kvedge_plan.json"
-
-
-# With .mpy: the viper kernels are machine code for one architecture; a board of another one refuses them.
-_CHECK_NATIVE = """
-try:
-    import kvedge.kernels_viper
-    print('KVNATIVE ok')
-except Exception as e:
-    print('KVNATIVE %s: %s' % (type(e).__name__, e))
-"""
 
 
 def check_version(port, resume=True, native=False, march=None):
     """Import the package afresh on the board; returns its __version__. With native=True also import the
     viper kernels (raises DeployError when the board refuses their machine code)."""
-    out = mpremote(port, ["exec", _CHECK + (_CHECK_NATIVE if native else "")], resume=resume)
+    code = board_scripts.source("check_version") + (board_scripts.source("check_native") if native else "")
+    out = mpremote(port, ["exec", code], resume=resume)
     version = None
     for line in out.splitlines():
         if line.startswith("KVVERSION "):
