@@ -20,9 +20,18 @@ What the board has:
 - `-icount shift=0`: one guest instruction = 1 ns of virtual time, so `time.ticks_us()` counts thousands of
   instructions (1 us = 1000 instructions) and figures are the same on a loaded machine.
 
+The same machinery drives the emulated Cortex-M0 (qemu's microbit machine, nRF51, Armv6-M: Thumb-1 only, loads
+only armv6m .mpy; the RP2040's stand-in): a Layout says where each machine keeps its firmware, its ROMFS slot and
+its RAM disk (M3, M0; pass layout=M0). Its firmware has no ROMFS partition, so the ROMFS image sits in its flash
+above the firmware and the session code mounts it at /rom first; the RAM disk is SRAM raised above the firmware's
+stack, outside the heap. A Thumb-2 instruction there is a HardFault, after which the board prints its registers
+and hangs: exec() reports it as M3Fault once the board has been silent for FAULT_QUIET seconds after the report
+(or at its time-out), restarting qemu.
+
 qemu runs in its own process group and dies with the thread that started it (kvedge_host.tied)."""
 import os
 import re
+import select
 import shutil
 import subprocess
 import tempfile
@@ -32,25 +41,81 @@ from . import board_scripts, boards, tied
 from .deploy import DeployError, mpremote, mpremote_exe, mpy_cross_exe
 from .paths import SHARED_RUNTIMES
 
-FIRMWARE_ENV = "KVEDGE_M3_FIRMWARE"
-MACHINE = "mps2-an385"
-ROMFS_ADDR = 0x21000000
-ROMFS_MAX = 0x400000
-DISK_ADDR = 0x21400000       # PSRAM after the ROMFS slot, up to 0x21FFFFFF: zero at power-on, not the heap
 DISK_BLOCK = 4096            # a flash sector, as littlefs is used on rp2 and esp32 boards
 DISK_BLOCKS = 3072           # 12 MiB
-PSRAM_BYTES = 16 * 1024 * 1024  # 0x21000000-0x21FFFFFF: qemu's "main RAM" of mps2-an385 (ROMFS slot + RAM disk)
-MARCHES = ("armv6m", "armv7m", "armv7em")   # what the firmware loads (armv7emsp/dp are refused)
 INSTRUCTIONS_PER_US = 1000   # under -icount shift=0
-_IMAGE = re.compile(r"^firmware-heap(\d+)\.elf$")
 _PTY = re.compile(rb"char device redirected to (/dev/pts/\d+)")
+FAULT = "HardFault exception caught"   # what the firmware prints on a HardFault (then it spins for ever)
+FAULT_QUIET = 3              # seconds of silence after a fault report that mean the board hangs
+
+
+class Layout:
+    """One emulated machine: its firmware images, qemu options and where its ROMFS image and RAM disk live.
+
+    key: the runtime's name; cpu: what it stands for in messages; firmware_env / firmware_sub: the folder of
+    the images ($ENV, else SHARED_RUNTIMES/sub); image: their file names (the heap in group 1); qemu_args:
+    options after -machine; romfs_addr/romfs_max: the ROMFS slot; disk_addr: the RAM disk (DISK_BLOCKS of
+    DISK_BLOCK bytes, zero at power-on, outside the heap); marches: the -march values its firmware loads, the
+    first the default; rom_mount: session code that mounts the ROMFS at /rom when the firmware does not;
+    psram_bytes: the size of a RAM that a host file can back (disk_image), 0 when the machine has none."""
+
+    def __init__(self, key, cpu, machine, firmware_env, firmware_sub, image, romfs_addr, romfs_max, disk_addr,
+                 marches, image_name, qemu_args=(), rom_mount="", psram_bytes=0):
+        self.key, self.cpu, self.machine, self.image_name = key, cpu, machine, image_name
+        self.firmware_env, self.firmware_sub, self.image = firmware_env, firmware_sub, re.compile(image)
+        self.romfs_addr, self.romfs_max, self.disk_addr = romfs_addr, romfs_max, disk_addr
+        self.marches, self.qemu_args, self.psram_bytes = tuple(marches), list(qemu_args), psram_bytes
+        # code run at the start of a fresh session: /rom (where the firmware does not mount it), then the RAM
+        # disk at / (its module from /rom when the image has it)
+        self.mount = rom_mount + board_scripts.source("m3_mount")
+
+    def __repr__(self):
+        return "Layout(%s)" % self.key
+
+
+DISK_NAME = "_m3disk"
+# the Cortex-M3: the firmware mounts a ROMFS image found at 0x21000000 (4 MiB slot) at /rom at every reset;
+# the RAM disk is PSRAM after the ROMFS slot, up to 0x21FFFFFF (qemu's "main RAM" of mps2-an385)
+M3 = Layout("m3", "Cortex-M3", "mps2-an385", "KVEDGE_M3_FIRMWARE", "micropython-cortex-m3",
+            r"^firmware-heap(\d+)\.elf$", romfs_addr=0x21000000, romfs_max=0x400000, disk_addr=0x21400000,
+            marches=("armv6m", "armv7m", "armv7em"), image_name="firmware-heapN.elf", psram_bytes=16 * 1024 * 1024)
+# the Cortex-M0 (microbit machine, nRF51): flash at 0 (the firmware's ~213 KB of text; qemu's flash raised to
+# 5 MiB so the 4 MiB ROMFS slot sits at 1 MiB, in flash as on an RP2040, read and executed in place) and SRAM at
+# 0x20000000 (.data, .bss with the heap, the stack down from 0x20040000, as the firmware was linked; raised to
+# 16 MiB so the RAM disk fits at 0x20100000, above everything the firmware uses). The firmware has no
+# vfs.rom_ioctl: the session code mounts the slot itself (vfs.VfsRom over the flash) and puts /rom and /rom/lib on
+# sys.path as the M3's firmware does.
+M0_ROMFS_ADDR = 0x00100000
+M0 = Layout("m0", "Cortex-M0", "microbit", "KVEDGE_M0_FIRMWARE", "micropython-qemu-more",
+            r"^firmware-microbit-heap(\d+)\.elf$", romfs_addr=M0_ROMFS_ADDR, romfs_max=0x400000,
+            disk_addr=0x20100000, marches=("armv6m",), image_name="firmware-microbit-heapN.elf",
+            qemu_args=["-global", "nrf51-soc.flash-size=%d" % (5 * 1024 * 1024),
+                       "-global", "nrf51-soc.sram-size=%d" % (16 * 1024 * 1024)],
+            rom_mount=board_scripts.source("m0_rom_mount", ADDR=M0_ROMFS_ADDR, SIZE=0x400000))
+LAYOUTS = {"m3": M3, "m0": M0}
+
+# the Cortex-M3's figures under their old names
+FIRMWARE_ENV = M3.firmware_env
+MACHINE = M3.machine
+ROMFS_ADDR = M3.romfs_addr
+ROMFS_MAX = M3.romfs_max
+DISK_ADDR = M3.disk_addr
+PSRAM_BYTES = M3.psram_bytes
+MARCHES = M3.marches
+_IMAGE = M3.image
 
 # Board side of the RAM disk: a block device over guest RAM (the extended block protocol littlefs uses), the board
 # script _m3disk.py with the disk's address and geometry as constants.
-DISK_NAME = "_m3disk"
-DISK_MODULE = board_scripts.source(DISK_NAME, const=True, ADDR=DISK_ADDR, BS=DISK_BLOCK, N=DISK_BLOCKS)
-# Prepended to code run in a fresh session: the RAM disk at / (the module DISK_NAME from /rom when the image has it).
-MOUNT = board_scripts.source("m3_mount")
+def disk_module(layout=None):
+    """The RAM disk's board-side code for this machine's disk address."""
+    layout = layout or M3
+    return board_scripts.source(DISK_NAME, const=True, ADDR=layout.disk_addr, BS=DISK_BLOCK, N=DISK_BLOCKS)
+
+
+DISK_MODULE = disk_module(M3)
+# Prepended to code run in a fresh session on the Cortex-M3: the RAM disk at / (the module from /rom when the
+# image has it). Other machines: Layout.mount.
+MOUNT = M3.mount
 
 
 class M3Missing(RuntimeError):
@@ -65,41 +130,106 @@ class M3Error(RuntimeError):
         self.output = output
 
 
-def firmware_dir():
-    d = os.environ.get(FIRMWARE_ENV)
+class M3Fault(M3Error):
+    """The board took a HardFault (e.g. a Thumb-2 instruction on the Cortex-M0) and hung; .pc is the faulting
+    PC its register dump names (an int, or None when the dump was cut short)."""
+
+    def __init__(self, msg, output="", pc=None):
+        M3Error.__init__(self, msg, output)
+        self.pc = pc
+
+
+_FAULT_PC = re.compile(r"R15:\s*([0-9A-Fa-f]{8})")
+
+
+def fault_report(text):
+    """(faulted, pc) from what a board printed: faulted when the firmware's HardFault report is complete (its
+    register dump ends with xPSR), pc the faulting PC (R15) or None."""
+    i = text.find(FAULT)
+    if i < 0 or "xPSR:" not in text[i:]:
+        return False, None
+    m = _FAULT_PC.search(text, i)
+    return True, (int(m.group(1), 16) if m else None)
+
+
+def run_watched(cmd, timeout, quiet=FAULT_QUIET):
+    """Run `cmd` (mpremote talking to a board) reading its output as it comes.
+
+    Returns (status, output, returncode): "done" when it exited; "fault" when the firmware reported a
+    HardFault and then printed nothing more for `quiet` seconds (the board hangs: mpremote would wait for ever),
+    or when the time-out came after such a report; "timeout" when `timeout` seconds passed without one. The
+    command is killed unless it exited."""
+    p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    buf = bytearray()
+    start = last = time.monotonic()
+    faulted = False
+    status = None
+    try:
+        while status is None:
+            now = time.monotonic()
+            if faulted and now - last >= quiet:
+                status = "fault"
+                break
+            if now - start >= timeout:
+                status = "fault" if fault_report(buf.decode("utf-8", "replace"))[0] else "timeout"
+                break
+            r, _, _ = select.select([p.stdout], [], [], 0.2)
+            if not r:
+                continue
+            chunk = os.read(p.stdout.fileno(), 65536)
+            if not chunk:
+                status = "done"
+                break
+            buf += chunk
+            last = time.monotonic()
+            if not faulted and FAULT.encode() in buf:
+                faulted = fault_report(buf.decode("utf-8", "replace"))[0]
+    finally:
+        if status != "done" and p.poll() is None:
+            p.kill()
+        rc = p.wait()
+        p.stdout.close()
+    return status, buf.decode("utf-8", "replace"), rc
+
+
+def firmware_dir(layout=None):
+    layout = layout or M3
+    d = os.environ.get(layout.firmware_env)
     if d:
         return os.path.abspath(d)
-    return os.path.join(SHARED_RUNTIMES, "micropython-cortex-m3")
+    return os.path.join(SHARED_RUNTIMES, layout.firmware_sub)
 
 
-def firmware_images(folder=None):
-    """{heap bytes: image path} of the firmware images in the folder."""
-    folder = folder or firmware_dir()
+def firmware_images(folder=None, layout=None):
+    """{heap bytes: image path} of the machine's firmware images in the folder."""
+    layout = layout or M3
+    folder = folder or firmware_dir(layout)
     try:
         names = os.listdir(folder)
     except OSError:
         return {}
     out = {}
     for n in names:
-        m = _IMAGE.match(n)
+        m = layout.image.match(n)
         if m:
             out[int(m.group(1))] = os.path.join(folder, n)
     return out
 
 
-def firmware_for(heap):
-    """The image whose heap is exactly `heap` bytes; M3Missing says why there is none."""
-    folder = firmware_dir()
-    imgs = firmware_images(folder)
+def firmware_for(heap, layout=None):
+    """The machine's image whose heap is exactly `heap` bytes; M3Missing says why there is none."""
+    layout = layout or M3
+    folder = firmware_dir(layout)
+    imgs = firmware_images(folder, layout)
     if heap in imgs:
         return imgs[heap]
     if not os.path.isdir(folder):
-        raise M3Missing("no Cortex-M3 firmware folder %s (set %s to the folder of firmware-heapN.elf images)"
-                        % (folder, FIRMWARE_ENV))
+        raise M3Missing("no %s firmware folder %s (set %s to the folder of %s images)"
+                        % (layout.cpu, folder, layout.firmware_env, layout.image_name))
     if not imgs:
-        raise M3Missing("no firmware-heapN.elf image in %s" % folder)
-    raise M3Missing("no Cortex-M3 firmware image with a %d-byte heap in %s (images there: %s)"
-                    % (heap, folder, ", ".join(str(h) for h in sorted(imgs))))
+        raise M3Missing("no %s image in %s" % (layout.image_name, folder))
+    raise M3Missing("no %s firmware image with a %d-byte heap in %s (images there: %s)"
+                    % (layout.cpu, heap, folder, ", ".join(str(h) for h in sorted(imgs))))
 
 
 def qemu_exe():
@@ -116,22 +246,27 @@ def heap_of(board=None, heap=None):
     return int(boards.load(board or "rp2040")["heap_bytes"])
 
 
-def missing(board=None, heap=None):
-    """None when the emulated board can run with this profile's (or this) heap, else the reason."""
+def missing(board=None, heap=None, layout=None):
+    """None when the emulated machine (default the Cortex-M3) can run with this profile's (or this) heap, else
+    the reason."""
     try:
         qemu_exe()
-        firmware_for(heap_of(board, heap))
+        firmware_for(heap_of(board, heap), layout)
         mpremote_exe()
     except (M3Missing, DeployError) as e:
         return str(e)
     return None
 
 
-def march_for(board=None):
-    """The -march for .mpy files on this emulated board: the profile's own when the firmware loads it (rp2040's
-    armv6m), else the CPU's armv7m (xtensawin or armv7emsp machine code cannot run on a Cortex-M3)."""
+def march_for(board=None, layout=None):
+    """The -march for .mpy files on this emulated machine: the profile's own when the firmware loads it
+    (rp2040's armv6m), else the CPU's (armv7m on the Cortex-M3: xtensawin or armv7emsp machine code cannot run
+    there; armv6m on the Cortex-M0)."""
+    layout = layout or M3
     m = boards.load(board or "rp2040").get("mpy_march")
-    return m if m in MARCHES else "armv7m"
+    if m in layout.marches:
+        return m
+    return "armv7m" if layout is M3 else layout.marches[0]
 
 
 # -- images -----------------------------------------------------------------------------------------------
@@ -161,19 +296,19 @@ def stage(folder, pairs, march=None, mpy=True):
     return out
 
 
-def stage_package(folder, march="armv6m", mpy=True, extra=()):
-    """The device package (kvedge/...) and `extra` pairs into `folder`, plus the RAM-disk module."""
+def stage_package(folder, march="armv6m", mpy=True, extra=(), layout=None):
+    """The device package (kvedge/...) and `extra` pairs into `folder`, plus the machine's RAM-disk module."""
     from .deploy import device_sources
     written = stage(folder, list(device_sources()) + list(extra), march, mpy)
-    write_disk_module(folder, march if mpy else None)
+    write_disk_module(folder, march if mpy else None, layout)
     return written
 
 
-def write_disk_module(folder, march=None):
-    """The RAM-disk module (as .mpy when march is given: no compile on the board)."""
+def write_disk_module(folder, march=None, layout=None):
+    """The machine's RAM-disk module (as .mpy when march is given: no compile on the board)."""
     src = os.path.join(folder, DISK_NAME + ".py")
     with open(src, "w") as f:
-        f.write(DISK_MODULE)
+        f.write(disk_module(layout))
     if march is not None:
         compile_to(src, os.path.join(folder, DISK_NAME + ".mpy"), DISK_NAME + ".py", march)
         os.remove(src)
@@ -260,7 +395,7 @@ def read_disk(image):
     return out
 
 
-def build_romfs(folder, image):
+def build_romfs(folder, image, layout=None):
     """A ROMFS image of `folder` (files as they are: stage() compiled what had to be compiled), each file's data
     4-byte aligned (kvedge_host.romfs) so that weights can be read in place."""
     from . import romfs
@@ -272,8 +407,9 @@ def build_romfs(folder, image):
             files.append((p, os.path.relpath(p, folder).replace(os.sep, "/")))
     romfs.write(files, image)
     size = os.path.getsize(image)
-    if size > ROMFS_MAX:
-        raise DeployError("ROMFS image %s is %d bytes; the board's ROMFS slot holds %d" % (image, size, ROMFS_MAX))
+    slot = (layout or M3).romfs_max
+    if size > slot:
+        raise DeployError("ROMFS image %s is %d bytes; the board's ROMFS slot holds %d" % (image, size, slot))
     return image
 
 
@@ -287,11 +423,16 @@ class M3Board:
     (use one of the two). Without disk_image a restart (restart()) starts again from the images: what the code
     wrote to the RAM disk is gone."""
 
-    def __init__(self, board="rp2040", heap=None, romfs=None, disk=None, icount=True, log=None, disk_image=None):
+    def __init__(self, board="rp2040", heap=None, romfs=None, disk=None, icount=True, log=None, disk_image=None,
+                 layout=None):
         self.board = board
+        self.layout = layout or M3
+        if disk_image and not self.layout.psram_bytes:
+            raise M3Missing("the emulated %s (qemu %s) has no RAM a host file can back: no disk_image"
+                            % (self.layout.cpu, self.layout.machine))
         self.disk_image = os.path.abspath(disk_image) if disk_image else None
         self.heap = heap_of(board, heap)
-        self.firmware = firmware_for(self.heap)
+        self.firmware = firmware_for(self.heap, self.layout)
         self.romfs = os.path.abspath(romfs) if romfs else None
         self.disk = os.path.abspath(disk) if disk else None
         self.icount = icount
@@ -302,18 +443,19 @@ class M3Board:
         self._dir = None
 
     def command(self):
-        machine = MACHINE + (",memory-backend=psram" if self.disk_image else "")
-        cmd = [qemu_exe(), "-machine", machine, "-nographic", "-monitor", "null", "-semihosting",
-               "-serial", "pty", "-kernel", self.firmware]
+        lay = self.layout
+        machine = lay.machine + (",memory-backend=psram" if self.disk_image else "")
+        cmd = [qemu_exe(), "-machine", machine] + lay.qemu_args + [
+            "-nographic", "-monitor", "null", "-semihosting", "-serial", "pty", "-kernel", self.firmware]
         if self.disk_image:  # qemu maps the file: every guest write is in it, whenever qemu dies
             cmd += ["-object", "memory-backend-file,id=psram,size=%d,mem-path=%s,share=on"
-                    % (PSRAM_BYTES, self.disk_image)]
+                    % (lay.psram_bytes, self.disk_image)]
         if self.icount:
             cmd += ["-icount", "shift=0"]
         if self.romfs:
-            cmd += ["-device", "loader,file=%s,addr=0x%x,force-raw=on" % (self.romfs, ROMFS_ADDR)]
+            cmd += ["-device", "loader,file=%s,addr=0x%x,force-raw=on" % (self.romfs, lay.romfs_addr)]
         if self.disk:
-            cmd += ["-device", "loader,file=%s,addr=0x%x,force-raw=on" % (self.disk, DISK_ADDR)]
+            cmd += ["-device", "loader,file=%s,addr=0x%x,force-raw=on" % (self.disk, lay.disk_addr)]
         return cmd
 
     def start(self, timeout=30):
@@ -342,7 +484,7 @@ class M3Board:
         return self.port
 
     def machine(self):
-        return "%s (%s)" % (MACHINE, os.path.basename(self.firmware))
+        return "%s (%s)" % (self.layout.machine, os.path.basename(self.firmware))
 
     def stop(self):
         tied.kill(self.proc)
@@ -373,18 +515,29 @@ class M3Board:
         return mpremote(self.port, args, resume=resume, timeout=timeout)
 
     def exec(self, code, timeout=300, mount=True, resume=False):
-        """Run `code` in a fresh interpreter (soft reset; resume=True keeps the state) with the RAM disk at /
-        as cwd; returns what it printed. Raises M3Error with the output when the code raised, and restarts
-        qemu when it timed out (Ctrl-C may not stop a runaway program)."""
-        try:
-            out = self.mpremote(["exec", (MOUNT if mount else "") + code], resume=resume, timeout=timeout)
-        except DeployError as e:
-            msg = str(e)
-            if "timed out" in msg.splitlines()[0]:
-                self.restart()
-                raise M3Error("timed out after %ds (board restarted)" % timeout, msg)
-            raise M3Error(msg.splitlines()[0], msg)
-        return out
+        """Run `code` in a fresh interpreter (soft reset; resume=True keeps the state) with the ROMFS at /rom
+        and the RAM disk at / as cwd; returns what it printed. Raises M3Error with the output when the code
+        raised; M3Fault when the board took a HardFault (it then hangs: seen as its fault report followed by
+        FAULT_QUIET seconds of silence, or at the time-out); M3Error when it timed out. After a fault or a
+        time-out qemu is restarted (Ctrl-C cannot stop a runaway or hung board)."""
+        cmd = [mpremote_exe(), "connect", self.port] + (["resume"] if resume else []) + [
+            "exec", (self.layout.mount if mount else "") + code]
+        status, out, rc = run_watched(cmd, timeout)
+        if status == "done" and rc == 0:
+            return out
+        if status == "done":
+            last = [ln for ln in out.strip().splitlines() if ln.strip()]
+            msg = "mpremote failed on %s (exit %d): %s" % (self.port, rc, last[-1] if last else "no output")
+            raise M3Error(msg, msg + "\n" + out[-4000:])
+        self.restart()
+        if status == "fault":
+            _, pc = fault_report(out)
+            msg = ("HardFault on the emulated %s (qemu %s) at PC=%s: the board hung after its fault report "
+                   "(no output for %ds; board restarted)"
+                   % (self.layout.cpu, self.layout.machine, "0x%08X" % pc if pc is not None else "?", FAULT_QUIET))
+            raise M3Fault(msg, out[-4000:], pc)
+        msg = "timed out after %ds (board restarted)" % timeout
+        raise M3Error(msg, "mpremote timed out after %ds on %s\n%s" % (timeout, self.port, out[-2000:]))
 
 
 def instructions(us):
@@ -392,25 +545,27 @@ def instructions(us):
     return int(round(us * INSTRUCTIONS_PER_US))
 
 
-def run_code(code, board="rp2040", heap=None, package="mpy", march=None, extra=(), timeout=600, log=None):
-    """Run `code` once on a fresh emulated board and return what it printed.
+def run_code(code, board="rp2040", heap=None, package="mpy", march=None, extra=(), timeout=600, log=None,
+             layout=None):
+    """Run `code` once on a fresh emulated board (the Cortex-M3 unless layout=M0) and return what it printed.
 
-    package: "mpy" (the device package as .mpy for march, default march_for(board)), "py" (as source) or None;
-    extra: (host path, board path) pairs added to the ROMFS image (e.g. a model file: open it as '/rom/NAME').
-    Time with time.ticks_us() (1 us = 1000 instructions); read heap with gc.mem_alloc()/gc.mem_free().
-    Raises M3Missing when the board cannot run here, M3Error when the code fails."""
-    why = missing(board, heap)
+    package: "mpy" (the device package as .mpy for march, default march_for(board, layout)), "py" (as source)
+    or None; extra: (host path, board path) pairs added to the ROMFS image (e.g. a model file: open it as
+    '/rom/NAME'). Time with time.ticks_us() (1 us = 1000 instructions); read heap with
+    gc.mem_alloc()/gc.mem_free(). Raises M3Missing when the board cannot run here, M3Fault when it took a
+    HardFault, M3Error when the code fails."""
+    why = missing(board, heap, layout)
     if why:
         raise M3Missing(why)
-    march = march or march_for(board)
+    march = march or march_for(board, layout)
     with tempfile.TemporaryDirectory(prefix="kvedge-m3rom-") as tmp:
         folder = os.path.join(tmp, "rom")
         os.makedirs(folder)
         if package:
-            stage_package(folder, march, mpy=(package == "mpy"), extra=extra)
+            stage_package(folder, march, mpy=(package == "mpy"), extra=extra, layout=layout)
         else:
             stage(folder, extra, march, mpy=False)
-            write_disk_module(folder, march)
-        image = build_romfs(folder, os.path.join(tmp, "rom.img"))
-        with M3Board(board, heap=heap, romfs=image, log=log) as b:
+            write_disk_module(folder, march, layout)
+        image = build_romfs(folder, os.path.join(tmp, "rom.img"), layout)
+        with M3Board(board, heap=heap, romfs=image, log=log, layout=layout) as b:
             return b.exec(code, timeout=timeout)

@@ -1,6 +1,7 @@
 """Run device code on real MicroPython runtimes: the unix port (heap capped like a board), the 32-bit wasm port on
 Node.js, MicroPython on an emulated Cortex-M3 board (qemu; `m3` = the package as .mpy for the board's -march,
-`m3-py` = as source) and real CircuitPython (a 32-bit unix build; where it is absent, `circuitpython` is the
+`m3-py` = as source), on an emulated Cortex-M0 (`m0`: qemu's microbit machine, Armv6-M, the package as armv6m
+.mpy: the RP2040's instruction set, where a Thumb-2 instruction faults) and real CircuitPython (a 32-bit unix build; where it is absent, `circuitpython` is the
 unix port with CircuitPython's limits emulated). The device package and tests are made importable the same way
 a board sees them."""
 import os
@@ -13,8 +14,14 @@ import tempfile
 from . import boards
 from .paths import DEVICE, ROOT, SHARED_RUNTIMES, TESTS_DEVICE, TOOLS, WASM, venv_tool
 
-RUNTIMES = ("cpython", "unix", "wasm", "m3", "m3-py", "circuitpython")
-M3 = {"m3": "mpy", "m3-py": "py"}  # runtime -> how the package is deployed on the emulated board
+RUNTIMES = ("cpython", "unix", "wasm", "m3", "m3-py", "m0", "circuitpython")
+M3 = {"m3": "mpy", "m3-py": "py", "m0": "mpy"}  # runtime -> how the package is deployed on the emulated board
+
+
+def layout_of(runtime):
+    """The emulated machine (kvedge_host.m3board.Layout) a runtime of M3 runs on."""
+    from . import m3board
+    return m3board.M0 if runtime == "m0" else m3board.M3
 CIRCUITPYTHON_ENV = "KVEDGE_CIRCUITPYTHON"
 SUMMARY = re.compile(r"^(\d+) passed, (\d+) failed, (\d+) skipped$")
 
@@ -63,7 +70,7 @@ def missing(runtime, board="rp2040"):
             wasm_entry()
         elif runtime in M3:
             from . import m3board
-            return m3board.missing(board)
+            return m3board.missing(board, layout=layout_of(runtime))
     except RuntimeMissing as e:
         return str(e)
     return None
@@ -78,8 +85,9 @@ def describe(runtime, board="rp2040"):
                 % circuitpython_path())
     if runtime in M3:
         from . import m3board
-        how = ("as -march=%s .mpy" % m3board.march_for(board)) if M3[runtime] == "mpy" else "as .py"
-        return "emulated Cortex-M3 (qemu %s), the package %s" % (m3board.MACHINE, how)
+        lay = layout_of(runtime)
+        how = ("as -march=%s .mpy" % m3board.march_for(board, lay)) if M3[runtime] == "mpy" else "as .py"
+        return "emulated %s (qemu %s), the package %s" % (lay.cpu, lay.machine, how)
     return {"cpython": "CPython", "unix": "MicroPython unix port (64-bit)",
             "wasm": "MicroPython wasm port (32-bit, Node.js)"}.get(runtime, runtime)
 
@@ -138,7 +146,9 @@ def run_code(runtime, code, heap=None, paths=(), timeout=600, cwd=None, fixed=Fa
 
 def _run_m3(runtime, code, heap, paths, timeout, board="rp2040"):
     from . import m3board
-    why = m3board.missing(board, heap)
+    lay = layout_of(runtime)
+    march = m3board.march_for(board, lay)
+    why = m3board.missing(board, heap, lay)
     if why:
         raise RuntimeMissing(why)
     paths = [os.path.abspath(p) for p in paths]
@@ -147,15 +157,17 @@ def _run_m3(runtime, code, heap, paths, timeout, board="rp2040"):
         files = []
         for p in paths:
             files += m3board.tree_files(p, p)
-        disk = m3board.build_disk(os.path.join(tmp, "disk.img"), files, march=m3board.march_for(board),
+        disk = m3board.build_disk(os.path.join(tmp, "disk.img"), files, march=march,
                                   mpy=M3[runtime] == "mpy", work=tmp)
         rom = os.path.join(tmp, "rom")
         os.makedirs(rom)
-        m3board.write_disk_module(rom, m3board.march_for(board))
-        with m3board.M3Board(board, heap=heap, romfs=m3board.build_romfs(rom, os.path.join(tmp, "rom.img")),
-                             disk=disk) as b:
+        m3board.write_disk_module(rom, march, lay)
+        with m3board.M3Board(board, heap=heap, romfs=m3board.build_romfs(rom, os.path.join(tmp, "rom.img"), lay),
+                             disk=disk, layout=lay) as b:
             try:
                 return 0, b.exec(prologue + code, timeout=timeout)
+            except m3board.M3Fault as e:
+                return 1, e.output.rstrip("\n") + "\n%s\n" % e
             except m3board.M3Error as e:
                 return 1, e.output + ("\nTIMEOUT after %ds\n" % timeout if "timed out" in str(e) else "")
 
@@ -190,6 +202,8 @@ class Files:
             from . import m3board
             try:
                 return 0, self._board().exec(code, timeout=timeout)
+            except m3board.M3Fault as e:   # the runner's output, then the fault named in the last line
+                return 1, e.output.rstrip("\n") + "\nFAIL %s: %s\n" % (f, e)
             except m3board.M3Error as e:
                 return 1, e.output
         # a fresh folder per file: files the tests write cannot meet another run's
@@ -203,14 +217,15 @@ class Files:
     def _board(self):
         from . import m3board
         if self._m3 is None or not self._m3.alive():
-            why = m3board.missing(self.board, self.heap)
+            lay = layout_of(self.runtime)
+            why = m3board.missing(self.board, self.heap, lay)
             if why:
                 raise RuntimeMissing(why)
             if self._tmp is None:
                 self._tmp = tempfile.mkdtemp(prefix="kvedge-m3suite-")
                 self._image = suite_romfs(os.path.join(self._tmp, "suite.img"), M3[self.runtime] == "mpy",
-                                          m3board.march_for(self.board))
-            self._m3 = m3board.M3Board(self.board, heap=self.heap, romfs=self._image)
+                                          m3board.march_for(self.board, lay), lay)
+            self._m3 = m3board.M3Board(self.board, heap=self.heap, romfs=self._image, layout=lay)
             self._m3.start()
         return self._m3
 
@@ -229,15 +244,16 @@ class Files:
         self.close()
 
 
-def suite_romfs(image, mpy=True, march="armv6m"):
-    """A ROMFS image for the emulated board with the device package, tests/device and the runner (as .mpy
-    for `march` when mpy, else as source): imported from /rom, their code stays in place."""
+def suite_romfs(image, mpy=True, march="armv6m", layout=None):
+    """A ROMFS image for the emulated board (layout: its machine, default the Cortex-M3) with the device
+    package, tests/device and the runner (as .mpy for `march` when mpy, else as source): imported from /rom,
+    their code stays in place."""
     from . import m3board
     pairs = [(os.path.join(TESTS_DEVICE, n), n) for n in sorted(os.listdir(TESTS_DEVICE)) if n.endswith(".py")]
     pairs.append((os.path.join(TOOLS, "devrunner.py"), "devrunner.py"))
     with tempfile.TemporaryDirectory(prefix="kvedge-m3stage-") as folder:
-        m3board.stage_package(folder, march, mpy=mpy, extra=pairs)
-        return m3board.build_romfs(folder, image)
+        m3board.stage_package(folder, march, mpy=mpy, extra=pairs, layout=layout)
+        return m3board.build_romfs(folder, image, layout)
 
 
 def parse(out, rc, f, total):
