@@ -97,6 +97,8 @@ SMALLER = {
         (".venv/bin/python tools/mprun.py --runtime m3 -k test_budget_layers", "one file (as above)"),
     ".venv/bin/python tools/mprun.py --runtime m3-py":
         (".venv/bin/python tools/mprun.py --runtime m3-py -k test_budget_layers", "one file (as above)"),
+    ".venv/bin/python tools/mprun.py --runtime m0":
+        (".venv/bin/python tools/mprun.py --runtime m0 -k test_budget_layers", "one file (as above)"),
     ".venv/bin/python tools/mprun.py --runtime circuitpython":
         (".venv/bin/python tools/mprun.py --runtime circuitpython -k test_budget_layers", "one file (as above)"),
     "kvedge eval":
