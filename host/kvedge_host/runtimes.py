@@ -1,9 +1,9 @@
 """Run device code on real MicroPython runtimes: the unix port (heap capped like a board), the 32-bit wasm port on
 Node.js, MicroPython on an emulated Cortex-M3 board (qemu; `m3` = the package as .mpy for the board's -march,
 `m3-py` = as source), on an emulated Cortex-M0 (`m0`: qemu's microbit machine, Armv6-M, the package as armv6m
-.mpy: the RP2040's instruction set, where a Thumb-2 instruction faults) and real CircuitPython (a 32-bit unix build; where it is absent, `circuitpython` is the
-unix port with CircuitPython's limits emulated). The device package and tests are made importable the same way
-a board sees them."""
+.mpy: the RP2040's instruction set, where a Thumb-2 instruction faults) and real CircuitPython (a 32-bit unix
+build; where it is absent, `circuitpython` is the unix port with CircuitPython's limits emulated). The device
+package and tests are made importable the same way a board sees them."""
 import os
 import re
 import shutil
