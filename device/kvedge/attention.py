@@ -16,7 +16,9 @@
 # array, which is what heavy-hitter eviction accumulates.
 import math
 
+from . import cacheq8  # noqa: F401 (KVCache's integer-path methods: i8_bases)
 from . import check, kernels, quant
+kernels.bind_att()  # the att_* kernels' tile indexes (kvedge.layout): the integer attention is loading
 from .compat import zeros
 from .floatatt import FloatAttention, MAX_TILE, SCORE_CAP, SCORE_STEP, _float_array  # noqa: F401 (its names)
 from .sizes import I2, I4, I8

@@ -48,7 +48,26 @@ def _load(kind):
         return None
     for part in name.split(".")[1:]:
         mod = getattr(mod, part)
-    return mod if mod.OK else None
+    if not mod.OK:
+        return None
+    if _bound[0] and hasattr(mod, "att_bind"):
+        mod.att_bind()
+    return mod
+
+
+_bound = [False]
+
+
+def bind_att():
+    """Give the kernel modules the tile's word indexes (kvedge.layout) their att_* kernels read, now and for any
+    kind loaded later: kvedge.attention calls it when the integer attention loads. A float-only run never does,
+    and never loads kvedge.layout (2,960 bytes of a board's heap, measured on the emulated ESP32 heap)."""
+    import sys
+    _bound[0] = True
+    for name in _MODULES.values():
+        mod = sys.modules.get(name)
+        if mod is not None and hasattr(mod, "att_bind"):
+            mod.att_bind()
 
 
 def available():

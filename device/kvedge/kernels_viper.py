@@ -327,7 +327,7 @@ def att_fill_i8(slots, tile, geo) -> int:
 
 
 # f32 rows (the prefix, i4's residual) are few: the native conversion serves here.
-from kvedge.kernels_native import att_conv_f32  # noqa: E402,F401
+from kvedge.kernels_native import att_conv_f32, att_bind  # noqa: E402,F401 (att_bind: att_conv_f32's indexes)
 
 
 @micropython.viper

@@ -4,6 +4,7 @@ import gc
 
 from kvedge import budget, quant
 from kvedge.cache import KVCache
+from kvedge import cacheq8  # noqa: F401,E402 (KVCache.q8_store_block, write_q8_at: the integer path adds them)
 from kvedge.config import CacheConfig
 from kvedge.errors import BudgetError, CacheFullError
 from _support import Rng, need, raises, message, under_heap_lock
