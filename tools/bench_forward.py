@@ -56,7 +56,7 @@ if FW == "auto":  # Llama's default arguments: the pass a user gets (kvedge.mode
 else:
     m = Llama(%(model)r, kv=KV, forward=FW, stream=%(stream)r)
 RAN = m.forward_kind if FW != "auto" else "auto=" + m.forward_kind
-if %(unlocked)r:  # the integer pass's steps never run with the heap locked (kvedge.model.llama.Llama._int_step)
+if %(unlocked)r:  # the integer pass's steps never run with the heap locked (kvedge.model.intpath.Forward.step)
     m._lockable = False
     RAN += "(unlocked)"
 V = m.cfg.vocab_size

@@ -134,7 +134,7 @@ def nothing(a, b, c, d):
 
 def calibrate(e):
     gc.collect()
-    micropython.heap_lock()  # as the pass's steps run (kvedge.model.llama.Llama._int_step): frames on the stack
+    micropython.heap_lock()  # as the pass's steps run (kvedge.model.intpath.Forward.step): frames on the stack
     on[0] = True
     for i in range(2000):
         e(1, 2, 3, 4)

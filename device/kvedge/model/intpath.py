@@ -21,10 +21,11 @@
 #
 # The scalar steps (a reciprocal, an integer square root) run here once per vector; the O(n) and O(n^2) loops
 # run in the kernels. Tables are computed once at start-up (floats there are fine: nothing is hot).
+import gc
 import math
 from array import array
 
-from kvedge.compat import zeros, IS_MICROPYTHON
+from kvedge.compat import zeros, IS_MICROPYTHON, micropython
 from kvedge.model.checkpoint import i8_layout, file_size, CheckpointError, alloc
 from kvedge import kernels
 
@@ -407,6 +408,7 @@ class Forward:
     """Buffers, tables and the decode step of the integer forward pass over a model's cache and attention."""
 
     def __init__(self, model, w):
+        from kvedge import cacheq8  # noqa: F401 (KVCache.q8_store_block, write_q8_at: loaded with the pass)
         cfg = model.cfg
         self.m = model
         self.w = w
@@ -455,6 +457,8 @@ class Forward:
         m, e = mantissa(d * EPS)
         self.epsm, self.epse = m, e
         self.exp_logits = 0
+        self.clean = 0  # steps in a row that left nothing allocated (2: step() locks the heap)
+        self.locked_steps = 0
         self.span = 0  # slots from here on hold no token
         self.xm = 0
         self.xe = 0
@@ -556,6 +560,30 @@ class Forward:
         return big
 
     # ---- the decode step ----
+
+    def step(self, token):
+        """forward(token), with the heap locked once it has shown it allocates nothing. Why: MicroPython puts a
+        Python function's frame of more than 11 words on the heap when it can (and frees it on return), so every
+        call of the pass's helpers searches the heap for a free block; on a fragmented heap that search dominates
+        (docs/benchmarks.md: the emulated rp2040 ran 12.1 M instructions a token unlocked, 5.4 M locked).
+        Locked, frames go on the C stack. Earned: two steps in a row, unlocked, left the heap as they found it;
+        never locked for a position the f32 prefix takes (it allocates) or when start_token() would raise (its
+        exception must not become a MemoryError). The model's _lockable says whether to try (not for a tiered
+        cache, whose steps write flash)."""
+        c = self.m.cache
+        if self.clean >= 2 and c.n_seen >= c.P and c.has_room():
+            micropython.heap_lock()
+            try:
+                out = self.forward(token)
+            finally:
+                micropython.heap_unlock()
+            self.locked_steps += 1
+            return out
+        a = gc.mem_alloc()
+        out = self.forward(token)
+        # a collection within the step would lower the figure: only an unchanged heap counts as clean
+        self.clean = self.clean + 1 if gc.mem_alloc() == a and c.n_seen > c.P else 0
+        return out
 
     def forward(self, token):
         """One token at the cache's next position; returns the logits (array('i'), value logits[i] * 2**

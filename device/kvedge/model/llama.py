@@ -13,7 +13,7 @@ import math
 import sys
 
 from kvedge import sizes as _sizes
-from kvedge.compat import HAS_HEAP_LOCK, micropython
+from kvedge.compat import HAS_HEAP_LOCK
 from kvedge import kernels
 from kvedge.cache import KVCache
 from kvedge.config import CacheConfig
@@ -229,10 +229,9 @@ class Llama:
         self.forward_kind = forward
         self.kind = plan_kind(ccfg, tier, policy is not None)
         self.intp = None  # the other forward pass, when it runs
-        # the integer pass's steps run with the heap locked once two steps in a row allocated nothing (_int_step)
+        # the integer pass's steps run with the heap locked once two steps in a row allocated nothing
+        # (kvedge.model.intpath.Forward.step)
         self._lockable = False
-        self._clean = 0  # steps in a row that left nothing allocated (2: earned)
-        self.locked_steps = 0
         # largest first: the arena, then the buffers, then the many small objects (weights, policy, attention),
         # which fill whatever holes are left rather than leave the buffers none big enough; garbage is collected
         # between the steps, so each one starts filling from the lowest hole (on a 32-bit board's nearly full heap
@@ -323,29 +322,6 @@ class Llama:
         if pre is not None:
             pre(att.k)
 
-    def _int_step(self, token):
-        """The integer pass's step, with the heap locked once it has shown it allocates nothing. Why: MicroPython
-        puts a Python function's frame of more than 11 words on the heap when it can (and frees it on return),
-        so every call of the pass's helpers searches the heap for a free block. On a fragmented heap that search
-        dominates: the emulated rp2040 ran 12.1 M instructions a token unlocked, 5.4 M locked
-        (tools/bench_forward.py --runtime m3 --board rp2040). Locked, frames go on the C stack. Earned: two steps
-        in a row, unlocked, left the heap as they found it; never locked for a position the f32 prefix takes
-        (it allocates) or when start_token() would raise (its exception must not become a MemoryError)."""
-        c = self.cache
-        if self._clean >= 2 and c.n_seen >= c.P and c.has_room():
-            micropython.heap_lock()
-            try:
-                out = self.intp.forward(token)
-            finally:
-                micropython.heap_unlock()
-            self.locked_steps += 1
-            return out
-        a = gc.mem_alloc()
-        out = self.intp.forward(token)
-        # a collection within the step would lower the figure: only an unchanged heap counts as clean
-        self._clean = self._clean + 1 if gc.mem_alloc() == a and c.n_seen > c.P else 0
-        return out
-
     def close(self):
         self.w.close()
         if self.kind == "tiered":
@@ -413,9 +389,7 @@ class Llama:
         cfg = self.cfg
         check_token(token, cfg.vocab_size)  # before the cache gives a position
         if self.intp is not None:
-            if self._lockable:
-                return self._int_step(token)
-            return self.intp.forward(token)
+            return self.intp.step(token) if self._lockable else self.intp.forward(token)
         w = self.w
         k = self.k
         d, h, kvd = cfg.dim, cfg.hidden_dim, cfg.kv_dim
