@@ -76,14 +76,14 @@ def plan_for(board, model, tokenizer, out=None, heap=None, prompt="", stats=True
         if log and with_stats and len(tries) > 1:
             log("with the stats stream the cache keeps %d tokens (%s): planning without it"
                 % (doc["tokens_kept"], doc["strategy"]))
+    hint = "" if weights_dtype == "i8" else ": int8 weights (kvedge convert --weights-dtype i8) leave it more"
     if doc is None:
-        raise UserError("nothing fits %s: %s with %s weights and an i8 cache (kvedge plan --board %s)"
-                        % (board, model, weights_dtype, board))
+        raise UserError("nothing fits %s: %s with %s weights and an i8 cache (kvedge plan --board %s)%s"
+                        % (board, model, weights_dtype, board, hint))
     if doc["tokens_kept"] < MIN_TOKENS:  # a run that stops after a token or two is not a plan worth running
         raise UserError("nothing fits %s keeping %d tokens or more: %s with %s weights keeps %d (%s; kvedge plan "
                         "--board %s)%s" % (board, MIN_TOKENS, model, weights_dtype, doc["tokens_kept"],
-                                           doc["strategy"], board, "" if weights_dtype == "i8" else
-                                           ": int8 weights (kvedge convert --weights-dtype i8) leave it more"))
+                                           doc["strategy"], board, hint))
     return doc
 
 

@@ -174,6 +174,11 @@ ELSEWHERE = {
 }
 
 NOT_RUN = {
+    ".venv/bin/python tools/bench_forward.py --runtime m3 --kernels asm viper --forward auto --unlocked --tokens 4":
+        "a benchmark (figures in docs/benchmarks.md): the suite runs the forward passes' tests, not their timing",
+    ".venv/bin/python tools/bench_forward.py --runtime m3 --heap 215040 --march armv6m --rom --cache "
+    "max_tokens=96,window=92,sinks=4 --forward auto --kernels asm viper --unlocked --tokens 4":
+        "a benchmark (figures in docs/benchmarks.md), as the line above",
     "tools/setup.sh && . .venv/bin/activate":
         "the set-up of the checkout the tests run in (tools/test runs tools/setup.sh first); the activation only "
         "puts .venv/bin on the shell's PATH, which this test's `kvedge` stands for",

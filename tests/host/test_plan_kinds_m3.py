@@ -16,7 +16,7 @@ What fits where (measured 2026-12-02 with the footprints in boards/): the rp2040
 slots, sinks + window and window (60 tokens), a context cut to 60; its float pass a tier (i8 ring 96 + 4 sinks,
 the rest of the context i8 or i4 on flash). Keep-all and the f32 prefix fit neither board at either context, i4
 KIVI with its f32 residual (63 f32 rows a layer) no window on either; the esp32's 102,400-byte heap (plain kernels,
-float pass) fits only a context cut to 4 tokens. Steps: enough to evict once (slots + 4) or, for a tier, to move
+float pass) fits, without the stats stream, a window of 8 and a context cut to 8 (2026-12-02). Steps: enough to evict once (slots + 4) or, for a tier, to move
 a block to flash and read it back (ring + block + 4)."""
 import json
 import os
@@ -38,12 +38,12 @@ PROMPT = "Lily"
 CONTEXTS = (512, 1024)
 # (board, kind, cold dtype of a tier or None): what runs on the emulated board
 RUNS = [("rp2040", k, None) for k in ("h2o", "sinks", "window", "shorter")] + \
-    [("rp2040", "tiered", "i8"), ("rp2040", "tiered", "i4"), ("esp32", "shorter", None)]
+    [("rp2040", "tiered", "i8"), ("rp2040", "tiered", "i4"), ("esp32", "shorter", None), ("esp32", "window", None)]
 # (the i4-cold tier ran out of heap at its first demotion until the planner counted what re-quantizing a block
 # into i4 takes: kvedge_host.planner.TIER_I4_DEMOTE_BYTES)
 # (board, kind): what `kvedge plan --kind K` refuses at both contexts
 REFUSED = [("rp2040", k) for k in ("keep", "prefix")] + \
-    [("esp32", k) for k in ("keep", "prefix", "h2o", "sinks", "window", "tiered")]
+    [("esp32", k) for k in ("keep", "prefix", "h2o", "sinks", "tiered")]
 # the esp32's float pass with plain kernels peaks above its plan (measured 95,568 bytes against 94,734 at both
 # contexts: 100.9 %): the margin holds it, the plan's total does not
 OVER_PLAN = {"esp32"}
@@ -59,7 +59,13 @@ def model(tmp_path_factory):
     return p
 
 
+# the ESP32's 100 KB with the stats stream keeps a context of one token (2026-12-02: the integer path's cache and
+# layout code added ~1 KB to the footprint there): its plans run without it, as kvedge demo and generate plan it
+NO_STATS = {"esp32"}
+
+
 def _plan(model, board, kind, context, out, *more):
+    more = more + (("--no-stats",) if board in NO_STATS else ())
     return kvedge("plan", "--model", model, "--tokenizer", TOK, "--board", board, "--weights-dtype", "i8",
                   "--kv-dtype", "i8", "--align", "0", "--kind", kind, "--context", str(context), *more,
                   *(("--out", out) if out else ()))
@@ -91,7 +97,8 @@ def _run(model, board, kind, cold, context, tmp_path_factory):
         slots = CacheConfig.from_dict(doc["cache"]).slots  # a window's max_tokens is the context, not its ring
         steps = slots + doc["tier"]["block"] + 4 if doc.get("tier") else slots + (0 if kind == "shorter" else 4)
         p = kvedge("demo", "--board", board, "--sim", "m3", "--plan", plan, "--steps", str(steps), "--prompt",
-                   PROMPT, "--plain", "--stats-ms", "1000", "--workdir", os.path.join(d, "w"), timeout=1800)
+                   PROMPT, "--plain", "--stats-ms", "0" if board in NO_STATS else "1000", "--workdir",
+                   os.path.join(d, "w"), timeout=1800)
         assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
         _RUNS[key] = (plan, doc, steps, p.stdout)
     return _RUNS[key]

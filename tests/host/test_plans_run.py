@@ -54,7 +54,9 @@ def test_the_plan_for_stories260k_generates_on_the_board_within_its_heap(capsys,
     assert doc["runtime"]["tokenizer_bytes"] > 0 and doc["tokens_kept"] >= planrun.MIN_TOKENS
     # the ESP32's 100 KB keeps only a cut context since the runner's objects are counted 512 bytes larger (it kept
     # 4 sinks + a 9-token window before): still MIN_TOKENS tokens with the stats stream
-    assert doc["runtime"]["stats"] and (doc["kind"] != "shorter" or board == "esp32")
+    # (2026-12-02: the ESP32 keeps a window of 8 without the stats stream, which with it would leave fewer than
+    # MIN_TOKENS: the integer path's cache and layout code added ~1 KB to every run's footprint there)
+    assert (doc["runtime"]["stats"] or board == "esp32") and (doc["kind"] != "shorter" or board == "esp32")
     s, out = _run(board, doc, weights, TOK512)
     assert ("KVSTATS " in out) == doc["runtime"]["stats"] and s["kernels"] == doc["runtime"]["kernels"]
     text = re.sub(r"KVSTATS \{[^}]*\}\r?\n?", "", out)  # the stats lines land between the pieces
