@@ -3,53 +3,17 @@
 # object belongs, NaN/inf, a huge or negative int, an unknown string, or deleted is refused with PlanError naming
 # that field (the issue's own examples among them); random stacks of mutations raise PlanError or nothing else,
 # and never change the document. Seeded, a few hundred cases: the same on every runtime.
-import gc  # the modules plan_args with a model file imports, compiled first, largest first, while the heap is in
-from kvedge.model import intpath  # noqa: F401,E402 (one piece; a 215 KB unix-port heap fragments otherwise)
-gc.collect()
-from kvedge.model import llama, checkpoint, tiny, tokenizer  # noqa: F401,E402
-gc.collect()
-from kvedge.errors import PlanError  # noqa: E402
+# (against a model file: test_plandoc_model.py)
+from kvedge.errors import PlanError
 from kvedge import kernels
 kernels.get()  # the kernels a plan's "auto" pass is resolved with, compiled now too
 from kvedge.model import plandoc
 from kvedge.model.runplan import plan_args, run_args
 from _fuzzkit import Lcg
+from _plankit import HEAP, SHAPE, cache as _cache, copy as _copy, plan as _plan, refused as _refused, tier as _tier
 
 NAN = float("nan")
 INF = float("inf")
-HEAP = 100000  # the heap the valid plans are made for: below any test runtime's
-SHAPE = {"layers": 5, "heads": 8, "kv_heads": 4, "head_dim": 8}
-
-
-def _copy(x):
-    if isinstance(x, dict):
-        return {k: _copy(x[k]) for k in x}
-    if isinstance(x, list):
-        return [_copy(v) for v in x]
-    return x
-
-
-def _cache(max_tokens, dtype="i8", window=0, sinks=0, prefix=0):
-    c = dict(SHAPE)
-    c.update({"max_tokens": max_tokens, "dtype": dtype, "window": window, "sinks": sinks, "align": 0,
-              "group": 32, "residual": 0, "prefix": prefix})
-    return c
-
-
-def _plan(kind, cache, policy, tier=None, place="flash"):
-    return {"format": "kvedge-plan/1", "model": "stories260K", "board": "rp2040", "strategy": kind, "kind": kind,
-            "cache": cache, "kv_bytes": 20000, "batch": 1, "budget_bytes": 30000, "policy": policy, "tier": tier,
-            "h2o_score_bytes": 0, "weights": {"bytes": 276192, "dtype": "i8", "place": place, "heap_bytes": 1716},
-            "activation_bytes": 5792, "workspace_bytes": 40000, "total_bytes": 90000, "heap_bytes": HEAP,
-            "headroom_bytes": HEAP - 90000, "context": 512, "tokens_kept": 64,
-            "placement": [{"array": "kv cache", "bytes": 20000, "where": "fast", "why": "every token"}],
-            "quality": {"label": "x", "metrics": {"kl": 0.01}}, "runtime": None}
-
-
-def _tier(block=16, cold="i8", blocks=28):
-    return {"kind": "tiered", "block": block, "cold_dtype": cold, "cold_blocks": blocks, "at_cap": "drop",
-            "cold_align": 0, "ring_bytes": 9000, "staging_bytes": 700, "tables_bytes": 300, "ram_bytes": 10000,
-            "cold_bytes": 50000, "flash_bytes": 51000, "cold_tokens": 448, "cost": None}
 
 
 def valid_plans():
@@ -89,18 +53,6 @@ def test_valid_plans_give_the_arguments_written_out_by_hand():
         r = run_args(a)
         assert "kind" not in r and r["forward"] == a["forward"]
         assert run_args(dict(a, forward="auto")).get("forward") is None  # main()'s own default then
-
-
-def _refused(doc, field, heap=HEAP, model=None, tok=None):
-    before = repr(doc)
-    try:
-        plan_args(doc, model, tok, heap)
-    except PlanError as e:
-        msg = str(e)
-        assert msg.startswith(field), (field, msg)
-        assert repr(doc) == before
-        return msg
-    raise AssertionError("accepted a plan with a bad %s" % field)
 
 
 def _set(doc, path, value):
@@ -260,44 +212,3 @@ def test_random_mutations_raise_plan_error_or_nothing():
             assert a["kind"] in plandoc.KINDS and (a["tier"] is None) == (a["kind"] != "tiered")
         assert repr(doc) == before
     assert refused > 200, refused
-
-
-def test_a_plan_for_another_model_file_is_refused():
-    from _support import need
-    need("fs")
-    from _model_support import tmp_path
-    f32 = tmp_path("kvedge_plandoc.bin")
-    tiny.write_checkpoint(f32, seed=3)  # 2 layers, 4 heads on 2 KV heads, head_dim 4
-    i8 = tmp_path("kvedge_plandoc_i8.bin")
-    from _model_support import or_skip_short_heap
-    gc.collect()
-    or_skip_short_heap(checkpoint.convert_to_i8, f32, i8)
-    tok = tmp_path("kvedge_plandoc_tok.bin")
-    tiny.write_tokenizer(tok)
-    doc = _plan("keep", dict(_cache(40), layers=2, heads=4, kv_heads=2, head_dim=4), {"kind": "ring"}, place="heap")
-    a = plan_args(doc, i8, tok, HEAP)  # the plan is for this file: taken
-    assert a["kv"]["max_tokens"] == 40 and a["workspace"] < doc["total_bytes"]
-    assert "the model file holds f32" in _refused(doc, "weights.dtype", model=f32, tok=tok)
-    other = _copy(doc)
-    other["cache"]["layers"] = 5
-    assert "the plan is for 5, the model file has 2" in _refused(other, "cache.layers", model=i8, tok=tok)
-    other = _copy(doc)
-    other["cache"]["dtype"] = "f32"
-    other["forward"] = "int"
-    _refused(other, "forward", model=i8, tok=tok)
-    # a plan from the board's measured footprint must have counted this run's tokenizer: 2 bytes an offset
-    # (V + 1 of them, the file is under 64 KB), 2 a sorted id once a prompt is encoded (V), 512 for the object
-    need = 2 * (352 + 1) + 2 * 352 + 512
-    other = _copy(doc)
-    other["runtime"] = {"source": "measured", "prompt": True, "tokenizer_bytes": 0}
-    assert "counted 0 bytes for the tokenizer, this run's keeps %d" % need in _refused(
-        other, "runtime.tokenizer_bytes", model=i8, tok=tok)
-    other["runtime"]["tokenizer_bytes"] = need - 1
-    _refused(other, "runtime.tokenizer_bytes", model=i8, tok=tok)
-    other["runtime"]["tokenizer_bytes"] = need
-    plan_args(other, i8, tok, HEAP)
-    other["runtime"] = {"source": "measured", "prompt": False, "tokenizer_bytes": need - 2 * 352}
-    plan_args(other, i8, tok, HEAP)  # no prompt counted: no sorted ids
-    for v in (-1, 1.5, "0", [], 1 << 40):
-        other["runtime"]["tokenizer_bytes"] = v
-        _refused(other, "runtime.tokenizer_bytes")

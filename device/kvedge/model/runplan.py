@@ -2,6 +2,7 @@
 settings.toml (what code.py on a CircuitPython board runs). Apart from kvedge.model.run, so that a generation
 started from the host does not compile this into a board's heap."""
 from kvedge import kernels
+from kvedge.sizes import INT_CODES
 from kvedge.model.run import RUN_OVERHEAD, main
 
 PLAN = "kvedge_plan.json"
@@ -37,7 +38,10 @@ def plan_args(doc, model=None, tokenizer=None, heap=None):
     ws = doc["workspace_bytes"]
     # the attention path of the plan's kernels (asm/viper: the integer one), whatever kernels run it here: a
     # host run of a board's plan (plain kernels) computes what the board does, bit for bit
-    iatt = True if (doc.get("runtime") or {}).get("kernels") in kernels.FAST else "auto"
+    # (the board's "auto": an i8/i4/i2 cache, a tier's cold store i8 or i4, as kvedge.tiered's int_ok)
+    rk = (doc.get("runtime") or {}).get("kernels")
+    iatt = "auto" if rk is None else (rk in kernels.FAST and doc["cache"].get("dtype", "f32") in INT_CODES and
+                                      (tier_of(doc) or {}).get("cold_dtype", "i8") in ("i8", "i4"))
     if model is not None:
         from kvedge.errors import PlanError
         from kvedge.model import llama
