@@ -71,7 +71,7 @@ def recompute_total(doc, weights_dtype="i8", board="rp2350", runtime=None):
               + (budget.activation_bytes(64, 172, 8, 512, tile) - act))
     files = fp["file_bytes"] * ((1 if rt["tokenizer_bytes"] else 0) + (1 if flash else 0))
     if (doc["policy"] or {}).get("kind") == "tiered":  # the tier's code, its two segment files and a spare, its loop
-        files += fp["tiered_" + key] + 3 * fp["file_bytes"] + 2048
+        files += fp["tiered_" + key] + 3 * fp["file_bytes"] + 2560
         if doc["tier"]["cold_dtype"] == "i4":  # and a block re-quantized into i4 on its way to flash (measured)
             files += 6144
     return cfg, (w + cfg.nbytes() + scores + act + runtime + runner + rt["tokenizer_bytes"] + files
