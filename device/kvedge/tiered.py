@@ -29,6 +29,7 @@ from .config import CacheConfig
 from .tierconf import check as check_tier
 from .errors import BudgetError
 from .layout import G_P, G_J, G_N, G_LISTED
+from .model.passes import INT_COLD  # cold dtypes attended on the integer path (loaded by tierconf)
 from . import quant
 
 
@@ -67,7 +68,7 @@ class TieredCache:
         self.rec = memoryview(self.stg.arena)[self.stg.base(0, 0, 0):]  # its rows and their metadata
         self.rb = len(self.rec)
         self.att = Attention(self.ring, tile)
-        self.int_ok = self.att.int_ok and cold in (I8, I4)
+        self.int_ok = self.att.int_ok and cold in INT_COLD
         if self.int_ok and cold == I4:
             self.att.need_conversion()
         # tables (counted by budget.tiered_bytes)

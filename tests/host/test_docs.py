@@ -187,6 +187,9 @@ NOT_RUN = {
         "the fuzzers' longer runs: the suite runs the same fuzzers with fixed seeds (tests/device/test_fuzz_*.py)",
     "tools/demo": "runs tools/setup.sh, then `kvedge demo`: the demo is run by tests/host/test_demo.py and "
                   "tests/host/test_demo_boards.py",
+    "mpremote connect PORT mip install github:OWNER/kvedge/device/kvedge-model.json":
+        "needs the network and the project published on GitHub; tests/host/test_mip_parts.py installs the same "
+        "package from a checkout on the unix port and the emulated board",
     "mpremote connect PORT mip install github:OWNER/kvedge":
         "needs the network and the project published on GitHub; the checkout form beside it installs the same "
         "package.json and runs here",

@@ -27,6 +27,7 @@ def plan_args(doc, model=None, tokenizer=None, heap=None):
     much more workspace). Without them, the plan's workspace_bytes. With the model, a plan made for another
     shape or another weights dtype is a PlanError too."""
     from kvedge.model.plandoc import check, tier_of
+    from kvedge.model.passes import INT_COLD
     check(doc, heap)
     kv = {}
     for k in doc["cache"]:
@@ -38,10 +39,10 @@ def plan_args(doc, model=None, tokenizer=None, heap=None):
     ws = doc["workspace_bytes"]
     # the attention path of the plan's kernels (asm/viper: the integer one), whatever kernels run it here: a
     # host run of a board's plan (plain kernels) computes what the board does, bit for bit
-    # (the board's "auto": an i8/i4/i2 cache, a tier's cold store i8 or i4, as kvedge.tiered's int_ok)
+    # (the board's "auto": an i8/i4/i2 cache, a tier's cold store i8 or i4: kvedge.tiered's int_ok)
     rk = (doc.get("runtime") or {}).get("kernels")
     iatt = "auto" if rk is None else (rk in kernels.FAST and doc["cache"].get("dtype", "f32") in INT_CODES and
-                                      (tier_of(doc) or {}).get("cold_dtype", "i8") in ("i8", "i4"))
+                                      (tier_of(doc) or {}).get("cold_dtype", "i8") in INT_COLD)
     if model is not None:
         from kvedge.errors import PlanError
         from kvedge.model import llama
