@@ -1,49 +1,9 @@
 # The integer pass's steps with the heap locked (kvedge.model.intpath.Forward.step), on a small checkpoint the
 # test writes itself: in a file of its own, so that test_intpath's models keep their heap.
-import gc
-
-from kvedge.model import llama  # noqa: F401
-gc.collect()
-from kvedge import attention  # noqa: F401,E402
-gc.collect()
-from kvedge.model import intpath  # noqa: E402
-gc.collect()
-intpath.qkernels()  # the q_* kernels and the fused attention kernels the integer pass loads, compiled now
-gc.collect()
-_k = __import__("kvedge.kernels").kernels.get()
-if hasattr(_k, "att_preload"):
-    _k.att_preload(_k)
-gc.collect()
+import _intmodel
+_intmodel.preload("kvedge_lock_tiny")
+from _intmodel import TOKENS, digest, model  # noqa: E402
 from _support import need, raises  # noqa: E402
-from _model_support import tmp_path  # noqa: E402
-from kvedge.model import checkpoint, tiny  # noqa: E402
-
-_PATHS = {}
-TOKENS = (1, 40, 30, 7, 7, 29, 3, 45, 12, 12, 8)
-
-
-def _files():
-    need("fs")
-    if not _PATHS:
-        p = tmp_path("kvedge_lock_tiny.bin")
-        tiny.write_checkpoint(p, seed=11, vocab_size=48)
-        q = tmp_path("kvedge_lock_tiny_i8.bin")
-        checkpoint.convert_to_i8(p, q)
-        _PATHS.update(f32=p, i8=q)
-    return _PATHS
-
-
-def _model(kv=None):
-    from kvedge.model.llama import Llama
-    gc.collect()
-    return Llama(_files()["i8"], kv=kv or {"dtype": "i8", "align": 0, "max_tokens": 24}, forward="int", tile=8)
-
-
-def _digest(v):
-    h = 0
-    for i in range(len(v)):
-        h = (h * 31 + v[i]) & 0xFFFFFFF
-    return h
 
 
 def test_int_steps_run_with_the_heap_locked_once_they_allocate_nothing():
@@ -51,13 +11,13 @@ def test_int_steps_run_with_the_heap_locked_once_they_allocate_nothing():
     # the heap locked (MicroPython then keeps the pass's frames on the C stack instead of the heap). The logits
     # are those of the same model never locked.
     need("heap_lock", "mem_alloc")
-    m = _model()  # one model (a 215 KB heap): run locked, then from a reset cache never locked
+    m = model()  # one model (a 215 KB heap): run locked, then from a reset cache never locked
     runs = []
     for lockable in (True, False):
         m.reset()
         m._lockable = lockable
         n0 = m.intp.locked_steps
-        runs.append([(_digest(m.forward(tok)), m.intp.exp_logits) for tok in TOKENS] + [m.intp.locked_steps - n0])
+        runs.append([(digest(m.forward(tok)), m.intp.exp_logits) for tok in TOKENS] + [m.intp.locked_steps - n0])
     assert runs[0][:-1] == runs[1][:-1]
     # earned after the first steps (warm-up may allocate), then every step locked
     assert runs[0][-1] >= len(TOKENS) // 2 and runs[1][-1] == 0, (runs[0][-1], runs[1][-1])
@@ -74,7 +34,7 @@ def test_int_steps_run_with_the_heap_locked_once_they_allocate_nothing():
     m.close()
     del m
     # the positions of an f32 prefix allocate (their rows are dequantized): never locked there, locked after
-    m = _model(kv={"dtype": "i8", "align": 0, "max_tokens": 12, "prefix": 4})
+    m = model(kv={"dtype": "i8", "align": 0, "max_tokens": 12, "prefix": 4})
     for tok in TOKENS[:5]:
         m.forward(tok)
     assert m.intp.locked_steps == 0

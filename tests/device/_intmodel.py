@@ -1,0 +1,73 @@
+# The integer forward pass's test model, shared by test_intpath*.py: a small checkpoint each file writes itself
+# (f32 and its int8 conversion), the model on it, a digest of a vector. preload() first: it compiles the large
+# modules, each on a collected heap (a 215 KB heap with the package compiled from source fragments otherwise).
+import gc
+
+TOKENS = (1, 40, 30, 7, 7, 29, 3, 45, 12, 12, 8)
+_PATHS = {}
+_STEM = ["kvedge_int_tiny"]
+
+
+def preload(stem, every_kind=False):
+    """Import the model, the attention and the integer pass, and compile the q_* and fused attention kernels of
+    the selected kind (with every_kind, of every kind this runtime has, for tests that compare them). stem names
+    the calling file's checkpoints (files run side by side on a host share its folder)."""
+    _STEM[0] = stem
+    from kvedge.model import llama  # noqa: F401
+    gc.collect()
+    from kvedge import attention  # noqa: F401
+    gc.collect()
+    from kvedge.model import intpath
+    gc.collect()
+    intpath.qkernels()
+    gc.collect()
+    from kvedge import kernels
+    k = kernels.get()
+    if hasattr(k, "att_preload"):
+        k.att_preload(k)
+    gc.collect()
+    if every_kind:
+        for kind in kernels.available():
+            kernels.select(kind)
+            intpath.qkernels()
+            gc.collect()
+        kernels.select()
+
+
+def files():
+    from _support import need
+    from _model_support import tmp_path
+    from kvedge.model import checkpoint, tiny
+    need("fs")
+    stem = _STEM[0]
+    if _PATHS.get("stem") != stem:
+        p = tmp_path(stem + ".bin")
+        tiny.write_checkpoint(p, seed=11, vocab_size=48)
+        q = tmp_path(stem + "_i8.bin")
+        checkpoint.convert_to_i8(p, q)
+        _PATHS.update(f32=p, i8=q, stem=stem)
+    return _PATHS
+
+
+def model(forward="int", kv=None, policy=None, **kw):
+    """The int8 checkpoint with an i8 cache of 24 tokens (or kv), tiles of 8, the given forward pass."""
+    from kvedge.model.llama import Llama
+    gc.collect()
+    return Llama(files()["i8"], kv=kv or {"dtype": "i8", "align": 0, "max_tokens": 24}, forward=forward or "int",
+                 tile=8, policy=policy, **kw)
+
+
+def digest(v):
+    h = 0
+    for i in range(len(v)):
+        h = (h * 31 + v[i]) & 0xFFFFFFF
+    return h
+
+
+def steady_tokens(m, n):
+    """Three tokens to warm up, then n with the heap locked (raises if a step allocates)."""
+    from _support import under_heap_lock
+    for t in TOKENS[:3]:
+        m.forward(t)
+    for i in range(n):
+        under_heap_lock(m.forward, TOKENS[3 + i % 8])
