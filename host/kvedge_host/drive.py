@@ -28,9 +28,9 @@ CODE = os.path.join(DEVICE, "circuitpython", "code.py")
 TMP = ".kvnew"
 _VERSION = re.compile(r"CircuitPython (\d+)\.(\d+)\.(\d+)")
 _KEY = re.compile(r"^[A-Z][A-Z0-9_]{0,63}$")
-# machine-code kernels (kernels_vhead: the fused viper attention): CircuitPython has no native emitters (viper,
+# machine-code kernels (kernels_vhead: the fused viper attention; qkernels_dsp: asm and viper): CircuitPython has no native emitters (viper,
 # native, asm_thumb), so they stay off the drive
-_NATIVE = re.compile(r"^kvedge/q?kernels_(viper|native|asm|vhead)\.py$")
+_NATIVE = re.compile(r"^kvedge/q?kernels_(viper|native|asm|dsp|vhead)\.py$")
 
 
 def board_info(drive):

@@ -5,14 +5,11 @@ import gc
 
 TOKENS = (1, 40, 30, 7, 7, 29, 3, 45, 12, 12, 8)
 _PATHS = {}
-_STEM = ["kvedge_int_tiny"]
 
 
-def preload(stem, every_kind=False):
+def preload(every_kind=False):
     """Import the model, the attention and the integer pass, and compile the q_* and fused attention kernels of
-    the selected kind (with every_kind, of every kind this runtime has, for tests that compare them). stem names
-    the calling file's checkpoints (files run side by side on a host share its folder)."""
-    _STEM[0] = stem
+    the selected kind (with every_kind, of every kind this runtime has, for tests that compare them)."""
     from kvedge.model import llama  # noqa: F401
     gc.collect()
     from kvedge import attention  # noqa: F401
@@ -39,14 +36,22 @@ def files():
     from _model_support import tmp_path
     from kvedge.model import checkpoint, tiny
     need("fs")
-    stem = _STEM[0]
-    if _PATHS.get("stem") != stem:
-        p = tmp_path(stem + ".bin")
+    if not (_PATHS and _exists(_PATHS["i8"])):  # written again in each test file's folder (pytest gives each its own)
+        p = tmp_path("kvedge_int_tiny.bin")
         tiny.write_checkpoint(p, seed=11, vocab_size=48)
-        q = tmp_path(stem + "_i8.bin")
+        q = tmp_path("kvedge_int_tiny_i8.bin")
         checkpoint.convert_to_i8(p, q)
-        _PATHS.update(f32=p, i8=q, stem=stem)
+        _PATHS.update(f32=p, i8=q)
     return _PATHS
+
+
+def _exists(path):
+    import os
+    try:
+        os.stat(path)
+        return True
+    except OSError:
+        return False
 
 
 def model(forward="int", kv=None, policy=None, **kw):

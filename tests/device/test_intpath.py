@@ -4,7 +4,7 @@
 import gc
 
 import _intmodel
-_intmodel.preload("kvedge_int_tiny")
+_intmodel.preload()
 from _intmodel import TOKENS, files, model  # noqa: E402
 from _support import raises  # noqa: E402
 from _model_support import argmax as _argmax, logit_gap as _gap  # noqa: E402

@@ -3,7 +3,7 @@
 import gc
 
 import _intmodel
-_intmodel.preload("kvedge_inta_tiny")
+_intmodel.preload()
 from _intmodel import files, model, steady_tokens  # noqa: E402
 from _support import need  # noqa: E402
 

@@ -1,7 +1,7 @@
 # The integer forward pass (kvedge.model.intpath) is bit-identical across kernel kinds, and with its weights
 # streamed from the file. Every kind's q_* kernels compiled first, on a fresh heap (this file's own).
 import _intmodel
-_intmodel.preload("kvedge_intk_tiny", every_kind=True)
+_intmodel.preload(every_kind=True)
 from _intmodel import TOKENS, digest, model  # noqa: E402
 from kvedge import kernels  # noqa: E402
 

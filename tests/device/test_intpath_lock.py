@@ -1,7 +1,7 @@
 # The integer pass's steps with the heap locked (kvedge.model.intpath.Forward.step), on a small checkpoint the
 # test writes itself: in a file of its own, so that test_intpath's models keep their heap.
 import _intmodel
-_intmodel.preload("kvedge_lock_tiny")
+_intmodel.preload()
 from _intmodel import TOKENS, digest, model  # noqa: E402
 from _support import need, raises  # noqa: E402
 
