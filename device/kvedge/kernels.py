@@ -96,23 +96,3 @@ def get():
 def kind():
     get()
     return _kind
-
-
-_dsp = [None]
-
-
-def dsp():
-    """Whether this core has Armv7E-M's DSP instructions (SMLAD, UXTB16: the Cortex-M4, M7, M33 of the RP2350 and
-    M55, not the M0+ or M3), read once from the core itself, never assumed from the firmware's .mpy arch: an
-    Armv7-M or v8-M core (CPUID architecture 0xF) whose ID_ISAR3 SIMD field is 3 or more. Only on Arm builds from
-    armv7m up (reading those addresses elsewhere would fault); False where the port has no machine.mem32."""
-    if _dsp[0] is None:
-        _dsp[0] = False
-        if 5 <= arch() <= 8:
-            try:
-                from machine import mem32
-                if (mem32[0xE000ED00] >> 16) & 15 == 15:  # CPUID: Armv7-M / Armv8-M (Armv6-M reads 0xC)
-                    _dsp[0] = (mem32[0xE000ED6C] >> 4) & 15 >= 3  # ID_ISAR3.SIMD_instrs
-            except (ImportError, AttributeError, OSError):
-                pass
-    return _dsp[0]

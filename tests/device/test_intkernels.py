@@ -20,9 +20,7 @@ def _same_every_kind(name, make, check=None):
     for kind in _kinds():
         kernels.select(kind)
         k, qk = intpath.qkernels()
-        assert qk == kind or (qk, kind) == ("dsp", "asm")  # asm on a core with DSP instructions
-        if name in ("q_quant", "q_mv"):
-            k = _codes_kernels()
+        assert qk == kind
         args = make()
         r = getattr(k, name)(*args)
         got = (r, [list(a) if not isinstance(a, int) else a for a in args])
@@ -34,15 +32,6 @@ def _same_every_kind(name, make, check=None):
             assert got == first, "%s differs: %s" % (name, kind)
     kernels.select()
     return first
-
-
-def _codes_kernels():
-    """The selected kind's q_* kernels, whose q_quant writes plain codes (qkernels_dsp's packs them for its
-    q_mv: tested composed in test_qkernels_dsp)."""
-    k, qk = intpath.qkernels()
-    if qk == "dsp":
-        from kvedge import qkernels_asm as k
-    return k
 
 
 def _floor_shift(v, k):
@@ -99,7 +88,7 @@ def test_q_quant_codes_are_rounded_fractions_of_the_maximum():
         codes = array("i", [0] * n)
         for kind in _kinds():
             kernels.select(kind)
-            intpath.quantize(_codes_kernels(), array("i", z), codes, n, A, -20, C, ip)
+            intpath.quantize(intpath.qkernels()[0], array("i", z), codes, n, A, -20, C, ip)
             xm, xe = ip[4], ip[5]
             got = (list(codes), xm, xe)
             if kind == _kinds()[0]:

@@ -61,13 +61,9 @@ QKINDS = kernels.KINDS
 
 def qkernels():
     """(module, kind) of the q_* kernels for the selected attention kernels' kind (kvedge.kernels): that kind's
-    qkernels_<kind>, or the next kind's that loads here; with asm kernels on a core with DSP instructions
-    (kernels.dsp()), qkernels_dsp."""
+    qkernels_<kind>, or the next kind's that loads here."""
     k = kernels.kind()
-    kinds = QKINDS[QKINDS.index(k):]
-    if k == "asm" and kernels.dsp():  # the core's own DSP instructions (found in its ID registers)
-        kinds = ("dsp",) + kinds
-    for q in kinds:
+    for q in QKINDS[QKINDS.index(k):]:
         if q == "asm" and not kernels.thumb():
             continue
         try:
@@ -423,7 +419,7 @@ class Forward:
         widest = max(d, h)
         self.x = zeros("i", d)  # residual
         self.z = zeros("i", max(2 * h, self.nq, d))  # matvec outputs: qkv, h1|h3, attention output
-        self.xq = zeros("i", max(widest, 4))  # int8 codes of a matvec input (qkernels_dsp: 8 + 2n bytes)
+        self.xq = zeros("i", widest)  # int8 codes of a matvec input
         self.logits = zeros("i", cfg.vocab_size)
         self.codes = zeros("b", self.nq)  # q, k, v codes per head
         self.scales = zeros("H", cfg.n_heads + 2 * cfg.n_kv_heads)
