@@ -33,15 +33,10 @@ def preload(every_kind=False):
 
 def files():
     from _support import need
-    from _model_support import tmp_path
-    from kvedge.model import checkpoint, tiny
+    from _model_support import tiny_checkpoints
     need("fs")
     if not (_PATHS and _exists(_PATHS["i8"])):  # written again in each test file's folder (pytest gives each its own)
-        p = tmp_path("kvedge_int_tiny.bin")
-        tiny.write_checkpoint(p, seed=11, vocab_size=48)
-        q = tmp_path("kvedge_int_tiny_i8.bin")
-        checkpoint.convert_to_i8(p, q)
-        _PATHS.update(f32=p, i8=q)
+        tiny_checkpoints(_PATHS, "kvedge_int_tiny")
     return _PATHS
 
 

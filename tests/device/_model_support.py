@@ -197,3 +197,16 @@ def or_skip_short_heap(fn, *args):
         gc.collect()
         skip("out of heap with the package compiled from source at this heap (%d bytes free): runs as .mpy on "
              "the emulated boards" % gc.mem_free())
+
+
+def tiny_checkpoints(paths, stem):
+    """Write the device tests' small checkpoint (kvedge.model.tiny, seed 11, a 48-token vocabulary: GQA 4 heads on
+    2 KV heads, small enough for a 215 KB heap) as STEM.bin and its int8 conversion STEM_i8.bin into `paths`
+    (f32=, i8=)."""
+    from kvedge.model import checkpoint, tiny
+    p = tmp_path(stem + ".bin")
+    tiny.write_checkpoint(p, seed=11, vocab_size=48)
+    q = tmp_path(stem + "_i8.bin")
+    checkpoint.convert_to_i8(p, q)
+    paths.update(f32=p, i8=q)
+    return paths

@@ -4,10 +4,10 @@ import gc
 from array import array
 
 from _support import need, raises
-from _model_support import RefAttention, PlainForward, tmp_path, skip
+from _model_support import RefAttention, PlainForward, tiny_checkpoints, tmp_path, skip
 from kvedge import compat
 from kvedge.errors import BudgetError
-from kvedge.model import checkpoint, tiny
+from kvedge.model import checkpoint
 from kvedge.model.llama import Llama, plan, cache_config, object_bytes
 
 _PATHS = {}
@@ -21,11 +21,7 @@ def _files():
         from kvedge import kernels
         kernels.get()
         # small enough for a 215 KB heap: GQA 4 heads on 2 KV heads, a 48-token vocabulary
-        p = tmp_path("kvedge_tiny.bin")
-        tiny.write_checkpoint(p, seed=11, vocab_size=48)
-        q = tmp_path("kvedge_tiny_i8.bin")
-        checkpoint.convert_to_i8(p, q)
-        _PATHS.update(f32=p, i8=q)
+        tiny_checkpoints(_PATHS, "kvedge_tiny")
     return _PATHS
 
 

@@ -4,8 +4,7 @@
 import gc
 
 from _support import need
-from _model_support import argmax as _argmax, logit_gap as _gap, skip, tmp_path
-from kvedge.model import checkpoint, tiny
+from _model_support import argmax as _argmax, logit_gap as _gap, skip, tiny_checkpoints
 
 _PATHS = {}
 TOKENS = (1, 40, 30, 7, 7, 29, 3, 45, 12)
@@ -22,11 +21,7 @@ def _files():
     need("fs")
     _ulab()
     if not _PATHS:
-        p = tmp_path("kvedge_ulab_tiny.bin")
-        tiny.write_checkpoint(p, seed=11, vocab_size=48)
-        q = tmp_path("kvedge_ulab_tiny_i8.bin")
-        checkpoint.convert_to_i8(p, q)
-        _PATHS.update(f32=p, i8=q)
+        tiny_checkpoints(_PATHS, "kvedge_ulab_tiny")
     return _PATHS
 
 
