@@ -2,7 +2,7 @@
 """The forward passes of a llama2.c model, per pass and kernel kind: speed at a given context, heap bytes
 allocated per token, and (unix) llama2.c's own C run.c on the same model in the same run.
 
-  tools/bench_forward.py [--runtime unix|m3|circuitpython] [--model M] [--forward int float ulab]
+  tools/bench_forward.py [--runtime unix|m3|m7|m55|circuitpython] [--model M] [--forward int float ulab]
                          [--kernels asm viper native plain] [--context 256] [--tokens 8] [--llama2c PATH]
                          [--macs] [--board rp2040] [--heap BYTES] [--rom] [--cache K=V,...] [--unlocked]
                          [--json]
@@ -25,6 +25,9 @@ Runtimes:
   instructions per token (1 us of ticks_us = 1000 instructions); the package as armv7m .mpy (--march). --macs
   adds each int8 kernel alone in instructions per multiply-accumulate (matvecs of the model's shapes, attention
   at head_dim 64).
+- m7, m55: the same on the emulated Cortex-M7 (mps2-an500, armv7emsp, 2 MiB; the RP2350's stand-in) and
+  Cortex-M55 (mps3-an547, armv7emdp, 460,800 bytes): cores with the DSP instructions, where the asm kernels'
+  matrix-vector product is kvedge.qkernels_dsp's (SMLAD).
 - circuitpython: the real CircuitPython 10 binary with ulab (../shared/runtimes/circuitpython-unix32): tokens/s
   of the ulab pass against the plain kernels' passes, in one run (their ratio printed)."""
 import argparse
@@ -40,6 +43,8 @@ sys.path[:0] = [os.path.join(ROOT, "host"), os.path.join(ROOT, "device")]
 
 from kvedge import kernels  # noqa: E402
 from kvedge_host import runtimes  # noqa: E402
+
+EMULATED = ("m3", "m7", "m55")  # kvedge_host.m3board's machines with the Cortex-M3's instruction counting
 from kvedge_host.paths import DEVICE, SHARED_MODELS, SHARED_RUNTIMES  # noqa: E402
 
 DEVICE_CODE = r"""
@@ -123,7 +128,9 @@ from kvedge.model import intpath
 k = intpath.qkernels()[0]
 for rows, cols in ((128, 64), (344, 64), (64, 172), (512, 64)):
     w = bytearray(rows * cols)
-    x = array("i", [(i * 13) %% 255 - 127 for i in range(cols)])
+    z = array("i", [(i * 13) %% 255 - 127 for i in range(cols)])
+    x = array("i", [0] * cols)
+    intpath.quantize(k, z, x, cols, 127, 0, 127, array("i", [0] * 8))  # x as this kind's q_mv reads it
     p = array("i", [0] * (8 + rows))
     p[1] = rows
     p[2] = cols
@@ -207,7 +214,8 @@ def run_device(runtime, code, model_dir, heap, march, board):
         from kvedge_host import m3board
         extra = [(os.path.join(model_dir, "model.i8.bin"), "model.i8.bin")] if model_dir else []
         out = m3board.run_code(code.replace(os.path.join(model_dir or "", "model.i8.bin"), "/rom/model.i8.bin"),
-                               board=board, heap=heap, march=march, extra=extra, timeout=7200)
+                               board=board, heap=heap, march=march, extra=extra, timeout=7200,
+                               layout=m3board.LAYOUTS[runtime])
         rc = 0
     if rc != 0:
         raise SystemExit("bench_forward: %s failed (exit %s):\n%s" % (runtime, rc, out[-3000:]))
@@ -233,7 +241,7 @@ def llama2c_tok_s(exe, model, tok, steps, runs=1):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runtime", choices=("unix", "m3", "circuitpython"), default="unix")
+    ap.add_argument("--runtime", choices=("unix",) + EMULATED + ("circuitpython",), default="unix")
     ap.add_argument("--model", default=os.path.join(SHARED_MODELS, "stories260K.bin"))
     ap.add_argument("--forward", nargs="+", choices=("auto", "float", "int", "ulab"), help="the passes (default: "
                     "auto, Llama's default arguments, beside int; circuitpython: ulab int float)")
@@ -245,7 +253,8 @@ def main(argv=None):
     ap.add_argument("--heap", type=int, default=0, help="heap bytes (default: unix 64 MiB, m3 2 MiB, "
                     "circuitpython 4 MiB: the model's int8 weights in RAM)")
     ap.add_argument("--board", default="rp2040", help="m3: profile for the firmware when --heap is not given")
-    ap.add_argument("--march", default="armv7m", help="m3: -march of the package's .mpy (armv6m: the RP2040's)")
+    ap.add_argument("--march", help="m3: -march of the package's .mpy (default armv7m; armv6m: the RP2040's; "
+                    "m7 armv7emsp, m55 armv7emdp)")
     ap.add_argument("--llama2c", help="unix: llama2.c's run.c compiled by you: its tokens/s and the ratio")
     ap.add_argument("--macs", action="store_true", help="m3: also each int8 kernel in instructions per MAC")
     ap.add_argument("--rom", action="store_true", help="m3: the int8 weights read in place from ROMFS (as a board "
@@ -261,9 +270,11 @@ def main(argv=None):
         return 2
     cp = a.runtime == "circuitpython"
     forwards = a.forward or (["ulab", "int", "float"] if cp else ["auto", "int"])
-    kinds = a.kernels or (["plain"] if cp else (["asm", "viper", "plain"] if a.runtime == "m3" else ["viper"]))
-    heap = a.heap or {"unix": 64 << 20, "m3": 2097152, "circuitpython": 4 << 20}[a.runtime]
-    m3 = a.runtime == "m3"
+    m3 = a.runtime in EMULATED
+    kinds = a.kernels or (["plain"] if cp else (["asm", "viper", "plain"] if m3 else ["viper"]))
+    heap = a.heap or {"unix": 64 << 20, "m3": 2097152, "m7": 2097152, "m55": 460800,
+                      "circuitpython": 4 << 20}[a.runtime]
+    a.march = a.march or {"m7": "armv7emsp", "m55": "armv7emdp"}.get(a.runtime, "armv7m")
     if m3 and a.repeat > 1:
         a.repeat = 1  # instruction counts are exact
     kv = {"dtype": "i8", "align": 0}
@@ -274,7 +285,7 @@ def main(argv=None):
     except ValueError:
         print("bench_forward: --cache %r: not K=V,... with integer values" % a.cache, file=sys.stderr)
         return 2
-    if a.rom and a.runtime != "m3":
+    if a.rom and not m3:
         print("bench_forward: --rom: the emulated board's ROMFS (--runtime m3) only", file=sys.stderr)
         return 2
     from kvedge.model.checkpoint import convert_to_i8
@@ -325,8 +336,8 @@ def main(argv=None):
                           "llama2c_tok_s": c_tok_s}))
         return 0
     where = {"unix": "MicroPython unix port (x86-64)", "circuitpython": "CircuitPython 10.3 unix binary with "
-             "ulab (float32, 32-bit)", "m3": "emulated Cortex-M3 (qemu -icount shift=0, %s .mpy, heap %d)" % (
-                 a.march, heap)}[a.runtime]
+             "ulab (float32, 32-bit)"}.get(a.runtime) or "emulated %s (qemu -icount shift=0, %s .mpy, heap %d)" % (
+                 {"m3": "Cortex-M3", "m7": "Cortex-M7 (DSP)", "m55": "Cortex-M55 (DSP)"}[a.runtime], a.march, heap)
     print("%s, int8 weights %s, i8 cache (%s), %s; %d timed steps at context %d" % (
         os.path.basename(a.model), "read in place from ROMFS" if a.rom else "in RAM", a.cache, where, a.tokens,
         a.context))
@@ -336,7 +347,7 @@ def main(argv=None):
         for r in rows:
             n = r["instructions_per_token"]
             t = verdict(n, M3_TOKEN[r["kernels"]]) if r["forward"] in ("int", "auto=int") and \
-                r["kernels"] in M3_TOKEN else "-"
+                r["kernels"] in M3_TOKEN and a.runtime == "m3" else "-"  # the targets are the Cortex-M3's
             print("| %s | %s | %s | %s | %s | %s |" % (r["forward"], r["kernels"], format(n, ","), t,
                                                        format(r["bytes_per_token"], ","),
                                                        verdict(r["bytes_per_token"], 0)))
@@ -344,7 +355,7 @@ def main(argv=None):
             print("\n| kernel | kernels | shape | instructions/MAC | target |")
             print("|---|---|---|---:|---|")
             for m in macs:
-                b = None if "(" in m["kernel"] else M3_MAC.get(m["kernels"])  # targets: the kernels alone
+                b = None if "(" in m["kernel"] or a.runtime != "m3" else M3_MAC.get(m["kernels"])  # M3's, alone
                 print("| %s | %s | %s | %.2f | %s |" % (m["kernel"], m["kernels"], m["shape"],
                                                        m["instructions_per_mac"],
                                                        verdict(m["instructions_per_mac"], b) if b else "-"))

@@ -325,3 +325,12 @@ def q_xor80(r0, r1):
     bne(B1)
     label(DONE)
     mov(r0, 0)
+
+
+# On a core with Armv7E-M's DSP instructions the matrix-vector product is qkernels_dsp's, with its q_quant that
+# packs the input for it; that module is absent, or refuses to load, everywhere else. (No new names here: each
+# one would cost every run of this module on an RP2040.)
+try:
+    from kvedge.qkernels_dsp import q_quant, q_mv  # noqa: F811
+except ImportError:
+    pass

@@ -155,15 +155,24 @@ def device_sources(pkg=DEVICE_PKG):
 
 # Modules of @micropython.asm_thumb code compile only for Arm's Thumb architectures; elsewhere they are not
 # sent at all (kvedge.kernels falls back to the viper kernels when they are missing).
-THUMB_ONLY = ("kvedge/kernels_asm.py", "kvedge/qkernels_asm.py")
+THUMB_ONLY = ("kvedge/kernels_asm.py", "kvedge/qkernels_asm.py", "kvedge/qkernels_dsp.py")
 THUMB_ARCHS = ("armv6m", "armv7m", "armv7em", "armv7emsp", "armv7emdp")
 
 
+# The DSP kernels go only to Armv7E-M boards: elsewhere they could never run, and a core that has no DSP
+# instructions though its firmware is armv7em (the emulated Cortex-M3) loads the module only to refuse it.
+DSP_ONLY = ("kvedge/qkernels_dsp.py",)
+DSP_ARCHS = ("armv7em", "armv7emsp", "armv7emdp")
+
+
 def for_arch(sources, march):
-    """The sources a board of `march` can load (None: unknown, keep every file)."""
-    if march is None or march in THUMB_ARCHS:
+    """The sources a board of `march` can load (None: unknown, keep every file). Board paths may start with /."""
+    if march is None:
         return list(sources)
-    return [(src, remote) for src, remote in sources if remote not in THUMB_ONLY]
+    drop = () if march in THUMB_ARCHS else THUMB_ONLY
+    if march not in DSP_ARCHS:
+        drop += DSP_ONLY
+    return [(src, remote) for src, remote in sources if remote.lstrip("/") not in drop]
 
 
 def compile_mpy(sources, march, build_dir):

@@ -92,7 +92,18 @@ M0 = Layout("m0", "Cortex-M0", "microbit", "KVEDGE_M0_FIRMWARE", "micropython-qe
             qemu_args=["-global", "nrf51-soc.flash-size=%d" % (5 * 1024 * 1024),
                        "-global", "nrf51-soc.sram-size=%d" % (16 * 1024 * 1024)],
             rom_mount=board_scripts.source("m0_rom_mount", ADDR=M0_ROMFS_ADDR, SIZE=0x400000))
-LAYOUTS = {"m3": M3, "m0": M0}
+# the Cortex-M7 built single-precision (mps2-an500, firmware "an500sp": Armv7E-M with the DSP extension, float32,
+# loads armv7emsp .mpy: the RP2350's stand-in): code and heap in SSRAM1 at 0; PSRAM at 0x60000000 (16 MiB) holds
+# the RAM disk (12 MiB) below the firmware's ROMFS partition at 0x60C00000 (4 MiB), which it mounts at /rom
+M7 = Layout("m7", "Cortex-M7", "mps2-an500", "KVEDGE_M7_FIRMWARE", "micropython-qemu-more",
+            r"^firmware-an500sp-heap(\d+)\.elf$", romfs_addr=0x60C00000, romfs_max=0x400000, disk_addr=0x60000000,
+            marches=("armv7emsp", "armv7m", "armv6m"), image_name="firmware-an500sp-heapN.elf")
+# the Cortex-M55 (mps3-an547: Armv8.1-M, DSP and MVE, float64, loads armv7emdp .mpy): code, heap and stack in the
+# 2 MiB SRAM at 0x01000000; the ROMFS partition at 0x62000000 (32 MiB), the RAM disk in the 16 MiB above it
+M55 = Layout("m55", "Cortex-M55", "mps3-an547", "KVEDGE_M55_FIRMWARE", "micropython-qemu-more",
+             r"^firmware-an547-heap(\d+)\.elf$", romfs_addr=0x62000000, romfs_max=0x400000, disk_addr=0x60000000,
+             marches=("armv7emdp", "armv7m", "armv6m"), image_name="firmware-an547-heapN.elf")
+LAYOUTS = {"m3": M3, "m0": M0, "m7": M7, "m55": M55}
 
 # the Cortex-M3's figures under their old names
 FIRMWARE_ENV = M3.firmware_env
@@ -298,8 +309,8 @@ def stage(folder, pairs, march=None, mpy=True):
 
 def stage_package(folder, march="armv6m", mpy=True, extra=(), layout=None):
     """The device package (kvedge/...) and `extra` pairs into `folder`, plus the machine's RAM-disk module."""
-    from .deploy import device_sources
-    written = stage(folder, list(device_sources()) + list(extra), march, mpy)
+    from .deploy import device_sources, for_arch
+    written = stage(folder, for_arch(list(device_sources()) + list(extra), march), march, mpy)
     write_disk_module(folder, march if mpy else None, layout)
     return written
 
@@ -345,11 +356,12 @@ def build_disk(image, files, march=None, mpy=False, work=None):
     """A littlefs2 image of the RAM disk holding `files` [(host path, absolute board path)], built on the host
     and loaded into guest RAM when qemu starts: files reach the board without crossing the emulated UART. With
     mpy=True .py files go as .mpy for `march` (compiled in `work`)."""
+    from .deploy import for_arch
     littlefs = _littlefs()
     fs = _lfs(littlefs)
     tmp = None
     try:
-        for src, dst in files:
+        for src, dst in for_arch(files, march):  # the files a chip of `march` is given
             if not dst.startswith("/"):
                 dst = "/" + dst
             if mpy and dst.endswith(".py"):

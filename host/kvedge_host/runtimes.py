@@ -1,7 +1,9 @@
 """Run device code on real MicroPython runtimes: the unix port (heap capped like a board), the 32-bit wasm port on
 Node.js, MicroPython on an emulated Cortex-M3 board (qemu; `m3` = the package as .mpy for the board's -march,
 `m3-py` = as source), on an emulated Cortex-M0 (`m0`: qemu's microbit machine, Armv6-M, the package as armv6m
-.mpy: the RP2040's instruction set, where a Thumb-2 instruction faults) and real CircuitPython (a 32-bit unix
+.mpy: the RP2040's instruction set, where a Thumb-2 instruction faults), on an emulated Cortex-M7 (`m7`:
+mps2-an500, single-precision, armv7emsp .mpy, the RP2350's stand-in) and Cortex-M55 (`m55`: mps3-an547, armv7emdp),
+both with the DSP instructions and the RP2350's heap, and real CircuitPython (a 32-bit unix
 build; where it is absent, `circuitpython` is the unix port with CircuitPython's limits emulated). The device
 package and tests are made importable the same way a board sees them."""
 import os
@@ -14,14 +16,21 @@ import tempfile
 from . import boards
 from .paths import DEVICE, ROOT, SHARED_RUNTIMES, TESTS_DEVICE, TOOLS, WASM, venv_tool
 
-RUNTIMES = ("cpython", "unix", "wasm", "m3", "m3-py", "m0", "circuitpython")
-M3 = {"m3": "mpy", "m3-py": "py", "m0": "mpy"}  # runtime -> how the package is deployed on the emulated board
+RUNTIMES = ("cpython", "unix", "wasm", "m3", "m3-py", "m0", "m7", "m55", "circuitpython")
+# runtime -> how the package is deployed on the emulated board
+M3 = {"m3": "mpy", "m3-py": "py", "m0": "mpy", "m7": "mpy", "m55": "mpy"}
+# the board profile a runtime stands for when none is named (its firmware is built at that profile's heap)
+BOARD_OF = {"m7": "rp2350", "m55": "rp2350"}
+
+
+def default_board(runtime):
+    return BOARD_OF.get(runtime, "rp2040")
 
 
 def layout_of(runtime):
     """The emulated machine (kvedge_host.m3board.Layout) a runtime of M3 runs on."""
     from . import m3board
-    return m3board.M0 if runtime == "m0" else m3board.M3
+    return m3board.LAYOUTS.get("m3" if runtime == "m3-py" else runtime, m3board.M3)
 CIRCUITPYTHON_ENV = "KVEDGE_CIRCUITPYTHON"
 SUMMARY = re.compile(r"^(\d+) passed, (\d+) failed, (\d+) skipped$")
 
@@ -61,8 +70,9 @@ def heap_for(board):
     return boards.load(board)["heap_bytes"]
 
 
-def missing(runtime, board="rp2040"):
+def missing(runtime, board=None):
     """None when `runtime` can run here, else why not (the reason a skipped runtime is reported with)."""
+    board = board or default_board(runtime)
     try:
         if runtime in ("unix", "circuitpython") and not (runtime == "circuitpython" and circuitpython_bin()):
             micropython_bin()
@@ -76,8 +86,9 @@ def missing(runtime, board="rp2040"):
     return None
 
 
-def describe(runtime, board="rp2040"):
+def describe(runtime, board=None):
     """One line: what `runtime` is here."""
+    board = board or default_board(runtime)
     if runtime == "circuitpython":
         if circuitpython_bin():
             return "real CircuitPython (%s)" % circuitpython_bin()
@@ -144,7 +155,8 @@ def run_code(runtime, code, heap=None, paths=(), timeout=600, cwd=None, fixed=Fa
         os.unlink(script)
 
 
-def _run_m3(runtime, code, heap, paths, timeout, board="rp2040"):
+def _run_m3(runtime, code, heap, paths, timeout, board=None):
+    board = board or default_board(runtime)
     from . import m3board
     lay = layout_of(runtime)
     march = m3board.march_for(board, lay)
@@ -183,7 +195,8 @@ class Files:
     """Runs one device test file at a time on a runtime, each in a fresh interpreter (a board resets between
     files): run(file, only, timeout) -> (returncode, output). close() ends what it started."""
 
-    def __init__(self, runtime, board="rp2040", heap=None):
+    def __init__(self, runtime, board=None, heap=None):
+        board = board or default_board(runtime)
         self.runtime, self.board = runtime, board
         self.heap = heap or heap_for(board)
         self.emulate_cp = runtime == "circuitpython" and not circuitpython_bin()
@@ -276,7 +289,7 @@ def parse(out, rc, f, total):
     return total
 
 
-def run_device_tests(runtime, board="rp2040", files=None, only=None, heap=None, timeout=900, echo=None):
+def run_device_tests(runtime, board=None, files=None, only=None, heap=None, timeout=900, echo=None):
     """Run tests/device files on `runtime`, one fresh interpreter per file (a board resets between files).
 
     Returns a dict: passed, failed, skipped, lines (failure and skip detail), ok."""

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from kvedge import __version__
-from kvedge_host.deploy import device_sources
+from kvedge_host.deploy import device_sources, for_arch
 from kvedge_host.paths import ROOT, TOOLS, venv_tool
 from kvedge_host.sim import VirtualBoard
 
@@ -18,7 +18,6 @@ from _boardkit import board_eval, kvedge, mpremote
 
 def n_files(march="x64"):
     # read each time: others add device files while tests run; the asm modules only go to Arm boards
-    from kvedge_host.deploy import for_arch
     return len(for_arch(device_sources(), march))
 
 
@@ -56,7 +55,7 @@ def _summary(p):
 def test_deploy_sends_only_what_changed_and_removes_stale_files(rp2040):
     fs = os.path.join(rp2040.fs, "kvedge")
     assert _summary(kvedge("deploy", "--port", rp2040.port, "--board", "rp2040")) == (n_files("armv6m"), 0, 0)
-    assert _files(fs) == sorted(r[len("kvedge/"):] for _, r in device_sources())
+    assert _files(fs) == sorted(r[len("kvedge/"):] for _, r in for_arch(device_sources(), "armv6m"))
     assert _summary(kvedge("deploy", "--port", rp2040.port, "--board", "rp2040", "-q")) == (0, n_files("armv6m"), 0)
     # the board's copy of one file lost, another corrupted, a stray module added: exactly those are fixed
     os.remove(os.path.join(fs, "errors.py"))

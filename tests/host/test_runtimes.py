@@ -1,16 +1,15 @@
 """The device suite on real MicroPython and CircuitPython: the unix port (heap capped to the rp2040 profile), the
 32-bit wasm port, the emulated Cortex-M3 board at the rp2040 heap (the package as armv6m .mpy, and as source),
 the emulated Cortex-M0 at the rp2040 heap (armv6m .mpy on an Armv6-M core: a Thumb-2 instruction faults there) and
-real CircuitPython (its limits emulated on the unix port where the binary is absent). One test per runtime
-and file, each file in a fresh interpreter; a failure on any runtime fails this run. A runtime that cannot run
-here is skipped with the reason, which the closing summary repeats."""
+real CircuitPython (its limits emulated on the unix port where the binary is absent); the emulated Cortex-M7 and
+M55 run the DSP files (test_dsp_kernels). One test per runtime and file, each file in a fresh interpreter; a
+failure on any runtime fails this run. A runtime that cannot run here is skipped with the reason, which the closing summary repeats."""
 import json
 
 import pytest
 
 from kvedge_host import runtimes
 
-BOARD = "rp2040"
 RUNTIMES = ("unix", "wasm", "m3", "m3-py", "m0", "circuitpython")
 FILES = runtimes.test_files()
 PROPERTY = "kvedge_device"  # read by tests/conftest.py for the per-runtime summary
@@ -28,13 +27,14 @@ def runners():
 
 @pytest.mark.parametrize("runtime,name", [(r, f) for r in RUNTIMES for f in FILES])
 def test_device_file_on(runtime, name, runners, request):
-    note = runtimes.describe(runtime, BOARD)
-    why = runtimes.missing(runtime, BOARD)
+    board = runtimes.default_board(runtime)  # rp2040's heap; the M7 stands for the rp2350
+    note = runtimes.describe(runtime, board)
+    why = runtimes.missing(runtime, board)
     if why:
         request.node.user_properties.append((PROPERTY, json.dumps({"runtime": runtime, "missing": why})))
         pytest.skip("%s: %s" % (runtime, why))
     if runtime not in runners:
-        runners[runtime] = runtimes.Files(runtime, BOARD)
+        runners[runtime] = runtimes.Files(runtime, board)
     rc, out = runners[runtime].run(name)
     res = runtimes.parse(out, rc, name, {"passed": 0, "failed": 0, "skipped": 0, "lines": []})
     request.node.user_properties.append((PROPERTY, json.dumps(

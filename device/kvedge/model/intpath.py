@@ -61,7 +61,8 @@ QKINDS = kernels.KINDS
 
 def qkernels():
     """(module, kind) of the q_* kernels for the selected attention kernels' kind (kvedge.kernels): that kind's
-    qkernels_<kind>, or the next kind's that loads here."""
+    qkernels_<kind>, or the next kind's that loads here (asm's matrix product is qkernels_dsp's on a core with
+    the DSP instructions)."""
     k = kernels.kind()
     for q in QKINDS[QKINDS.index(k):]:
         if q == "asm" and not kernels.thumb():
@@ -419,7 +420,7 @@ class Forward:
         widest = max(d, h)
         self.x = zeros("i", d)  # residual
         self.z = zeros("i", max(2 * h, self.nq, d))  # matvec outputs: qkv, h1|h3, attention output
-        self.xq = zeros("i", widest)  # int8 codes of a matvec input
+        self.xq = zeros("i", max(widest, 4))  # int8 codes of a matvec input (qkernels_dsp: 8 + 2n bytes)
         self.logits = zeros("i", cfg.vocab_size)
         self.codes = zeros("b", self.nq)  # q, k, v codes per head
         self.scales = zeros("H", cfg.n_heads + 2 * cfg.n_kv_heads)

@@ -1,0 +1,74 @@
+# The DSP kernels of the integer forward pass (kvedge.qkernels_dsp: UXTB16 and SMLAD by raw encodings) against
+# the plain ones (kvedge.qkernels_plain, the reference arithmetic): q_quant then q_mv give the same out values,
+# the same largest |out| and the same P_SX, for every column count's tail (cols % 32, % 4), row offsets, weight
+# offsets, shifts both ways (saturating) and adding into out. Runs only where kvedge.cpuid.has_dsp() finds the
+# instructions in the core (the emulated Cortex-M7 and M55: tests/host/test_dsp_kernels.py); elsewhere the
+# probe must say no (an M3 or M0 core would take a HardFault on them).
+import sys
+from array import array
+from kvedge import cpuid, kernels
+from kvedge.layout import P_WO, P_ROWS, P_COLS, P_XM, P_OS, P_ADD, P_RO, P_SX, P_HDR
+from _support import skip
+from _fuzzkit import Lcg
+
+
+def test_the_probe_says_no_on_cores_without_dsp():
+    m = getattr(sys.implementation, "_machine", "")
+    if "Cortex-M3" in m or "Cortex-M0" in m or "nRF51" in m or kernels.arch() < 3:
+        assert not cpuid.has_dsp(), m
+    elif "Cortex-M7" in m or "Cortex-M55" in m:
+        assert cpuid.has_dsp(), m
+
+
+def test_the_asm_kernels_take_the_dsp_product_exactly_where_the_core_has_it():
+    if not kernels.thumb():
+        skip("no inline assembler here")
+    try:
+        from kvedge import qkernels_asm
+    except ImportError:
+        skip("no asm kernels deployed here")
+    if cpuid.has_dsp():
+        from kvedge import qkernels_dsp
+        assert qkernels_asm.q_mv is qkernels_dsp.q_mv and qkernels_asm.q_quant is qkernels_dsp.q_quant
+    else:
+        assert "kvedge.qkernels_dsp" not in sys.modules  # absent, or refused and not kept
+
+
+def _case(rng, q, rows, cols, ro, wo, os, add):
+    n = cols
+    z = array("i", [rng.below(1 << 20) - (1 << 19) for _ in range(n)])
+    A = max(abs(v) for v in z) or 1
+    ip = array("i", [0] * 8)
+    # quantize's parameters (kvedge.model.intpath.quantize): 15-bit normalized maximum, C = 127
+    s = 0
+    a = A
+    while a >= (1 << 15):
+        a >>= 1
+        s += 1
+    K = 28 - 6
+    ip[0], ip[1], ip[2], ip[3] = s, ((127 << K) + a - 1) // a, K, 127
+    codes = array("i", [0] * n)
+    q.q_quant(z, codes, n, ip)
+    w = bytearray(rng.below(256) for _ in range(wo + (ro + rows) * cols))
+    p = array("i", [0] * (P_HDR + ro + rows))
+    p[P_WO], p[P_ROWS], p[P_COLS], p[P_XM], p[P_OS], p[P_ADD], p[P_RO] = wo, rows, cols, 12345, os, add, ro
+    for r in range(ro + rows):
+        p[P_HDR + r] = ((16384 + rng.below(16384)) << 8) | rng.below(12)
+    out = array("i", [rng.below(1 << 20) - (1 << 19) for _ in range(ro + rows)])
+    big = q.q_mv(w, codes, out, p)
+    return list(out), big, p[P_SX]
+
+
+def test_dsp_q_quant_and_q_mv_equal_the_plain_kernels():
+    if not cpuid.has_dsp():
+        skip("no DSP instructions on this core (kvedge.cpuid.has_dsp())")
+    from kvedge import qkernels_dsp as dsp, qkernels_plain as plain
+    n = 0
+    for cols in (1, 2, 3, 4, 5, 7, 8, 16, 31, 32, 33, 36, 63, 64, 65, 100, 172):
+        for rows, ro, wo, os, add in ((1, 0, 0, 0, 0), (3, 2, 5, -3, 1), (5, 0, 3, 4, 0), (2, 1, 0, -40, 1)):
+            seed = 1 + cols * 131 + rows * 7 + ro
+            got = _case(Lcg(seed), dsp, rows, cols, ro, wo, os, add)
+            want = _case(Lcg(seed), plain, rows, cols, ro, wo, os, add)
+            assert got == want, (cols, rows, ro, wo, os, add, got, want)
+            n += 1
+    assert n == 68

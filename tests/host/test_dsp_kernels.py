@@ -1,0 +1,36 @@
+"""The DSP kernels (kvedge.qkernels_dsp) on the two emulated cores that have the DSP instructions, both at the
+rp2350 heap: the single-precision Cortex-M7 (mps2-an500, armv7emsp .mpy: the RP2350's stand-in) and the
+Cortex-M55 (mps3-an547, armv7emdp .mpy). On each: the DSP kernels against the plain ones, every kernel kind's q_*
+kernels against written-out arithmetic, and the integer pass bit-identical across kinds (asm's matrix product
+there is the DSP one). The Cortex-M3 and M0 suites run test_qkernels_dsp too, where the probe must say no. Only
+these files run on the M7 and M55: the whole suite there would take tools/test past its 45 minutes."""
+import pytest
+
+from kvedge_host import runtimes
+
+CORES = {"m7": "Cortex-M7", "m55": "Cortex-M55"}
+FILES = ("test_qkernels_dsp.py", "test_intkernels.py", "test_intpath_kinds.py")
+
+
+def _need(runtime):
+    why = runtimes.missing(runtime)
+    if why:
+        pytest.skip("%s: %s" % (runtime, why))
+
+
+@pytest.mark.parametrize("runtime,name", [(r, f) for r in CORES for f in FILES])
+def test_dsp_files_on(runtime, name):
+    _need(runtime)
+    res = runtimes.run_device_tests(runtime, files=[name])
+    assert res["failed"] == 0 and res["passed"] > 0, "\n".join(res["lines"][-60:])
+    if name == "test_qkernels_dsp.py":  # the DSP kernels ran: nothing skipped on this core
+        assert res["skipped"] == 0, res["lines"]
+
+
+@pytest.mark.parametrize("runtime", sorted(CORES))
+def test_the_core_is_the_one_its_runtime_names_and_has_dsp(runtime):
+    _need(runtime)
+    rc, out = runtimes.run_code(runtime, "import sys\nfrom kvedge import cpuid\n"
+                                "print(sys.implementation._machine, cpuid.has_dsp())\n",
+                                heap=runtimes.heap_for("rp2350"), paths=[runtimes.DEVICE])
+    assert rc == 0 and "%s True" % CORES[runtime] in out, out
