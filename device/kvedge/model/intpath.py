@@ -417,10 +417,10 @@ class Forward:
         d, h, kvd, hd = cfg.dim, cfg.hidden_dim, cfg.kv_dim, cfg.head_dim
         self.d, self.h, self.kvd, self.hd = d, h, kvd, hd
         self.nq = d + 2 * kvd
-        widest = max(d, h)
+        widest = max(d, h, 4)  # xq: qkernels_dsp packs n codes in 8 + 2n bytes
         self.x = zeros("i", d)  # residual
         self.z = zeros("i", max(2 * h, self.nq, d))  # matvec outputs: qkv, h1|h3, attention output
-        self.xq = zeros("i", max(widest, 4))  # int8 codes of a matvec input (qkernels_dsp: 8 + 2n bytes)
+        self.xq = zeros("i", widest)  # int8 codes of a matvec input
         self.logits = zeros("i", cfg.vocab_size)
         self.codes = zeros("b", self.nq)  # q, k, v codes per head
         self.scales = zeros("H", cfg.n_heads + 2 * cfg.n_kv_heads)
