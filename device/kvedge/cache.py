@@ -248,16 +248,6 @@ class KVCache:
         finally:
             self.cur_slot = cur
 
-    def write_slot_q8(self, slot, layer, k_codes, k_scales, v_codes, v_scales):
-        """write_q8() into an explicit live slot. Allocates nothing."""
-        self._check_live_slot(slot)
-        cur = self.cur_slot
-        self.cur_slot = slot
-        try:
-            self.write_q8(layer, k_codes, k_scales, v_codes, v_scales)
-        finally:
-            self.cur_slot = cur
-
     def slot_of(self, pos):
         """Slot holding logical position pos; IndexError if it is not cached."""
         if type(pos) is not int:
@@ -389,36 +379,6 @@ class KVCache:
                 else:  # i4 without residual: per-row asymmetric for K and V
                     self._low.put_row(self, off, self.scale_at(layer, kv, h, b), x, h * self.D)
 
-    def write_q8(self, layer, k_codes, k_scales, v_codes, v_scales):
-        """i8 caches: store pre-quantized rows: int8 codes (-128..127, kv_heads*head_dim each) and f16 scale bits
-        per KV head (finite, >= 0: 0..0x7BFF). Allocates nothing; everything is checked before a byte moves."""
-        self.check_write_q8(layer, k_codes, k_scales, v_codes, v_scales)
-        self._write_q8(layer, k_codes, k_scales, v_codes, v_scales)
-
-    def check_write_q8(self, layer, k_codes, k_scales, v_codes, v_scales):
-        """write_q8()'s checks, without writing (a tiered cache adds its own before the write)."""
-        if self.cfg.dtype != I8:
-            raise TypeError("write_q8 needs an i8 cache, this one is %s" % self.cfg.dtype)
-        self._check_layer(layer)
-        self._check_current()
-        if self.cur_slot < self.P:
-            raise ValueError("position in the full-precision prefix: use write() with floats")
-        n = self.H * self.D
-        # no tuples or floats here: this path must allocate nothing
-        check.length("k_codes", k_codes, n)
-        check.length("v_codes", v_codes, n)
-        check.length("k_scales", k_scales, self.H)
-        check.length("v_scales", v_scales, self.H)
-        check.codes("k_codes", k_codes, n, -128, 127)
-        check.codes("v_codes", v_codes, n, -128, 127)
-        check.codes("k_scales", k_scales, self.H, 0, check.SCALE_MAX)
-        check.codes("v_scales", v_scales, self.H, 0, check.SCALE_MAX)
-
-    def _write_q8(self, layer, k_codes, k_scales, v_codes, v_scales):
-        b = self.cur_slot - self.P
-        self._put_q8(layer, K, b, k_codes, 0, k_scales, 0)
-        self._put_q8(layer, V, b, v_codes, 0, v_scales, 0)
-
     def _put_q8(self, layer, kv, b, cs, co, sc, so):
         """Row b of (layer, kv) of every KV head: int8 codes cs[co + h*D ...], f16 scale bits sc[so + h]."""
         a = self.arena
@@ -434,8 +394,22 @@ class KVCache:
             a[m] = s & 0xFF
             a[m + 1] = s >> 8
 
-    # q8_store_block(), write_q8_at() and i8_bases(), the integer path's: kvedge.cacheq8 adds them to this class
-    # when that path loads (a float-only run does not hold their bytecode: ~3.7 KB of a 100 KB ESP32 heap)
+    # The i8 row writes of pre-quantized rows are kvedge.q8writes' and q8_store_block(), write_q8_at() and
+    # i8_bases() kvedge.cacheq8's: each adds them to this class when it loads, so a run that writes floats does
+    # not hold their bytecode. The three below import kvedge.q8writes on a first call and are replaced by its
+    # methods; import it first where the heap is locked.
+
+    def write_q8(self, layer, k_codes, k_scales, v_codes, v_scales):
+        from . import q8writes
+        q8writes.write_q8(self, layer, k_codes, k_scales, v_codes, v_scales)
+
+    def check_write_q8(self, layer, k_codes, k_scales, v_codes, v_scales):
+        from . import q8writes
+        q8writes.check_write_q8(self, layer, k_codes, k_scales, v_codes, v_scales)
+
+    def write_slot_q8(self, slot, layer, k_codes, k_scales, v_codes, v_scales):
+        from . import q8writes
+        q8writes.write_slot_q8(self, slot, layer, k_codes, k_scales, v_codes, v_scales)
 
     def append(self, ks, vs):
         """Convenience: a new token with K and V for every layer (ks[layer], vs[layer] flat sequences)."""

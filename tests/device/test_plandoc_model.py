@@ -7,6 +7,9 @@ from kvedge.model import intpath  # noqa: F401,E402 (one piece; a 215 KB unix-po
 gc.collect()
 from kvedge.model import llama, checkpoint, tiny, tokenizer  # noqa: F401,E402
 gc.collect()
+from kvedge import kernels  # noqa: E402
+kernels.get()  # the kernels plan_args selects (to tell the attention path), compiled before the model's files
+gc.collect()
 from _plankit import HEAP, cache as _cache, copy as _copy, plan as _plan, refused as _refused
 from kvedge.model.runplan import plan_args
 from _model_support import tmp_path

@@ -443,6 +443,8 @@ class Forward:
         self.sp = zeros("i", S_WORDS)
         if not self.tiered:
             c.q8_store_block(self.sp, d, d + kvd, H, H + KV, len(self.codes), len(self.scales))
+        else:
+            from kvedge import q8writes  # noqa: F401 (the ring's write_q8, loaded now: steps lock the heap)
         self.ap = zeros("i", 4)  # q_align: heads, head_dim, -> the common exponent
         self.ap[0] = H
         self.ap[1] = hd

@@ -1,0 +1,58 @@
+"""KVCache's writes of pre-quantized i8 rows (int8 codes and f16 scale bits): write_q8(), check_write_q8() and
+write_slot_q8(), in a module of their own so that a run that writes floats (the float pass, its tiered cache) does
+not hold their bytecode. kvedge/cache.py's stubs of these import it on a first call, and it replaces them in the
+class; the integer pass imports it for a tiered cache (an import under a locked heap fails: import it first).
+The row store they share, KVCache._put_q8, stays in cache.py with kvedge.cacheq8's write_q8_at()."""
+from . import check
+from .cache import KVCache, K, V
+from .sizes import I8
+
+
+def write_slot_q8(self, slot, layer, k_codes, k_scales, v_codes, v_scales):
+    """write_q8() into an explicit live slot. Allocates nothing."""
+    self._check_live_slot(slot)
+    cur = self.cur_slot
+    self.cur_slot = slot
+    try:
+        self.write_q8(layer, k_codes, k_scales, v_codes, v_scales)
+    finally:
+        self.cur_slot = cur
+
+
+def write_q8(self, layer, k_codes, k_scales, v_codes, v_scales):
+    """i8 caches: store pre-quantized rows: int8 codes (-128..127, kv_heads*head_dim each) and f16 scale bits
+    per KV head (finite, >= 0: 0..0x7BFF). Allocates nothing; everything is checked before a byte moves."""
+    self.check_write_q8(layer, k_codes, k_scales, v_codes, v_scales)
+    self._write_q8(layer, k_codes, k_scales, v_codes, v_scales)
+
+
+def check_write_q8(self, layer, k_codes, k_scales, v_codes, v_scales):
+    """write_q8()'s checks, without writing (a tiered cache adds its own before the write)."""
+    if self.cfg.dtype != I8:
+        raise TypeError("write_q8 needs an i8 cache, this one is %s" % self.cfg.dtype)
+    self._check_layer(layer)
+    self._check_current()
+    if self.cur_slot < self.P:
+        raise ValueError("position in the full-precision prefix: use write() with floats")
+    n = self.H * self.D
+    # no tuples or floats here: this path must allocate nothing
+    check.length("k_codes", k_codes, n)
+    check.length("v_codes", v_codes, n)
+    check.length("k_scales", k_scales, self.H)
+    check.length("v_scales", v_scales, self.H)
+    check.codes("k_codes", k_codes, n, -128, 127)
+    check.codes("v_codes", v_codes, n, -128, 127)
+    check.codes("k_scales", k_scales, self.H, 0, check.SCALE_MAX)
+    check.codes("v_scales", v_scales, self.H, 0, check.SCALE_MAX)
+
+
+def _write_q8(self, layer, k_codes, k_scales, v_codes, v_scales):
+    b = self.cur_slot - self.P
+    self._put_q8(layer, K, b, k_codes, 0, k_scales, 0)
+    self._put_q8(layer, V, b, v_codes, 0, v_scales, 0)
+
+
+KVCache.write_q8 = write_q8
+KVCache.check_write_q8 = check_write_q8
+KVCache._write_q8 = _write_q8
+KVCache.write_slot_q8 = write_slot_q8
