@@ -60,6 +60,23 @@ def test_board_lines_become_the_profiles_figures():
     assert footprint.summary(short).startswith("does not fit")
 
 
+def test_the_loop_is_measured_without_the_stats_stream_whose_line_is_counted_with_it():
+    # the probe's second run has no stats stream: its peak over its set-up is the loop, and a stats line held while
+    # it is written goes to telemetry_bytes (the first run's peak had it only when a stale pointer kept it)
+    out = OUT.replace("KVFP warm 176\n", "KVFP warm 176\nKVFP loop 14000 13700\n").replace(
+        "KVFP telemetry_state 240\n", "KVFP telemetry_state 240\nKVFP telemetry_line 224\n").replace(
+        "KVFP run 20000 12328 2562", "KVFP run 16000 12328 2562 15300")
+    r = footprint.parse(out)
+    assert (r["loop_peak"], r["loop_setup"], r["telemetry_line"]) == (14000, 13700, 224)
+    assert footprint.loop_bytes(r) == 300 != 16000 - 15300  # the second run's, not the first's 700
+    # its peak beyond the formulas, when more (that run's base already holds the first run's residue)
+    fat = footprint.parse(out.replace("KVFP loop 14000 13700", "KVFP loop 19000 18900"))
+    assert footprint.loop_bytes(fat) == 19000 - 12328 - 2562 - 2 * 1152
+    r["boot"], r["usable"] = 1968, 210112
+    fp = footprint.figures(dict(_res(), kinds={"plain": r}))
+    assert fp["telemetry_bytes"] == 2720 + 240 + 224 and fp["loop_plain"] == 300
+
+
 def test_the_integer_pass_is_measured_with_the_kinds_it_is_fastest_on_and_planned_from_its_own_figures():
     runs = footprint.runs(("asm", "viper", "native", "plain"))
     assert [(n, k, f) for n, k, f, _ in runs] == [
