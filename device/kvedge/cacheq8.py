@@ -34,19 +34,21 @@ def q8_store_block(self, p, kc, vc, ks, vs, ncodes, nscales):
     self._q8scales = max(ks, vs) + self.H
     self._lay = lay
 
-def write_q8_at(self, layer, codes, scales, p, store=None):
+def write_q8_at(self, layer, codes, scales, p, store=None, slot=-1):
     """write_q8() of the current token's rows in `layer` from buffers laid out as q8_store_block() set p up:
     codes an array('b') (int8 by construction) of at least the block's ncodes, scales an array('H') of its
     nscales, each of this token's scales checked (0..0x7BFF) before a byte moves. store: a q_store kernel
-    (kvedge.qkernels_*) to write the rows with, or None (this module's loop). Allocates nothing."""
+    (kvedge.qkernels_*) to write the rows with, or None (this module's loop). slot >= 0: that live slot's rows
+    instead of the current token's (a chunk of prompt tokens placed at once: kvedge.model.prefill). Allocates
+    nothing."""
     lay = self._lay  # set by q8_store_block(), on i8 caches only
     if lay is None:
         raise ValueError("no block: call q8_store_block() first")
-    cs = self.cur_slot
+    cs = self.cur_slot if slot < 0 else slot  # beyond the slots: IndexError below, before a byte moves
     if type(layer) is not int or layer < 0 or layer >= self.L or cs < self.P or self.slot_pos[cs] < 0:
         self._check_layer(layer)
         self._check_current()
-        raise ValueError("position in the full-precision prefix: use write() with floats")
+        raise ValueError("slot %d: an empty slot, or in the full-precision prefix (write() floats there)" % cs)
     if len(codes) < self._q8codes or len(scales) < self._q8scales:
         raise ValueError("codes or scales shorter than the block q8_store_block() set up")
     ks = p[lay.S_KS]

@@ -277,7 +277,7 @@ def _plan_given(a, weights, tok, heap, prompt, say, ctrl_c=True):
                         "--workspace %d" % (a.plan, -pa["workspace"], plan["workspace_bytes"] - pa["workspace"]))
     if (plan.get("runtime") or {}).get("source") == "measured":
         kw = planrun.runner_args(plan, a.steps, a.stats_ms, prompt, a.temperature, a.seed)
-        kw.update({k: v for k, v in run_args(pa).items() if k in ("tier", "forward")})
+        kw.update({k: v for k, v in run_args(pa).items() if k in ("tier", "forward", "prefill")})
     else:
         kw = dict(run_args(pa), prompt=prompt, steps=a.steps, temperature=a.temperature, seed=a.seed,
                   stats_ms=a.stats_ms, peak=True)
@@ -555,19 +555,20 @@ def _report(text, s, mon, plan, steps=None):
 
 
 def built_vs_plan(s, plan):
-    """What the board says it built (its stats line: the pass, the cache kind, slots, cold blocks) beside what the
-    plan named; a difference is said first."""
+    """What the board says it built (its stats line: the pass, the cache kind, slots, cold blocks, prompt chunks)
+    beside what the plan named; a difference is said first."""
     got = {"forward": s.get("forward"), "kind": s.get("kind"), "slots": s.get("slots"),
-           "cold_blocks": s.get("cold_blocks", 0)}
+           "cold_blocks": s.get("cold_blocks", 0), "prefill": s.get("prefill", 1)}
     from kvedge.sizes import cache_slots
     c = plan["cache"]
     kind = plan.get("kind")
     # a shorter context is a keep-all cache of fewer tokens: the board sees the cache, not the cut
     want = {"forward": plan.get("forward"), "kind": "keep" if kind == "shorter" else kind,
             "slots": cache_slots(c["max_tokens"], c.get("window", 0), c.get("sinks", 0)),
-            "cold_blocks": (plan.get("tier") or {}).get("cold_blocks", 0)}
-    line = "board built %s pass, %s cache, %s slots%s" % (got["forward"], got["kind"], got["slots"], (
-        ", %d cold blocks" % got["cold_blocks"]) if got["cold_blocks"] else "")
+            "cold_blocks": (plan.get("tier") or {}).get("cold_blocks", 0), "prefill": plan.get("prefill") or 1}
+    line = "board built %s pass, %s cache, %s slots%s%s" % (got["forward"], got["kind"], got["slots"], (
+        ", %d cold blocks" % got["cold_blocks"]) if got["cold_blocks"] else "", (
+        ", prompts in chunks of %d" % got["prefill"]) if got["prefill"] != 1 else "")
     off = [k for k in want if want[k] is not None and got[k] != want[k]]
     if off:
         return "NOT AS PLANNED (%s): %s; the plan: %s" % (", ".join(off), line, json.dumps(want, sort_keys=True))

@@ -300,6 +300,8 @@ def _plan_kwargs(args):
     kw = run_args(kw)
     if args.forward is not None:  # --forward given: it overrides the plan's pass
         kw["forward"] = args.forward
+        if args.forward != "int":
+            kw.pop("prefill", None)  # the plan's prompt chunks run on the integer pass only
     return kw
 
 

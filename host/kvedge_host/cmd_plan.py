@@ -264,6 +264,9 @@ def print_plan(spec, tgt, r, chosen, top, verbose=False):
     else:
         c.print("  speed: %s pass, %s kernels: not measured" % (chosen.get("forward"), chosen.get("kernels")),
                 highlight=False, markup=False)
+    if (chosen.get("prefill") or 1) > 1:
+        c.print("  prompt: %d tokens a chunk through each layer (kvedge.model.prefill: a weight row read once a "
+                "chunk; its buffers counted in the activations)" % chosen["prefill"], highlight=False, markup=False)
     for p in chosen["placement"]:
         c.print("  %-18s %14s  %s (%s)" % (p["array"], "{:,}".format(p["bytes"]), p["where"], p["why"]),
                 highlight=False, markup=False)

@@ -32,8 +32,8 @@ PARTS = {
     "model": ("the llama2.c-style model runner on the cache (checkpoints, forward passes, tokenizer, sampler, plans)",
               ("core", "kernels", "attention", "rules"),
               ("model/bpe", "model/checkpoint", "model/convert", "model/f32file", "model/intpath", "model/llama",
-               "model/pieces", "model/plandoc", "model/romweights", "model/run", "model/runplan", "model/sampler",
-               "model/streambytes", "model/tiny", "model/tokenizer", "model/ulabpath")),
+               "model/pieces", "model/plandoc", "model/prefill", "model/romweights", "model/run", "model/runplan",
+               "model/sampler", "model/streambytes", "model/tiny", "model/tokenizer", "model/ulabpath")),
 }
 # what the model runner loads only when a run asks for it: H2O eviction, the stats stream, a tier
 OPTIONAL = {"model": ("evict", "telemetry", "tier", "kernels-arm")}

@@ -110,6 +110,11 @@ def _largest(fits, lo, hi, step=1):
     return lo + a * step
 
 
+# prompt chunks a plan may take (kvedge.model.prefill), largest first: a 64-token prompt with weights streamed from
+# littlefs on the emulated Cortex-M3 cost 33.7 % of 64 decode tokens' instructions in chunks of 8, 30.5 % in 16,
+# 98.6 % a token at a time (tools/bench_prefill.py --runtime m3 --heap 2097152)
+PREFILL_CHUNKS = (16, 8, 4, 2)
+
 class Planner:
     def __init__(self, spec, context, tgt, align, weights_dtype, batch, runtime=None, tokenizer_bytes=0):
         self.tile = runtime.tile if runtime is not None else 32
@@ -127,6 +132,7 @@ class Planner:
         self.heap = tgt["heap_bytes"]
         self.limit = self.block = self.heap
         self.tokenizer_bytes = tokenizer_bytes
+        self.prompt = True  # the run encodes a prompt (plan(prompt=False): none, so no chunks for it)
         self.kernels = planspeed.kernels_for(self.prof, runtime.kind if runtime is not None else None)
         if runtime is not None:
             self.heap = runtime.usable
@@ -241,6 +247,8 @@ class Planner:
         cold = tier["cold_dtype"] if tier else None
         fw = self.forward(cfg, place, h2o, cold)
         total = self.total(cfg, place, extra, h2o, cold)
+        chunk, chunk_bytes = self.prefill(fw, "tiered" if tier else ("h2o" if h2o else kind), total)
+        total += chunk_bytes
         ws = self.ws + self.runner(cfg, h2o, cold) + self.files(place)
         if cfg.align != self.base_align:
             name += ", align %d" % cfg.align
@@ -249,7 +257,8 @@ class Planner:
              "context": context, "batch": self.batch, "policy": policy, "tier": tier, "h2o_score_bytes": scores,
              "weights": {"bytes": self.weights_bytes, "dtype": self.weights_label, "place": place,
                          "heap_bytes": self.weights_heap(place, fw)},
-             "activation_bytes": self.activations(place, fw), "workspace_bytes": ws, "total_bytes": total,
+             "activation_bytes": self.activations(place, fw) + chunk_bytes, "workspace_bytes": ws,
+             "total_bytes": total, "prefill": chunk,
              "heap_bytes": self.heap, "headroom_bytes": self.heap - total,
              "fits": self.fits(cfg, place, extra, h2o, cold)}
         if self.rt is not None:
@@ -265,6 +274,22 @@ class Planner:
         c["budget_bytes"] = (self.limit - (total - own * self.batch)) // self.batch
         c["placement"] = self.placement(c)
         return self._flash_check(c) if place in ("flash", "rom") or tier else c
+
+    def prefill(self, fw, kind, total):
+        """(prompt tokens a chunk, their bytes) in what the heap leaves beside a plan of `total` bytes: the
+        largest of PREFILL_CHUNKS whose buffers (kvedge.model.prefill.chunk_bytes, a 32-bit board's) fit under
+        the limit; (1, 0) when none does, or the pass or the kind takes no chunks (kvedge.model.passes), or
+        several sequences share the heap, or the run has no prompt. The cache comes first: a chunk takes only
+        what its plan left."""
+        if fw not in passes.PREFILL_FORWARDS or kind not in passes.PREFILL_KINDS or self.batch != 1 or \
+                not self.prompt:
+            return 1, 0
+        from kvedge.model.prefill import chunk_bytes
+        for n in PREFILL_CHUNKS:
+            b = chunk_bytes(self.shape, n, 4)
+            if total + b <= self.limit:
+                return n, b
+        return 1, 0
 
     # -- the strategies; each returns a candidate or None, and records what it tried --
 
@@ -586,7 +611,7 @@ def device_config(c, spec, tgt, runtime=None):
         "total_bytes": c["total_bytes"], "heap_bytes": c["heap_bytes"], "headroom_bytes": c["headroom_bytes"],
         "context": c["context"], "tokens_kept": c["tokens_kept"], "placement": c["placement"],
         "quality": c.get("quality"), "runtime": runtime,
-        "forward": c.get("forward"), "kernels": c.get("kernels"),
+        "forward": c.get("forward"), "prefill": c.get("prefill", 1), "kernels": c.get("kernels"),
         "instructions_per_token": c.get("instructions_per_token"), "tokens_per_s": c.get("tokens_per_s"),
         "speed": c.get("speed"),
     }
@@ -810,6 +835,7 @@ def plan(spec, context, tgt, kv_dtype="f32", weights_dtype=None, align=64, batch
     other_kind = None
     for rt in rts or [None]:
         pl = Planner(spec, context, tgt, align, weights_dtype, batch, rt, tok[0])
+        pl.prompt = prompt
         if weights_in == "rom" and pl.weights_dtype != budget.I8:
             raise UserError("--weights-in rom: the device reads int8 weights in place (add --weights-dtype i8), "
                             "these are %s" % pl.weights_dtype)

@@ -24,6 +24,8 @@ def runner_args(doc, steps, stats_ms=0, prompt="", temperature=0.0, seed=1):
           "stream": doc["weights"]["place"] != "heap", "h2o": h2o, "stats_ms": stats_ms, "peak": True,
           "kv_bytes": doc["kv_bytes"] if doc.get("batch", 1) == 1 else 0,
           "forward": doc.get("forward") or "float"}  # the pass the plan counted (kvedge.model.runplan: the same)
+    if (doc.get("prefill") or 1) != 1:  # prompt tokens a chunk (kvedge.model.prefill); else main()'s default
+        kw["prefill"] = doc["prefill"]
     tier = doc.get("tier") if doc.get("kind") == "tiered" else None
     if tier:
         kw["tier"] = {k: tier[k] for k in ("block", "cold_dtype", "cold_blocks", "at_cap", "cold_align") if k in tier}
@@ -111,7 +113,7 @@ def summary(out):
     return None
 
 
-def run_on_m3(board, doc, model, tokenizer, steps, heap=None, timeout=900, log=None, stats_ms=0):
+def run_on_m3(board, doc, model, tokenizer, steps, heap=None, timeout=900, log=None, stats_ms=0, prompt=""):
     """Run a plan once on a fresh emulated board: the package as .mpy for the board and the model and tokenizer
     on its filesystem; returns (summary dict, everything the board printed). heap: the firmware image to boot
     (default the profile's heap; a PSRAM profile runs on the largest image with a plan made for that heap)."""
@@ -131,7 +133,8 @@ def run_on_m3(board, doc, model, tokenizer, steps, heap=None, timeout=900, log=N
         m3board.write_disk_module(rom, "armv7m")
         image = m3board.build_romfs(rom, os.path.join(tmp, "rom.img"))
         with m3board.M3Board(board, heap=heap, romfs=image, disk=disk, log=log) as b:
-            out = b.exec(runner_code("model.bin", "tok.bin", runner_args(doc, steps, stats_ms)), timeout=timeout)
+            out = b.exec(runner_code("model.bin", "tok.bin", runner_args(doc, steps, stats_ms, prompt)),
+                         timeout=timeout)
     return summary(out), out
 
 

@@ -55,6 +55,22 @@ def test_valid_plans_give_the_arguments_written_out_by_hand():
         assert run_args(dict(a, forward="auto")).get("forward") is None  # main()'s own default then
 
 
+def test_a_plans_prompt_chunk_goes_to_the_run():
+    doc = _copy(valid_plans()[0][0])  # kind keep
+    assert "prefill" not in plan_args(doc, heap=HEAP)  # a plan without one: main()'s default, a token at a time
+    doc["forward"] = "int"
+    doc["prefill"] = 8
+    a = plan_args(doc, heap=HEAP)
+    assert a["prefill"] == 8 and run_args(a)["prefill"] == 8
+    h2o = _copy(valid_plans()[3][0])
+    h2o["forward"] = "int"
+    h2o["prefill"] = 8  # a policy places each token from the ones before it: no chunks
+    assert "kind" in _refused(h2o, "prefill")
+    tiered = _copy(valid_plans()[4][0])
+    tiered["prefill"] = 2
+    _refused(tiered, "prefill")
+
+
 def _set(doc, path, value):
     d = doc
     for k in path[:-1]:
@@ -133,6 +149,7 @@ _HOSTILE = (
     (("quality",), ([], 0.5), "quality"),
     (("placement",), ({}, "x"), "placement"),
     (("strategy",), (1, [], {}), "strategy"),
+    (("prefill",), (0, -1, 257, 1 << 40, 8.0, "8", True, [8], 4), "prefill"),  # 4: the float pass takes none
 )
 _H2O = (
     (("policy",), (None, _DEL, {"kind": "ring"}), "policy"),

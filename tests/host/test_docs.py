@@ -178,6 +178,9 @@ ELSEWHERE = {
 }
 
 NOT_RUN = {
+    ".venv/bin/python tools/bench_prefill.py --runtime m3 --chunks 1 8 16 --heap 2097152":
+        "a benchmark (figures in docs/benchmarks.md, ~30 s of emulated board): tests/device/test_intpath_prefill.py "
+        "holds the chunks' bits on every runtime",
     ".venv/bin/python tools/bench_forward.py --runtime m7 --macs --kernels asm viper --forward auto":
         "a benchmark (figures in docs/benchmarks.md): tests/host/test_dsp_kernels.py runs the "
         "DSP kernels' tests on the emulated Cortex-M7 and M55",

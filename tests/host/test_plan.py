@@ -69,6 +69,10 @@ def recompute_total(doc, weights_dtype="i8", board="rp2350", runtime=None):
     scratch = intpath.scratch_bytes(_Shape, flash) if intpass else llama.scratch_bytes(_Shape, weights_dtype, flash)
     runner = (scratch + llama.object_bytes(_Shape, cfg, tile, 4, integer)
               + (budget.activation_bytes(64, 172, 8, 512, tile) - act))
+    if doc.get("prefill", 1) > 1:  # prompt chunks' buffers, only the integer pass takes them
+        from kvedge.model import prefill
+        assert intpass and doc["kind"] in ("keep", "prefix", "sinks", "window", "shorter")
+        runner += prefill.chunk_bytes(_Shape, doc["prefill"], 4)
     files = fp["file_bytes"] * ((1 if rt["tokenizer_bytes"] else 0) + (1 if flash else 0))
     if (doc["policy"] or {}).get("kind") == "tiered":  # the tier's code, its two segment files and a spare, its loop
         files += fp["tiered_" + key] + 3 * fp["file_bytes"] + 2560

@@ -172,7 +172,7 @@ def tiered_doc(files):
     c = [c for c in json.loads(r.out)["configurations"] if c["kind"] == "tiered"][0]
     doc = copy.deepcopy(files["doc"])
     for k in ("strategy", "kind", "cache", "kv_bytes", "budget_bytes", "policy", "tier", "h2o_score_bytes",
-              "activation_bytes", "workspace_bytes", "total_bytes", "heap_bytes", "tokens_kept", "context"):
+              "activation_bytes", "workspace_bytes", "total_bytes", "heap_bytes", "tokens_kept", "context", "prefill"):
         doc[k] = c[k]
     return doc
 

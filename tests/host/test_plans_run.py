@@ -90,3 +90,38 @@ def test_the_circuitpython_plan_respects_its_heaps_largest_block(capsys, tmp_pat
     assert s is not None, out[-3000:]
     assert s["plan_total"] == doc["total_bytes"] and s["generated"] == STEPS
     assert 0.9 <= s["heap_top"] / doc["total_bytes"] <= 1.0, (s["heap_top"], doc["total_bytes"])
+
+
+@needs_m3
+@have_stories
+def test_a_plans_prompt_chunks_run_on_the_board_and_give_the_tokens_of_one_at_a_time(capsys, tmp_path):
+    """The rp2350's plan takes prompts in chunks (kvedge.model.prefill): on the emulated board at its heap, with a
+    prompt that passes the plan's f32 prefix by more than two chunks, the board runs the plan's chunk within the
+    plan's total, and its greedy text is the device code's on CPython with the same plan taking the prompt one
+    token at a time (kvedge generate --plan, the plan without "prefill")."""
+    weights = str(tmp_path / "model.i8.bin")
+    convert_to_i8(STORIES, weights)
+    prompt = ("Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her "
+              "friends. One day, she saw a big red ball under a tree. She ran to the ball and kicked it high. Tom")
+    doc = planrun.plan_for("rp2350", STORIES, TOK512, str(tmp_path / "plan.json"), prompt=prompt)
+    capsys.readouterr()
+    assert doc["forward"] == "int" and doc["prefill"] > 1, (doc["forward"], doc.get("prefill"))
+    from kvedge.model.tokenizer import Tokenizer
+    ids = Tokenizer.load(TOK512, 512).encode(prompt)  # BOS first
+    assert len(ids) > doc["cache"].get("prefix", 0) + 2 * doc["prefill"], (len(ids), doc["cache"])
+    steps = len(ids) + 20
+    s, out = planrun.run_on_m3("rp2350", doc, weights, TOK512, steps, prompt=prompt)
+    assert s is not None, out[-3000:]
+    assert s["prefill"] == doc["prefill"] and s["forward"] == "int" and s["generated"] == steps - len(ids) + 1, s
+    assert s["plan_total"] == doc["total_bytes"] and s["heap_top"] <= doc["total_bytes"], s
+    one = dict(doc)
+    del one["prefill"]
+    path = str(tmp_path / "one.json")
+    with open(path, "w") as f:
+        json.dump(one, f)
+    from _boardkit import kvedge
+    ref = kvedge("generate", "--plan", path, "--board", "rp2350", "--model", weights, "--tokenizer", TOK512,
+                 "--prompt", prompt, "--steps", steps, "--temperature", 0)
+    assert ref.returncode == 0, ref.stderr[-2000:]
+    text = out[:out.index("#KVEDGE")].strip()
+    assert text.startswith(prompt) and len(text) > len(prompt) + 20 and text == ref.stdout.strip(), (text, ref.stdout)

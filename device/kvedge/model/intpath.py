@@ -473,6 +473,7 @@ class Forward:
             model.att.check_step_q8(0, self.qc, self.qs, self.oq, self.oe, model.scores)
         elif not model.cache.int_ok:
             raise ValueError("the integer forward pass needs a tiered cache with i8 or i4 cold blocks")
+        self.pre = None  # kvedge.model.prefill.attach(): prompt tokens a chunk at a time
 
     # ---- scalar steps ----
 
@@ -562,6 +563,25 @@ class Forward:
                 r += n
         return big
 
+    def _embed(self, token, x):
+        """The token's embedding row into the residual's fixed point x; returns max |x|."""
+        w = self.w
+        k = self.k
+        d = self.d
+        ip = self.ip
+        emb = w.emb
+        sw = emb.p[P_HDR + token]
+        ip[1] = sw >> 8
+        ip[2] = RES_EXP - (emb.exp - 30 - (sw & 255))
+        if emb.codes is not None:
+            ip[0] = token * d
+            return k.q_embed(emb.codes, x, d, ip)
+        ip[0] = 0
+        w._file.seek(emb.parts[0][0] + token * d)
+        _read(w._file, self.wbuf, d)
+        k.q_xor80(self.wbuf, d)
+        return k.q_embed(self.wbuf, x, d, ip)
+
     # ---- the decode step ----
 
     def step(self, token):
@@ -609,21 +629,7 @@ class Forward:
         if span < self.span:
             span = self.span
         self.span = span
-        # embedding row into the residual's fixed point
-        emb = w.emb
-        sw = emb.p[P_HDR + token]
-        ip[1] = sw >> 8
-        ip[2] = RES_EXP - (emb.exp - 30 - (sw & 255))
-        if emb.codes is not None:
-            ip[0] = token * d
-            A = k.q_embed(emb.codes, x, d, ip)
-        else:
-            ip[0] = 0
-            part = emb.parts[0]
-            w._file.seek(part[0] + token * d)
-            _read(w._file, self.wbuf, d)
-            k.q_xor80(self.wbuf, d)
-            A = k.q_embed(self.wbuf, x, d, ip)
+        A = self._embed(token, x)
         k.q_angles(self.fq, self.sin, self.cs, pos)
         # what every layer reads, looked up once a token (locals, not bound methods: those allocate)
         hp = self.hp

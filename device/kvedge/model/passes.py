@@ -20,6 +20,11 @@ INT_CACHE = ("i8",)  # cache dtypes the integer pass stores into (a tiered cache
 INT_COLD = ("i8", "i4")  # cold-block dtypes a tiered cache attends on the integer path
 INT_KINDS = ("keep", "prefix", "h2o", "sinks", "window", "shorter", "tiered")  # plan kinds the integer pass runs
 ULAB_KINDS = ("keep", "window", "sinks", "shorter")  # every slot in order (attention does not care): no eviction
+# prompts a chunk of tokens at a time (kvedge.model.prefill): the integer pass, at most MAX_PREFILL a chunk, and
+# only kinds whose positions go to fresh slots in order (a policy or a tier places them one at a time)
+PREFILL_FORWARDS = (INT,)
+PREFILL_KINDS = ("keep", "prefix", "sinks", "window", "shorter")
+MAX_PREFILL = 256
 
 
 def int_runs(wdtype, dtype, kind="keep", cold=None):
@@ -46,6 +51,15 @@ def choose(wdtype, dtype, kernel_kind, kind="keep", cold=None, prefix=0, stream=
     if ulab and ulab_runs(wdtype, dtype, kind, prefix, stream, policy):
         return ULAB
     return FLOAT
+
+
+def check_prefill(prefill, forward):
+    """ValueError unless `prefill` (prompt tokens a chunk) is an int in 1..MAX_PREFILL, above 1 on a pass that
+    takes chunks."""
+    if type(prefill) is not int or prefill < 1 or prefill > MAX_PREFILL or (prefill > 1 and
+                                                                              forward not in PREFILL_FORWARDS):
+        raise ValueError("prefill must be an int in 1..%d, above 1 on the integer pass, got %r (%s pass)"
+                         % (MAX_PREFILL, prefill, forward))
 
 
 def has_ulab():

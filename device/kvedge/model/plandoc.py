@@ -7,7 +7,7 @@ from kvedge.config import CacheConfig
 from kvedge.tierconf import check as check_tier
 from kvedge.errors import PlanError
 from kvedge.kernels import KINDS as KERNEL_KINDS
-from kvedge.model.passes import FORWARDS
+from kvedge.model.passes import FORWARDS, MAX_PREFILL, PREFILL_FORWARDS, PREFILL_KINDS
 
 FORMAT = "kvedge-plan/1"
 KINDS = ("keep", "prefix", "h2o", "sinks", "tiered", "window", "shorter")
@@ -167,7 +167,11 @@ def check(doc, heap=None):
             raise PlanError("tier: %s" % msg)
         for k in _TIER_BYTES:
             _int(t, k, "tier." + k, 0, MAX_BYTES, False)
-    _one_of(doc, "forward", "forward", FORWARDS, False)
+    fw = _one_of(doc, "forward", "forward", FORWARDS, False)
+    pre = _int(doc, "prefill", "prefill", 1, MAX_PREFILL, False)
+    if pre is not None and pre > 1 and (fw not in PREFILL_FORWARDS or kind not in PREFILL_KINDS):
+        raise PlanError("prefill: %d prompt tokens a chunk run on the %s pass with a cache of kind %s, the plan's "
+                        "are %r and %r" % (pre, "/".join(PREFILL_FORWARDS), ", ".join(PREFILL_KINDS), fw, kind))
     _one_of(doc, "kernels", "kernels", KERNELS, False)
     _real(doc, "instructions_per_token", "instructions_per_token")
     _real(doc, "tokens_per_s", "tokens_per_s")

@@ -10,14 +10,6 @@ from kvedge.compat import ticks_diff, ticks_ms  # CircuitPython boards have no t
 RUN_OVERHEAD = 9216
 
 
-def _ms():
-    return ticks_ms()
-
-
-def _elapsed(t0):
-    return ticks_diff(ticks_ms(), t0)
-
-
 def _ctrl_c():
     """A check that raises KeyboardInterrupt when a Ctrl-C (0x03) waits on stdin, or None where stdin cannot be
     polled (CPython and CircuitPython boards take Ctrl-C themselves)."""
@@ -99,7 +91,7 @@ def _load(kernel, h2o, stats, encode=False, kv=None, forward="auto", model=None,
 
 def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=None, budget=None, workspace=0,
          stream=False, kernel="auto", tile=32, peak=False, h2o=0, stats_ms=0, overhead=RUN_OVERHEAD,
-         kv_bytes=0, encode=None, ctrl_c=False, forward="float", tier=None, int_attention="auto"):
+         kv_bytes=0, encode=None, ctrl_c=False, forward="float", tier=None, int_attention="auto", prefill=1):
     """Returns the stats dict it prints. Raises BudgetError before allocating when the run does not fit: the
     plan counts the tokenizer (kept in its file: kvedge.model.pieces.FileTokenizer) and `overhead`, this
     loop's own heap (a plan made from the board's measured footprint passes the loop it measured), in the
@@ -120,7 +112,8 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
     tier: a tiered cache (a plan's "tier": block, cold_dtype, cold_blocks, at_cap, cold_align; its files
     kvedge.model.llama.COLD_PATH.* start afresh): kv is then its ring's config and kv_bytes the ring's arena.
     int_attention: Llama's ("auto": the integer attention path with asm/viper kernels; True: with any kernels,
-    e.g. plain ones on a host reproducing a board's asm run bit for bit)."""
+    e.g. plain ones on a host reproducing a board's asm run bit for bit). prefill: the prompt's tokens a chunk
+    at a time (the integer pass: kvedge.model.prefill; a plan's "prefill"), 1: one at a time."""
     if budget is not None and kv_bytes > budget:
         from kvedge.errors import BudgetError
         raise BudgetError("KV arena", kv_bytes, budget)
@@ -143,16 +136,19 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
     base = compat.mem_alloc() if sys.platform != "webassembly" else -1
     if base >= 0 and arena is not None:
         base -= kv_bytes  # the arena allocated first is the run's too
-    vocab = read_config(model)[0].vocab_size
+    cfg = read_config(model)[0]
     policy = None
     if h2o:
         def policy(cache):
             return H2O(cache, budget=h2o, recent=h2o // 2)
-    ws = workspace + FileTokenizer.nbytes(tokenizer, vocab, encode) + overhead
+    ws = workspace + FileTokenizer.nbytes(tokenizer, cfg.vocab_size, encode) + overhead
     # BudgetError before anything else is allocated
+    if prefill != 1:  # prompts in chunks: their buffers and code (checked: ValueError before anything is allocated)
+        from kvedge.model import prefill as chunks
+        ws += chunks.account(cfg, prefill, forward)
     check(model, kv, budget, ws, stream, tile, h2o > 0, forward, None,
           integer_path(kv, int_attention), tier)  # as Llama counts it: its attention's integer scratch
-    tok = FileTokenizer(tokenizer, vocab)  # pieces stay in the file; its offsets go before the small objects
+    tok = FileTokenizer(tokenizer, cfg.vocab_size)  # pieces stay in the file; its offsets go before the small objects
     if encode:  # the ids sorted by piece (a 1 KB array for stories260K's 512) beside them, not in a heap the
         # model has fragmented (a tiered plan on the emulated rp2040: MemoryError in bpe.sort_ids)
         from kvedge.model.bpe import sort_ids
@@ -160,6 +156,8 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
     gc.collect()  # set-up leaves garbage between what it keeps: free it before the next arrays are placed
     m = Llama(model, kv=kv, budget=budget, workspace=ws, stream=stream, tile=tile, policy=policy, arena=arena,
               forward=forward, tier=tier, int_attention=int_attention)
+    if prefill != 1:
+        generate = chunks.attach(m, prefill)  # kvedge.model.prefill's generate(), the prompt in chunks
     arena = None
     gc.collect()
     ids = tok.encode(prompt) if len(prompt) else [BOS]  # no text: no encoder (kvedge.model.bpe) loaded
@@ -192,9 +190,9 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
                 top[0] = a
         w(b"")  # the heap once everything is set up, before the first token
     setup = top[0]  # what the generation loop adds beyond it: heap_peak - heap_setup
-    t0 = _ms()
+    t0 = ticks_ms()
     generated = generate(m, tok, Sampler(m.cfg.vocab_size, temperature, seed), ids, steps, w, keep=False)
-    ms = _elapsed(t0)
+    ms = ticks_diff(ticks_ms(), t0)
     if tele is not None:
         tele.emit("final")
     gc.collect()
@@ -214,10 +212,11 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
            "heap_setup": setup if peak and base >= 0 else -1,
            # the cache and the pass that ran, to compare with the plan
            "forward": m.forward_kind, "kind": m.kind, "slots": m.cache.cfg.slots,
-           "cold_tokens": st["cold_cap_tokens"] if tiered else 0, "cold_blocks": m.cache.C if tiered else 0}
+           "cold_tokens": st["cold_cap_tokens"] if tiered else 0, "cold_blocks": m.cache.C if tiered else 0,
+           "prefill": prefill}
     keys = ("tokens", "generated", "ms", "tok_s", "kernels", "weights", "kv_dtype", "plan_total", "heap_used",
             "heap_peak", "peak_bytes", "cache_bytes", "evictions", "heap_top", "weights_in", "heap_setup",
-            "forward", "kind", "slots", "cold_tokens", "cold_blocks")
+            "forward", "kind", "slots", "cold_tokens", "cold_blocks", "prefill")
     parts = []
     for key in keys:  # fixed key order: MicroPython dicts are not ordered
         v = res[key]

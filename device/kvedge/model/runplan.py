@@ -69,6 +69,9 @@ def plan_args(doc, model=None, tokenizer=None, heap=None):
         tier, stream = tier_of(doc), _STREAM[place]
         fwd = doc.get("forward") or UNNAMED
         own = Tokenizer.nbytes(tokenizer, cfg.vocab_size) + RUN_OVERHEAD
+        if (doc.get("prefill") or 1) != 1:  # prompts in chunks: main() counts their buffers in its workspace
+            from kvedge.model.prefill import account
+            own += account(cfg, doc["prefill"], fwd)
         try:  # the runner's own check (the pass and the tier against this file and cache) and its account
             p = llama.check(model, kv, None, own, stream, 32, h2o > 0, fwd, None, llama.integer_path(kv, iatt),
                             tier)[3]
@@ -78,9 +81,12 @@ def plan_args(doc, model=None, tokenizer=None, heap=None):
         except ValueError as e:
             raise PlanError("forward: the %s pass cannot run this model file and plan: %s" % (fwd, e))
         ws = doc["total_bytes"] - p["total"]
-    return {"kv": kv, "h2o": h2o, "stream": _STREAM[place], "budget": doc["heap_bytes"], "workspace": ws,
-            "tier": tier_of(doc), "forward": doc.get("forward") or UNNAMED, "kind": doc["kind"],
-            "int_attention": iatt}
+    out = {"kv": kv, "h2o": h2o, "stream": _STREAM[place], "budget": doc["heap_bytes"], "workspace": ws,
+           "tier": tier_of(doc), "forward": doc.get("forward") or UNNAMED, "kind": doc["kind"],
+           "int_attention": iatt}
+    if (doc.get("prefill") or 1) != 1:  # prompts in chunks; else main()'s default, one token at a time
+        out["prefill"] = doc["prefill"]
+    return out
 
 
 def run_args(args):
