@@ -144,11 +144,6 @@ def test_refusals_change_nothing():
     m.close()
     del m
     gc.collect()
-    f = model("float")
-    raises(ValueError, prefill.attach, f, 4)  # the float pass takes prompts a token at a time
-    f.close()
-    del f
-    gc.collect()
     m = chunked(None, 4)
     c = m.cache
     raises(ValueError, m.intp.pre.take, [1, 40, 99, 7], 0, 4)  # a token outside the 48-token vocabulary
@@ -206,3 +201,13 @@ def test_chunk_buffers_equal_their_formula():
             m.close()
             del m
         assert 0 < grew[1] - grew[0] <= n, (grew, n)
+
+
+def test_the_float_pass_takes_no_chunks():
+    # last in this file: the float pass's model leaves a heap the 64-bit unix port at a 215 KB heap (and the
+    # emulated rp2040 compiling the package from .py) cannot place an integer model in afterwards
+    gc.collect()
+    f = model("float")
+    raises(ValueError, prefill.attach, f, 4)  # the float pass takes prompts a token at a time
+    assert getattr(f, "intp", None) is None
+    f.close()
