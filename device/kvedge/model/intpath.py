@@ -534,34 +534,37 @@ class Forward:
         return self._mv_stream(mat, out)
 
     def _mv_stream(self, mat, out):
-        k = self.k
-        f = self.w._file
-        buf = self.wbuf
-        cols = mat.cols
-        chunk = len(buf) // cols
         p = mat.p
         p[P_WO] = 0
         big = 0
         parts = mat.parts
         for j in range(len(parts)):
             part = parts[j]  # (file offset, first row, rows), kept since load
-            off = part[0]
             r = 0
-            rows = part[2]
-            while r < rows:
-                n = rows - r
-                if n > chunk:
-                    n = chunk
-                f.seek(off + r * cols)
-                _read(f, buf, n * cols)
-                k.q_xor80(buf, n * cols)
-                p[P_RO] = part[1] + r
-                p[P_ROWS] = n
-                b = k.q_mv(buf, self.xq, out, p)
+            while r < part[2]:
+                n = self._rows(mat, part, r)
+                b = self.k.q_mv(self.wbuf, self.xq, out, p)
                 if b > big:
                     big = b
                 r += n
         return big
+
+    def _rows(self, mat, part, r):
+        """The streamed rows of `part` from row r, as many as wbuf holds, read into wbuf as codes, and mat.p set
+        to them (P_RO, P_ROWS); returns how many. (kvedge.model.prefill multiplies them into a chunk's inputs.)"""
+        cols = mat.cols
+        n = part[2] - r
+        most = len(self.wbuf) // cols
+        if n > most:
+            n = most
+        f = self.w._file
+        f.seek(part[0] + r * cols)
+        _read(f, self.wbuf, n * cols)
+        self.k.q_xor80(self.wbuf, n * cols)
+        p = mat.p
+        p[P_RO] = part[1] + r
+        p[P_ROWS] = n
+        return n
 
     def _embed(self, token, x):
         """The token's embedding row into the residual's fixed point x; returns max |x|."""

@@ -12,7 +12,7 @@ import sys
 
 from kvedge.cache import POS_LIMIT
 from kvedge.compat import zeros, micropython
-from kvedge.model.intpath import RES_EXP, bitlen, _read
+from kvedge.model.intpath import RES_EXP, bitlen
 from kvedge.layout import P_WO, P_ROWS, P_XM, P_OS, P_ADD, P_RO
 
 WORD = 8 if sys.maxsize > 0x7FFFFFFF else 4  # bytes of a pointer here
@@ -263,23 +263,11 @@ class Prefill:
             return
         for t in range(n):
             tv[at + t] = 0
-        fl = f.w._file
         buf = f.wbuf
-        cols = mat.cols
-        most = len(buf) // cols
         for part in mat.parts:  # (file offset, first row, rows), kept since load
-            off = part[0]
-            rows = part[2]
             r = 0
-            while r < rows:
-                nr = rows - r
-                if nr > most:
-                    nr = most
-                fl.seek(off + r * cols)
-                _read(fl, buf, nr * cols)
-                k.q_xor80(buf, nr * cols)
-                p[P_RO] = part[1] + r
-                p[P_ROWS] = nr
+            while r < part[2]:
+                nr = f._rows(mat, part, r)  # read once, multiplied into each token's input
                 for t in range(n):
                     p[P_XM] = tv[T + t]
                     p[P_OS] = os0 - tv[2 * T + t] if res else 0
