@@ -1,8 +1,9 @@
 # The integer forward pass's matrix-vector product for cores with Armv7E-M's DSP instructions (the RP2350's
 # Cortex-M33, M4, M7, M55): kvedge.qkernels_asm takes this module's q_quant and q_mv in place of its own where
 # the module loads, which is only where kvedge.cpuid.has_dsp() finds the instructions in the core's ID registers
-# (on an M0+ or M3 they are undefined instructions: a HardFault); deploy sends it only to armv7em/emsp/emdp. MicroPython's inline assembler
-# has no DSP mnemonics; each is its Thumb-2 encoding in data(2, hw1, hw2):
+# (on an M0+ or M3 they are undefined instructions: a HardFault). deploy sends it only to armv7em, armv7emsp and
+# armv7emdp boards, compiled as their .mpy (mpy-cross -march=armv7emsp for the RP2350). MicroPython's inline
+# assembler has no DSP mnemonics; each is its Thumb-2 encoding in data(2, hw1, hw2):
 #   UXTB16 Rd, Rm, ROR #r   0xFA3F, 0xF080 | Rd << 8 | (r / 8) << 4 | Rm  (bytes 0 and 2 of Rm ror r, zero-extended)
 #   SMLAD Rd, Rn, Rm, Ra    0xFB20 | Rn, Ra << 12 | Rd << 8 | Rm          (Rd = Ra + lo(Rn) lo(Rm) + hi(Rn) hi(Rm))
 # The matrix-vector product takes four offset-binary weights a word (two UXTB16) against the matvec input
