@@ -5,7 +5,9 @@ shown live, and a summary.
 2. its weights converted to int8 (kvedge convert);
 3. a virtual board (kvedge sim) with the board profile's heap; the package deployed as .mpy (kvedge deploy),
    with the weights and tokenizer on the board's filesystem;
-4. the plan (kvedge plan): on the emulated Cortex-M3, from the runtime's footprint measured on that board and
+4. the plan (kvedge plan): on the emulated board (the machine that stands for the profile: the Cortex-M0 for the
+   rp2040, the single-precision Cortex-M7 for the rp2350, else the Cortex-M3), from the runtime's footprint
+   measured on that board and
    recorded in the profile (kvedge footprint: code per kernel kind, the loop, the stats stream, the largest
    block); on the unix port (--sim host: 64-bit objects, twice a board's), from the runner's code measured on it
    and the planning loop of the source document; it picks the cache, the kernels and where the weights live;
@@ -44,8 +46,9 @@ def add_arguments(p):
     p.add_argument("--plan", metavar="PLAN.json", help="run this `kvedge plan --out` document instead of planning "
                    "(checked first, as the board checks it: kvedge.model.plandoc)")
     p.add_argument("--sim", choices=("host", "m3", "auto"), default="auto",
-                   help="the virtual board: m3 = the emulated Cortex-M3 (32-bit, the package as Thumb .mpy, "
-                        "weights on its flash image), host = the MicroPython unix port, auto = m3 where qemu and "
+                   help="the virtual board: m3 = the emulated Arm board (the rp2040's Cortex-M0, the rp2350's "
+                        "Cortex-M7, else a Cortex-M3: 32-bit, the package as Thumb .mpy, weights on its flash "
+                        "image), host = the MicroPython unix port, auto = m3 where qemu and "
                         "its firmware are here (default)")
 
 
@@ -140,11 +143,11 @@ def run(a):
                             % a.board)
         heap = None
         if a.sim != "host" and prof.get("mpy_march") != "x64" and not a.port:
-            from .m3board import missing
-            heap = m3_heap(prof)
-            why = missing(a.board, heap)
+            from .m3board import layout_for, missing
+            heap = m3_heap(prof, a.board)
+            why = missing(a.board, heap, layout_for(a.board, heap)) if heap else missing(a.board)
             if why and a.sim == "m3":
-                raise UserError("the emulated Cortex-M3 cannot run here: %s" % why)
+                raise UserError("the emulated board cannot run here: %s" % why)
             heap = None if why else heap
         if a.port:
             vb, march = _attach(a, prof, say)
@@ -155,14 +158,14 @@ def run(a):
             pass
         elif vb.kind == "m3":
             from .m3board import march_for
-            march = march_for(a.board)  # Thumb machine code the Cortex-M3 loads (rp2040's own armv6m)
+            march = march_for(a.board, vb.layout)  # the machine's Thumb code (rp2040's armv6m, rp2350's armv7emsp)
             # the board's flash image is built with the files in place: the weights never cross the serial link
             with tempfile.TemporaryDirectory(prefix="kvedge-mpy-") as build:
                 preload(fs, deployment(a.board, build, True, extra=extra, march=march))
         else:
             march = "x64"  # the unix port's CPU is this machine's
             if why and why != "--host":
-                say("the emulated Cortex-M3 cannot run here (%s): the MicroPython unix port instead" % why)
+                say("the emulated board cannot run here (%s): the MicroPython unix port instead" % why)
         with vb:
             say("%s %s on %s: %s, heap %s bytes%s" % (
                 "board" if vb.kind == "port" else "virtual", a.board, vb.port, vb.describe(), format(vb.heap, ","),
@@ -222,14 +225,14 @@ def _demo_circuitpython(a, prof, model, weights, tok, prompt, work, say):
     return 0
 
 
-def m3_heap(prof):
-    """The heap of the emulated board's image for a profile: its own when an image has it, else (a PSRAM
-    profile) the image its footprint was measured on; None when neither is here (the caller says why)."""
+def m3_heap(prof, board=None):
+    """The heap of the emulated board's image for a profile: its own when an image has it (on the machine that
+    stands for it, or the Cortex-M3), else (a PSRAM profile) the image its footprint was measured on; None when
+    neither is here (the caller says why)."""
     from . import m3board
-    try:
-        imgs = m3board.firmware_images()
-    except m3board.M3Missing:
-        return None
+    imgs = set(m3board.firmware_images())
+    if board:
+        imgs |= set(m3board.firmware_images(layout=m3board.layout_for(board)))
     if prof["heap_bytes"] in imgs:
         return prof["heap_bytes"]
     img = (prof.get("footprint") or {}).get("heap_image")
@@ -303,7 +306,7 @@ def _plan_host(a, prof, vb, model, weights, tok, cfg, prompt, work, say):
         # modules alone do not load (esp32's 102,400 bytes), refused before anything is planned or run
         raise UserError("the %s profile's %s-byte heap cannot load the runner's code on the MicroPython unix port "
                         "(64-bit objects, about twice a board's; MemoryError importing it): run it on the emulated "
-                        "Cortex-M3 (../shared/runtimes, KVEDGE_M3_FIRMWARE) or on the board itself (--port)"
+                        "board (../shared/runtimes, KVEDGE_M3_FIRMWARE) or on the board itself (--port)"
                         % (a.board, format(vb.heap, ",")))
     line = [ln for ln in out.splitlines() if ln.startswith("KVFOOTPRINT ")]
     if not line:

@@ -58,9 +58,9 @@ def run(args):
     vb, why = make_board(args.board, fs=args.fs, link=args.link, heap=args.heap, log=say, host=args.host,
                          rom=args.rom)
     if args.rom and vb.kind != "m3":
-        raise ValueError("--rom needs the emulated Cortex-M3 (%s)" % why)
+        raise ValueError("--rom needs the emulated board (%s)" % why)
     if why and why != "--host" and say:
-        say("the emulated Cortex-M3 cannot run here (%s): using the MicroPython unix port" % why)
+        say("the emulated board cannot run here (%s): using the MicroPython unix port" % why)
     done = threading.Event()
 
     def _stop(signum, frame):

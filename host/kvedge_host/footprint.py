@@ -1,4 +1,6 @@
-"""The runtime's own footprint on a 32-bit board, measured on the emulated Cortex-M3 (`kvedge footprint --board B`).
+"""The runtime's own footprint on a 32-bit board, measured on the emulated board that stands for
+its profile (`kvedge footprint --board B`: the Cortex-M0 for the RP2040, the single-precision Cortex-M7 for the
+RP2350, else the Cortex-M3; kvedge_host.m3board.layout_for).
 
 A plan is only as good as its account of what the runtime itself takes: the package's code once imported from the
 board's filesystem as .mpy (bytecode copied into the heap, names interned), the state a first generation leaves
@@ -179,7 +181,7 @@ def missing(board="rp2040", heap=None):
     """None when the emulated board can measure (or run a plan) here, else why not."""
     if not hasattr(m3board, "build_disk"):
         return "kvedge_host.m3board cannot load a filesystem image into the board (no build_disk)"
-    return m3board.missing(board, heap)
+    return m3board.missing(board, heap, m3board.layout_for(board, heap))
 
 
 def circuitpython_exe():
@@ -241,9 +243,10 @@ def measure(board, kinds=None, log=None):
     if why:
         raise m3board.M3Missing(why)
     kinds = kinds or kinds_for(prof)
-    march = m3board.march_for(board)
+    layout = m3board.layout_for(board, heap)
+    march = m3board.march_for(board, layout)
     from .deploy import device_sources
-    res = {"board": board, "heap_image": heap, "march": march, "kinds": {}}
+    res = {"board": board, "heap_image": heap, "march": march, "machine": layout.key, "kinds": {}}
     with tempfile.TemporaryDirectory(prefix="kvedge-footprint-") as tmp:
         model, tok = tiny_files(tmp)
         probe = os.path.join(tmp, PROBE_NAME + ".py")
@@ -254,9 +257,9 @@ def measure(board, kinds=None, log=None):
         disk = m3board.build_disk(os.path.join(tmp, "disk.img"), files, march=march, mpy=True, work=tmp)
         rom = os.path.join(tmp, "rom")
         os.makedirs(rom)
-        m3board.write_disk_module(rom, "armv7m")
-        image = m3board.build_romfs(rom, os.path.join(tmp, "rom.img"))
-        with m3board.M3Board(board, heap=heap, romfs=image, disk=disk, log=log) as b:
+        m3board.write_disk_module(rom, march, layout)
+        image = m3board.build_romfs(rom, os.path.join(tmp, "rom.img"), layout)
+        with m3board.M3Board(board, heap=heap, romfs=image, disk=disk, log=log, layout=layout) as b:
             res["firmware"] = firmware_name(b)
             boot = parse(b.exec(boot_code()))
             res["largest"] = parse(b.exec(START))["start_largest"]
@@ -272,11 +275,11 @@ def measure(board, kinds=None, log=None):
 
 
 def firmware_name(b):
-    """The firmware as it names itself (sys.version), its image and the machine."""
-    out = b.exec("import sys\nprint('KVFP version', sys.version)")
-    m = re.search(r"MicroPython (\S+)", out)
-    return "MicroPython %s, ports/qemu BOARD=MPS2_AN385, %s, qemu-system-arm -machine %s -icount shift=0" % (
-        m.group(1) if m else "?", os.path.basename(b.firmware), m3board.MACHINE)
+    """The firmware as it names itself (sys.version, its build), its image and the machine."""
+    out = b.exec("import sys\nprint('KVFP version', sys.version, getattr(sys.implementation, '_build', '?'))")
+    m = re.search(r"MicroPython (\S+).* (\S+)\s*$", out.strip())
+    return "MicroPython %s, ports/qemu BOARD=%s, %s, qemu-system-arm -machine %s -icount shift=0" % (
+        m.group(1) if m else "?", m.group(2) if m else "?", os.path.basename(b.firmware), b.layout.machine)
 
 
 def runtime_bytes(r):
@@ -377,21 +380,22 @@ def _what(key):
 def sources(board, res, fp, command, date):
     prof = boards.load(board)
     chip = prof.get("chip", board)
-    note = ("Measured on the emulated Cortex-M3 (32-bit MicroPython, the same object model) with %s .mpy files on "
+    cpu = m3board.LAYOUTS[res.get("machine", "m3")].cpu
+    note = ("Measured on the emulated %s (32-bit MicroPython, the same object model) with %s .mpy files on "
             "a littlefs filesystem, as kvedge deploy --mpy leaves them; the tiny model of kvedge.model.tiny for the "
             "first run. A real %s runs other firmware, whose built-in names and port objects differ a little"
-            % (res["march"], chip))
+            % (cpu, res["march"], chip))
     if res["heap_image"] != prof["heap_bytes"]:
         note += ("; measured on the %d-byte image (no image has this profile's %d-byte heap): code and first-run "
                  "state do not depend on the heap's size" % (res["heap_image"], prof["heap_bytes"]))
     out = []
     for key in sorted(fp):
         n = note
-        if key.endswith(("_viper", "_native")) and prof.get("mpy_march") not in m3board.MARCHES:
+        if key.endswith(("_viper", "_native")) and prof.get("mpy_march") != res["march"]:
             n += "; viper/native machine code measured as %s Thumb, the board's %s code differs in size" % (
                 res["march"], prof.get("mpy_march"))
         out.append({"figure": "footprint." + key, "value": fp[key],
-                    "source": "kvedge measurement on the emulated Cortex-M3 board: " + _what(key),
+                    "source": "kvedge measurement on the emulated %s board: %s" % (cpu, _what(key)),
                     "command": command, "firmware": res["firmware"], "date": date, "where": "KVFP lines",
                     "estimate": True, "note": n + "."})
     return out

@@ -269,6 +269,19 @@ def missing(board=None, heap=None, layout=None):
     return None
 
 
+def layout_for(board=None, heap=None):
+    """The emulated machine that stands for a profile: the one whose firmware's own -march is the profile's
+    (the RP2040's armv6m on the Cortex-M0, the RP2350's armv7emsp on the single-precision Cortex-M7) when it has
+    an image with this heap, else the Cortex-M3 (the ESP32s, whose Xtensa code no machine here runs, and heaps
+    only the M3's images have, such as the PSRAM profiles')."""
+    march = boards.load(board or "rp2040").get("mpy_march")
+    heap = heap_of(board, heap)
+    for lay in LAYOUTS.values():
+        if lay is not M3 and lay.marches[0] == march and heap in firmware_images(layout=lay):
+            return lay
+    return M3
+
+
 def march_for(board=None, layout=None):
     """The -march for .mpy files on this emulated machine: the profile's own when the firmware loads it
     (rp2040's armv6m), else the CPU's (armv7m on the Cortex-M3: xtensawin or armv7emsp machine code cannot run

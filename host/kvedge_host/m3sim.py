@@ -1,5 +1,6 @@
-"""The emulated Cortex-M3 as a virtual board (`kvedge sim --board B`): qemu behind a relay that makes it behave like
-a board with a flash filesystem.
+"""The emulated board as a virtual board (`kvedge sim --board B`): qemu behind a relay that makes it behave like
+a board with a flash filesystem. The machine is the one that stands for the profile (kvedge_host.m3board.layout_for:
+the Cortex-M0 for the rp2040, the single-precision Cortex-M7 for the rp2350, else the Cortex-M3).
 
     client (mpremote, monitor, pyserial) <-> pty B (the port we publish) <-> relay <-> qemu's pty <-> MicroPython
 
@@ -11,7 +12,7 @@ B open), and the port survives hard resets, as a USB-serial adapter's would.
 
 The board's flash is the --fs folder: its files become a littlefs2 image built on the host and loaded into the
 RAM-disk region when qemu starts (nothing crosses the emulated UART, which is slow for model files), and the
-region is written back to the folder (qemu's pmemsave over QMP) when the board stops or is hard-reset. A board
+region is written back to the folder (qemu's memsave over QMP) when the board stops or is hard-reset. A board
 killed outright loses what it wrote since it started, like a board that lost power before a flush."""
 import errno
 import json
@@ -36,8 +37,9 @@ PRIME_DONE = b"KVPRIMED"
 _BUFFER_LIMIT = 1 << 16
 _PRIME_TIMEOUT = 30  # seconds of host time for the board to answer during start-up
 
-# Runs in the raw REPL after each reset: the flash at / (cwd), boot.py, and whether there is a main.py.
-PRIME_CODE = m3board.MOUNT + board_scripts.source("m3_prime")
+# Runs in the raw REPL after each reset (after the machine's mount code: its /rom, the flash at / as cwd):
+# boot.py, and whether there is a main.py.
+PRIME_CODE = board_scripts.source("m3_prime")
 
 
 class M3Sim:
@@ -46,10 +48,13 @@ class M3Sim:
 
     kind = "m3"
 
-    def __init__(self, board="rp2040", fs=None, link=None, heap=None, log=None, rom=None):
+    def __init__(self, board="rp2040", fs=None, link=None, heap=None, log=None, rom=None, layout=None):
         self.board = board
         self.heap = m3board.heap_of(board, heap)
-        self.firmware = m3board.firmware_for(self.heap)
+        # the machine that stands for the profile (the rp2040's Cortex-M0, the rp2350's Cortex-M7, else the M3)
+        self.layout = layout or m3board.layout_for(board, self.heap)
+        self.march = m3board.march_for(board, self.layout)
+        self.firmware = m3board.firmware_for(self.heap, self.layout)
         self.fs = os.path.abspath(fs or default_fs(board))
         self.link = os.path.abspath(link) if link else None
         self.rom = os.path.abspath(rom) if rom else None
@@ -69,7 +74,7 @@ class M3Sim:
         self._pending = b""
 
     def describe(self):
-        return "emulated Cortex-M3 (qemu %s, %s)" % (m3board.MACHINE, os.path.basename(self.firmware))
+        return "emulated %s (qemu %s, %s)" % (self.layout.cpu, self.layout.machine, os.path.basename(self.firmware))
 
     # -- public -------------------------------------------------------------------------------------------
     def start(self, timeout=120):
@@ -83,8 +88,8 @@ class M3Sim:
             shutil.copytree(self.rom, romdir)
         else:
             os.makedirs(romdir)
-        m3board.write_disk_module(romdir, "armv7m")
-        self._romfs = m3board.build_romfs(romdir, os.path.join(self._dir, "rom.img"))
+        m3board.write_disk_module(romdir, self.march, self.layout)
+        self._romfs = m3board.build_romfs(romdir, os.path.join(self._dir, "rom.img"), self.layout)
         self._mb, self._sb = pty.openpty()
         tty.setraw(self._sb)
         self.port = os.ttyname(self._sb)
@@ -141,11 +146,12 @@ class M3Sim:
         self._qmp_path = os.path.join(self._dir, "qmp.sock")
         if os.path.exists(self._qmp_path):
             os.unlink(self._qmp_path)
-        cmd = [m3board.qemu_exe(), "-machine", m3board.MACHINE, "-nographic", "-monitor", "null",
+        lay = self.layout
+        cmd = [m3board.qemu_exe(), "-machine", lay.machine] + lay.qemu_args + ["-nographic", "-monitor", "null",
                "-qmp", "unix:%s,server=on,wait=off" % self._qmp_path, "-semihosting", "-serial", "pty",
                "-kernel", self.firmware, "-icount", "shift=0",
-               "-device", "loader,file=%s,addr=0x%x,force-raw=on" % (self._romfs, m3board.ROMFS_ADDR),
-               "-device", "loader,file=%s,addr=0x%x,force-raw=on" % (self._disk, m3board.DISK_ADDR)]
+               "-device", "loader,file=%s,addr=0x%x,force-raw=on" % (self._romfs, lay.romfs_addr),
+               "-device", "loader,file=%s,addr=0x%x,force-raw=on" % (self._disk, lay.disk_addr)]
         logpath = os.path.join(self._dir, "qemu.log")
         with open(logpath, "wb") as logf:
             # tied to this relay thread; cwd = the board's folder (tests find the board by it)
@@ -194,10 +200,12 @@ class M3Sim:
             return False
         dump = self._disk + ".dump"
         try:
+            # memsave reads through the CPU's view of memory (the same addresses: an M-profile core has no MMU);
+            # pmemsave reads the machine's system bus, which on the microbit machine does not hold the SRAM
             self._qmp({"execute": "stop"},
-                      {"execute": "pmemsave", "arguments": {"val": m3board.DISK_ADDR,
-                                                            "size": m3board.DISK_BLOCK * m3board.DISK_BLOCKS,
-                                                            "filename": dump}})
+                      {"execute": "memsave", "arguments": {"val": self.layout.disk_addr,
+                                                           "size": m3board.DISK_BLOCK * m3board.DISK_BLOCKS,
+                                                           "filename": dump, "cpu-index": 0}})
             files = m3board.read_disk(dump)
         except (OSError, ValueError, RuntimeError) as e:
             if self.log:
@@ -261,7 +269,7 @@ class M3Sim:
             buf, mk = self._read_until(b"", (RAW_BANNER,), _PRIME_TIMEOUT)
             if mk is None:
                 raise RuntimeError("the board did not enter the raw REPL: %r" % buf[-200:])
-        self._send(PRIME_CODE.encode() + b"\x04")
+        self._send((self.layout.mount + PRIME_CODE).encode() + b"\x04")
         buf, mk = self._read_until(b"", (b"\x04>",), _PRIME_TIMEOUT)
         if mk is None or not buf.startswith(b"OK"):
             raise RuntimeError("start-up code did not run: %r" % buf[-300:])

@@ -123,16 +123,17 @@ def run_on_m3(board, doc, model, tokenizer, steps, heap=None, timeout=900, log=N
     why = missing(board, heap)
     if why:
         raise m3board.M3Missing(why)
-    march = m3board.march_for(board)
+    layout = m3board.layout_for(board, heap)
+    march = m3board.march_for(board, layout)
     from .deploy import device_sources
     with tempfile.TemporaryDirectory(prefix="kvedge-planrun-") as tmp:
         files = [(src, "/" + rel) for src, rel in device_sources()] + [(model, "/model.bin"), (tokenizer, "/tok.bin")]
         disk = m3board.build_disk(os.path.join(tmp, "disk.img"), files, march=march, mpy=True, work=tmp)
         rom = os.path.join(tmp, "rom")
         os.makedirs(rom)
-        m3board.write_disk_module(rom, "armv7m")
-        image = m3board.build_romfs(rom, os.path.join(tmp, "rom.img"))
-        with m3board.M3Board(board, heap=heap, romfs=image, disk=disk, log=log) as b:
+        m3board.write_disk_module(rom, march, layout)
+        image = m3board.build_romfs(rom, os.path.join(tmp, "rom.img"), layout)
+        with m3board.M3Board(board, heap=heap, romfs=image, disk=disk, log=log, layout=layout) as b:
             out = b.exec(runner_code("model.bin", "tok.bin", runner_args(doc, steps, stats_ms, prompt)),
                          timeout=timeout)
     return summary(out), out

@@ -316,13 +316,14 @@ def _write(fd, buf):
 
 
 def make_board(board="rp2040", fs=None, link=None, heap=None, log=None, host=False, rom=None):
-    """The virtual board `kvedge sim` starts: the emulated Cortex-M3 (kvedge_host.m3sim: 32-bit, float32, the
-    profile's heap) where qemu and its firmware image are here, else (or with host=True) the unix port.
-    Returns (board object, None or why the emulated board is not used)."""
+    """The virtual board `kvedge sim` starts: the emulated board that stands for the profile (kvedge_host.m3sim:
+    32-bit, float32, the profile's heap, on the machine m3board.layout_for picks) where qemu and its firmware
+    image are here, else (or with host=True) the unix port. Returns (board object, None or why the emulated board
+    is not used)."""
     why = "--host" if host else None
     if not host:
         from . import m3board
-        why = m3board.missing(board, heap)
+        why = m3board.missing(board, heap, m3board.layout_for(board, heap))
         if why is None:
             from .m3sim import M3Sim
             return M3Sim(board, fs=fs, link=link, heap=heap, log=log, rom=rom), None

@@ -1,5 +1,6 @@
 """`kvedge demo --board B --plain` on every board profile: the plan made from B's measured footprint runs on the
-emulated Cortex-M3 at B's heap (a PSRAM profile on the 2 MiB image, planned for that heap; the CircuitPython
+emulated board that stands for B at B's heap (the rp2040 on the Cortex-M0, the rp2350 on the single-precision
+Cortex-M7, the rest on the Cortex-M3; a PSRAM profile on the 2 MiB image, planned for that heap; the CircuitPython
 profile on the 32-bit CircuitPython interpreter; the unix profile on the unix port it describes) with no
 MemoryError, with the kernels the plan chose, and the board's peak heap (gc.mem_alloc() after set-up and after
 every token, everything included) at most the plan's total and, with the shared stories260K, within 10 % of it: a footprint that no longer matches
@@ -29,7 +30,8 @@ def _where(board):
     if prof.get("runtime") == "circuitpython":
         ok = footprint.circuitpython_exe() is not None
         return "circuitpython", None if ok else "no CircuitPython interpreter in ../shared/runtimes"
-    return "m3", m3board.missing(board, m3_heap(prof))
+    heap = m3_heap(prof, board)
+    return "m3", m3board.missing(board, heap, m3board.layout_for(board, heap))
 
 
 @pytest.mark.parametrize("board", boards.names())
@@ -65,4 +67,5 @@ def test_the_demo_runs_its_plan_on_every_board_profile(tmp_path, board):
     assert rt["source"] == "measured" and peak <= rt["usable_heap"]
     assert "%s kernels" % rt["kernels"] in out   # the board ran the kernels the plan counted
     if where == "m3":
-        assert "emulated Cortex-M3" in out and "heap %s bytes" % format(m3_heap(boards.load(board)), ",") in out
+        heap = m3_heap(boards.load(board), board)
+        assert "emulated %s" % m3board.layout_for(board, heap).cpu in out and "heap %s bytes" % format(heap, ",") in out

@@ -1,4 +1,5 @@
-"""The emulated Cortex-M3 as a virtual board (`kvedge sim`): mpremote drives it like a board, its heap is the
+"""The emulated board as a virtual board (`kvedge sim`; for the rp2040 the Cortex-M0 where its image is here, else
+the Cortex-M3): mpremote drives it like a board, its heap is the
 profile's, its flash is the --fs folder (files there before it starts are on the board, files it writes are there
 after it stops), soft resets keep the filesystem mounted, main.py runs at power-on and hard reset, deploy works
 against it, and no qemu outlives it."""
@@ -14,8 +15,11 @@ from kvedge_host.sim import SimProcess, make_board
 
 from _boardkit import board_eval, kvedge, mpremote, processes_in, wait_until
 
-WHY = m3board.missing("rp2040")
-pytestmark = pytest.mark.skipif(WHY is not None, reason="emulated Cortex-M3: %s" % WHY)
+LAYOUT = m3board.layout_for("rp2040")
+WHY = m3board.missing("rp2040", layout=LAYOUT)
+pytestmark = pytest.mark.skipif(WHY is not None, reason="emulated %s: %s" % (LAYOUT.cpu, WHY))
+# the last word of sys.implementation._machine on each machine ("microbit with nRF51", "mps2-an385 with Cortex-M3")
+CPU = {"m0": "nRF51", "m3": "Cortex-M3", "m7": "Cortex-M7"}[LAYOUT.key]
 
 
 def _board(fs, **kw):
@@ -30,7 +34,7 @@ def test_mpremote_drives_it_and_it_is_a_32_bit_board_with_the_profiles_heap(tmp_
         line = board_eval(vb.port, "import gc, sys\ngc.collect()\n"
                           "print(sys.implementation._machine.split()[-1], sys.maxsize, gc.mem_free() + gc.mem_alloc())")
         cpu, maxsize, size = line.split()
-        assert cpu == "Cortex-M3" and int(maxsize) == 2 ** 31 - 1
+        assert cpu == CPU and int(maxsize) == 2 ** 31 - 1
         assert heap - 8192 <= int(size) <= heap, (size, heap)
         out = board_eval(vb.port, "try:\n    b = bytearray(%d)\n    print('allocated')\n"
                          "except MemoryError:\n    print('MemoryError')" % heap)
@@ -78,7 +82,7 @@ def test_soft_and_hard_resets_and_main_py_like_a_board(tmp_path):
 def test_deploy_against_it_checks_on_the_board_and_sends_only_what_differs(tmp_path):
     fs = tmp_path / "fs"
     with __import__("tempfile").TemporaryDirectory() as build:
-        preload(str(fs), deployment("rp2040", build, mpy=True, march=m3board.march_for("rp2040")))
+        preload(str(fs), deployment("rp2040", build, mpy=True, march=m3board.march_for("rp2040", LAYOUT)))
     n = len(for_arch(device_sources(), "armv6m"))
     with _board(fs) as vb:
         mpremote(vb.port, "exec", "import os\nos.remove('kvedge/errors.mpy')")
@@ -101,7 +105,7 @@ def test_cli_prints_the_port_and_leaves_nothing_running(tmp_path):
     sim = SimProcess("rp2040", fs=fs, link=link)
     try:
         assert os.path.realpath(link) == sim.port
-        assert board_eval(link, "import sys\nprint(sys.implementation._machine)").endswith("Cortex-M3")
+        assert board_eval(link, "import sys\nprint(sys.implementation._machine)").endswith(CPU)
         pids = processes_in(fs)
         assert pids and all(os.path.realpath("/proc/%d/exe" % p).endswith("qemu-system-arm") for p in pids)
     finally:
@@ -117,8 +121,9 @@ def test_host_flag_and_boards_without_an_image(tmp_path, monkeypatch):
     vb, why = make_board("rp2040", fs=str(tmp_path / "a"), host=True)
     assert vb.kind == "host" and why == "--host"
     p = kvedge("sim", "--board", "rp2040", "--heap", "123456", "--rom", str(tmp_path))
-    assert p.returncode == 2 and p.stderr.startswith("kvedge sim: error: --rom needs the emulated Cortex-M3 "
+    assert p.returncode == 2 and p.stderr.startswith("kvedge sim: error: --rom needs the emulated board "
                                                      "(no Cortex-M3 firmware image with a 123456-byte heap")
     monkeypatch.setenv(m3board.FIRMWARE_ENV, str(tmp_path / "none"))
+    monkeypatch.setenv(m3board.M0.firmware_env, str(tmp_path / "none"))
     vb, why = make_board("rp2040", fs=str(tmp_path / "b"))
     assert vb.kind == "host" and why.startswith("no Cortex-M3 firmware folder")

@@ -1,10 +1,10 @@
-"""The README's "On your own board" commands, each run against a stand-in for the board: the emulated Cortex-M3
-(`kvedge sim`'s board with the profile's heap; its serial pty stands in for the USB port) for the MicroPython
-boards, the real CircuitPython (its unix build; a folder as its CIRCUITPY drive) for the CircuitPython board.
+"""The README's "On your own board" commands, each run against a stand-in for the board: the emulated board that
+stands for the profile (`kvedge sim`'s board with the profile's heap: the Pico's Cortex-M0, the Pico 2's Cortex-M7,
+the ESP32-S3's Cortex-M3; its serial pty stands in for the USB port) for the MicroPython boards, the real CircuitPython (its unix build; a folder as its CIRCUITPY drive) for the CircuitPython board.
 
 What the stand-ins change in the commands: the port path; the small model of `kvedge demo --tiny` instead of
-stories260K; fewer steps; for a Pico 2 and an ESP32-S3, whose machine code a Cortex-M3 cannot run, the board
-check must first refuse the profile's -march, then `--march armv7m` is added. Package, weights and tokenizer are
+stories260K; fewer steps; for an ESP32-S3, whose Xtensa machine code a Cortex-M3 cannot run, the board check
+must first refuse the profile's -march, then `--march armv7m` is added. Package, weights and tokenizer are
 put on the emulated board's flash image before it starts (the deploy then checks them on the board instead of
 sending them over its slow serial link)."""
 import csv
@@ -73,14 +73,15 @@ def _tiny_files(folder):
 @pytest.mark.parametrize("board", ["rp2040", "rp2350", "esp32s3"])
 def test_micropython_board_commands_on_the_emulated_board(board, tmp_path):
     from kvedge_host import m3board
-    why = m3board.missing(board)
+    layout = m3board.layout_for(board)
+    why = m3board.missing(board, layout=layout)
     if why:
         pytest.skip(why)
     from kvedge_host.deploy import deployment, preload
     from kvedge_host.m3sim import M3Sim
     cmds = guide_commands()[board]
     assert [c.split()[1] for c in cmds] == ["demo", "generate"], cmds
-    march = m3board.march_for(board)
+    march = m3board.march_for(board, layout)
     fs = str(tmp_path / "flash")
     files = _tiny_files(tempfile.mkdtemp(dir=tmp_path))
     with tempfile.TemporaryDirectory() as build:
