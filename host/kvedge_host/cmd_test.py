@@ -2,7 +2,8 @@
 
 Sends the device package, the tests and the runner (tools/devrunner.py) to the board (only changed files),
 then runs one test file per soft reset and prints "N passed, N failed, N skipped". With --sim the virtual board
-is the emulated Cortex-M3 where it can run (else the unix port; --host chooses that): its filesystem image is
+is the emulated board that stands for the profile where it can run (the rp2040's Cortex-M0, the rp2350's
+Cortex-M7, else a Cortex-M3; else the unix port; --host chooses that): its filesystem image is
 built with the files already in place, so the deployment checks them on the board instead of sending them over
 its slow serial link."""
 import os
@@ -22,7 +23,7 @@ def add_arguments(p):
     where.add_argument("--port", help="serial port of a board (or of a running `kvedge sim`)")
     where.add_argument("--sim", metavar="BOARD", help="start a virtual board with this profile's heap for the run")
     p.add_argument("--host", action="store_true", help="with --sim: the MicroPython unix port instead of the "
-                   "emulated Cortex-M3")
+                   "emulated board")
     p.add_argument("--board", default=None, help="board profile of --port, for --mpy (default rp2040)")
     p.add_argument("--mpy", action="store_true", help="deploy the package as .mpy for the board's -march")
     p.add_argument("-k", dest="filter", action="append", help="only test files whose name contains this")
@@ -109,11 +110,11 @@ def run(args):
         try:
             if vb.kind == "m3":
                 from . import m3board
-                march = m3board.march_for(board)  # what the Cortex-M3 loads (the profile's own for rp2040)
+                march = m3board.march_for(board, vb.layout)  # what its machine loads (the profile's own on M0/M7)
                 with tempfile.TemporaryDirectory(prefix="kvedge-mpy-") as build:
                     preload(fs, deployment(board, build, args.mpy, march=march) + test_pairs())
             elif why and why != "--host":
-                print("the emulated Cortex-M3 cannot run here (%s): using the MicroPython unix port" % why)
+                print("the emulated board cannot run here (%s): using the MicroPython unix port" % why)
             port = vb.start()
             print("virtual %s board on %s: %s, heap %d bytes" % (board, port, vb.describe(), vb.heap), flush=True)
             res = run_suite(port, board, files, args.tests, args.mpy, args.circuitpython, args.timeout, echo,
