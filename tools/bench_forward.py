@@ -2,7 +2,7 @@
 """The forward passes of a llama2.c model, per pass and kernel kind: speed at a given context, heap bytes
 allocated per token, and (unix) llama2.c's own C run.c on the same model in the same run.
 
-  tools/bench_forward.py [--runtime unix|m3|m7|m55|circuitpython] [--model M] [--forward int float ulab]
+  tools/bench_forward.py [--runtime unix|m3|m0|m7|m55|circuitpython] [--model M] [--forward int float ulab]
                          [--kernels asm viper native plain] [--context 256] [--tokens 8] [--llama2c PATH]
                          [--macs] [--board rp2040] [--heap BYTES] [--rom] [--cache K=V,...] [--unlocked]
                          [--json]
@@ -25,6 +25,8 @@ Runtimes:
   instructions per token (1 us of ticks_us = 1000 instructions); the package as armv7m .mpy (--march). --macs
   adds each int8 kernel alone in instructions per multiply-accumulate (matvecs of the model's shapes, attention
   at head_dim 64).
+- m0: the same on the emulated Cortex-M0 (qemu microbit, Armv6-M, armv6m .mpy, the rp2040's 215,040-byte heap:
+  the RP2040's stand-in; the model's weights fit only with --rom, a cache only with --cache).
 - m7, m55: the same on the emulated Cortex-M7 (mps2-an500, armv7emsp, 2 MiB; the RP2350's stand-in) and
   Cortex-M55 (mps3-an547, armv7emdp, 460,800 bytes): cores with the DSP instructions, where the asm kernels'
   matrix-vector product is kvedge.qkernels_dsp's (SMLAD).
@@ -44,7 +46,7 @@ sys.path[:0] = [os.path.join(ROOT, "host"), os.path.join(ROOT, "device")]
 from kvedge import kernels  # noqa: E402
 from kvedge_host import runtimes  # noqa: E402
 
-EMULATED = ("m3", "m7", "m55")  # kvedge_host.m3board's machines with the Cortex-M3's instruction counting
+EMULATED = ("m3", "m0", "m7", "m55")  # kvedge_host.m3board's machines with the Cortex-M3's instruction counting
 from kvedge_host.paths import DEVICE, SHARED_MODELS, SHARED_RUNTIMES  # noqa: E402
 
 DEVICE_CODE = r"""
@@ -272,9 +274,9 @@ def main(argv=None):
     forwards = a.forward or (["ulab", "int", "float"] if cp else ["auto", "int"])
     m3 = a.runtime in EMULATED
     kinds = a.kernels or (["plain"] if cp else (["asm", "viper", "plain"] if m3 else ["viper"]))
-    heap = a.heap or {"unix": 64 << 20, "m3": 2097152, "m7": 2097152, "m55": 460800,
+    heap = a.heap or {"unix": 64 << 20, "m3": 2097152, "m0": 215040, "m7": 2097152, "m55": 460800,
                       "circuitpython": 4 << 20}[a.runtime]
-    a.march = a.march or {"m7": "armv7emsp", "m55": "armv7emdp"}.get(a.runtime, "armv7m")
+    a.march = a.march or {"m0": "armv6m", "m7": "armv7emsp", "m55": "armv7emdp"}.get(a.runtime, "armv7m")
     if m3 and a.repeat > 1:
         a.repeat = 1  # instruction counts are exact
     kv = {"dtype": "i8", "align": 0}
@@ -337,7 +339,7 @@ def main(argv=None):
         return 0
     where = {"unix": "MicroPython unix port (x86-64)", "circuitpython": "CircuitPython 10.3 unix binary with "
              "ulab (float32, 32-bit)"}.get(a.runtime) or "emulated %s (qemu -icount shift=0, %s .mpy, heap %d)" % (
-                 {"m3": "Cortex-M3", "m7": "Cortex-M7 (DSP)", "m55": "Cortex-M55 (DSP)"}[a.runtime], a.march, heap)
+                 {"m3": "Cortex-M3", "m0": "Cortex-M0", "m7": "Cortex-M7 (DSP)", "m55": "Cortex-M55 (DSP)"}[a.runtime], a.march, heap)
     print("%s, int8 weights %s, i8 cache (%s), %s; %d timed steps at context %d" % (
         os.path.basename(a.model), "read in place from ROMFS" if a.rom else "in RAM", a.cache, where, a.tokens,
         a.context))

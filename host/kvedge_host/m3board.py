@@ -91,7 +91,7 @@ M0 = Layout("m0", "Cortex-M0", "microbit", "KVEDGE_M0_FIRMWARE", "micropython-qe
             disk_addr=0x20100000, marches=("armv6m",), image_name="firmware-microbit-heapN.elf",
             qemu_args=["-global", "nrf51-soc.flash-size=%d" % (5 * 1024 * 1024),
                        "-global", "nrf51-soc.sram-size=%d" % (16 * 1024 * 1024)],
-            rom_mount=board_scripts.source("m0_rom_mount", ADDR=M0_ROMFS_ADDR, SIZE=0x400000))
+            rom_mount=board_scripts.source("m0_rom_mount", const=True, ADDR=M0_ROMFS_ADDR, SIZE=0x400000))
 # the Cortex-M7 built single-precision (mps2-an500, firmware "an500sp": Armv7E-M with the DSP extension, float32,
 # loads armv7emsp .mpy: the RP2350's stand-in): code and heap in SSRAM1 at 0; PSRAM at 0x60000000 (16 MiB) holds
 # the RAM disk (12 MiB) below the firmware's ROMFS partition at 0x60C00000 (4 MiB), which it mounts at /rom
