@@ -33,6 +33,7 @@ import os
 import re
 import select
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -527,6 +528,17 @@ class M3Board:
     def alive(self):
         return self.proc is not None and self.proc.poll() is None
 
+    def pause(self):
+        """Stop qemu's process while the board waits for its next session: the firmware polls its UART for
+        input, so an idle board takes a host core. Under -icount the guest sees nothing (its clock counts its
+        instructions). exec() continues it."""
+        if self.alive():
+            os.killpg(self.proc.pid, signal.SIGSTOP)
+
+    def _continue(self):
+        if self.alive():
+            os.killpg(self.proc.pid, signal.SIGCONT)
+
     def __enter__(self):
         self.start()
         return self
@@ -545,6 +557,7 @@ class M3Board:
         raised; M3Fault when the board took a HardFault (it then hangs: seen as its fault report followed by
         FAULT_QUIET seconds of silence, or at the time-out); M3Error when it timed out. After a fault or a
         time-out qemu is restarted (Ctrl-C cannot stop a runaway or hung board)."""
+        self._continue()
         cmd = [mpremote_exe(), "connect", self.port] + (["resume"] if resume else []) + [
             "exec", (self.layout.mount if mount else "") + code]
         status, out, rc = run_watched(cmd, timeout)

@@ -213,12 +213,15 @@ class Files:
             return _run_cpython(code, timeout)
         if self.runtime in M3:
             from . import m3board
+            board = self._board()
             try:
-                return 0, self._board().exec(code, timeout=timeout)
+                return 0, board.exec(code, timeout=timeout)
             except m3board.M3Fault as e:   # the runner's output, then the fault named in the last line
                 return 1, e.output.rstrip("\n") + "\nFAIL %s: %s\n" % (f, e)
             except m3board.M3Error as e:
                 return 1, e.output
+            finally:
+                board.pause()  # until this runtime's next file: an idle board would take a core
         # a fresh folder per file: files the tests write cannot meet another run's
         cwd = tempfile.mkdtemp(prefix="kvedge-dev-")
         try:
