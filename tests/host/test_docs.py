@@ -178,6 +178,14 @@ ELSEWHERE = {
 }
 
 NOT_RUN = {
+    ".venv/bin/python tools/bench_forward.py --runtime m0 --rom --cache max_tokens=96,window=92,sinks=4 --forward "
+    "auto --kernels asm viper":
+        "a benchmark (figures in docs/benchmarks.md): tests/host/test_runtimes.py runs the device suite on the M0",
+    ".venv/bin/python tools/bench_forward.py --runtime m3 --heap 215040 --march armv6m --rom --cache "
+    "max_tokens=96,window=92,sinks=4 --forward auto --kernels asm viper":
+        "a benchmark (figures in docs/benchmarks.md), as the line above",
+    ".venv/bin/python tools/bench_forward.py --runtime m7 --heap 460800 --rom --forward auto --kernels asm viper":
+        "a benchmark (figures in docs/benchmarks.md): tests/host/test_runtimes.py runs the device suite on the M7",
     ".venv/bin/python tools/bench_prefill.py --runtime m3 --chunks 1 8 16 --heap 2097152":
         "a benchmark (figures in docs/benchmarks.md, ~30 s of emulated board): tests/device/test_intpath_prefill.py "
         "holds the chunks' bits on every runtime",
