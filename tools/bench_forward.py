@@ -276,7 +276,10 @@ def main(argv=None):
     kinds = a.kernels or (["plain"] if cp else (["asm", "viper", "plain"] if m3 else ["viper"]))
     heap = a.heap or {"unix": 64 << 20, "m3": 2097152, "m0": 215040, "m7": 2097152, "m55": 460800,
                       "circuitpython": 4 << 20}[a.runtime]
-    a.march = a.march or {"m0": "armv6m", "m7": "armv7emsp", "m55": "armv7emdp"}.get(a.runtime, "armv7m")
+    from kvedge_host.m3board import LAYOUTS
+    lay = LAYOUTS.get(a.runtime)
+    # the machine's own -march (the M3 runs armv7m: its firmware loads armv6m..armv7em)
+    a.march = a.march or ("armv7m" if a.runtime == "m3" or lay is None else lay.marches[0])
     if m3 and a.repeat > 1:
         a.repeat = 1  # instruction counts are exact
     kv = {"dtype": "i8", "align": 0}
@@ -338,8 +341,8 @@ def main(argv=None):
                           "llama2c_tok_s": c_tok_s}))
         return 0
     where = {"unix": "MicroPython unix port (x86-64)", "circuitpython": "CircuitPython 10.3 unix binary with "
-             "ulab (float32, 32-bit)"}.get(a.runtime) or "emulated %s (qemu -icount shift=0, %s .mpy, heap %d)" % (
-                 {"m3": "Cortex-M3", "m0": "Cortex-M0", "m7": "Cortex-M7 (DSP)", "m55": "Cortex-M55 (DSP)"}[a.runtime], a.march, heap)
+             "ulab (float32, 32-bit)"}.get(a.runtime) or "emulated %s%s (qemu -icount shift=0, %s .mpy, heap %d)" % (
+                 lay.cpu, " (DSP)" if a.runtime in ("m7", "m55") else "", a.march, heap)
     print("%s, int8 weights %s, i8 cache (%s), %s; %d timed steps at context %d" % (
         os.path.basename(a.model), "read in place from ROMFS" if a.rom else "in RAM", a.cache, where, a.tokens,
         a.context))
