@@ -231,6 +231,8 @@ def m3_heap(prof, board=None):
     neither is here (the caller says why)."""
     from . import m3board
     imgs = set(m3board.firmware_images())
+    for lay in m3board.PSRAM_LAYOUTS:  # the Cortex-M3 with its heap in PSRAM
+        imgs |= set(m3board.firmware_images(layout=lay))
     if board:
         imgs |= set(m3board.firmware_images(layout=m3board.layout_for(board)))
     if prof["heap_bytes"] in imgs:

@@ -121,10 +121,13 @@ def tiny_files(folder):
 
 
 def image_heap(prof):
-    """The firmware image to measure a profile on: its own heap, or the largest image for a bigger heap (the
-    PSRAM profiles): code and first-run state do not depend on the heap's size."""
+    """The firmware image to measure a profile on: its own heap (the Cortex-M3's images, those with the heap in
+    PSRAM included), or the largest image for a bigger heap: code and first-run state do not depend on the heap's
+    size."""
     heap = prof["heap_bytes"]
     imgs = m3board.firmware_images()
+    for lay in m3board.PSRAM_LAYOUTS:
+        imgs.update(m3board.firmware_images(layout=lay))
     if heap in imgs or not imgs:
         return heap
     bigger = [h for h in imgs if h <= heap]
@@ -254,7 +257,8 @@ def measure(board, kinds=None, log=None):
             f.write(PROBE)
         files = [(src, "/" + rel) for src, rel in device_sources()] + [
             (model, "/" + MODEL), (tok, "/" + TOKENIZER), (probe, "/" + PROBE_NAME + ".py")]
-        disk = m3board.build_disk(os.path.join(tmp, "disk.img"), files, march=march, mpy=True, work=tmp)
+        disk = m3board.build_disk(os.path.join(tmp, "disk.img"), files, march=march, mpy=True, work=tmp,
+                                  layout=layout)
         rom = os.path.join(tmp, "rom")
         os.makedirs(rom)
         m3board.write_disk_module(rom, march, layout)

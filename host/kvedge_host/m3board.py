@@ -55,17 +55,18 @@ class Layout:
 
     key: the runtime's name; cpu: what it stands for in messages; firmware_env / firmware_sub: the folder of
     the images ($ENV, else SHARED_RUNTIMES/sub); image: their file names (the heap in group 1); qemu_args:
-    options after -machine; romfs_addr/romfs_max: the ROMFS slot; disk_addr: the RAM disk (DISK_BLOCKS of
+    options after -machine; romfs_addr/romfs_max: the ROMFS slot; disk_addr: the RAM disk (disk_blocks of
     DISK_BLOCK bytes, zero at power-on, outside the heap); marches: the -march values its firmware loads, the
     first the default; rom_mount: session code that mounts the ROMFS at /rom when the firmware does not;
     psram_bytes: the size of a RAM that a host file can back (disk_image), 0 when the machine has none."""
 
     def __init__(self, key, cpu, machine, firmware_env, firmware_sub, image, romfs_addr, romfs_max, disk_addr,
-                 marches, image_name, qemu_args=(), rom_mount="", psram_bytes=0):
+                 marches, image_name, qemu_args=(), rom_mount="", psram_bytes=0, disk_blocks=DISK_BLOCKS):
         self.key, self.cpu, self.machine, self.image_name = key, cpu, machine, image_name
         self.firmware_env, self.firmware_sub, self.image = firmware_env, firmware_sub, re.compile(image)
         self.romfs_addr, self.romfs_max, self.disk_addr = romfs_addr, romfs_max, disk_addr
         self.marches, self.qemu_args, self.psram_bytes = tuple(marches), list(qemu_args), psram_bytes
+        self.disk_blocks = disk_blocks
         # code run at the start of a fresh session: /rom (where the firmware does not mount it), then the RAM
         # disk at / (its module from /rom when the image has it)
         self.mount = rom_mount + board_scripts.source("m3_mount")
@@ -104,7 +105,20 @@ M7 = Layout("m7", "Cortex-M7", "mps2-an500", "KVEDGE_M7_FIRMWARE", "micropython-
 M55 = Layout("m55", "Cortex-M55", "mps3-an547", "KVEDGE_M55_FIRMWARE", "micropython-qemu-more",
              r"^firmware-an547-heap(\d+)\.elf$", romfs_addr=0x62000000, romfs_max=0x400000, disk_addr=0x60000000,
              marches=("armv7emdp", "armv7m", "armv6m"), image_name="firmware-an547-heapN.elf")
-LAYOUTS = {"m3": M3, "m0": M0, "m7": M7, "m55": M55}
+# the Cortex-M3 with its GC heap in PSRAM (firmware-psram-heap4194304.elf, -heap8388608.elf: the PSRAM boards'
+# stand-ins): the heap at the top of the 16 MiB PSRAM, the ROMFS slot below it from 0x21000000 (12 MiB beside the
+# 4 MiB heap, 8 MiB beside the 8 MiB one: room for a 15M-class model's int4 weights), the RAM disk in the 4 MiB of
+# SSRAM2/3 at 0x20000000 (no host file can back it: no disk_image)
+M3P4 = Layout("m3-psram4", "Cortex-M3", "mps2-an385", "KVEDGE_M3_FIRMWARE", "micropython-cortex-m3",
+              r"^firmware-psram-heap(4194304)\.elf$", romfs_addr=0x21000000, romfs_max=0xC00000,
+              disk_addr=0x20000000, marches=M3.marches, image_name="firmware-psram-heap4194304.elf",
+              disk_blocks=1024)
+M3P8 = Layout("m3-psram8", "Cortex-M3", "mps2-an385", "KVEDGE_M3_FIRMWARE", "micropython-cortex-m3",
+              r"^firmware-psram-heap(8388608)\.elf$", romfs_addr=0x21000000, romfs_max=0x800000,
+              disk_addr=0x20000000, marches=M3.marches, image_name="firmware-psram-heap8388608.elf",
+              disk_blocks=1024)
+PSRAM_LAYOUTS = (M3P4, M3P8)
+LAYOUTS = {"m3": M3, "m0": M0, "m7": M7, "m55": M55, "m3-psram4": M3P4, "m3-psram8": M3P8}
 
 # the Cortex-M3's figures under their old names
 FIRMWARE_ENV = M3.firmware_env
@@ -121,7 +135,7 @@ _IMAGE = M3.image
 def disk_module(layout=None):
     """The RAM disk's board-side code for this machine's disk address."""
     layout = layout or M3
-    return board_scripts.source(DISK_NAME, const=True, ADDR=layout.disk_addr, BS=DISK_BLOCK, N=DISK_BLOCKS)
+    return board_scripts.source(DISK_NAME, const=True, ADDR=layout.disk_addr, BS=DISK_BLOCK, N=layout.disk_blocks)
 
 
 DISK_MODULE = disk_module(M3)
@@ -273,14 +287,22 @@ def missing(board=None, heap=None, layout=None):
 def layout_for(board=None, heap=None):
     """The emulated machine that stands for a profile: the one whose firmware's own -march is the profile's
     (the RP2040's armv6m on the Cortex-M0, the RP2350's armv7emsp on the single-precision Cortex-M7) when it has
-    an image with this heap, else the Cortex-M3 (the ESP32s, whose Xtensa code no machine here runs, and heaps
-    only the M3's images have, such as the PSRAM profiles')."""
+    an image with this heap; else the Cortex-M3 with its heap in PSRAM when one of those images has it (the
+    PSRAM profiles); else the Cortex-M3 (the ESP32s, whose Xtensa code no machine here runs)."""
     march = boards.load(board or "rp2040").get("mpy_march")
     heap = heap_of(board, heap)
     for lay in LAYOUTS.values():
-        if lay is not M3 and lay.marches[0] == march and heap in firmware_images(layout=lay):
+        if lay not in (M3,) + PSRAM_LAYOUTS and lay.marches[0] == march and heap in firmware_images(layout=lay):
             return lay
-    return M3
+    return psram_layout(heap) or M3
+
+
+def psram_layout(heap):
+    """The Cortex-M3 layout whose PSRAM-heap image has exactly `heap` bytes, or None."""
+    for lay in PSRAM_LAYOUTS:
+        if heap in firmware_images(layout=lay):
+            return lay
+    return None
 
 
 def march_for(board=None, layout=None):
@@ -291,7 +313,7 @@ def march_for(board=None, layout=None):
     m = boards.load(board or "rp2040").get("mpy_march")
     if m in layout.marches:
         return m
-    return "armv7m" if layout is M3 else layout.marches[0]
+    return "armv7m" if layout in (M3,) + PSRAM_LAYOUTS else layout.marches[0]
 
 
 # -- images -----------------------------------------------------------------------------------------------
@@ -359,20 +381,20 @@ def _littlefs():
     return littlefs
 
 
-def _lfs(littlefs, **kw):
+def _lfs(littlefs, blocks=DISK_BLOCKS, **kw):
     # the geometry and buffer sizes of vfs.VfsLfs2 over DISK_MODULE's RamDisk (readsize 32, progsize 256 as
     # the rp2 and esp32 ports mount their flash, lookahead 32, cache min(block, 4 * progsize))
-    return littlefs.LittleFS(block_size=DISK_BLOCK, block_count=DISK_BLOCKS, read_size=32, prog_size=256,
+    return littlefs.LittleFS(block_size=DISK_BLOCK, block_count=blocks, read_size=32, prog_size=256,
                              cache_size=1024, lookahead_size=32, **kw)
 
 
-def build_disk(image, files, march=None, mpy=False, work=None):
+def build_disk(image, files, march=None, mpy=False, work=None, layout=None):
     """A littlefs2 image of the RAM disk holding `files` [(host path, absolute board path)], built on the host
     and loaded into guest RAM when qemu starts: files reach the board without crossing the emulated UART. With
-    mpy=True .py files go as .mpy for `march` (compiled in `work`)."""
+    mpy=True .py files go as .mpy for `march` (compiled in `work`). layout: the machine (its disk's size)."""
     from .deploy import for_arch
     littlefs = _littlefs()
-    fs = _lfs(littlefs)
+    fs = _lfs(littlefs, (layout or M3).disk_blocks)
     tmp = None
     try:
         for src, dst in for_arch(files, march):  # the files a chip of `march` is given
@@ -403,13 +425,14 @@ def build_disk(image, files, march=None, mpy=False, work=None):
     return image
 
 
-def read_disk(image):
+def read_disk(image, layout=None):
     """{absolute board path: bytes} of every file in a RAM-disk image (e.g. dumped from a running board)."""
     littlefs = _littlefs()
+    blocks = (layout or M3).disk_blocks
     with open(image, "rb") as f:
         data = f.read()
-    data = data + bytes(DISK_BLOCK * DISK_BLOCKS - len(data))
-    fs = _lfs(littlefs, mount=False)
+    data = data + bytes(DISK_BLOCK * blocks - len(data))
+    fs = _lfs(littlefs, blocks, mount=False)
     fs.context.buffer[:] = data
     fs.mount()
     out = {}
@@ -452,7 +475,7 @@ class M3Board:
     def __init__(self, board="rp2040", heap=None, romfs=None, disk=None, icount=True, log=None, disk_image=None,
                  layout=None):
         self.board = board
-        self.layout = layout or M3
+        self.layout = layout or psram_layout(heap_of(board, heap)) or M3
         if disk_image and not self.layout.psram_bytes:
             raise M3Missing("the emulated %s (qemu %s) has no RAM a host file can back: no disk_image"
                             % (self.layout.cpu, self.layout.machine))

@@ -82,7 +82,8 @@ class M3Sim:
         self._dir = tempfile.mkdtemp(prefix="kvedge-m3sim-")
         self._disk = os.path.join(self._dir, "disk.img")
         self._snapshot = _folder_files(self.fs)
-        m3board.build_disk(self._disk, [(os.path.join(self.fs, p[1:]), p) for p in sorted(self._snapshot)])
+        m3board.build_disk(self._disk, [(os.path.join(self.fs, p[1:]), p) for p in sorted(self._snapshot)],
+                           layout=self.layout)
         romdir = os.path.join(self._dir, "rom")
         if self.rom:
             shutil.copytree(self.rom, romdir)
@@ -204,9 +205,9 @@ class M3Sim:
             # pmemsave reads the machine's system bus, which on the microbit machine does not hold the SRAM
             self._qmp({"execute": "stop"},
                       {"execute": "memsave", "arguments": {"val": self.layout.disk_addr,
-                                                           "size": m3board.DISK_BLOCK * m3board.DISK_BLOCKS,
+                                                           "size": m3board.DISK_BLOCK * self.layout.disk_blocks,
                                                            "filename": dump, "cpu-index": 0}})
-            files = m3board.read_disk(dump)
+            files = m3board.read_disk(dump, self.layout)
         except (OSError, ValueError, RuntimeError) as e:
             if self.log:
                 self.log("could not save the board's filesystem: %s" % e)

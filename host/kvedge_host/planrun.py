@@ -128,7 +128,8 @@ def run_on_m3(board, doc, model, tokenizer, steps, heap=None, timeout=900, log=N
     from .deploy import device_sources
     with tempfile.TemporaryDirectory(prefix="kvedge-planrun-") as tmp:
         files = [(src, "/" + rel) for src, rel in device_sources()] + [(model, "/model.bin"), (tokenizer, "/tok.bin")]
-        disk = m3board.build_disk(os.path.join(tmp, "disk.img"), files, march=march, mpy=True, work=tmp)
+        disk = m3board.build_disk(os.path.join(tmp, "disk.img"), files, march=march, mpy=True, work=tmp,
+                                  layout=layout)
         rom = os.path.join(tmp, "rom")
         os.makedirs(rom)
         m3board.write_disk_module(rom, march, layout)

@@ -170,7 +170,7 @@ def _run_m3(runtime, code, heap, paths, timeout, board=None):
         for p in paths:
             files += m3board.tree_files(p, p)
         disk = m3board.build_disk(os.path.join(tmp, "disk.img"), files, march=march,
-                                  mpy=M3[runtime] == "mpy", work=tmp)
+                                  mpy=M3[runtime] == "mpy", work=tmp, layout=lay)
         rom = os.path.join(tmp, "rom")
         os.makedirs(rom)
         m3board.write_disk_module(rom, march, lay)

@@ -1,6 +1,6 @@
 """`kvedge demo --board B --plain` on every board profile: the plan made from B's measured footprint runs on the
 emulated board that stands for B at B's heap (the rp2040 on the Cortex-M0, the rp2350 on the single-precision
-Cortex-M7, the rest on the Cortex-M3; a PSRAM profile on the 2 MiB image, planned for that heap; the CircuitPython
+Cortex-M7, the rest on the Cortex-M3; a PSRAM profile on the image with its heap in PSRAM, planned for that heap; the CircuitPython
 profile on the 32-bit CircuitPython interpreter; the unix profile on the unix port it describes) with no
 MemoryError, with the kernels the plan chose, and the board's peak heap (gc.mem_alloc() after set-up and after
 every token, everything included) at most the plan's total and, with the shared stories260K, within 10 % of it: a footprint that no longer matches
