@@ -230,9 +230,7 @@ def m3_heap(prof, board=None):
     stands for it, or the Cortex-M3), else (a PSRAM profile) the image its footprint was measured on; None when
     neither is here (the caller says why)."""
     from . import m3board
-    imgs = set(m3board.firmware_images())
-    for lay in m3board.PSRAM_LAYOUTS:  # the Cortex-M3 with its heap in PSRAM
-        imgs |= set(m3board.firmware_images(layout=lay))
+    imgs = set(m3board.m3_images())
     if board:
         imgs |= set(m3board.firmware_images(layout=m3board.layout_for(board)))
     if prof["heap_bytes"] in imgs:

@@ -125,9 +125,7 @@ def image_heap(prof):
     PSRAM included), or the largest image for a bigger heap: code and first-run state do not depend on the heap's
     size."""
     heap = prof["heap_bytes"]
-    imgs = m3board.firmware_images()
-    for lay in m3board.PSRAM_LAYOUTS:
-        imgs.update(m3board.firmware_images(layout=lay))
+    imgs = m3board.m3_images()
     if heap in imgs or not imgs:
         return heap
     bigger = [h for h in imgs if h <= heap]

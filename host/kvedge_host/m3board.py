@@ -109,15 +109,16 @@ M55 = Layout("m55", "Cortex-M55", "mps3-an547", "KVEDGE_M55_FIRMWARE", "micropyt
 # stand-ins): the heap at the top of the 16 MiB PSRAM, the ROMFS slot below it from 0x21000000 (12 MiB beside the
 # 4 MiB heap, 8 MiB beside the 8 MiB one: room for a 15M-class model's int4 weights), the RAM disk in the 4 MiB of
 # SSRAM2/3 at 0x20000000 (no host file can back it: no disk_image)
-M3P4 = Layout("m3-psram4", "Cortex-M3", "mps2-an385", "KVEDGE_M3_FIRMWARE", "micropython-cortex-m3",
-              r"^firmware-psram-heap(4194304)\.elf$", romfs_addr=0x21000000, romfs_max=0xC00000,
-              disk_addr=0x20000000, marches=M3.marches, image_name="firmware-psram-heap4194304.elf",
-              disk_blocks=1024)
-M3P8 = Layout("m3-psram8", "Cortex-M3", "mps2-an385", "KVEDGE_M3_FIRMWARE", "micropython-cortex-m3",
-              r"^firmware-psram-heap(8388608)\.elf$", romfs_addr=0x21000000, romfs_max=0x800000,
-              disk_addr=0x20000000, marches=M3.marches, image_name="firmware-psram-heap8388608.elf",
-              disk_blocks=1024)
+def _psram_m3(heap):
+    return Layout("m3-psram%d" % (heap >> 20), M3.cpu, M3.machine, M3.firmware_env, M3.firmware_sub,
+                  r"^firmware-psram-heap(%d)\.elf$" % heap, romfs_addr=0x21000000, romfs_max=0x1000000 - heap,
+                  disk_addr=0x20000000, marches=M3.marches, image_name="firmware-psram-heap%d.elf" % heap,
+                  disk_blocks=1024)
+
+
+M3P4, M3P8 = _psram_m3(0x400000), _psram_m3(0x800000)
 PSRAM_LAYOUTS = (M3P4, M3P8)
+M3_FAMILY = (M3,) + PSRAM_LAYOUTS  # one machine (mps2-an385), its images with the heap in SRAM or in PSRAM
 LAYOUTS = {"m3": M3, "m0": M0, "m7": M7, "m55": M55, "m3-psram4": M3P4, "m3-psram8": M3P8}
 
 # the Cortex-M3's figures under their old names
@@ -292,9 +293,17 @@ def layout_for(board=None, heap=None):
     march = boards.load(board or "rp2040").get("mpy_march")
     heap = heap_of(board, heap)
     for lay in LAYOUTS.values():
-        if lay not in (M3,) + PSRAM_LAYOUTS and lay.marches[0] == march and heap in firmware_images(layout=lay):
+        if lay not in M3_FAMILY and lay.marches[0] == march and heap in firmware_images(layout=lay):
             return lay
     return psram_layout(heap) or M3
+
+
+def m3_images():
+    """{heap bytes: image path} of every Cortex-M3 image, those with the heap in PSRAM included."""
+    out = {}
+    for lay in M3_FAMILY:
+        out.update(firmware_images(layout=lay))
+    return out
 
 
 def psram_layout(heap):
@@ -313,7 +322,7 @@ def march_for(board=None, layout=None):
     m = boards.load(board or "rp2040").get("mpy_march")
     if m in layout.marches:
         return m
-    return "armv7m" if layout in (M3,) + PSRAM_LAYOUTS else layout.marches[0]
+    return "armv7m" if layout in M3_FAMILY else layout.marches[0]
 
 
 # -- images -----------------------------------------------------------------------------------------------
