@@ -142,7 +142,7 @@ def h2o_score_bytes(slots, int_bytes=4):
 
 def weights_row_buffer_bytes(dim, hidden_dim, dtype=F32, scale_bytes=4):
     """RAM for weights read from flash row by row: one row of the widest matrix (its input is dim or hidden_dim
-    values) in `dtype`, plus its scale when quantized."""
+    values) in `dtype`, plus its scale when quantized (int4: a scale per group of 32)."""
     check_dtype(dtype, WEIGHT_DTYPES, "weights dtype")
     n = max(dim, hidden_dim)
     if dtype == F32:
@@ -151,7 +151,8 @@ def weights_row_buffer_bytes(dim, hidden_dim, dtype=F32, scale_bytes=4):
         return 2 * n
     if dtype == I8:
         return n + scale_bytes
-    return (n + 1) // 2 + scale_bytes
+    from kvedge.w4sizes import row_bytes
+    return row_bytes(n)  # int4: its groups, each of nibbles and an f16 scale
 
 
 # ---- a tiered cache for one sequence (kvedge.tiered): hot ring in RAM, older tokens compressed on flash ----

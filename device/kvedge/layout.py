@@ -68,6 +68,10 @@ P_ADD = const(5)  # 1: add into out (the residual connection), 0: store
 P_RO = const(6)  # first row: index into out and into the row words
 P_SX = const(7)  # set by q_mv: 128 * sum(x), the offset-binary rows' correction
 P_HDR = const(8)
+# q_mv4's block (int4 rows, kvedge.model.checkpoint's layout): P_WO..P_RO as above, then these; no row words
+P4_SO = const(7)  # byte offset in w of the first row's first f16 group scale (a row's G scales are adjacent)
+P4_EG = const(8)  # the matrix's largest f16 exponent field over its scales: group g adds (d_g * m_g) >> (EG - e_g)
+P4_HDR = const(9)
 VMAX = const((1 << 29) - 1)  # the integer pass's residual saturates at +-VMAX
 
 # ---- q_store's block (array('i') of S_WORDS): KVCache.q8_store_block and write_q8_at fill it ----

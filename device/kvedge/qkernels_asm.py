@@ -1,8 +1,8 @@
-# @micropython.asm_thumb kernels of the integer forward pass: the matrix-vector product (most of a token's
-# multiply-accumulates) and the weights' sign flip, in Thumb-1 instructions only (the RP2040's Cortex-M0+ has
-# nothing else: no movw, no register-offset loads, no wide branches, no it-blocks, no sdiv), so the armv6m
-# .mpy runs on every Cortex-M MicroPython port with the inline assembler. Same arithmetic as qkernels_plain
-# (see there); the other q_* kernels come from qkernels_viper.
+# @micropython.asm_thumb kernels of the integer forward pass: the matrix-vector product over int8 rows (most of
+# a token's multiply-accumulates; int4 rows: q4kernels_asm) and the weights' sign flip, in Thumb-1 instructions
+# only (the RP2040's Cortex-M0+ has nothing else: no movw, no register-offset loads, no wide branches, no
+# it-blocks, no sdiv), so the armv6m .mpy runs on every Cortex-M MicroPython port with the inline assembler. Same
+# arithmetic as qkernels_plain (see there); the other q_* kernels come from qkernels_viper.
 #
 # Calling convention of @micropython.asm_thumb: up to four arguments in r0-r3 (a buffer arrives as the address
 # of its data, an int as its value); r4-r7 are saved by the function's own prologue; r8-r12 must be restored

@@ -196,6 +196,8 @@ def llama_params(dim, hidden_dim, layers, heads, kv_heads, vocab, shared_classif
         # rows of the matrices (what int8 per-row scales multiply)
         "matrix_rows": layers * (q_dim + 2 * kv_dim + dim + 2 * hidden_dim + dim),
         "embedding_rows": vocab * (1 if shared_classifier else 2),
+        # the shapes (kvedge.w4sizes.body_bytes: int4 rows are padded to whole groups)
+        "shape": (dim, hidden_dim, layers, q_dim, kv_dim, vocab, shared_classifier),
     }
 
 
@@ -205,7 +207,8 @@ WEIGHT_DTYPES = (F32, F16, I8, I4)
 def weights_bytes(params, dtype=F32, scale_bytes=4):
     """Bytes of weights from llama_params(): matrices and embedding in `dtype`, norms in f32.
 
-    Quantized weights (i8, i4) carry one f32 scale per row."""
+    int8 weights carry one f32 scale per row; int4 weights (kvedge.w4sizes) one f16 scale per group of
+    columns, rows padded to whole groups."""
     check_dtype(dtype, WEIGHT_DTYPES, "weights dtype")
     n = params["embedding"] + params["matrices"] + params["classifier"]
     rows = params["matrix_rows"] + params["embedding_rows"]
@@ -216,7 +219,8 @@ def weights_bytes(params, dtype=F32, scale_bytes=4):
     elif dtype == I8:
         body = n + rows * scale_bytes
     else:
-        body = (n + 1) // 2 + rows * scale_bytes
+        from kvedge.w4sizes import body_bytes
+        body = body_bytes(params)
     return body + 4 * params["norms"]
 
 

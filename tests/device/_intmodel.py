@@ -31,6 +31,18 @@ def preload(every_kind=False):
         kernels.select()
 
 
+def preload4(every_kind=True):
+    """Compile q_mv4 (kvedge.q4kernels_*) of the selected kind (every_kind: of every kind this runtime has), on a
+    collected heap."""
+    from kvedge import kernels
+    from kvedge.model import int4rows
+    for kind in (kernels.available() if every_kind else (kernels.kind(),)):
+        kernels.select(kind)
+        int4rows.kernels4()
+        gc.collect()
+    kernels.select()
+
+
 def files():
     from _support import need
     from _model_support import tiny_checkpoints

@@ -209,4 +209,6 @@ def tiny_checkpoints(paths, stem):
     q = tmp_path(stem + "_i8.bin")
     checkpoint.convert_to_i8(p, q)
     paths.update(f32=p, i8=q)
+    from _support import forget
+    forget("kvedge.model.convert", "kvedge.model.tiny")  # written once: their code freed
     return paths

@@ -161,6 +161,18 @@ class Rng:
         return seq[self.bits() % len(seq)]
 
 
+def forget(*names):
+    """Drop modules a test file runs once (a converter, a model writer) from sys.modules and from their package's
+    attributes, so that their code is freed: on a board-sized heap the model the test runs next needs it."""
+    for name in names:
+        sys.modules.pop(name, None)
+        pkg, _, leaf = name.rpartition(".")
+        if pkg in sys.modules and hasattr(sys.modules[pkg], leaf):
+            delattr(sys.modules[pkg], leaf)
+    import gc
+    gc.collect()
+
+
 def tmp_path(name):
     # the current folder first: each run has its own (a board's filesystem, a fresh folder on the host), while
     # /tmp is shared by every run on the machine

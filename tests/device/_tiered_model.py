@@ -1,10 +1,9 @@
-# The tiered model tests' shared part: a tiny int8 model, the tokens, a ring and a tier that move blocks to
+# The tiered model tests' shared part: a tiny int8 model (random codes, _w8ref), the tokens, a ring and a tier that move blocks to
 # flash, and a runner that compares a model's logits position by position with a reference run's.
 import gc
 
 from _support import _feature, need, tmp_path, under_heap_lock
 from kvedge.compat import zeros
-from kvedge.model import checkpoint, tiny
 
 PATHS = {}
 # 22 tokens: with a ring of 8 (+ 4 sinks) in blocks of 4, four blocks leave the ring for flash
@@ -23,10 +22,12 @@ def files():
         except OSError:
             PATHS.clear()
     if not PATHS:
-        p = tmp_path("kvedge_tier_tiny.bin")
-        tiny.write_checkpoint(p, seed=11, vocab_size=V)
+        # the tests' own int8 writer (no f32 model, no converter compiled on the board's heap)
+        import _w8ref
         q = tmp_path("kvedge_tier_tiny_i8.bin")
-        checkpoint.convert_to_i8(p, q)
+        _w8ref.write_model(q, seed=11, V=V)
+        from _support import forget
+        forget("_w8ref")  # written once: its code freed
         PATHS.update(i8=q, cold=tmp_path("kvedge_tier_cold"), ref=tmp_path("kvedge_tier_ref.bin"))
     return PATHS
 
@@ -101,3 +102,12 @@ def drop(m):
     scans it conservatively) must not keep a 20 KB model alive for the next one."""
     for k in list(m.__dict__):
         setattr(m, k, None)
+
+
+# the model's files when this module is imported (after the test file's kernels: each test file imports it then),
+# while the runner collects garbage every 16 KB: the converter compiled later, between the tests' live objects,
+# found no block in one piece on the unix port's 215 KB heap
+try:
+    files()
+except Exception:  # no filesystem here: the tests that need one skip themselves (need("fs"))
+    pass

@@ -102,7 +102,7 @@ def test_h2o_scores_and_weight_row_buffer():
     # widest input of stories260K is hidden_dim 172: one row of w2
     assert budget.weights_row_buffer_bytes(64, 172, "f32") == 688
     assert budget.weights_row_buffer_bytes(64, 172, "i8") == 176
-    assert budget.weights_row_buffer_bytes(64, 171, "i4") == 86 + 4
+    assert budget.weights_row_buffer_bytes(64, 171, "i4") == 6 * (16 + 2)  # 6 groups of 32: nibbles, f16 scale
     e = raises(ValueError, budget.weights_row_buffer_bytes, 64, 172, "q8_0")
     assert "weights dtype must be one of" in message(e)
 
@@ -120,7 +120,8 @@ def test_weights_streamed_from_flash():
     assert streambytes.weights_stream_bytes(p, 64, 172, "i8") == norms + 1376 + 4 * 21 == 1716
     assert streambytes.weights_stream_bytes(p, 64, 172, "i8", norms=True) == 4 * (5 * 2 * 64 + 64) + 1376 + 4 * 21
     assert streambytes.weights_stream_bytes(p, 64, 172, "f32") == norms + 8 * 172 * 4 == 5760   # no scales
-    assert streambytes.weights_stream_bytes(p, 64, 171, "i4") == norms + 8 * 86 + 4 * (8 * 86 // 32)
+    # int4: 171 inputs are 6 groups of 32, each 16 bytes of nibbles and a 2-byte f16 scale, 8 rows, 4 of padding
+    assert streambytes.weights_stream_bytes(p, 64, 171, "i4") == norms + 8 * 6 * (16 + 2) + 4
     assert streambytes.weights_stream_bytes(p, 64, 172, "i8", buffer_bytes=640) == norms + 640 + 4 * 10
     e = raises(ValueError, streambytes.stream_buffer_bytes, 64, 172, "q8_0")
     assert "weights dtype must be one of" in message(e)

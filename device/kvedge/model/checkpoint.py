@@ -8,6 +8,7 @@
 # seq_len * head_dim / 2 floats, skipped), wcls [vocab, dim] only when the header's vocab_size is negative.
 # Matrices are row-major [out, in]. In the int8 file each matrix is: rows f32 scales, rows*cols int8 codes,
 # zero padding to a multiple of 4 bytes; w[r][c] ~ codes[r*cols + c] * scales[r].
+# kvedge's int4 file ("KVW4"): its layout and sizes in kvedge.model.w4file.
 import struct
 from array import array
 
@@ -108,12 +109,16 @@ def i8_matrix_bytes(rows, cols):
 
 def i8_layout(cfg):
     """Byte offsets in a kvedge int8 file; a matrix offset points at its scales (codes follow)."""
-    off = [I8_HEADER_BYTES]
+    return _q_layout(cfg, I8_HEADER_BYTES, i8_matrix_bytes)
+
+
+def _q_layout(cfg, head, matrix_bytes):
+    off = [head]
     L, d = cfg.n_layers, cfg.dim
 
     def mat(rows, cols):
-        off[0] += i8_matrix_bytes(rows, cols)
-        return off[0] - i8_matrix_bytes(rows, cols)
+        off[0] += matrix_bytes(rows, cols)
+        return off[0] - matrix_bytes(rows, cols)
 
     def vec(n):
         off[0] += 4 * n
@@ -143,6 +148,9 @@ def file_bytes(cfg, dtype):
         n = HEADER_BYTES + 4 * (v * d + cfg.n_layers * (2 * d + 2 * d * d + 2 * kv * d + 3 * h * d) + d
                                 + cfg.seq_len * cfg.head_dim)
         return n if cfg.shared_classifier else n + 4 * v * d
+    if dtype == "i4":
+        from kvedge.model.w4file import file_bytes as w4_bytes
+        return w4_bytes(cfg)
     m = i8_matrix_bytes
     n = I8_HEADER_BYTES + m(v, d) + cfg.n_layers * (8 * d + 2 * m(d, d) + 2 * m(kv, d) + 2 * m(h, d) + m(d, h)) + 4 * d
     return n if cfg.shared_classifier else n + m(v, d)
@@ -165,8 +173,8 @@ def zeros(typecode, n):
 
 
 def read_config(path):
-    """(ModelConfig, weights dtype 'f32' or 'i8') of a checkpoint file, after checking its header and that
-    its length is exactly what the header implies (file_bytes). Every CheckpointError names the file."""
+    """(ModelConfig, weights dtype 'f32', 'i8' or 'i4') of a checkpoint file, after checking its header and
+    that its length is exactly what the header implies (file_bytes). Every CheckpointError names the file."""
     with open(path, "rb") as f:
         head = f.read(I8_HEADER_BYTES)
     dtype = "f32"
@@ -177,6 +185,9 @@ def read_config(path):
             if ver != VERSION_I8:
                 raise CheckpointError("kvedge int8 file version %d, expected %d" % (ver, VERSION_I8))
             head = head[8:]
+        elif head[:4] == b"KVW4":
+            from kvedge.model.w4file import header
+            dtype, head = "i4", header(path)
         cfg = parse_header(head)
     except CheckpointError as e:
         raise CheckpointError("%s: %s" % (path, e.args[0]))
@@ -264,7 +275,7 @@ def weights_place(path, stream):
     or the weights are not int8."""
     if stream != "rom":
         return bool(stream)
-    if read_config(path)[1] != "i8":
+    if read_config(path)[1] not in ("i8", "i4"):
         return True
     with open(path, "rb") as f:
         from kvedge.model.romweights import map_file
@@ -281,6 +292,9 @@ class Weights:
     def __init__(self, path, stream=False, stream_bytes=0):
         self.cfg, self.dtype = read_config(path)
         cfg = self.cfg
+        if self.dtype == "i4":
+            raise CheckpointError("%s: int4 weights run on the integer forward pass (forward 'int' or 'auto'), "
+                                  "not the float pass" % path)
         # llama2.c's f32 files: their layout and matrices in their own module (a board runs the int8 file)
         self._f32 = None
         if self.dtype == "f32":

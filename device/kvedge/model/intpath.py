@@ -9,7 +9,9 @@
 #                     cost the same, and the activations lose almost nothing (int8 codes lost ~as much as
 #                     the i8 cache and flipped llama2.c's greedy text on stories260K)
 #   weights           offset-binary bytes (code + 128), rows of wq|wk|wv and of w1|w3 fused; per row one word
-#                     (15-bit mantissa << 8 | shift to the group's largest exponent) from the file's f32 scale
+#                     (15-bit mantissa << 8 | shift to the group's largest exponent) from the file's f32 scale;
+#                     int4 files: kvedge.model.int4rows (its Weights and Forward over this module's), the file's
+#                     nibbles and f16 group scales as they lie (in RAM, read in place from ROMFS, or streamed)
 #   RMSNorm           gain * sqrt(n) in 15-bit mantissas; 1 / sqrt(sum x^2 + n eps) from an integer square root,
 #                     folded into the codes' scale (it multiplies every element alike)
 #   RoPE              phases pos * f mod 1 turn in Q28 (exact in 14-bit pieces), sin/cos from a quarter-wave
@@ -251,15 +253,15 @@ def code_max(cols):
 def check(wdtype, ccfg, attention, stream=False, policy=False):
     """Refuse, before anything is allocated, what the integer forward pass cannot run (it streams weights and
     runs eviction policies)."""
-    if wdtype != "i8":
-        raise ValueError("the integer forward pass needs int8 weights (kvedge convert)")
+    if wdtype not in ("i8", "i4"):
+        raise ValueError("the integer forward pass needs int8 or int4 weights (kvedge convert)")
     if ccfg.dtype != "i8":
         raise ValueError("the integer forward pass needs an i8 cache, not %s" % ccfg.dtype)
     if attention is not None:
         raise ValueError("the integer forward pass runs kvedge.attention's integer path")
 
 
-def scratch_bytes(cfg, stream=False):
+def scratch_bytes(cfg, stream=False, wdtype="i8"):
     """Bytes of Forward's buffers and tables beside kvedge.budget.activation_bytes, plus what Weights keeps
     beyond the int8 weights' own account (a q_mv parameter header per fused matrix group)."""
     d, h, kvd, H, KV = cfg.dim, cfg.hidden_dim, cfg.kv_dim, cfg.n_heads, cfg.n_kv_heads
@@ -268,6 +270,9 @@ def scratch_bytes(cfg, stream=False):
     n += nq + 2 * (H + 2 * KV) + 4 * d + 4 * H + 4 * 28  # codes, scales, attention output, parameters
     n += 4 * (1 + cfg.head_dim) + 2 * 258 + 2 * (24 * SIG_STEPS + 1) + 4 * cfg.head_dim  # tables, cos/sin
     groups = 4 * cfg.n_layers + (1 if cfg.shared_classifier else 2)
+    if wdtype == "i4":
+        from kvedge.model.int4rows import scratch_bytes4
+        return scratch_bytes4(cfg, n, groups)
     if stream:  # every row's scale word stays in RAM (IntMatrix.p): the streamed account holds a chunk's only
         n += 4 * (cfg.vocab_size * (1 if cfg.shared_classifier else 2) + cfg.n_layers * (3 * d + 2 * kvd + 2 * h))
     return n + 4 * P_HDR * groups + 6 * 32  # + the memoryviews of q, k, v codes and scales
@@ -286,6 +291,8 @@ class IntMatrix:
         self.codes = None  # in RAM: bytearray rows*cols
         self.parts = []  # streamed: (file offset of the codes, first row, rows)
         self.exp = 0
+
+    q4 = False  # (int4rows.Int4Matrix: True)
 
     def set_scales(self, scales):
         """Row words from the f32 row scales (array('f') of self.rows)."""
@@ -307,7 +314,8 @@ class IntMatrix:
 
 class Weights:
     """A kvedge int8 file read for the integer path: embedding (= classifier when shared), per layer wqkv, wo,
-    w13, w2, and the norm gains. stream=True leaves the matrices in the file (chunk rows at a time)."""
+    w13, w2, and the norm gains. stream=True leaves the matrices in the file (chunk rows at a time). (int4 files:
+    kvedge.model.int4rows.Weights.)"""
 
     def __init__(self, path, stream=False, chunk_bytes=0):
         from kvedge.model.checkpoint import read_config
@@ -331,22 +339,28 @@ class Weights:
         # could not be allocated)
         self._sc = alloc("f", max(cfg.vocab_size, d + 2 * kv, 2 * h, d))
         try:
-            self.emb = self._group(f, [lay["embedding"]], [cfg.vocab_size], d)
-            self.wcls = self.emb if lay["wcls"] is None else self._group(f, [lay["wcls"]], [cfg.vocab_size], d)
-            self.wqkv, self.wo, self.w13, self.w2 = [], [], [], []
-            for l in range(L):
-                self.wqkv.append(self._group(f, [lay["wq"][l], lay["wk"][l], lay["wv"][l]], [d, kv, kv], d))
-                self.wo.append(self._group(f, [lay["wo"][l]], [d], d))
-                self.w13.append(self._group(f, [lay["w1"][l], lay["w3"][l]], [h, h], d))
-                self.w2.append(self._group(f, [lay["w2"][l]], [d], h))
-            self.g_att = [self._gain(f, o, d) for o in lay["rms_att"]]
-            self.g_ffn = [self._gain(f, o, d) for o in lay["rms_ffn"]]
-            self.g_final = self._gain(f, lay["rms_final"], d)
+            self._load(f, lay)
         finally:
             self._sc = None
             if not stream:
                 f.close()
                 self._file = None
+
+    def _load(self, f, lay):
+        """Every matrix group and norm of the file at the layout's offsets."""
+        cfg = self.cfg
+        d, h, kv, L = cfg.dim, cfg.hidden_dim, cfg.kv_dim, cfg.n_layers
+        self.emb = self._group(f, [lay["embedding"]], [cfg.vocab_size], d)
+        self.wcls = self.emb if lay["wcls"] is None else self._group(f, [lay["wcls"]], [cfg.vocab_size], d)
+        self.wqkv, self.wo, self.w13, self.w2 = [], [], [], []
+        for l in range(L):
+            self.wqkv.append(self._group(f, [lay["wq"][l], lay["wk"][l], lay["wv"][l]], [d, kv, kv], d))
+            self.wo.append(self._group(f, [lay["wo"][l]], [d], d))
+            self.w13.append(self._group(f, [lay["w1"][l], lay["w3"][l]], [h, h], d))
+            self.w2.append(self._group(f, [lay["w2"][l]], [d], h))
+        self.g_att = [self._gain(f, o, d) for o in lay["rms_att"]]
+        self.g_ffn = [self._gain(f, o, d) for o in lay["rms_ffn"]]
+        self.g_final = self._gain(f, lay["rms_final"], d)
 
     def close(self):
         if self._file is not None:

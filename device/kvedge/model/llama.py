@@ -97,7 +97,7 @@ def plan(cfg, wdtype, ccfg, stream=False, tile=32, workspace=0, forward="float",
     if forward == "float":
         scratch = scratch_bytes(cfg, wdtype, stream)
     else:
-        scratch = _path(forward).scratch_bytes(cfg, stream)
+        scratch = _path(forward).scratch_bytes(cfg, stream, wdtype)
     if tier is None:
         kv = ccfg.nbytes()
     else:
@@ -156,12 +156,14 @@ def check(path, kv=None, budget=None, workspace=0, stream=False, tile=32, policy
     word: bytes of a pointer on the runtime that runs it (a host checks a 32-bit board's run with 4)."""
     cfg, wdtype = read_config(path)
     ccfg = cache_config(cfg, kv)
+    if wdtype == "i4" and forward != "int":
+        raise ValueError("int4 weights run on the integer forward pass (forward 'int' or 'auto'), not %r" % forward)
     if tier is not None:
         from kvedge import tierconf
         tierconf.check_run(tier, forward, policy)
     if forward != "float":
         _path(forward).check(wdtype, ccfg, attention, bool(stream), policy)
-    stream = weights_place(path, stream) if forward == "float" else bool(stream)
+    stream = weights_place(path, stream) if forward == "float" or wdtype == "i4" else bool(stream)
     if policy:
         workspace += 8 * ccfg.slots + 256  # a policy's per-slot scores and accumulators
     p = plan(cfg, wdtype, ccfg, stream, tile, workspace, forward, word, integer, tier)
@@ -218,8 +220,9 @@ class Llama:
             forward = resolve_forward(forward, wdtype, cache_config(cfg, kv), tier, stream, policy is not None,
                                       attention)
         alt = None if forward == "float" else _path(forward)
-        # "rom" only where the file is mapped (the float pass reads rows in place; the others stream them)
-        stream = weights_place(path, stream) if alt is None else bool(stream)
+        # "rom" only where the file is mapped (the float pass and int4 rows read it in place; check() makes it True
+        # for the passes that stream the others)
+        stream = weights_place(path, stream)
         tiered = tier is not None
         cfg, wdtype, ccfg, self.plan = check(path, kv, budget, workspace, stream, tile, policy is not None,
                                              forward, attention, integer_path(kv, int_attention, attention), tier)
@@ -247,6 +250,8 @@ class Llama:
         if alt is None:
             self._buffers(cfg, wdtype, stream)
             gc.collect()
+        if alt is not None and wdtype == "i4":  # int4 rows: the integer pass's Weights and Forward over them
+            from kvedge.model import int4rows as alt
         self.w = alt.Weights(path, stream) if alt is not None else Weights(path, stream)
         gc.collect()
         self.policy = policy(self.cache) if policy is not None else None

@@ -21,16 +21,22 @@ WORD = 8 if sys.maxsize > 0x7FFFFFFF else 4  # bytes of a pointer here
 CODE_BYTES = 3584
 
 
-def chunk_bytes(cfg, chunk, word=WORD):
+def chunk_bytes(cfg, chunk, word=WORD, wdtype="i8"):
     """Bytes of a Prefill of `chunk` tokens (0 below 2: none): per token a residual (dim), a matvec output (the
-    widest: max(2 hidden_dim, dim + 2 kv_dim)), a matvec input (max(dim, hidden_dim)), RoPE angles (head_dim)
+    widest: max(2 hidden_dim, dim + 2 kv_dim)), a matvec input (max(dim, hidden_dim); for `wdtype` int4 rows
+    int4rows.xq_codes, whole groups of 32), RoPE angles (head_dim)
     and 5 scalars, int32 each, in arrays of their own (12 words each for the header, the GC's rounding and the
     list's slot); the lists' and scalars' headers (24 words each); and this module's code (CODE_BYTES). word:
     the runtime's pointer size (a host plans a 32-bit board with 4)."""
     if chunk < 2:
         return 0
     d, h, kvd = cfg.dim, cfg.hidden_dim, cfg.kv_dim
-    per = 4 * (d + max(2 * h, d + 2 * kvd, d) + max(d, h, 4) + cfg.head_dim + 5) + 4 * 12 * word
+    if wdtype == "i4":
+        from kvedge.model.int4rows import xq_codes
+        xq = xq_codes(cfg)
+    else:
+        xq = max(d, h, 4)
+    per = 4 * (d + max(2 * h, d + 2 * kvd, d) + xq + cfg.head_dim + 5) + 4 * 12 * word
     return chunk * per + 9 * 24 * word + CODE_BYTES * word // 4
 
 
@@ -51,12 +57,12 @@ def fresh_run(c, n):
     return k
 
 
-def account(cfg, chunk, forward, word=WORD):
+def account(cfg, chunk, forward, word=WORD, wdtype="i8"):
     """chunk_bytes() of a run with `chunk` prompt tokens a chunk on the `forward` pass, checked first
     (kvedge.model.passes.check_prefill: ValueError before anything is allocated)."""
     from kvedge.model.passes import check_prefill
     check_prefill(chunk, forward)
-    return chunk_bytes(cfg, chunk, word)
+    return chunk_bytes(cfg, chunk, word, wdtype)
 
 
 def attach(model, chunk):
@@ -252,6 +258,8 @@ class Prefill:
         at = 0 if res else 4 * T
         os0 = RES_EXP - mat.exp if res else 0
         p[P_ADD] = res
+        if mat.q4:  # int4 rows (kvedge.model.int4rows)
+            return mat.prefill(f, p, tv, T, n, res, os0, at, xqs, outs)
         p[P_WO] = 0
         if mat.codes is not None:
             p[P_RO] = 0

@@ -136,7 +136,7 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
     base = compat.mem_alloc() if sys.platform != "webassembly" else -1
     if base >= 0 and arena is not None:
         base -= kv_bytes  # the arena allocated first is the run's too
-    cfg = read_config(model)[0]
+    cfg, wdtype = read_config(model)
     policy = None
     if h2o:
         def policy(cache):
@@ -145,7 +145,7 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
     # BudgetError before anything else is allocated
     if prefill != 1:  # prompts in chunks: their buffers and code (checked: ValueError before anything is allocated)
         from kvedge.model import prefill as chunks
-        ws += chunks.account(cfg, prefill, forward)
+        ws += chunks.account(cfg, prefill, forward, wdtype=wdtype)
     check(model, kv, budget, ws, stream, tile, h2o > 0, forward, None,
           integer_path(kv, int_attention), tier)  # as Llama counts it: its attention's integer scratch
     tok = FileTokenizer(tokenizer, cfg.vocab_size)  # pieces stay in the file; its offsets go before the small objects

@@ -6,24 +6,29 @@ STREAM_ROWS = 8  # rows of the widest matrix read per chunk when weights stay on
 
 
 def _weight_item(dtype):
-    # bytes per weight in a row buffer (i4: two per byte, rounded up per row by the caller)
-    return {F32: 4, F16: 2, I8: 1, I4: 1}[dtype]
+    # bytes per weight in a row buffer (int4 rows: kvedge.w4sizes.row_bytes)
+    return {F32: 4, F16: 2, I8: 1}[dtype]
 
 
 def stream_buffer_bytes(dim, hidden_dim, dtype=F32, rows=STREAM_ROWS):
-    """The row buffer of weights read from flash: `rows` rows of the widest matrix (input dim or hidden_dim)."""
+    """The row buffer of weights read from flash: `rows` rows of the widest matrix (input dim or hidden_dim);
+    int4 rows with their group scales (kvedge.w4sizes.row_bytes) and the padding between the chunk's scales and
+    its codes."""
     check_dtype(dtype, WEIGHT_DTYPES, "weights dtype")
     n = max(dim, hidden_dim)
-    return rows * ((n + 1) // 2 if dtype == I4 else n * _weight_item(dtype))
+    if dtype == I4:
+        from kvedge.w4sizes import row_bytes
+        return rows * row_bytes(n) + 4
+    return rows * n * _weight_item(dtype)
 
 
 def stream_scale_slots(dim, hidden_dim, dtype, buffer_bytes):
     """Per-row scales read beside a chunk of quantized rows: as many as the buffer holds rows of the narrowest
-    matrix (0 for float weights, which carry no scales)."""
-    if dtype in (F32, F16):
+    matrix (0 for float weights, which carry no scales, and for int4 rows, whose group scales are in the row
+    buffer)."""
+    if dtype in (F32, F16, I4):
         return 0
-    n = min(dim, hidden_dim)
-    return buffer_bytes // ((n + 1) // 2 if dtype == I4 else n)
+    return buffer_bytes // min(dim, hidden_dim)
 
 
 def weights_stream_bytes(params, dim, hidden_dim, dtype=F32, buffer_bytes=0, scale_bytes=4, norms=False):
