@@ -8,7 +8,7 @@ allocated per token, and (unix) llama2.c's own C run.c on the same model in the 
                          [--json]
 
 Each figure: a fresh interpreter converts nothing (the int8 file is written once on the host), builds the model
-(int8 weights in RAM, or with --rom read in place from ROMFS; an i8 cache of 512 slots,
+(int8 weights, or int4 with --weights-dtype i4, in RAM, or with --rom read in place from ROMFS; an i8 cache of 512 slots,
 or --cache's), runs --context positions of real tokens from BOS (greedy), then
 times --tokens more steps at that context and measures the bytes one step allocates (gc.mem_alloc() with
 collection off). Every token is timed alone; on host runtimes the sequence runs --repeat rounds from a reset
@@ -143,6 +143,22 @@ for rows, cols in ((128, 64), (344, 64), (64, 172), (512, 64)):
     t0 = ticks_us()
     k.q_mv(w, x, o, p)
     print("MACS q_mv %%dx%%d %%d %%d" %% (rows, cols, ticks_diff(ticks_us(), t0), rows * cols))
+from kvedge.model.int4rows import kernels4
+k4 = kernels4()
+for rows, cols in ((64, 288), (128, 64), (64, 768)):  # int4 rows (checkpoint's layout: f16 scales, then codes)
+    g = cols >> 5
+    wo = (2 * rows * g + 3) & ~3
+    w = bytearray(wo + 16 * rows * g)
+    for i in range(rows * g):
+        w[2 * i + 1] = 0x2C  # f16 scale 2**-4
+    for i in range(wo, len(w)):
+        w[i] = (i * 37) & 255
+    x = array("i", [(i * 13) %% 255 - 127 for i in range(cols)])  # within int4rows.code_max4(cols)
+    p = array("i", [wo, rows, cols, 16000, 0, 0, 0, 0, 11])
+    o = array("i", [0] * rows)
+    t0 = ticks_us()
+    k4.q_mv4(w, x, o, p)
+    print("MACS q_mv4 %%dx%%d %%d %%d" %% (rows, cols, ticks_diff(ticks_us(), t0), rows * cols))
 from kvedge.attention import Attention
 from kvedge.cache import KVCache
 from kvedge.config import CacheConfig
@@ -174,6 +190,8 @@ print("MACS step_q8(checked) 8h/2kv/d64x256 %%d %%d" %% (ticks_diff(ticks_us(), 
 # issue 13's targets: (what, bound, "max" or "min"); a figure is printed beside its target
 M3_TOKEN = {"asm": 8000000, "viper": 15000000, "plain": 150000000}  # instructions per token, int pass, ctx 256
 M3_MAC = {"asm": 6.0, "viper": 30.0}  # instructions per MAC of the int8 kernels
+WEIGHTS_FILE = "model.q.bin"  # the converted weights, on the host and in ROMFS
+M3_MAC4 = {"asm": 7.0}  # of the int4 kernel (q_mv4, armv6m code: issue 24)
 UNIX_TOK_S = 300.0  # tokens/s at context 256 (int pass, viper)
 LLAMA2C_RATIO = 25.0  # llama2.c's run.c tokens/s over kvedge's, at most
 ULAB_RATIO = 10.0  # ulab pass over the plain path on real CircuitPython, at least
@@ -214,8 +232,8 @@ def run_device(runtime, code, model_dir, heap, march, board):
             os.unlink(f.name)
     else:
         from kvedge_host import m3board
-        extra = [(os.path.join(model_dir, "model.i8.bin"), "model.i8.bin")] if model_dir else []
-        out = m3board.run_code(code.replace(os.path.join(model_dir or "", "model.i8.bin"), "/rom/model.i8.bin"),
+        extra = [(os.path.join(model_dir, WEIGHTS_FILE), WEIGHTS_FILE)] if model_dir else []
+        out = m3board.run_code(code.replace(os.path.join(model_dir or "", WEIGHTS_FILE), "/rom/" + WEIGHTS_FILE),
                                board=board, heap=heap, march=march, extra=extra, timeout=7200,
                                layout=m3board.LAYOUTS[runtime])
         rc = 0
@@ -258,9 +276,11 @@ def main(argv=None):
     ap.add_argument("--march", help="m3: -march of the package's .mpy (default armv7m; armv6m: the RP2040's; "
                     "m7 armv7emsp, m55 armv7emdp)")
     ap.add_argument("--llama2c", help="unix: llama2.c's run.c compiled by you: its tokens/s and the ratio")
-    ap.add_argument("--macs", action="store_true", help="m3: also each int8 kernel in instructions per MAC")
-    ap.add_argument("--rom", action="store_true", help="m3: the int8 weights read in place from ROMFS (as a board "
+    ap.add_argument("--macs", action="store_true", help="m3: also each int8 and int4 kernel in instructions per MAC")
+    ap.add_argument("--rom", action="store_true", help="m3: the weights read in place from ROMFS (as a board "
                     "with ROMFS runs them; a 215 KB heap does not hold them) instead of copied to RAM")
+    ap.add_argument("--weights-dtype", choices=("i8", "i4"), default="i8", help="the weights the model is converted "
+                    "to (kvedge convert): int8 per-row, or int4 in groups of 32 (the integer pass only)")
     ap.add_argument("--cache", default="max_tokens=512", metavar="K=V,...", help="the i8 cache's CacheConfig "
                     "fields (default max_tokens=512; e.g. max_tokens=96,window=92,sinks=4)")
     ap.add_argument("--unlocked", action="store_true", help="also each integer-pass row with the steps' heap "
@@ -294,11 +314,12 @@ def main(argv=None):
         print("bench_forward: --rom: the emulated board's ROMFS (--runtime m3) only", file=sys.stderr)
         return 2
     from kvedge.model.checkpoint import convert_to_i8
+    from kvedge.model.convert4 import convert_to_i4
     rows = []
     macs = []
     with tempfile.TemporaryDirectory(prefix="kvedge-bench-") as tmp:
-        i8 = os.path.join(tmp, "model.i8.bin")
-        convert_to_i8(os.path.abspath(a.model), i8)
+        i8 = os.path.join(tmp, WEIGHTS_FILE)
+        (convert_to_i4 if a.weights_dtype == "i4" else convert_to_i8)(os.path.abspath(a.model), i8)
         for kind in kinds:
             for fw in forwards:
                 if fw == "ulab" and kind != kinds[0]:
@@ -343,8 +364,9 @@ def main(argv=None):
     where = {"unix": "MicroPython unix port (x86-64)", "circuitpython": "CircuitPython 10.3 unix binary with "
              "ulab (float32, 32-bit)"}.get(a.runtime) or "emulated %s%s (qemu -icount shift=0, %s .mpy, heap %d)" % (
                  lay.cpu, " (DSP)" if a.runtime in ("m7", "m55") else "", a.march, heap)
-    print("%s, int8 weights %s, i8 cache (%s), %s; %d timed steps at context %d" % (
-        os.path.basename(a.model), "read in place from ROMFS" if a.rom else "in RAM", a.cache, where, a.tokens,
+    print("%s, %s weights %s, i8 cache (%s), %s; %d timed steps at context %d" % (
+        os.path.basename(a.model), {"i8": "int8", "i4": "int4"}[a.weights_dtype],
+        "read in place from ROMFS" if a.rom else "in RAM", a.cache, where, a.tokens,
         a.context))
     if m3:
         print("| forward pass | kernels | instructions/token | target | bytes allocated/token | target |")
@@ -360,7 +382,7 @@ def main(argv=None):
             print("\n| kernel | kernels | shape | instructions/MAC | target |")
             print("|---|---|---|---:|---|")
             for m in macs:
-                b = None if "(" in m["kernel"] or a.runtime != "m3" else M3_MAC.get(m["kernels"])  # M3's, alone
+                b = None if "(" in m["kernel"] or a.runtime != "m3" else (M3_MAC4 if m["kernel"] == "q_mv4" else M3_MAC).get(m["kernels"])  # M3's, alone
                 print("| %s | %s | %s | %.2f | %s |" % (m["kernel"], m["kernels"], m["shape"],
                                                        m["instructions_per_mac"],
                                                        verdict(m["instructions_per_mac"], b) if b else "-"))

@@ -1,24 +1,26 @@
-"""Convert a model to the device's files: kvedge's int8 weight file (per-row scales, about 4x smaller than f32)
-or llama2.c's f32 file, and its tokenizer to llama2.c's tokenizer.bin.
+"""Convert a model to the device's files: kvedge's int8 weight file (per-row scales, about 4x smaller than f32),
+its int4 file (an f16 scale per group of 32 weights: 4.5 bits a weight, run by the integer forward pass) or
+llama2.c's f32 file, and its tokenizer to llama2.c's tokenizer.bin.
 
 MODEL is a llama2.c checkpoint (v0, or export.py's version 1 f32 / version 2 int8 Q8_0), a Hugging Face Llama
 folder (config.json with LlamaForCausalLM, model.safetensors or its shards, tokenizer.json or tokenizer.model)
 or a GGUF file of the llama architecture (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 tensors). Everything is
 checked (the header, every tensor's presence, shape and type, the tokenizer) before a byte is written; the
-int8 rows are written by kvedge.model.checkpoint.convert_to_i8, the same code a board could run."""
+int8 and int4 rows are written by kvedge.model.convert, the same code a board could run."""
 import os
 
 from .cli import UserError
 
-DTYPES = ("i8", "f32")
+DTYPES = ("i8", "i4", "f32")
 
 
 def add_arguments(p):
     p.add_argument("model", help="llama2.c .bin checkpoint (v0, v1, v2), Hugging Face Llama folder, or .gguf file")
-    p.add_argument("-o", "--output", help="output file (default: MODEL with .i8.bin or .f32.bin; for a folder, "
-                                          "model.i8.bin in it)")
+    p.add_argument("-o", "--output", help="output file (default: MODEL with .i8.bin, .i4.bin or .f32.bin; for a "
+                                          "folder, model.i8.bin in it)")
     p.add_argument("--weights-dtype", choices=DTYPES, default="i8",
-                   help="i8: kvedge's int8 file (default); f32: llama2.c's f32 file")
+                   help="i8: kvedge's int8 file (default); i4: its int4 file (groups of 32, f16 scales; the "
+                        "integer forward pass runs it); f32: llama2.c's f32 file")
     p.add_argument("--tokenizer", help="the source's tokenizer (default: tokenizer.json or tokenizer.model in a "
                                        "Hugging Face folder, a GGUF file's own vocabulary)")
     p.add_argument("--tokenizer-out", help="where the device tokenizer goes (default: tokVOCAB.bin beside the "
@@ -69,10 +71,9 @@ def run(args):
         if args.weights_dtype == "f32":
             n = write.write_f32(src, tmp)
         elif isinstance(src, V0Source):
-            from kvedge.model.checkpoint import convert_to_i8
-            n = convert_to_i8(args.model, tmp)[1]
+            n = write.convert_f32(args.model, tmp, args.weights_dtype)
         else:
-            n = write.write_i8(src, tmp, tmp32)
+            n = write.write_quantized(src, tmp, tmp32, args.weights_dtype)
         os.replace(tmp, out)
     finally:
         for p in (tmp, tmp32):
@@ -89,7 +90,8 @@ def run(args):
               % args.model)
     src_bytes = file_size(args.model) if not os.path.isdir(args.model) else sum(
         os.path.getsize(os.path.join(args.model, f)) for f in os.listdir(args.model) if f.endswith(".safetensors"))
-    what = "int8 weights, one f32 scale per row" if args.weights_dtype == "i8" else "f32 weights, llama2.c's file"
+    what = {"i8": "int8 weights, one f32 scale per row", "i4": "int4 weights, one f16 scale per 32",
+            "f32": "f32 weights, llama2.c's file"}[args.weights_dtype]
     print("%s -> %s: %s bytes -> %s bytes (%s; %s: dim %d, %d layers, %d heads, %d KV heads, vocab %d, context %d)"
           % (args.model, out, format(src_bytes, ","), format(n, ","), what, src.kind, cfg.dim, cfg.n_layers,
              cfg.n_heads, cfg.n_kv_heads, cfg.vocab_size, cfg.seq_len))

@@ -45,6 +45,8 @@ def add_arguments(p):
     p.add_argument("--forward", action="append", choices=("float", "int"), help="also a row for the device's own "
                    "forward pass of this kind on the model converted to int8 weights, with an i8 cache (repeat for "
                    "both; CPython, plain kernels: about a minute per 512 tokens each)")
+    p.add_argument("--weights-dtype", action="append", choices=("i8", "i4"), help="the weights of the --forward "
+                   "rows (repeat for both; default i8): int4 rows run on the integer pass only")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
 
 
@@ -162,6 +164,10 @@ def run(args):
         raise UserError("%s: eval needs the f32 llama2.c checkpoint (int8 weights would blur the cache "
                         "comparison)" % args.model)
     tokens = check_args(args, cfg)
+    if args.weights_dtype and "int" not in (args.forward or ()) and (
+            "i4" in args.weights_dtype or not args.forward):
+        raise UserError("--weights-dtype %s: rows of the device's passes need --forward int (int4 weights run on "
+                        "the integer pass only)" % args.weights_dtype[0])
     from .validate import finite_weights
     finite_weights(args.model, cfg, wd)
     kinds = KINDS if args.texts == "both" else (args.texts,)
@@ -180,7 +186,7 @@ def run(args):
         texts = [ids for _, ids in written] if kind == "written" else None
         out["texts"][kind] = quality.evaluate(args.model, tokens, args.seed, args.window, args.sinks, args.only,
                                               args.align, progress, args.samples, texts,
-                                              tuple(args.forward or ()))
+                                              tuple(args.forward or ()), tuple(args.weights_dtype or ("i8",)))
     if written:
         out["texts"]["written"]["names"] = [n for n, _ in written]
     out["quality"] = out["texts"][kinds[0]]  # the table `kvedge plan --quality` reads: the written corpus first
@@ -197,9 +203,13 @@ def run(args):
             print()
         print("%s: %s" % (out["model"], _headline(kind, res, args, res.get("names"))))
         print(table(res))
-        fw = {r.get("forward"): r["ppl"] for r in res["rows"] if r.get("forward")}
-        if "float" in fw and "int" in fw:
-            print("integer forward pass against the float one: perplexity %+.2f %%" % _pct(fw["int"], fw["float"]))
+        fw = {(r["forward"], r.get("weights", "i8")): r["ppl"] for r in res["rows"] if r.get("forward")}
+        if ("float", "i8") in fw and ("int", "i8") in fw:
+            print("integer forward pass against the float one: perplexity %+.2f %%" % _pct(fw["int", "i8"],
+                                                                                          fw["float", "i8"]))
+        if ("int", "i8") in fw and ("int", "i4") in fw:
+            print("int4 weights against int8 (integer pass): perplexity %+.2f %%" % _pct(fw["int", "i4"],
+                                                                                      fw["int", "i8"]))
     if args.long:
         lr = out["long"]
         print()

@@ -8,6 +8,7 @@ import os
 import sys
 
 from kvedge import budget, kernels
+from kvedge.model import passes
 
 from .cli import UserError
 from .paths import DEVICE, model_file
@@ -82,7 +83,9 @@ def _tokenizer(args):
 
 
 def _kv(args):
-    kv = {"dtype": args.kv_dtype or "f32", "align": args.align}
+    # int4 weights run on the integer pass only, which stores an i8 cache: that is their default cache
+    int_only = getattr(args, "wdtype", None) in passes.INT_ONLY_WEIGHTS
+    kv = {"dtype": args.kv_dtype or ("i8" if int_only else "f32"), "align": args.align}
     for name in ("max_tokens", "window", "sinks", "prefix"):
         v = getattr(args, name)
         if v:
@@ -138,10 +141,14 @@ def check_args(args, tok):
         _plan_kwargs(args)  # checked before anything runs
     cfg, wdtype = read_config(args.model)  # the header checked, and the file's size against it
     validate.finite_weights(args.model, cfg, wdtype)
-    if args.forward in ("int", "ulab") and (wdtype != "i8" or (
-            args.kv_dtype != "i8" and not args.plan and not _plans_itself(args))):
-        raise UserError("%s: --forward %s needs int8 weights (kvedge convert) and --kv-dtype i8" % (
-            args.model, args.forward))
+    args.wdtype = wdtype
+    weights_ok = passes.INT_WEIGHTS if args.forward == "int" else ("i8",)
+    if args.forward in ("int", "ulab") and (wdtype not in weights_ok or (
+            _kv(args)["dtype"] != "i8" and not args.plan and not _plans_itself(args))):
+        raise UserError("%s: --forward %s needs %s weights (kvedge convert) and --kv-dtype i8" % (
+            args.model, args.forward, "int8 or int4" if args.forward == "int" else "int8"))
+    if wdtype in passes.INT_ONLY_WEIGHTS and args.forward in ("float", "ulab"):
+        raise UserError("%s: int4 weights run on the integer pass only: --forward int (or leave it out)" % args.model)
     try:
         ccfg = cache_config(cfg, _kv(args))
     except ValueError as e:
@@ -207,7 +214,7 @@ def _board_plan(args, tok, prompt, out):
         "in RAM" if doc["weights"]["place"] == "heap" else "read from flash", format(doc["total_bytes"], ","),
         format(prof["heap_bytes"], ","), "" if rt.get("source") == "measured" else
         " (a flat allowance for the runtime: this profile has no measured footprint)"))
-    if wdtype != "i8":
+    if wdtype not in passes.INT_WEIGHTS:
         say("the integer pass (several times fewer instructions a token) needs int8 weights: kvedge convert %s "
             "--weights-dtype i8 -o %s" % (args.model, os.path.splitext(os.path.basename(args.model))[0] + ".i8.bin"))
     return out
@@ -225,7 +232,8 @@ def _run(args, tok, cfg, prompt):
                 steps=args.steps, temperature=args.temperature, seed=args.seed, kv=_kv(args), budget=budget,
                 workspace=workspace or 0, stream="rom" if args.rom else args.stream, kernel=args.kernels,
                 h2o=args.h2o, stats_ms=args.stats_ms)
-    call["forward"] = args.forward or ("float" if (args.port or args.board) else "auto")
+    call["forward"] = args.forward or ("auto" if not (args.port or args.board) else
+                                       "int" if args.wdtype in passes.INT_ONLY_WEIGHTS else "float")
     if args.plan:
         call.update(_plan_kwargs(args))
     if args.port:

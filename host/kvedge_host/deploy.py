@@ -155,7 +155,8 @@ def device_sources(pkg=DEVICE_PKG):
 
 # Modules of @micropython.asm_thumb code compile only for Arm's Thumb architectures; elsewhere they are not
 # sent at all (kvedge.kernels falls back to the viper kernels when they are missing).
-THUMB_ONLY = ("kvedge/kernels_asm.py", "kvedge/qkernels_asm.py", "kvedge/qkernels_dsp.py")
+# (kvedge_host.parts' "kernels-arm" part is these modules)
+THUMB_ONLY = ("kvedge/kernels_asm.py", "kvedge/qkernels_asm.py", "kvedge/qkernels_dsp.py", "kvedge/q4kernels_asm.py")
 THUMB_ARCHS = ("armv6m", "armv7m", "armv7em", "armv7emsp", "armv7emdp")
 
 

@@ -30,7 +30,7 @@ _VERSION = re.compile(r"CircuitPython (\d+)\.(\d+)\.(\d+)")
 _KEY = re.compile(r"^[A-Z][A-Z0-9_]{0,63}$")
 # machine-code kernels (kernels_vhead: the fused viper attention; qkernels_dsp: asm and viper): CircuitPython has no native emitters (viper,
 # native, asm_thumb), so they stay off the drive
-_NATIVE = re.compile(r"^kvedge/q?kernels_(viper|native|asm|dsp|vhead)\.py$")
+_NATIVE = re.compile(r"^kvedge/q?4?kernels_(viper|native|asm|dsp|vhead)\.py$")
 
 
 def board_info(drive):

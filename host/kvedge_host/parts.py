@@ -13,12 +13,14 @@ from .paths import DEVICE
 PARTS = {
     "core": ("exact memory formulas, cache configuration, the KV cache in one arena (f32/f16/i8/i4/i2, window, "
              "sinks, prefix, KIVI's residual)", (),
-             ("__init__", "errors", "sizes", "config", "compat", "check", "quant", "budget", "cache", "q8writes", "kivi")),
+             ("__init__", "errors", "sizes", "config", "compat", "check", "quant", "budget", "cache", "q8writes", "kivi",
+              "w4sizes")),
     "kernels": ("the kernel selector and the plain, native and viper kernels", ("core",),
                 ("kernels", "kernels_plain", "kernels_native", "kernels_viper", "kernels_vhead", "layout",
-                 "qkernels_plain", "qkernels_native", "qkernels_viper", "cpuid")),
+                 "qkernels_plain", "qkernels_native", "qkernels_viper", "q4kernels_plain",
+                 "q4kernels_native", "q4kernels_viper", "cpuid")),
     "kernels-arm": ("the Thumb inline-assembler kernels (Arm chips only; DSP ones for Armv7E-M cores)", ("kernels",),
-                    ("kernels_asm", "qkernels_asm", "qkernels_dsp")),
+                    tuple(p[len("kvedge/"):-len(".py")] for p in deploy.THUMB_ONLY)),
     "attention": ("tiled online-softmax attention on the cache: float and integer paths", ("core", "kernels"),
                   ("floatatt", "attention", "cacheq8")),
     "evict": ("heavy-hitter (H2O) eviction", ("core",), ("evict",)),
@@ -31,9 +33,10 @@ PARTS = {
              ("core", "attention", "pool", "rules"), ("coldstore", "tiered", "tier")),
     "model": ("the llama2.c-style model runner on the cache (checkpoints, forward passes, tokenizer, sampler, plans)",
               ("core", "kernels", "attention", "rules"),
-              ("model/bpe", "model/checkpoint", "model/convert", "model/f32file", "model/intpath", "model/llama",
-               "model/pieces", "model/plandoc", "model/prefill", "model/romweights", "model/run", "model/runplan",
-               "model/sampler", "model/streambytes", "model/tiny", "model/tokenizer", "model/ulabpath")),
+              ("model/bpe", "model/checkpoint", "model/convert", "model/convert4", "model/f32file", "model/int4rows",
+               "model/intpath", "model/llama", "model/pieces", "model/plandoc", "model/prefill", "model/romweights", "model/run", "model/runplan",
+               "model/sampler", "model/streambytes", "model/tiny", "model/tokenizer", "model/ulabpath",
+               "model/w4file")),
 }
 # what the model runner loads only when a run asks for it: H2O eviction, the stats stream, a tier
 OPTIONAL = {"model": ("evict", "telemetry", "tier", "kernels-arm")}

@@ -286,7 +286,7 @@ class Planner:
             return 1, 0
         from kvedge.model.prefill import chunk_bytes
         for n in PREFILL_CHUNKS:
-            b = chunk_bytes(self.shape, n, 4)
+            b = chunk_bytes(self.shape, n, 4, self.weights_dtype)
             if total + b <= self.limit:
                 return n, b
         return 1, 0

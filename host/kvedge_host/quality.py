@@ -415,41 +415,47 @@ def forward_logits(i8path, ids, forward, kv):
     return out, st
 
 
-def forward_rows(path, texts, bases, forwards, kv=None, progress=None):
-    """Quality rows of the device's forward passes (FORWARDS) on the model converted to int8 weights, scored
-    against `bases` (the f32 reference's logits per text)."""
+def forward_rows(path, texts, bases, forwards, kv=None, progress=None, weights=("i8",)):
+    """Quality rows of the device's forward passes (FORWARDS) on the model converted to each of `weights` (int8,
+    int4: the integer pass only), scored against `bases` (the f32 reference's logits per text)."""
     import os
     import tempfile
     from kvedge.model.checkpoint import convert_to_i8
+    from kvedge.model.convert4 import convert_to_i4
     kv = dict(kv or {"dtype": "i8", "align": 0})
     rows = []
     with tempfile.TemporaryDirectory(prefix="kvedge-eval-") as tmp:
-        i8 = os.path.join(tmp, "model.i8.bin")
-        convert_to_i8(path, i8)
-        for fw in forwards:
-            if fw not in FORWARDS:
-                raise ValueError("forward must be one of %s, got %r" % (", ".join(FORWARDS), fw))
-            name = "%s forward pass, i8 weights, %s cache (device)" % (fw, kv["dtype"])
-            if progress:
-                progress(name)
-            parts = []
-            for ids, base in zip(texts, bases):
-                logits, st = forward_logits(i8, ids, fw, kv)
-                parts.append(score(ids, logits, base))
-            r = summarize(*[np.concatenate([p[j] for p in parts]) for j in range(3)])
-            r.update(name=name, forward=fw, peak_bytes=st["peak_bytes"], arena_bytes=st["total_bytes"],
-                     evictions=st["evictions"], config=st["config"])
-            rows.append(r)
+        for wd in weights:
+            if wd not in ("i8", "i4"):
+                raise ValueError("weights must be i8 or i4, got %r" % (wd,))
+            conv = os.path.join(tmp, "model.%s.bin" % wd)
+            (convert_to_i8 if wd == "i8" else convert_to_i4)(path, conv)
+            for fw in forwards:
+                if fw not in FORWARDS:
+                    raise ValueError("forward must be one of %s, got %r" % (", ".join(FORWARDS), fw))
+                if wd == "i4" and fw != "int":
+                    continue  # int4 rows run on the integer pass only
+                name = "%s forward pass, %s weights, %s cache (device)" % (fw, wd, kv["dtype"])
+                if progress:
+                    progress(name)
+                parts = []
+                for ids, base in zip(texts, bases):
+                    logits, st = forward_logits(conv, ids, fw, kv)
+                    parts.append(score(ids, logits, base))
+                r = summarize(*[np.concatenate([p[j] for p in parts]) for j in range(3)])
+                r.update(name=name, forward=fw, weights=wd, peak_bytes=st["peak_bytes"],
+                         arena_bytes=st["total_bytes"], evictions=st["evictions"], config=st["config"])
+                rows.append(r)
     return rows
 
 
 def evaluate(path, tokens=512, seed=42, window=128, sinks=4, only=None, align=0, progress=None, samples=1,
-             texts=None, forwards=()):
+             texts=None, forwards=(), weights=("i8",)):
     """The quality table: rows (dict: name, ppl, kl, top1, peak_bytes, arena_bytes, config). The texts are
     `texts` (lists of token ids, BOS first) or, when None, `samples` texts of `tokens` tokens sampled from the
     model with seeds seed, seed+1, ...; every text is teacher-forced and their positions pooled (one perplexity
     over every predicted token), which steadies figures that one 512-token text leaves noisy. forwards: rows of
-    the device's own forward passes on int8 weights (forward_rows)."""
+    the device's own forward passes on int8 (and, in `weights`, int4) weights (forward_rows)."""
     if texts is None:
         texts = [sample_text(path, tokens, seed + i) for i in range(samples)]
     tokens = max(len(t) for t in texts)
@@ -485,7 +491,7 @@ def evaluate(path, tokens=512, seed=42, window=128, sinks=4, only=None, align=0,
             r.update(tier=st["tier"], flash_bytes=st["flash_bytes"])
         rows.append(r)
     if forwards:
-        rows += forward_rows(path, texts, bases, forwards, {"dtype": "i8", "align": align}, progress)
+        rows += forward_rows(path, texts, bases, forwards, {"dtype": "i8", "align": align}, progress, weights)
     return {"tokens": tokens, "seed": seed, "samples": len(texts), "text_tokens": sum(len(t) for t in texts),
             "rows": rows}
 

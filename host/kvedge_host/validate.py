@@ -220,37 +220,45 @@ def plan_file(path, heap=None):
 # ---- checkpoint values ----
 
 def finite_weights(path, cfg, dtype, chunk=1 << 20):
-    """Every float a checkpoint holds (f32 weights; an int8 file's scales and norms) must be finite: a NaN or
+    """Every float a checkpoint holds (f32 weights; an int8 file's scales and norms; an int4 file's f16
+    group scales, which must also not be negative, and its norms) must be finite: a NaN or
     an infinity there is a damaged file, and it would only surface later as NaN text or a failed cache
     write. Read with numpy in chunks (memory stays small whatever the file's size). The header and the
     file's length are checked before (kvedge.model.checkpoint.read_config)."""
     import numpy as np
     from kvedge.model import checkpoint as ck
+    from kvedge import w4sizes
+    from kvedge.model import w4file
     data = np.memmap(path, dtype=np.uint8, mode="r")
     if dtype == "f32":  # everything but the legacy RoPE tables, which no reader uses (llama2.c skips them)
         rope = ck.f32_layout(cfg)["rms_final"] + 4 * cfg.dim
         spans = [(ck.HEADER_BYTES, rope), (rope + 4 * cfg.seq_len * cfg.head_dim, len(data))]
-    else:  # per-row scales before each matrix's codes, and the norm vectors
-        lay = ck.i8_layout(cfg)
-        spans = []
+    else:  # each matrix's scales before its codes (int8: f32 a row; int4: f16 a group), and the norm vectors
+        lay = ck.i8_layout(cfg) if dtype == "i8" else w4file.layout(cfg)
+        spans, spans16 = [], []
         d, h, kv = cfg.dim, cfg.hidden_dim, cfg.kv_dim
         rows = {"embedding": cfg.vocab_size, "wcls": cfg.vocab_size, "wq": d, "wk": kv, "wv": kv, "wo": d,
                 "w1": h, "w2": d, "w3": h}
         for name, n in rows.items():
             offs = lay[name]
             for o in (offs if isinstance(offs, list) else [offs] if offs is not None else []):
-                spans.append((o, o + 4 * n))
+                if dtype == "i8":
+                    spans.append((o, o + 4 * n))
+                else:
+                    spans16.append((o, o + 2 * n * w4sizes.groups(h if name == "w2" else d)))
         for name in ("rms_att", "rms_ffn", "rms_final"):
             offs = lay[name]
             for o in (offs if isinstance(offs, list) else [offs]):
                 spans.append((o, o + 4 * d))
-    for a, b in spans:
-        for lo in range(a, b, 4 * chunk):
-            hi = min(b, lo + 4 * chunk)
-            x = np.frombuffer(data[lo:hi], dtype="<f4")
-            bad = ~np.isfinite(x)
-            if bad.any():
-                at = lo + 4 * int(np.argmax(bad))
-                raise InputError("%s: the float at byte %s is %s: a damaged checkpoint" % (
-                    path, format(at, ","), show(float(x[(at - lo) // 4]))))
+    for size, kind, found in ((4, "<f4", spans), (2, "<f2", [] if dtype != "i4" else spans16)):
+        for a, b in found:
+            for lo in range(a, b, size * chunk):
+                hi = min(b, lo + size * chunk)
+                x = np.frombuffer(data[lo:hi], dtype=kind)
+                bad = ~np.isfinite(x) | (np.signbit(x) if size == 2 else False)
+                if bad.any():
+                    at = lo + size * int(np.argmax(bad))
+                    raise InputError("%s: the %s at byte %s is %s: a damaged checkpoint" % (
+                        path, "f16 scale" if size == 2 else "float", format(at, ","),
+                        show(float(x[(at - lo) // size]))))
     del data

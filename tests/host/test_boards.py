@@ -305,7 +305,7 @@ def _plan_json(board, wdtype):
 
 @pytest.mark.parametrize("board", ["esp32s3-n16r8", "rp2350-psram8"])
 def test_16mb_flash_psram_profiles_hold_stories15m_at_256_tokens_with_int4_weights(board):
-    # issue 24: stories15M's int4 weights (7,808,384 bytes) fit the 14 MiB filesystem of a 16 MB board, and its
+    # issue 24: stories15M's int4 weights (8.5 MB with their f16 group scales) fit the 14 MiB filesystem of a 16 MB board, and its
     # full 256-token cache (f32: 6 layers x 2 x 288 x 4 bytes x 256 = 3,538,944 by hand) the PSRAM heap;
     # int8 weights (~15.6 MB) fit neither: nothing fits
     p = boards.load(board)
@@ -315,7 +315,10 @@ def test_16mb_flash_psram_profiles_hold_stories15m_at_256_tokens_with_int4_weigh
     rc, doc = _plan_json(board, "i4")
     assert rc == 0
     chosen = doc["configurations"][doc["chosen"] - 1]
-    assert chosen["tokens_kept"] == 256 and chosen["kv_bytes"] == 6 * 2 * 288 * 4 * 256
+    # int4 weights run on the integer pass only, which stores an i8 cache: at least the i8 rows (6 layers x 2 x
+    # 288 codes x 256 tokens) in PSRAM, all 256 tokens kept
+    assert chosen["tokens_kept"] == 256 and chosen["forward"] == "int"
+    assert 6 * 2 * 288 * 256 <= chosen["kv_bytes"] <= 6 * 2 * 288 * 4 * 256
     assert chosen["flash_bytes"] <= p["flash_fs_bytes"]
     rc, doc = _plan_json(board, "i8")
     assert rc == 1 and "chosen" not in doc

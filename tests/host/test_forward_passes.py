@@ -79,7 +79,7 @@ def test_generate_command_runs_the_int_pass_on_the_unix_port(stories_i8, capfd):
     assert out.startswith(EXPECTED)
     assert "kernels viper" in err
     assert cli(["generate", "--model", STORIES, "--tokenizer", TOK512, "--forward", "int", "--kv-dtype", "i8"]) == 2
-    assert "--forward int needs int8 weights" in capfd.readouterr()[1]
+    assert "--forward int needs int8 or int4 weights" in capfd.readouterr()[1]
 
 
 def test_eval_rows_of_the_forward_passes_on_tiny(tmp_path):
