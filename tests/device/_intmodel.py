@@ -7,40 +7,51 @@ TOKENS = (1, 40, 30, 7, 7, 29, 3, 45, 12, 12, 8)
 _PATHS = {}
 
 
-def preload(every_kind=False):
+def preload(every_kind=False, kinds=None):
     """Import the model, the attention and the integer pass, and compile the q_* and fused attention kernels of
-    the selected kind (with every_kind, of every kind this runtime has, for tests that compare them)."""
+    the selected kind (with every_kind, of every kind this runtime has, for tests that compare them; kinds: of
+    those of these kinds that load here, no other's). Returns the kinds compiled."""
     from kvedge.model import llama  # noqa: F401
     gc.collect()
     from kvedge import attention  # noqa: F401
     gc.collect()
     from kvedge.model import intpath
     gc.collect()
-    intpath.qkernels()
-    gc.collect()
     from kvedge import kernels
-    k = kernels.get()
-    if hasattr(k, "att_preload"):
-        k.att_preload(k)
-    gc.collect()
-    if every_kind:
-        for kind in kernels.available():
-            kernels.select(kind)
-            intpath.qkernels()
-            gc.collect()
+    restore = kinds is None  # the kinds a caller names: the last one stays selected (no other kind loaded)
+    if kinds is None:
+        kinds = kernels.available() if every_kind else (kernels.kind(),)
+    done = []
+    for kind in kinds:
+        try:
+            k = kernels.select(kind)
+        except ValueError:  # not on this runtime
+            continue
+        intpath.qkernels()
+        gc.collect()
+        if hasattr(k, "att_preload"):
+            k.att_preload(k)
+        gc.collect()
+        done.append(kind)
+    if restore:
         kernels.select()
+    return done
 
 
-def preload4(every_kind=True):
-    """Compile q_mv4 (kvedge.q4kernels_*) of the selected kind (every_kind: of every kind this runtime has), on a
-    collected heap."""
+def preload4(every_kind=True, kinds=None):
+    """Compile q_mv4 (kvedge.q4kernels_*) of the selected kind (every_kind: of every kind this runtime has; kinds:
+    of those), on a collected heap."""
     from kvedge import kernels
     from kvedge.model import int4rows
-    for kind in (kernels.available() if every_kind else (kernels.kind(),)):
+    restore = kinds is None
+    if kinds is None:
+        kinds = kernels.available() if every_kind else (kernels.kind(),)
+    for kind in kinds:
         kernels.select(kind)
         int4rows.kernels4()
         gc.collect()
-    kernels.select()
+    if restore:
+        kernels.select()
 
 
 def files():

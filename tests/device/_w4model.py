@@ -36,3 +36,35 @@ def model(path, forward="int", stream=False, kv=None):
     from kvedge.model.llama import Llama
     gc.collect()
     return Llama(path, kv=kv or KV, forward=forward, tile=8, stream=stream)
+
+
+def same_bits(kinds):
+    """Assert that the int4 model's logits (and the residual after the last layer) have the same bits in RAM,
+    streamed and with each of `kinds` (their kernels compiled first by the test file, before it imports this
+    module: _intmodel.preload(kinds=...) and preload4). Each run keeps a digest of its vectors, not the vectors, and builds its model in a function
+    of its own: a model referenced from a dead slot of the caller's frame stays alive (the GC scans the frame
+    conservatively) while the next one loads, two models on the heap at once."""
+    path = files(deq=False)["i4"]  # the tests' writer compiled, run and freed
+    from kvedge import kernels
+    first = None
+    for kind in kinds:
+        kernels.select(kind)
+        for stream in (False, True):
+            got = _digests(path, stream)
+            if first is None:
+                first = got
+            assert got == first, (kind, stream)
+    assert kinds, "no kernel kind loads"
+
+
+def _digests(path, stream, n=6):
+    from _intmodel import TOKENS, digest
+    m = model(path, stream=stream)
+    out = []
+    for t in TOKENS[:n]:
+        x = m.forward(t)
+        out.append((digest(x), m.intp.exp_logits, digest(m.intp.x)))
+    m.close()
+    del m
+    gc.collect()
+    return out

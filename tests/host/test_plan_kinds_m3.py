@@ -16,7 +16,8 @@ What fits where (measured 2026-12-02 with the footprints in boards/): the rp2040
 slots, sinks + window and window (60 tokens), a context cut to 60; its float pass a tier (i8 ring 96 + 4 sinks,
 the rest of the context i8 or i4 on flash). Keep-all and the f32 prefix fit neither board at either context, i4
 KIVI with its f32 residual (63 f32 rows a layer) no window on either; the esp32's 102,400-byte heap (plain kernels,
-float pass) fits, without the stats stream, a window of 9 and a context cut to 9 (2026-12-03). Steps: enough to evict once (slots + 4) or, for a tier, to move
+float pass) fits, without the stats stream, a window of 8 and a context cut to 8 (2026-12-04: int4
+weights' hooks in the float pass's modules took 240 bytes of its code, a token of i8 cache costs 400). Steps: enough to evict once (slots + 4) or, for a tier, to move
 a block to flash and read it back (ring + block + 4)."""
 import json
 import os

@@ -107,12 +107,9 @@ def i8_matrix_bytes(rows, cols):
     return 4 * rows + _pad4(rows * cols)
 
 
-def i8_layout(cfg):
-    """Byte offsets in a kvedge int8 file; a matrix offset points at its scales (codes follow)."""
-    return _q_layout(cfg, I8_HEADER_BYTES, i8_matrix_bytes)
-
-
-def _q_layout(cfg, head, matrix_bytes):
+def i8_layout(cfg, head=I8_HEADER_BYTES, matrix_bytes=i8_matrix_bytes):
+    """Byte offsets in a kvedge int8 file; a matrix offset points at its scales (codes follow). (head and
+    matrix_bytes of kvedge's int4 file: kvedge.model.w4file.layout, the same tensor order.)"""
     off = [head]
     L, d = cfg.n_layers, cfg.dim
 
@@ -275,7 +272,7 @@ def weights_place(path, stream):
     or the weights are not int8."""
     if stream != "rom":
         return bool(stream)
-    if read_config(path)[1] not in ("i8", "i4"):
+    if read_config(path)[1] == "f32":
         return True
     with open(path, "rb") as f:
         from kvedge.model.romweights import map_file
@@ -292,9 +289,6 @@ class Weights:
     def __init__(self, path, stream=False, stream_bytes=0):
         self.cfg, self.dtype = read_config(path)
         cfg = self.cfg
-        if self.dtype == "i4":
-            raise CheckpointError("%s: int4 weights run on the integer forward pass (forward 'int' or 'auto'), "
-                                  "not the float pass" % path)
         # llama2.c's f32 files: their layout and matrices in their own module (a board runs the int8 file)
         self._f32 = None
         if self.dtype == "f32":

@@ -4,7 +4,7 @@
 # or streamed a chunk at a time, and multiplied by the kernels' q_mv4. Kept out of intpath: a board running int8
 # weights does not compile it (intpath's Weights imports it for an int4 file).
 from kvedge.compat import zeros
-from kvedge.layout import VMAX, P_WO, P_ROWS, P_COLS, P_XM, P_OS, P_ADD, P_RO, P4_SO, P4_EG, P4_HDR
+from kvedge.layout import VMAX, P_WO, P_ROWS, P_COLS, P_XM, P_OS, P_ADD, P_RO, P_HDR, P4_SO, P4_EG, P4_HDR
 from kvedge.model.checkpoint import CheckpointError
 from kvedge.model import intpath
 from kvedge.model.intpath import _collect, _read
@@ -63,12 +63,21 @@ def code_max4(cols):
     return c if c < 32767 else 32767
 
 
-def scratch_bytes4(cfg, n, groups):
-    """intpath.scratch_bytes for int4 rows, from `n`, its bytes for int8 rows in RAM without the headers: xq in
-    whole groups (xq_codes); no row words; per fused group q_mv4's block, the parts' tuples (4 ints) and lists
-    (16 words); the memoryviews of q, k, v codes and scales."""
+def check(wdtype, ccfg, attention, stream=False, policy=False):
+    """intpath.check for int4 weights: what the integer pass refuses, it refuses for int4 rows too."""
+    if wdtype != "i4":
+        raise ValueError("kvedge.model.int4rows runs int4 weights, not %s" % wdtype)
+    intpath.check("i8", ccfg, attention, stream, policy)
+
+
+def scratch_bytes(cfg, stream=False):
+    """intpath.scratch_bytes for int4 rows, in RAM, in place or streamed alike: the int8 rows' account in RAM
+    with xq in whole groups (xq_codes), no row words, and per fused group q_mv4's block instead of q_mv's, the
+    parts' tuples (4 ints) and lists (16 words)."""
+    groups = 4 * cfg.n_layers + (1 if cfg.shared_classifier else 2)
+    n = intpath.scratch_bytes(cfg) - 4 * P_HDR * groups
     n += 4 * (xq_codes(cfg) - max(cfg.dim, cfg.hidden_dim))
-    return n + 4 * (P4_HDR + 16 + 8) * groups + 6 * 32
+    return n + 4 * (P4_HDR + 16 + 8) * groups
 
 
 def prefill_mv4(f, mat, p, tv, T, n, res, os0, at, xqs, outs):

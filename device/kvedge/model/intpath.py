@@ -253,15 +253,15 @@ def code_max(cols):
 def check(wdtype, ccfg, attention, stream=False, policy=False):
     """Refuse, before anything is allocated, what the integer forward pass cannot run (it streams weights and
     runs eviction policies)."""
-    if wdtype not in ("i8", "i4"):
-        raise ValueError("the integer forward pass needs int8 or int4 weights (kvedge convert)")
+    if wdtype != "i8":
+        raise ValueError("the integer forward pass needs int8 weights (kvedge convert)")
     if ccfg.dtype != "i8":
         raise ValueError("the integer forward pass needs an i8 cache, not %s" % ccfg.dtype)
     if attention is not None:
         raise ValueError("the integer forward pass runs kvedge.attention's integer path")
 
 
-def scratch_bytes(cfg, stream=False, wdtype="i8"):
+def scratch_bytes(cfg, stream=False):
     """Bytes of Forward's buffers and tables beside kvedge.budget.activation_bytes, plus what Weights keeps
     beyond the int8 weights' own account (a q_mv parameter header per fused matrix group)."""
     d, h, kvd, H, KV = cfg.dim, cfg.hidden_dim, cfg.kv_dim, cfg.n_heads, cfg.n_kv_heads
@@ -270,9 +270,6 @@ def scratch_bytes(cfg, stream=False, wdtype="i8"):
     n += nq + 2 * (H + 2 * KV) + 4 * d + 4 * H + 4 * 28  # codes, scales, attention output, parameters
     n += 4 * (1 + cfg.head_dim) + 2 * 258 + 2 * (24 * SIG_STEPS + 1) + 4 * cfg.head_dim  # tables, cos/sin
     groups = 4 * cfg.n_layers + (1 if cfg.shared_classifier else 2)
-    if wdtype == "i4":
-        from kvedge.model.int4rows import scratch_bytes4
-        return scratch_bytes4(cfg, n, groups)
     if stream:  # every row's scale word stays in RAM (IntMatrix.p): the streamed account holds a chunk's only
         n += 4 * (cfg.vocab_size * (1 if cfg.shared_classifier else 2) + cfg.n_layers * (3 * d + 2 * kvd + 2 * h))
     return n + 4 * P_HDR * groups + 6 * 32  # + the memoryviews of q, k, v codes and scales

@@ -97,7 +97,7 @@ def plan(cfg, wdtype, ccfg, stream=False, tile=32, workspace=0, forward="float",
     if forward == "float":
         scratch = scratch_bytes(cfg, wdtype, stream)
     else:
-        scratch = _path(forward).scratch_bytes(cfg, stream, wdtype)
+        scratch = _path(forward, wdtype).scratch_bytes(cfg, stream)
     if tier is None:
         kv = ccfg.nbytes()
     else:
@@ -135,10 +135,14 @@ def resolve_forward(forward, wdtype, ccfg, tier=None, stream=False, policy=False
                           bool(stream), policy, _passes.has_ulab())
 
 
-def _path(forward):
-    """The module of a forward pass other than the float one: "int" (kvedge.model.intpath), "ulab"
-    (kvedge.model.ulabpath, where ulab imports)."""
+def _path(forward, wdtype="i8"):
+    """The module of a forward pass other than the float one: "int" (kvedge.model.intpath; int4 weights:
+    kvedge.model.int4rows, its Weights and Forward over intpath's), "ulab" (kvedge.model.ulabpath, where ulab
+    imports)."""
     if forward == "int":
+        if wdtype == "i4":
+            from kvedge.model import int4rows
+            return int4rows
         from kvedge.model import intpath
         return intpath
     if forward == "ulab":
@@ -157,12 +161,12 @@ def check(path, kv=None, budget=None, workspace=0, stream=False, tile=32, policy
     cfg, wdtype = read_config(path)
     ccfg = cache_config(cfg, kv)
     if wdtype == "i4" and forward != "int":
-        raise ValueError("int4 weights run on the integer forward pass (forward 'int' or 'auto'), not %r" % forward)
+        raise ValueError("int4 weights: forward 'int' only")
     if tier is not None:
         from kvedge import tierconf
         tierconf.check_run(tier, forward, policy)
     if forward != "float":
-        _path(forward).check(wdtype, ccfg, attention, bool(stream), policy)
+        _path(forward, wdtype).check(wdtype, ccfg, attention, bool(stream), policy)
     stream = weights_place(path, stream) if forward == "float" or wdtype == "i4" else bool(stream)
     if policy:
         workspace += 8 * ccfg.slots + 256  # a policy's per-slot scores and accumulators
@@ -219,13 +223,13 @@ class Llama:
             cfg, wdtype = read_config(path)
             forward = resolve_forward(forward, wdtype, cache_config(cfg, kv), tier, stream, policy is not None,
                                       attention)
-        alt = None if forward == "float" else _path(forward)
         # "rom" only where the file is mapped (the float pass and int4 rows read it in place; check() makes it True
         # for the passes that stream the others)
         stream = weights_place(path, stream)
         tiered = tier is not None
         cfg, wdtype, ccfg, self.plan = check(path, kv, budget, workspace, stream, tile, policy is not None,
                                              forward, attention, integer_path(kv, int_attention, attention), tier)
+        alt = None if forward == "float" else _path(forward, wdtype)
         self.cfg = cfg
         self.wdtype = wdtype
         self.k = kernels.get()
@@ -250,8 +254,6 @@ class Llama:
         if alt is None:
             self._buffers(cfg, wdtype, stream)
             gc.collect()
-        if alt is not None and wdtype == "i4":  # int4 rows: the integer pass's Weights and Forward over them
-            from kvedge.model import int4rows as alt
         self.w = alt.Weights(path, stream) if alt is not None else Weights(path, stream)
         gc.collect()
         self.policy = policy(self.cache) if policy is not None else None

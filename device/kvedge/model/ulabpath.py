@@ -42,10 +42,9 @@ def check(wdtype, ccfg, attention, stream=False, policy=False):
         raise ValueError("the ulab forward pass reads slots 0..n-1: no eviction policy")
 
 
-def scratch_bytes(cfg, stream=False, wdtype="i8"):
+def scratch_bytes(cfg, stream=False):
     """Arrays the pass keeps (cos/sin tables, the views over the cache and the weights); the per-token arrays
-    ulab builds are garbage, counted as activations by kvedge.budget.activation_bytes. (int8 weights only:
-    wdtype as intpath.scratch_bytes takes it.)"""
+    ulab builds are garbage, counted as activations by kvedge.budget.activation_bytes."""
     n = 4 * (cfg.dim + cfg.kv_dim) + 4 * cfg.dim  # frequencies, cos/sin
     return n + 96 * (4 * cfg.n_layers * cfg.n_kv_heads + 7 * cfg.n_layers + 2)  # array objects
 

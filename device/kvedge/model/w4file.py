@@ -2,7 +2,7 @@
 # kvedge.model.checkpoint (which every run imports): a board running f32 or int8 weights does not compile it.
 #
 #   "KVW4", version, group size (GROUP), llama2.c's 28-byte header (kvedge.model.checkpoint.parse_header);
-#   then, in llama2.c's tensor order (checkpoint._q_layout), each matrix [rows, cols] as
+#   then, in llama2.c's tensor order (checkpoint.i8_layout), each matrix [rows, cols] as
 #     rows * G f16 scales (G = ceil(cols / GROUP) groups a row, row-major), zero padding to 4 bytes,
 #     rows * G * GROUP / 2 bytes of codes: two's complement nibbles, column 2i of a group in the low nibble of its
 #     byte i and 2i+1 in the high one; a row's last group padded with zero codes;
@@ -27,8 +27,8 @@ def file_bytes(cfg):
 def layout(cfg):
     """Byte offsets in an int4 file; a matrix offset points at its f16 group scales (its codes follow, at the
     offset plus scale_bytes(rows, cols))."""
-    from kvedge.model.checkpoint import _q_layout
-    return _q_layout(cfg, HEADER_BYTES, matrix_bytes)
+    from kvedge.model.checkpoint import i8_layout
+    return i8_layout(cfg, HEADER_BYTES, matrix_bytes)
 
 
 def header(path):
