@@ -215,7 +215,8 @@ class Planner:
             return self.act
         if fw != passes.FLOAT:
             from kvedge.model import llama
-            return self.act + llama._path(fw).scratch_bytes(self.shape, place != "heap") * self.batch
+            own = llama._path(fw, self.weights_dtype)  # the pass's module for these weights (int4 rows: int4rows)
+            return self.act + own.scratch_bytes(self.shape, place != "heap") * self.batch
         return self.act + account.runner_scratch(self.shape, self._stream_dtype(), place == "flash") * self.batch
 
     def total(self, cfg, place, scores=0, h2o=False, cold=None):
