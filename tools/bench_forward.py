@@ -189,12 +189,26 @@ print("MACS step_q8(checked) 8h/2kv/d64x256 %%d %%d" %% (ticks_diff(ticks_us(), 
 
 # issue 13's targets: (what, bound, "max" or "min"); a figure is printed beside its target
 M3_TOKEN = {"asm": 8000000, "viper": 15000000, "plain": 150000000}  # instructions per token, int pass, ctx 256
+M3_TOKEN_15M = {"asm": 100000000}  # issue 24's, a stories15M-shaped model with int4 weights from ROMFS, 256 tokens
 M3_MAC = {"asm": 6.0, "viper": 30.0}  # instructions per MAC of the int8 kernels
 WEIGHTS_FILE = "model.q.bin"  # the converted weights, on the host and in ROMFS
 M3_MAC4 = {"asm": 7.0}  # of the int4 kernel (q_mv4, armv6m code: issue 24)
 UNIX_TOK_S = 300.0  # tokens/s at context 256 (int pass, viper)
 LLAMA2C_RATIO = 25.0  # llama2.c's run.c tokens/s over kvedge's, at most
 ULAB_RATIO = 10.0  # ulab pass over the plain path on real CircuitPython, at least
+
+
+def token_targets(model, weights_dtype):
+    """The instructions-per-token targets for this model: stories260K's shape (M3_TOKEN), stories15M's with int4
+    weights (M3_TOKEN_15M); none for another model."""
+    from kvedge.model.checkpoint import read_config
+    c = read_config(model)[0]
+    shape = (c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size)
+    if shape == (64, 172, 5, 8, 4, 512):
+        return M3_TOKEN
+    if shape == (288, 768, 6, 6, 6, 32000) and weights_dtype == "i4":
+        return M3_TOKEN_15M
+    return {}
 
 
 def verdict(value, bound, most=True):
@@ -213,6 +227,24 @@ def verdict(value, bound, most=True):
 def circuitpython_bin():
     return os.environ.get("KVEDGE_CIRCUITPYTHON") or os.path.join(SHARED_RUNTIMES, "circuitpython-unix32",
                                                                      "circuitpython")
+
+
+def machine(runtime, heap):
+    """The emulated machine: the runtime's (m3board.LAYOUTS), on the Cortex-M3 the image with its heap in PSRAM
+    when `heap` is one of those (4 or 8 MiB: their ROMFS slots hold 12 / 8 MiB of weights)."""
+    from kvedge_host import m3board
+    return (runtime == "m3" and m3board.psram_layout(heap)) or m3board.LAYOUTS[runtime]
+
+
+def convert(model, out, dtype):
+    """kvedge convert: int8 (the device's converter) or int4 (the host's numpy converter, byte for byte the
+    device's kvedge.model.convert4, which takes minutes for a 15M-class model on CPython)."""
+    if dtype == "i4":
+        from kvedge_host.readers.write import convert_i4_numpy
+        convert_i4_numpy(model, out)
+    else:
+        from kvedge.model.checkpoint import convert_to_i8
+        convert_to_i8(model, out)
 
 
 def run_device(runtime, code, model_dir, heap, march, board):
@@ -235,7 +267,7 @@ def run_device(runtime, code, model_dir, heap, march, board):
         extra = [(os.path.join(model_dir, WEIGHTS_FILE), WEIGHTS_FILE)] if model_dir else []
         out = m3board.run_code(code.replace(os.path.join(model_dir or "", WEIGHTS_FILE), "/rom/" + WEIGHTS_FILE),
                                board=board, heap=heap, march=march, extra=extra, timeout=7200,
-                               layout=m3board.LAYOUTS[runtime])
+                               layout=machine(runtime, heap))
         rc = 0
     if rc != 0:
         raise SystemExit("bench_forward: %s failed (exit %s):\n%s" % (runtime, rc, out[-3000:]))
@@ -270,7 +302,8 @@ def main(argv=None):
     ap.add_argument("--tokens", type=int, default=8, help="timed steps at the context (default 8)")
     ap.add_argument("--repeat", type=int, default=5, help="rounds (host runtimes): each starts a new sequence and "
                     "times every token alone; each position's best round counts (and run.c's best of 10x as many runs)")
-    ap.add_argument("--heap", type=int, default=0, help="heap bytes (default: unix 64 MiB, m3 2 MiB, "
+    ap.add_argument("--heap", type=int, default=0, help="heap bytes (m3: 4194304 or 8388608 run the images whose heap "
+                    "lies in PSRAM, beside a 12 / 8 MiB ROMFS slot; default: unix 64 MiB, m3 2 MiB, "
                     "circuitpython 4 MiB: the model's int8 weights in RAM)")
     ap.add_argument("--board", default="rp2040", help="m3: profile for the firmware when --heap is not given")
     ap.add_argument("--march", help="m3: -march of the package's .mpy (default armv7m; armv6m: the RP2040's; "
@@ -297,7 +330,7 @@ def main(argv=None):
     heap = a.heap or {"unix": 64 << 20, "m3": 2097152, "m0": 215040, "m7": 2097152, "m55": 460800,
                       "circuitpython": 4 << 20}[a.runtime]
     from kvedge_host.m3board import LAYOUTS
-    lay = LAYOUTS.get(a.runtime)
+    lay = machine(a.runtime, heap) if a.runtime in LAYOUTS else None
     # the machine's own -march (the M3 runs armv7m: its firmware loads armv6m..armv7em)
     a.march = a.march or ("armv7m" if a.runtime == "m3" or lay is None else lay.marches[0])
     if m3 and a.repeat > 1:
@@ -313,13 +346,11 @@ def main(argv=None):
     if a.rom and not m3:
         print("bench_forward: --rom: the emulated board's ROMFS (--runtime m3) only", file=sys.stderr)
         return 2
-    from kvedge.model.checkpoint import convert_to_i8
-    from kvedge.model.convert4 import convert_to_i4
     rows = []
     macs = []
     with tempfile.TemporaryDirectory(prefix="kvedge-bench-") as tmp:
         i8 = os.path.join(tmp, WEIGHTS_FILE)
-        (convert_to_i4 if a.weights_dtype == "i4" else convert_to_i8)(os.path.abspath(a.model), i8)
+        convert(os.path.abspath(a.model), i8, a.weights_dtype)
         for kind in kinds:
             for fw in forwards:
                 if fw == "ulab" and kind != kinds[0]:
@@ -338,6 +369,7 @@ def main(argv=None):
                              "tokens": n, "bytes_per_token": alloc}
                         if m3:
                             r["instructions_per_token"] = best * 1000 // n
+                            r["mean_instructions_per_token"] = avg * 1000 // a.context  # positions 0..context-1
                         else:
                             r["tok_s"] = n * 1e6 / best
                             r["avg_tok_s"] = a.context * 1e6 / avg
@@ -369,14 +401,17 @@ def main(argv=None):
         "read in place from ROMFS" if a.rom else "in RAM", a.cache, where, a.tokens,
         a.context))
     if m3:
-        print("| forward pass | kernels | instructions/token | target | bytes allocated/token | target |")
-        print("|---|---|---:|---|---:|---|")
+        print("| forward pass | kernels | instructions/token | target | mean over positions 0-%d | "
+              "bytes allocated/token | target |" % (a.context - 1))
+        print("|---|---|---:|---|---:|---:|---|")
+        targets = token_targets(a.model, a.weights_dtype)
         for r in rows:
             n = r["instructions_per_token"]
-            t = verdict(n, M3_TOKEN[r["kernels"]]) if r["forward"] in ("int", "auto=int") and \
-                r["kernels"] in M3_TOKEN and a.runtime == "m3" else "-"  # the targets are the Cortex-M3's
-            print("| %s | %s | %s | %s | %s | %s |" % (r["forward"], r["kernels"], format(n, ","), t,
-                                                       format(r["bytes_per_token"], ","),
+            t = verdict(n, targets[r["kernels"]]) if r["forward"] in ("int", "auto=int") and \
+                r["kernels"] in targets and a.runtime == "m3" else "-"  # the targets are the Cortex-M3's
+            print("| %s | %s | %s | %s | %s | %s | %s |" % (r["forward"], r["kernels"], format(n, ","), t,
+                                                            format(r["mean_instructions_per_token"], ","),
+                                                            format(r["bytes_per_token"], ","),
                                                        verdict(r["bytes_per_token"], 0)))
         if macs:
             print("\n| kernel | kernels | shape | instructions/MAC | target |")

@@ -133,6 +133,14 @@ def _check_fields(path, prof):
             raise BoardError("%s: %s is %s, expected text" % (path, key, validate.show(prof[key])))
 
 
+def flash_fs_bytes(prof):
+    """Flash a plan may use for files: the profile's flash_fs_bytes, else half its flash (firmware + fs); 0 when
+    the profile gives neither."""
+    if prof.get("flash_fs_bytes") is not None:
+        return prof["flash_fs_bytes"]
+    return (prof.get("flash_bytes") or 0) // 2
+
+
 def resolve(prof, figure):
     """The value a figure path names ("heap_bytes", "fast_memory.bytes"); KeyError when the profile lacks it."""
     value = prof

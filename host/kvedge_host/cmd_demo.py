@@ -1,8 +1,10 @@
 """The whole story on a virtual board: plan the cache for a model, deploy, generate on the board with the cache
 shown live, and a summary.
 
-1. the model: --model, else ../shared/models/stories260K.bin, else a small random model written here (said so);
-2. its weights converted to int8 (kvedge convert);
+1. the model: --model, else ../shared/models/stories260K.bin, else a small random model written here (said so;
+   --random PRESET: one of that preset's shape, e.g. stories15m, with a tokenizer of its vocabulary);
+2. its weights converted to int8, or to int4 where the int8 file does not fit the profile's flash filesystem
+   (kvedge convert --weights-dtype; --weights-dtype picks);
 3. a virtual board (kvedge sim) with the board profile's heap; the package deployed as .mpy (kvedge deploy),
    with the weights and tokenizer on the board's filesystem;
 4. the plan (kvedge plan): on the emulated board (the machine that stands for the profile: the Cortex-M0 for the
@@ -13,7 +15,9 @@ shown live, and a summary.
    and the planning loop of the source document; it picks the cache, the kernels and where the weights live;
 5. generation on the board from the plan's configuration, while the monitor reads the stats stream off the same
    port (CSV in the work folder); then tokens/s, peak cache bytes, evictions and the peak heap against the plan.
-   A PSRAM profile runs on the emulated board's largest image (2 MiB) with a plan made for that heap."""
+   A PSRAM profile runs on the emulated board's image with its heap in PSRAM (4 or 8 MiB) with a plan made for
+   that heap. On the emulated board, weights larger than half its RAM disk go into its ROMFS image (the board's
+   flash partition that MicroPython maps, read in place), in the image whose ROMFS slot holds them."""
 import json
 import os
 import shutil
@@ -32,6 +36,12 @@ def add_arguments(p):
     p.add_argument("--model", help="llama2.c .bin checkpoint (default: ../shared/models/stories260K.bin)")
     p.add_argument("--tokenizer", help="its tokenizer (default: tok512.bin beside the model)")
     p.add_argument("--tiny", action="store_true", help="use a small random model written here")
+    p.add_argument("--random", metavar="PRESET", help="use a random model of this preset's shape written here, with "
+                   "a tokenizer of its vocabulary (e.g. stories15m: dim 288, 6 layers, 32,000 tokens); its text is "
+                   "not language")
+    p.add_argument("--weights-dtype", choices=("auto", "i8", "i4"), default="auto",
+                   help="the board's weights: int8 or int4 (kvedge convert --weights-dtype); auto (default): int8 "
+                        "where its file fits the profile's flash filesystem, else int4")
     p.add_argument("--prompt", default="", help="prompt text (default: generate from BOS)")
     p.add_argument("--steps", type=int, default=256, help="tokens to generate (default 256)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
@@ -75,6 +85,15 @@ def check_args(a, prof):
         raise UserError("%s: its parent folder does not exist (--workdir)" % a.workdir)
     if a.plan:
         validate.plan_file(a.plan, prof["heap_bytes"])
+    if a.random and (a.model or a.tokenizer or a.tiny):
+        raise UserError("--random writes its own model and tokenizer: not with --model, --tokenizer or --tiny")
+    if a.random:
+        from .models import ModelError
+        from .tinyckpt import preset_shape
+        try:
+            preset_shape(a.random)
+        except ModelError as e:
+            raise UserError("--random: %s" % e)
     if a.model or a.tokenizer:
         from kvedge.model.checkpoint import read_config
         from kvedge.model.tokenizer import Tokenizer
@@ -92,6 +111,15 @@ def check_args(a, prof):
 
 
 def _model(a, work, say):
+    if a.random:
+        from .tinyckpt import preset_shape, write
+        shape = preset_shape(a.random)
+        model, tok = write(os.path.join(work, "random"), name=a.random.lower(), **shape)
+        say("model: a random llama2.c model of %s's shape written here (dim %d, %d layers, %d heads, %s tokens, "
+            "context %d; --random): its text is not language" % (
+                a.random, shape["dim"], shape["n_layers"], shape["n_heads"], format(shape["vocab_size"], ","),
+                shape["seq_len"]))
+        return model, tok
     if a.tiny or (not a.model and not os.path.exists(os.path.join(SHARED_MODELS, "stories260K.bin"))):
         from .tinyckpt import write
         model, tok = write(os.path.join(work, "tiny"))
@@ -112,8 +140,32 @@ def _mpremote(port, args, resume=True, timeout=300):
     return mpremote(port, args, resume=resume, timeout=timeout)
 
 
+def weights_dtype(choice, cfg, prof, tok_bytes=0):
+    """The demo's weights: `choice` ("i8", "i4"), or for "auto" int8 where its file and the tokenizer fit the
+    profile's flash filesystem (kvedge_host.boards.flash_fs_bytes; a profile without flash figures, the unix
+    port's: int8), else int4."""
+    if choice != "auto":
+        return choice
+    from kvedge.model.checkpoint import file_bytes
+    fs = boards.flash_fs_bytes(prof)
+    return "i8" if not fs or file_bytes(cfg, "i8") + tok_bytes <= fs else "i4"
+
+
+def convert(model, out, dtype):
+    """kvedge convert: the f32 checkpoint's int8 (the device's converter) or int4 file (the host's numpy one,
+    byte for byte the device's). Returns the bytes written."""
+    if dtype == "i8":
+        from kvedge.model.checkpoint import convert_to_i8
+        return convert_to_i8(model, out)[1]
+    from .readers.write import convert_i4_numpy
+    return convert_i4_numpy(model, out)
+
+
+ROM_SHARE = 2  # weights above 1/ROM_SHARE of the emulated board's RAM disk go into its ROMFS image
+
+
 def run(a):
-    from kvedge.model.checkpoint import convert_to_i8
+    from kvedge.model.checkpoint import read_config
     from .deploy import deploy, deployment, preload
     from .sim import make_board
 
@@ -127,33 +179,52 @@ def run(a):
 
     try:
         model, tok = _model(a, work, say)
-        weights = os.path.join(work, "model.i8.bin")
-        cfg, nbytes = convert_to_i8(model, weights)
+        cfg = read_config(model)[0]
+        wd = weights_dtype(a.weights_dtype, cfg, prof, os.path.getsize(tok))
+        name = "model.%s.bin" % wd
+        weights = os.path.join(work, name)
+        nbytes = convert(model, weights, wd)
         shutil.copyfile(tok, os.path.join(work, "tok.bin"))
-        say("weights converted to int8: %s bytes (kvedge convert)" % format(nbytes, ","))
+        say("weights converted to %s: %s bytes (kvedge convert --weights-dtype %s%s)" % (
+            {"i8": "int8", "i4": "int4"}[wd], format(nbytes, ","), wd,
+            "; int8's do not fit the profile's %s-byte flash filesystem" % format(boards.flash_fs_bytes(prof), ",")
+            if wd != "i8" and a.weights_dtype == "auto" else ""))
         fs = os.path.join(work, "fs")
+        # w: the weights as the board sees them ("rom": read in place from its ROMFS image)
+        w = {"path": weights, "dtype": wd, "board": name, "rom": False}
         extra = (weights, os.path.join(work, "tok.bin"))
         if prof.get("runtime") == "circuitpython" and a.sim != "host" and not a.port:
             from .footprint import circuitpython_exe
             if circuitpython_exe() is not None:
-                return _demo_circuitpython(a, prof, model, weights, tok, prompt, work, say)
+                return _demo_circuitpython(a, prof, model, w, tok, prompt, work, say)
             # the virtual board of a CircuitPython profile is CircuitPython (kvedge_host.sim): not the unix port
             raise UserError("the %s demo runs on CircuitPython: no interpreter in ../shared/runtimes/"
                             "circuitpython-unix32 (a board of your own: kvedge deploy --drive, docs/boards.md)"
                             % a.board)
         heap = None
+        rom = None
         if a.sim != "host" and prof.get("mpy_march") != "x64" and not a.port:
-            from .m3board import layout_for, missing
-            heap = m3_heap(prof, a.board)
+            from .m3board import DISK_BLOCK, layout_for, missing
+            heap = m3_heap(prof, a.board, nbytes)
             why = missing(a.board, heap, layout_for(a.board, heap)) if heap else missing(a.board)
             if why and a.sim == "m3":
                 raise UserError("the emulated board cannot run here: %s" % why)
             heap = None if why else heap
+            if heap and in_rom(nbytes, layout_for(a.board, heap)):
+                rom = os.path.join(work, "rom")
+                os.makedirs(rom, exist_ok=True)
+                os.replace(weights, os.path.join(rom, name))
+                w = dict(w, path=os.path.join(rom, name), board="/rom/" + name, rom=True)
+                extra = (os.path.join(work, "tok.bin"),)
+                say("the weights go into the emulated board's ROMFS image (its flash partition, read in place: "
+                    "mpremote romfs deploy on a board of your own), not its %s-byte RAM disk" % format(
+                        layout_for(a.board, heap).disk_blocks * DISK_BLOCK, ","))
         if a.port:
             vb, march = _attach(a, prof, say)
         else:
             # the unix profile describes the unix port itself (64-bit objects): its demo runs there
-            vb, why = make_board(a.board, fs=fs, host=a.sim == "host" or prof.get("mpy_march") == "x64", heap=heap)
+            vb, why = make_board(a.board, fs=fs, host=a.sim == "host" or prof.get("mpy_march") == "x64", heap=heap,
+                                 rom=rom)
         if vb.kind == "port":
             pass
         elif vb.kind == "m3":
@@ -175,11 +246,11 @@ def run(a):
                 "weights and tokenizer (kvedge deploy --mpy: %d sent, %d already on the board's filesystem)"
                 % (res["version"], march, a.board, prof["mpy_march"], len(res["sent"]), len(res["unchanged"])))
             if a.plan:
-                plan, code_run = _plan_given(a, weights, os.path.join(work, "tok.bin"), vb.heap, prompt, say)
+                plan, code_run = _plan_given(a, w, os.path.join(work, "tok.bin"), vb.heap, prompt, say)
             elif vb.kind == "m3":
-                plan, code_run = _plan_measured(a, prof, model, tok, vb.heap, prompt, work, say)
+                plan, code_run = _plan_measured(a, prof, model, w, tok, vb.heap, prompt, work, say)
             else:
-                plan, code_run = _plan_host(a, prof, vb, model, weights, tok, cfg, prompt, work, say)
+                plan, code_run = _plan_host(a, prof, vb, model, w, tok, cfg, prompt, work, say)
             # a fresh interpreter (as after a reset), started and left running: the monitor takes the port
             _mpremote(vb.port, ["exec", "--no-follow", code_run], resume=False)
             text, summary, mon = _watch(vb.port, os.path.join(work, "stats.csv"), a.plain, a.timeout, plan=plan)
@@ -192,7 +263,7 @@ def run(a):
             shutil.rmtree(work, ignore_errors=True)
 
 
-def _demo_circuitpython(a, prof, model, weights, tok, prompt, work, say):
+def _demo_circuitpython(a, prof, model, w, tok, prompt, work, say):
     """A CircuitPython profile: the 32-bit CircuitPython interpreter (../shared/runtimes/circuitpython-unix32:
     float32, ulab, no viper, its heap split in four areas) at the profile's heap, the package as .py source as a
     CIRCUITPY drive holds it, the model and tokenizer in its folder; plan from the footprint measured on it."""
@@ -201,15 +272,16 @@ def _demo_circuitpython(a, prof, model, weights, tok, prompt, work, say):
     from .paths import DEVICE
     board_dir = os.path.join(work, "circuitpy")
     os.makedirs(board_dir, exist_ok=True)
-    shutil.copyfile(weights, os.path.join(board_dir, "model.i8.bin"))
+    shutil.copyfile(w["path"], os.path.join(board_dir, w["board"]))
     shutil.copyfile(tok, os.path.join(board_dir, "tok.bin"))
     exe = circuitpython_exe()
     say("virtual %s: CircuitPython interpreter (%s), heap %s bytes, the package as .py source"
         % (a.board, exe, format(prof["heap_bytes"], ",")))
     if a.plan:
-        plan, code_run = _plan_given(a, weights, tok, prof["heap_bytes"], prompt, say, ctrl_c=False)
+        plan, code_run = _plan_given(a, w, tok, prof["heap_bytes"], prompt, say, ctrl_c=False)
     else:
-        plan, code_run = _plan_measured(a, prof, model, tok, prof["heap_bytes"], prompt, work, say, ctrl_c=False)
+        plan, code_run = _plan_measured(a, prof, model, w, tok, prof["heap_bytes"], prompt, work, say,
+                                        ctrl_c=False)
     env = dict(os.environ, MICROPYPATH=DEVICE)
     proc = subprocess.Popen([exe, "-X", "heapsize=%d" % prof["heap_bytes"], "-c", code_run], cwd=board_dir,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -225,45 +297,78 @@ def _demo_circuitpython(a, prof, model, weights, tok, prompt, work, say):
     return 0
 
 
-def m3_heap(prof, board=None):
+def m3_heap(prof, board=None, weights_bytes=0):
     """The heap of the emulated board's image for a profile: its own when an image has it (on the machine that
-    stands for it, or the Cortex-M3), else (a PSRAM profile) the image its footprint was measured on; None when
-    neither is here (the caller says why)."""
+    stands for it, or the Cortex-M3), else (a PSRAM profile) the image its footprint was measured on; for weights
+    that go into the ROMFS image (in_rom) and do not fit that image's ROMFS slot, the smaller-heap image with the
+    largest slot that holds them (a PSRAM profile's 16 MB of flash hold what the emulated board's PSRAM, split
+    between heap and ROMFS slot, cannot at its full heap). None when none is here (the caller says why)."""
     from . import m3board
     imgs = set(m3board.m3_images())
     if board:
         imgs |= set(m3board.firmware_images(layout=m3board.layout_for(board)))
     if prof["heap_bytes"] in imgs:
-        return prof["heap_bytes"]
-    img = (prof.get("footprint") or {}).get("heap_image")
-    return img if img in imgs and img < prof["heap_bytes"] else None
+        heap = prof["heap_bytes"]
+    else:
+        img = (prof.get("footprint") or {}).get("heap_image")
+        heap = img if img in imgs and img < prof["heap_bytes"] else None
+    if heap is None or not in_rom(weights_bytes, m3board.layout_for(board, heap)) or \
+            rom_fits(weights_bytes, m3board.layout_for(board, heap)):
+        return heap
+    slots = []
+    for h in imgs:
+        lay = m3board.layout_for(board, h)
+        if h < heap and lay in m3board.M3_FAMILY and rom_fits(weights_bytes, lay):
+            slots.append((lay.romfs_max, h))
+    return max(slots)[1] if slots else heap
 
 
-def _plan_measured(a, prof, model, tok, heap, prompt, work, say, ctrl_c=True):
+def in_rom(weights_bytes, layout):
+    """Whether the emulated board's weights go into its ROMFS image: above 1/ROM_SHARE of its RAM disk."""
+    from .m3board import DISK_BLOCK
+    return weights_bytes * ROM_SHARE > layout.disk_blocks * DISK_BLOCK
+
+
+def rom_fits(weights_bytes, layout):
+    """Whether the layout's ROMFS slot holds the weights beside the RAM-disk module (64 KB kept for it)."""
+    return weights_bytes + 65536 <= layout.romfs_max
+
+
+def _plan_measured(a, prof, model, w, tok, heap, prompt, work, say, ctrl_c=True):
     """kvedge plan from the profile's measured footprint (kvedge_host.planrun.plan_for), and the runner call
     that runs it: the budget the board checks is the plan's, so what runs is what was planned."""
     from . import planrun
     plan_path = os.path.join(work, "plan.json")
     other = heap if heap != prof["heap_bytes"] else None
     if other:
-        say("the emulated board has no %s-byte image: it runs the %s-byte one, and the plan is made for that heap "
-            "(kvedge plan --heap %d)" % (format(prof["heap_bytes"], ","), format(heap, ","), heap))
+        full = m3_heap(prof, a.board)
+        if w["rom"] and heap != full:
+            from .m3board import layout_for
+            say("the ROMFS slot of the emulated board's %s-byte image (%s bytes) cannot hold the weights: it runs "
+                "the %s-byte image (slot %s bytes), and the plan is made for that heap (kvedge plan --heap %d)" % (
+                    format(full, ","), format(layout_for(a.board, full).romfs_max, ","), format(heap, ","),
+                    format(layout_for(a.board, heap).romfs_max, ","), heap))
+        else:
+            say("the emulated board has no %s-byte image: it runs the %s-byte one, and the plan is made for that "
+                "heap (kvedge plan --heap %d)" % (format(prof["heap_bytes"], ","), format(heap, ","), heap))
     plan = planrun.plan_for(a.board, model, tok, plan_path, heap=other, prompt=prompt, stats=a.stats_ms > 0,
-                            log=say)
+                            log=say, weights_dtype=w["dtype"])
     rt = plan["runtime"]
     stats_ms = a.stats_ms if rt.get("stats", True) else 0
     say("plan (%s): "
         "%s, %s kernels, weights %s; %s bytes of the %s usable (runtime %s measured on the emulated board, %s; "
         "margin %s kept free)" % (
-            planrun.plan_command(model, a.board, plan, other, prompt), plan["strategy"], rt["kernels"],
+            planrun.plan_command(model, a.board, plan, other, prompt, w["dtype"]), plan["strategy"], rt["kernels"],
             "in RAM" if plan["weights"]["place"] == "heap" else "read from flash", format(plan["total_bytes"], ","),
             format(rt["usable_heap"], ","), rt.get("command"), rt.get("date"), format(rt["margin_bytes"], ",")))
     kw = planrun.runner_args(plan, a.steps, stats_ms, prompt, a.temperature, a.seed)
     kw["ctrl_c"] = ctrl_c  # mpremote's Ctrl-C reaches a board that reads its UART only when asked
-    return plan, planrun.runner_code("model.i8.bin", "tok.bin", kw)
+    if w["rom"] and kw["stream"]:
+        kw["stream"] = "rom"  # the plan's weights on flash: read in place from the ROMFS image
+    return plan, planrun.runner_code(w["board"], "tok.bin", kw)
 
 
-def _plan_given(a, weights, tok, heap, prompt, say, ctrl_c=True):
+def _plan_given(a, w, tok, heap, prompt, say, ctrl_c=True):
     """--plan: the given document, checked at the board's heap and against the model files by the device's own
     reader (kvedge.model.runplan.plan_args), and the runner call that runs it: a plan with the runtime's measured
     footprint as kvedge_host.planrun runs one, any other with the budget and workspace the board reads from it."""
@@ -272,9 +377,9 @@ def _plan_given(a, weights, tok, heap, prompt, say, ctrl_c=True):
     from . import planrun, validate
     plan = validate.plan_file(a.plan, heap)
     try:
-        pa = plan_args(plan, weights, tok, heap)
+        pa = plan_args(plan, w["path"], tok, heap)
     except PlanError as e:
-        raise UserError("%s: %s (model %s)" % (a.plan, e, weights))
+        raise UserError("%s: %s (model %s)" % (a.plan, e, w["path"]))
     if pa["workspace"] < 0:
         raise UserError("%s: the runner's own account of this plan is %d bytes over its total: plan again with "
                         "--workspace %d" % (a.plan, -pa["workspace"], plan["workspace_bytes"] - pa["workspace"]))
@@ -285,13 +390,15 @@ def _plan_given(a, weights, tok, heap, prompt, say, ctrl_c=True):
         kw = dict(run_args(pa), prompt=prompt, steps=a.steps, temperature=a.temperature, seed=a.seed,
                   stats_ms=a.stats_ms, peak=True)
     kw["ctrl_c"] = ctrl_c
+    if w["rom"] and kw.get("stream"):
+        kw["stream"] = "rom"
     say("plan: %s (--plan %s), weights %s; %s bytes of a %s-byte heap" % (
         plan["strategy"], a.plan, "in RAM" if plan["weights"]["place"] == "heap" else "read from flash",
         format(plan["total_bytes"], ","), format(plan["heap_bytes"], ",")))
-    return plan, planrun.runner_code("model.i8.bin", "tok.bin", kw)
+    return plan, planrun.runner_code(w["board"], "tok.bin", kw)
 
 
-def _plan_host(a, prof, vb, model, weights, tok, cfg, prompt, work, say):
+def _plan_host(a, prof, vb, model, w, tok, cfg, prompt, work, say):
     """On the unix port (or a board at --port): the runner's code measured there, then the planning loop with it
     as workspace."""
     from kvedge.model.run import RUN_OVERHEAD
@@ -319,13 +426,13 @@ def _plan_host(a, prof, vb, model, weights, tok, cfg, prompt, work, say):
         "the plan = board %s + code %s + tokenizer %s + loop %s = %s bytes" % (
             format(code, ","), kind, format(prof.get("workspace_bytes", 0), ","), format(code, ","),
             format(tok_bytes, ","), format(RUN_OVERHEAD, ","), format(workspace, ",")))
-    plan, kv, stream, h2o = _plan_loop(model, weights, a.board, vb.heap, workspace,
+    plan, kv, stream, h2o = _plan_loop(model, w["path"], a.board, vb.heap, workspace,
                                        prof.get("workspace_bytes", 0) + code + tok_bytes + RUN_OVERHEAD,
                                        os.path.join(work, "plan.json"), say)
     code_run = ("from kvedge.model import run\n"
-                "run.main('model.i8.bin', 'tok.bin', prompt=%r, steps=%d, temperature=%r, seed=%d, kv=%r, "
+                "run.main(%r, 'tok.bin', prompt=%r, steps=%d, temperature=%r, seed=%d, kv=%r, "
                 "budget=%d, workspace=%d, stream=%r, h2o=%d, stats_ms=%d, ctrl_c=True, peak=True)\n" % (
-                    prompt, a.steps, a.temperature, a.seed, kv, vb.heap,
+                    w["board"], prompt, a.steps, a.temperature, a.seed, kv, vb.heap,
                     prof.get("workspace_bytes", 0) + code, stream, h2o, a.stats_ms))
     return plan, code_run
 
@@ -352,12 +459,12 @@ def _plan_loop(model, weights, board, heap, workspace, run_workspace, plan_path,
     cfg, wdtype = read_config(weights)
     extra = 0
     for round_ in range(4):
-        say("planning round %d (kvedge plan --model %s --board %s --weights-dtype i8 --kv-dtype i8 --align 0 "
-            "--no-tiered --workspace %d):" % (round_ + 1, os.path.basename(model), board, workspace + extra))
-        spec, context, tgt = planner.inputs(model, board=board, workspace=workspace + extra, weights_dtype="i8")
+        say("planning round %d (kvedge plan --model %s --board %s --weights-dtype %s --kv-dtype i8 --align 0 "
+            "--no-tiered --workspace %d):" % (round_ + 1, os.path.basename(model), board, wdtype, workspace + extra))
+        spec, context, tgt = planner.inputs(model, board=board, workspace=workspace + extra, weights_dtype=wdtype)
         try:
             # no tiered cache: the runner call below (and the runner's account) build the plan's cache in RAM
-            p = planner.plan(spec, context, tgt, kv_dtype="i8", weights_dtype="i8", align=0, tiered=False,
+            p = planner.plan(spec, context, tgt, kv_dtype="i8", weights_dtype=wdtype, align=0, tiered=False,
                              workspace=workspace + extra, model=model)
         except planner.NothingFits:
             p = None

@@ -23,7 +23,7 @@ from kvedge import budget
 from kvedge.model import passes, streambytes
 from kvedge.config import CacheConfig
 
-from . import account, models, planspeed
+from . import account, boards, models, planspeed
 from .cli import UserError
 from .planquality import DEFAULT_QUALITY, DEFAULT_QUALITY_MODEL, DTYPES, TIER_COLDS, load_quality, match_quality, \
     quality_cost, default_table_for
@@ -202,11 +202,8 @@ class Planner:
         return self.weights_dtype if self.weights_dtype in budget.WEIGHT_DTYPES else budget.F16
 
     def flash_fs_bytes(self):
-        """Flash a plan may use for files: the profile's flash_fs_bytes, else half the flash (firmware + fs)."""
-        p = self.prof
-        if p.get("flash_fs_bytes") is not None:
-            return p["flash_fs_bytes"]
-        return (p.get("flash_bytes") or 0) // 2
+        """Flash a plan may use for files (kvedge_host.boards.flash_fs_bytes)."""
+        return boards.flash_fs_bytes(self.prof)
 
     def activations(self, place, fw="float"):
         """Activations, plus the runner's buffers (its matvec sums need a chunk's rows when weights stream; the

@@ -132,6 +132,10 @@ SMALLER = {
 
 # Run by another test: doc command -> (test file, test function, what it runs)
 ELSEWHERE = {
+    "kvedge demo --board esp32s3-n16r8 --random stories15m --plain --steps 14 --prompt Lily --stats-ms 1000 "
+    "--workdir /tmp/kvedge-15m":
+        ("tests/host/test_demo_15m.py", "test_a_stories15m_shaped_int4_model_runs_its_plan_on_the_emulated_psram_board",
+         "the same demo (its own work folder), its plan, peak and greedy text checked"),
     "kvedge fetch": ("tests/host/test_fetch.py", "test_a_good_download_lands_in_the_cache_and_generate_finds_it",
                      "downloads from the Hub: run against a stand-in of the Hub on 127.0.0.1, never the network"),
     "kvedge test --sim rp2040": ("tests/host/test_board_e2e.py", "test_device_suite_passes_on_the_virtual_rp2040",
@@ -178,6 +182,11 @@ ELSEWHERE = {
 }
 
 NOT_RUN = {
+    ".venv/bin/python tools/bench_forward.py --runtime m3 --heap 4194304 --model "
+    "/tmp/kvedge-15m/random/stories15m.bin --weights-dtype i4 --rom --cache max_tokens=256 --context 251 --tokens 4 "
+    "--forward auto --kernels asm viper":
+        "a benchmark (figures in docs/model.md, ~80 s of emulated board for a 15M-class model): "
+        "tests/host/test_demo_15m.py runs the same model on the same board",
     ".venv/bin/python tools/bench_forward.py --runtime m0 --rom --cache max_tokens=96,window=92,sinks=4 --forward "
     "auto --kernels asm viper":
         "a benchmark (figures in docs/benchmarks.md): tests/host/test_runtimes.py runs the device suite on the M0",
