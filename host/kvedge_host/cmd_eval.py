@@ -179,7 +179,10 @@ def run(args):
     def progress(name):
         if not quiet:
             print("  running %s ..." % name, file=sys.stderr)
-    out = {"model": os.path.basename(args.model), "texts": {}}
+    from .models import read_llama2c
+    from .planquality import shape_of
+    # the model's shape: a plan ranking by this table warns when it plans another (planquality.table_warning)
+    out = {"model": os.path.basename(args.model), "shape": list(shape_of(read_llama2c(args.model))), "texts": {}}
     for kind in kinds:
         if not quiet:
             print("%s texts:" % kind, file=sys.stderr)

@@ -26,7 +26,7 @@ from kvedge.config import CacheConfig
 from . import account, boards, models, planspeed
 from .cli import UserError
 from .planquality import DEFAULT_QUALITY, DEFAULT_QUALITY_MODEL, DTYPES, TIER_COLDS, load_quality, match_quality, \
-    quality_cost, default_table_for
+    quality_cost, default_table_for, table_warning
 
 FORMAT = "kvedge-plan/1"
 SINKS = 4  # StreamingLLM keeps the first 4 tokens
@@ -744,7 +744,7 @@ def quality_table(spec, quality=None):
     """(rows, what ranks, note): `quality` a `kvedge eval --json` file; None: the shipped stories260K table when the
     model is stories260K's shape (default_table_for), else none; False: none (the heuristic order)."""
     if quality:
-        return load_quality(quality), quality, None
+        return load_quality(quality), quality, table_warning(quality, spec)
     if quality is None and default_table_for(spec):
         return load_quality(DEFAULT_QUALITY), DEFAULT_QUALITY, (
             "ranked by the shipped quality table measured on %s (kvedge_host/data/quality-stories260K.json, the "

@@ -255,7 +255,41 @@ def quality_cost(q):
 DEFAULT_QUALITY_SHAPE = (5, 8, 4, 8, 512, 64, 172)
 
 
+def shape_of(spec):
+    """A model's shape as quality tables record it (DEFAULT_QUALITY_SHAPE's order)."""
+    return (spec.layers, spec.heads, spec.kv_heads, spec.head_dim, spec.vocab, spec.dim, spec.hidden_dim)
+
+
 def default_table_for(spec):
     """Whether the shipped quality table was measured on this model (stories260K's shape)."""
-    return (spec.layers, spec.heads, spec.kv_heads, spec.head_dim, spec.vocab, spec.dim,
-            spec.hidden_dim) == DEFAULT_QUALITY_SHAPE
+    return shape_of(spec) == DEFAULT_QUALITY_SHAPE
+
+
+def table_model(path):
+    """(model name, shape tuple or None) a quality table says it was measured on: `kvedge eval --json` writes
+    both ("model", "shape"); the shipped table is stories260K's; a hand-made list of rows says neither."""
+    if os.path.abspath(path) == os.path.abspath(DEFAULT_QUALITY):
+        return DEFAULT_QUALITY_MODEL, DEFAULT_QUALITY_SHAPE
+    data = validate.load_json(path)
+    if not isinstance(data, dict):
+        return None, None
+    name = data.get("model") if isinstance(data.get("model"), str) else None
+    shape = data.get("shape")
+    ok = isinstance(shape, list) and len(shape) == len(DEFAULT_QUALITY_SHAPE) and \
+        all(isinstance(v, int) and not isinstance(v, bool) for v in shape)
+    return name, tuple(shape) if ok else None
+
+
+def table_warning(path, spec):
+    """None when the quality table at `path` was measured on this model's shape; else the one-line warning a plan
+    prints (its ranking is then another model's losses, or a table's that does not say whose)."""
+    name, shape = table_model(path)
+    if shape == shape_of(spec):
+        return None
+    if shape is None:
+        return ("warning: the quality table %s does not say which model's shape it was measured on%s (kvedge eval "
+                "--json records it): its ranking may be another model's" % (path, " (its model: %s)" % name
+                                                                           if name else ""))
+    return ("warning: the quality table %s was measured on %s (layers, heads, KV heads, head_dim, vocabulary, dim, "
+            "hidden: %s), not on this model (%s): its ranking is that model's losses" % (
+                path, name or "another model", ", ".join(map(str, shape)), ", ".join(map(str, shape_of(spec)))))
