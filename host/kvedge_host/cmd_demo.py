@@ -161,9 +161,6 @@ def convert(model, out, dtype):
     return convert_i4_numpy(model, out)
 
 
-ROM_SHARE = 2  # weights above 1/ROM_SHARE of the emulated board's RAM disk go into its ROMFS image
-
-
 def run(a):
     from kvedge.model.checkpoint import read_config
     from .deploy import deploy, deployment, preload
@@ -204,7 +201,7 @@ def run(a):
         heap = None
         rom = None
         if a.sim != "host" and prof.get("mpy_march") != "x64" and not a.port:
-            from .m3board import DISK_BLOCK, layout_for, missing
+            from .m3board import DISK_BLOCK, in_rom, layout_for, m3_heap, missing
             heap = m3_heap(prof, a.board, nbytes)
             why = missing(a.board, heap, layout_for(a.board, heap)) if heap else missing(a.board)
             if why and a.sim == "m3":
@@ -297,43 +294,6 @@ def _demo_circuitpython(a, prof, model, w, tok, prompt, work, say):
     return 0
 
 
-def m3_heap(prof, board=None, weights_bytes=0):
-    """The heap of the emulated board's image for a profile: its own when an image has it (on the machine that
-    stands for it, or the Cortex-M3), else (a PSRAM profile) the image its footprint was measured on; for weights
-    that go into the ROMFS image (in_rom) and do not fit that image's ROMFS slot, the smaller-heap image with the
-    largest slot that holds them (a PSRAM profile's 16 MB of flash hold what the emulated board's PSRAM, split
-    between heap and ROMFS slot, cannot at its full heap). None when none is here (the caller says why)."""
-    from . import m3board
-    imgs = set(m3board.m3_images())
-    if board:
-        imgs |= set(m3board.firmware_images(layout=m3board.layout_for(board)))
-    if prof["heap_bytes"] in imgs:
-        heap = prof["heap_bytes"]
-    else:
-        img = (prof.get("footprint") or {}).get("heap_image")
-        heap = img if img in imgs and img < prof["heap_bytes"] else None
-    if heap is None or not in_rom(weights_bytes, m3board.layout_for(board, heap)) or \
-            rom_fits(weights_bytes, m3board.layout_for(board, heap)):
-        return heap
-    slots = []
-    for h in imgs:
-        lay = m3board.layout_for(board, h)
-        if h < heap and lay in m3board.M3_FAMILY and rom_fits(weights_bytes, lay):
-            slots.append((lay.romfs_max, h))
-    return max(slots)[1] if slots else heap
-
-
-def in_rom(weights_bytes, layout):
-    """Whether the emulated board's weights go into its ROMFS image: above 1/ROM_SHARE of its RAM disk."""
-    from .m3board import DISK_BLOCK
-    return weights_bytes * ROM_SHARE > layout.disk_blocks * DISK_BLOCK
-
-
-def rom_fits(weights_bytes, layout):
-    """Whether the layout's ROMFS slot holds the weights beside the RAM-disk module (64 KB kept for it)."""
-    return weights_bytes + 65536 <= layout.romfs_max
-
-
 def _plan_measured(a, prof, model, w, tok, heap, prompt, work, say, ctrl_c=True):
     """kvedge plan from the profile's measured footprint (kvedge_host.planrun.plan_for), and the runner call
     that runs it: the budget the board checks is the plan's, so what runs is what was planned."""
@@ -341,9 +301,9 @@ def _plan_measured(a, prof, model, w, tok, heap, prompt, work, say, ctrl_c=True)
     plan_path = os.path.join(work, "plan.json")
     other = heap if heap != prof["heap_bytes"] else None
     if other:
+        from .m3board import layout_for, m3_heap
         full = m3_heap(prof, a.board)
         if w["rom"] and heap != full:
-            from .m3board import layout_for
             say("the ROMFS slot of the emulated board's %s-byte image (%s bytes) cannot hold the weights: it runs "
                 "the %s-byte image (slot %s bytes), and the plan is made for that heap (kvedge plan --heap %d)" % (
                     format(full, ","), format(layout_for(a.board, full).romfs_max, ","), format(heap, ","),

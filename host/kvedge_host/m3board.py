@@ -314,6 +314,44 @@ def psram_layout(heap):
     return None
 
 
+ROM_SHARE = 2  # weights above 1/ROM_SHARE of the emulated board's RAM disk go into its ROMFS image (kvedge demo)
+
+
+def m3_heap(prof, board=None, weights_bytes=0):
+    """The heap of the emulated board's image for a profile: its own when an image has it (on the machine that
+    stands for it, or the Cortex-M3), else (a PSRAM profile) the image its footprint was measured on; for weights
+    that go into the ROMFS image (in_rom) and do not fit that image's ROMFS slot, the smaller-heap image with the
+    largest slot that holds them (a PSRAM profile's 16 MB of flash hold what the emulated board's PSRAM, split
+    between heap and ROMFS slot, cannot at its full heap). None when none is here (the caller says why)."""
+    imgs = set(m3_images())
+    if board:
+        imgs |= set(firmware_images(layout=layout_for(board)))
+    if prof["heap_bytes"] in imgs:
+        heap = prof["heap_bytes"]
+    else:
+        img = (prof.get("footprint") or {}).get("heap_image")
+        heap = img if img in imgs and img < prof["heap_bytes"] else None
+    if heap is None or not in_rom(weights_bytes, layout_for(board, heap)) or \
+            rom_fits(weights_bytes, layout_for(board, heap)):
+        return heap
+    slots = []
+    for h in imgs:
+        lay = layout_for(board, h)
+        if h < heap and lay in M3_FAMILY and rom_fits(weights_bytes, lay):
+            slots.append((lay.romfs_max, h))
+    return max(slots)[1] if slots else heap
+
+
+def in_rom(weights_bytes, layout):
+    """Whether the emulated board's weights go into its ROMFS image: above 1/ROM_SHARE of its RAM disk."""
+    return weights_bytes * ROM_SHARE > layout.disk_blocks * DISK_BLOCK
+
+
+def rom_fits(weights_bytes, layout):
+    """Whether the layout's ROMFS slot holds the weights beside the RAM-disk module (64 KB kept for it)."""
+    return weights_bytes + 65536 <= layout.romfs_max
+
+
 def march_for(board=None, layout=None):
     """The -march for .mpy files on this emulated machine: the profile's own when the firmware loads it
     (rp2040's armv6m), else the CPU's (armv7m on the Cortex-M3: xtensawin or armv7emsp machine code cannot run

@@ -13,7 +13,7 @@ import re
 import pytest
 
 from kvedge_host import boards, footprint, m3board
-from kvedge_host.cmd_demo import m3_heap
+from kvedge_host.m3board import m3_heap
 from kvedge_host.paths import SHARED_MODELS
 
 from _boardkit import kvedge

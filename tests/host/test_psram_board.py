@@ -67,3 +67,27 @@ def test_an_image_larger_than_the_slot_is_refused(tmp_path):
         f.truncate(8 * MIB + 1)
     with pytest.raises(m3board.DeployError, match="ROMFS slot holds %d" % (8 * MIB)):
         m3board.build_romfs(str(rom), str(tmp_path / "rom.img"), lay)
+
+
+def test_kvedge_sim_runs_a_profile_whose_heap_no_image_has_on_the_image_its_footprint_was_measured_on(tmp_path):
+    """rp2350-psram8 (8,849,408 bytes of heap: a Pico Plus 2's PSRAM less the firmware's share) has no image of its
+    own: `kvedge sim` boots the 8 MiB-heap image with its heap in PSRAM (the one its footprint, its demo and its
+    plans use) and says so, instead of the unix port."""
+    why = _why("esp32s3-psram8")
+    if why:
+        pytest.skip("emulated PSRAM board: %s" % why)
+    from kvedge_host.sim import SimProcess
+    from _boardkit import board_eval
+    sim = SimProcess("rp2350-psram8", fs=str(tmp_path / "fs"))
+    try:
+        out = board_eval(sim.port, "import gc, sys, uctypes\nx = bytearray(16)\n"
+                                   "print(sys.implementation._machine, gc.mem_free(), uctypes.addressof(x))")
+        machine, free, addr = out.rsplit(" ", 2)
+        assert "Cortex-M3" in machine or "MPS2" in machine, out
+        assert 8 * MIB - 256 * 1024 < int(free) < 8 * MIB and 0x21800000 <= int(addr) < 0x22000000, out
+        os.set_blocking(sim.proc.stderr.fileno(), False)
+        said = (sim.proc.stderr.read() or b"").decode()  # printed before the port
+        assert "no image with the profile's 8,849,408-byte heap: the emulated board runs the 8,388,608-byte one" \
+            in said, said
+    finally:
+        sim.stop()
