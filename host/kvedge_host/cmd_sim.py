@@ -55,20 +55,7 @@ def run(args):
     say = None if args.quiet else (lambda m: print("kvedge sim: " + m, file=sys.stderr, flush=True))
     if args.rom and not os.path.isdir(args.rom):
         raise ValueError("--rom %s: no such folder" % args.rom)
-    heap = args.heap
-    if heap is None and not args.host:
-        # a profile whose heap no image has (rp2350-psram8's 8,849,408 bytes): the image its footprint was
-        # measured on, as kvedge demo and the plans made for it use
-        from .m3board import m3_heap
-        prof = boards.load(args.board)
-        img = m3_heap(prof, args.board)
-        if img is not None and img != prof["heap_bytes"]:
-            heap = img
-            if say:
-                say("no image with the profile's %s-byte heap: the emulated board runs the %s-byte one, the heap its "
-                    "footprint was measured on (plan for it with kvedge plan --heap %d)" % (
-                        format(prof["heap_bytes"], ","), format(img, ","), img))
-    vb, why = make_board(args.board, fs=args.fs, link=args.link, heap=heap, log=say, host=args.host,
+    vb, why = make_board(args.board, fs=args.fs, link=args.link, heap=args.heap, log=say, host=args.host,
                          rom=args.rom)
     if args.rom and vb.kind != "m3":
         raise ValueError("--rom needs the emulated board (%s)" % why)

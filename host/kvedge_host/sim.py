@@ -319,14 +319,27 @@ def make_board(board="rp2040", fs=None, link=None, heap=None, log=None, host=Fal
     """The virtual board `kvedge sim` starts: the emulated board that stands for the profile (kvedge_host.m3sim:
     32-bit, float32, the profile's heap, on the machine m3board.layout_for picks) where qemu and its firmware
     image are here, else (or with host=True) the unix port. Returns (board object, None or why the emulated board
-    is not used)."""
+    is not used). heap None: the profile's, or (a heap no image has) the image m3board.m3_heap picks."""
     why = "--host" if host else None
     if not host:
         from . import m3board
-        why = m3board.missing(board, heap, m3board.layout_for(board, heap))
+        m3heap, note = heap, None
+        if heap is None:
+            # a profile whose heap no image has (rp2350-psram8's 8,849,408 bytes): the image its footprint was
+            # measured on, as kvedge demo and the plans made for it use
+            prof = boards.load(board)
+            img = m3board.m3_heap(prof, board)
+            if img is not None and img != prof["heap_bytes"]:
+                m3heap = img
+                note = ("no image with the profile's %s-byte heap: the emulated board runs the %s-byte one, the heap "
+                        "its footprint was measured on (plan for it with kvedge plan --heap %d)" % (
+                            format(prof["heap_bytes"], ","), format(img, ","), img))
+        why = m3board.missing(board, m3heap, m3board.layout_for(board, m3heap))
         if why is None:
             from .m3sim import M3Sim
-            return M3Sim(board, fs=fs, link=link, heap=heap, log=log, rom=rom), None
+            if note and log:
+                log(note)
+            return M3Sim(board, fs=fs, link=link, heap=m3heap, log=log, rom=rom), None
     return VirtualBoard(board, fs=fs, link=link, heap=heap, log=log), why
 
 
