@@ -111,8 +111,9 @@ class Attention(FloatAttention):
             self.iacc = zeros("i", D)
             self.exp2 = _exp2_table()
             # the fused kernels' other buffers (for any kind: self.k may be swapped after construction): slots,
-            # exp2, acc, geo, then qs, out_q, out_exp and the head and division kernels of a layer step
-            self.aux = [None, self.exp2, self.iacc, self.geo, None, None, None, None, None]
+            # exp2, acc, geo, then qs, out_q, out_exp and the head and division kernels of a layer step, then a
+            # tiered cache's per-head running states and accumulators (kernels_vhead.att_cold_i8)
+            self.aux = [None, self.exp2, self.iacc, self.geo, None, None, None, None, None, None, None]
             self.lam = int(LOG2E / math.sqrt(D) * 16384 + 0.5)
 
     def check_step_q8(self, layer, qc, qs, out_q, out_exp, scores=None):

@@ -38,17 +38,25 @@ SINKS_TAG = 0xFFFFFFF
 SEQ_MOD = 1 << 30  # sequence numbers wrap here (small ints on 31-bit boards)
 
 
+ADLER_RUN = 2048  # bytes summed between reductions: a < 65521 + 255 * 2048, b < 65521 * 2049 + 255 * 2048**2 / 2,
+#                    both below 2**30 (small ints on a 31-bit board)
+
+
 def adler(buf, n, ab):
-    """Fold buf[0:n] into the Adler-32 state ab = [a, b] (small ints only; zlib.adler32 gives the same)."""
+    """Fold buf[0:n] into the Adler-32 state ab = [a, b] (small ints only; zlib.adler32 gives the same). The sums
+    are reduced once every ADLER_RUN bytes, not at every byte: ~4x fewer instructions on the emulated Cortex-M3."""
     a = ab[0]
     b = ab[1]
-    for i in range(n):
-        a += buf[i]
-        if a >= 65521:
-            a -= 65521
-        b += a
-        if b >= 65521:
-            b -= 65521
+    mv = memoryview(buf)
+    i = 0
+    while i < n:
+        e = i + ADLER_RUN if n - i > ADLER_RUN else n
+        for x in mv[i:e]:
+            a += x
+            b += a
+        a %= 65521
+        b %= 65521
+        i = e
     ab[0] = a
     ab[1] = b
 
@@ -104,6 +112,7 @@ class ColdStore:
         if o + TIER_TAG_BYTES != self.stride:
             raise ValueError("a block's parts (%d bytes) and tag do not fill its %d-byte stride" % (o, self.stride))
         self.ab = zeros("i", 2)
+        self.adler = adler  # the Adler-32 fold the store uses: a native one where its owner has it (kvedge.tiered)
         self.hdr = bytearray(self.hb)
         self.foreign = None  # the kind byte of another kvedge store's header, when one was found
         self.tag = bytearray(TIER_TAG_BYTES)
@@ -174,7 +183,7 @@ class ColdStore:
     def _sum(self, buf, n):
         self.ab[0] = 1
         self.ab[1] = 0
-        adler(buf, n, self.ab)
+        self.adler(buf, n, self.ab)
 
     def _create(self):
         try:
@@ -298,7 +307,7 @@ class ColdStore:
             buf = self.rec if n == self.rb else self.rec[:n]
             if f.readinto(buf) != n:
                 self._refuse("%s is truncated" % what)
-            adler(buf, n, self.ab)
+            self.adler(buf, n, self.ab)
         self._check_tag(f.read(TIER_TAG_BYTES), k, what, self.B)
 
     def _check_tag(self, t, k, what, ntok):
@@ -368,7 +377,7 @@ class ColdStore:
         f = self._seg(i)
         f.seek((k % self.C) * self.stride + self.poff[j])
         f.write(buf)
-        adler(buf, self.parts[j], self.ab)
+        self.adler(buf, self.parts[j], self.ab)
 
     def end_block(self, k, sinks=None):
         """Append block k's tag and flush it; with the first block, also write the sinks' rows (`sinks`: a list of
@@ -383,7 +392,7 @@ class ColdStore:
             g = open(self.s_name, "wb")
             try:
                 for run in sinks:
-                    adler(run, len(run), self.ab)
+                    self.adler(run, len(run), self.ab)
                     g.write(run)
                 g.write(self._pack_tag(SINKS_TAG, self.S))
             finally:

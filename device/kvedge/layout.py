@@ -56,6 +56,7 @@ _LG_VSC = const(5)
 _LG_HSTEP = const(6)
 _LG_SSTEP = const(7)
 LG_LAM = const(8)
+LG_MODE = const(9)  # kernels_vcold.att_heads_i8: 1 start each head afresh, 2 finish each head (its output)
 LG_WORDS = const(10)
 
 # ---- q_mv's parameter block (array('i') of P_HDR + rows words: then one scale word per row) ----

@@ -31,6 +31,21 @@ from .errors import BudgetError
 from .layout import G_P, G_J, G_N, G_LISTED
 from .model.passes import INT_COLD  # cold dtypes attended on the integer path (loaded by tierconf)
 from . import quant
+from . import kernels as _kernels
+
+_vcold = []  # kvedge.kernels_vcold once _fused() loaded it (where viper runs)
+
+
+def _fused(k):
+    """kernels_vcold where the kernel module k has the integer pass's fused drivers loaded (its att_preload), else
+    None (the float pass, plain and native kinds, CPython, CircuitPython: a head at a time, the same integers).
+    Loaded on first use (an import allocates: once), and counted in kvedge footprint's tiered_int_* figures."""
+    if getattr(k, "att_rows_i8", None) is None:
+        return None
+    if not _vcold and _kernels.arch() > 0:
+        from . import kernels_vcold
+        _vcold.append(kernels_vcold)
+    return _vcold[0] if _vcold else None
 
 
 class TieredCache:
@@ -136,6 +151,16 @@ class TieredCache:
                 self._demote(slot)
         return r.start_token()
 
+    def quiet(self):
+        """Whether the next start_token() neither moves a block to flash (nor takes a reset point) nor raises, and
+        its position is past an f32 prefix (whose writes allocate): a step that allocates nothing. The integer
+        pass runs such steps with the heap locked (kvedge.model.intpath.Forward.step)."""
+        r = self.ring
+        pos = r.n_seen
+        if self.closed or pos >= POS_LIMIT or pos < r.P:
+            return False
+        return pos < self.S or r.slot_pos[self.S + (pos - self.S) % self.W] < 0
+
     def _demote(self, slot):
         r = self.ring
         B = self.B
@@ -220,25 +245,30 @@ class TieredCache:
 
     def _copy_rows(self, layer, p0):
         """Rows (and i8 scales) of tokens p0.. of `layer` copied byte for byte from the ring into the staging
-        block: no second rounding, and no float work."""
+        block: no second rounding, and no float work. A block's tokens hold B adjacent ring slots (the window is
+        whole blocks, tierconf), so each (K|V, KV head) is one run of rows (where both pad rows alike; else a row
+        at a time) and one run of scales."""
         r = self.ring
         st = self.stg
-        a = r.arena
-        sa = st.arena
-        n = r.row
-        i8 = self.cold == I8
-        for t in range(self.B):
-            b = r.slot_of(p0 + t) - r.P
+        am = memoryview(r.arena)
+        sm = memoryview(st.arena)
+        B = self.B
+        b0 = r.slot_of(p0) - r.P
+        pitch = r.row_pitch()
+        whole = pitch == st.row_pitch()
+        n = B * pitch if whole else r.row
+        for _ in range(B):
             st.start_token()
-            for kv in (0, 1):
-                for h in range(self.H):
+        for kv in (0, 1):
+            for h in range(self.H):
+                for t in range(1 if whole else B):
                     o = st.row_at(0, kv, h, t)
-                    src = r.row_at(layer, kv, h, b)
-                    sa[o:o + n] = a[src:src + n]
-                    if i8:
-                        o = st.scale_at(0, kv, h, t)
-                        src = r.scale_at(layer, kv, h, b)
-                        sa[o:o + 2] = a[src:src + 2]
+                    src = r.row_at(layer, kv, h, b0 + t)
+                    sm[o:o + n] = am[src:src + n]
+                if self.cold == I8:
+                    o = st.scale_at(0, kv, h, 0)
+                    src = r.scale_at(layer, kv, h, b0)
+                    sm[o:o + 2 * B] = am[src:src + 2 * B]
 
     def _clamp(self, row, dst, o):
         """dst[o:o+D] = row, saturated at the cold range: a value that fit it when written can come back from an
@@ -291,11 +321,11 @@ class TieredCache:
         r = self.ring
         r.check_write_q8(layer, k_codes, k_scales, v_codes, v_scales)
         if (self.cold == F16 or self.cold in LOWBIT) and r.cur_slot >= self.S:
-            for sc in (k_scales, v_scales):
-                for h in range(self.H):
-                    if sc[h] > self.q16:
-                        raise ValueError("scale bits %d: 127 * scale exceeds the f16 range of the %s cold store"
-                                         % (sc[h], self.cold))
+            top = self.q16  # no tuple of the two scales' arrays: it would allocate (steps run heap-locked)
+            for h in range(self.H):
+                if k_scales[h] > top or v_scales[h] > top:
+                    raise ValueError("scale bits %d: 127 * scale exceeds the f16 range of the %s cold store"
+                                     % (max(k_scales[h], v_scales[h]), self.cold))
         r._write_q8(layer, k_codes, k_scales, v_codes, v_scales)
 
     def append(self, ks, vs):
@@ -401,6 +431,15 @@ class TieredCache:
         reads = cs.reads
         ok = False
         try:
+            # where the integer pass's fused drivers are loaded, and both tiers hold plain i8 rows: every query head
+            # in one call a cold block, then the ring (kernels_vcold.att_fold_i8); else a head at a time
+            v = _fused(att.k) if att.fused and self.cold == I8 and r.cfg.dtype == I8 and not r.P else None
+            if v is not None:
+                if cs.adler is not v.adler:
+                    cs.adler = v.adler  # its blocks' checksums in viper too (the same sums)
+                v.att_tier_i8(self, layer, qc, qs, out_q, out_exp)
+                ok = True
+                return
             for h in range(self.heads):
                 att.q8_begin()
                 att.q8_save(ist, 5 * h)
@@ -426,32 +465,19 @@ class TieredCache:
                 cs.reads = reads  # a refused step counts no reads
 
     def _cold_q8(self, kvh, qc, qs):
-        """Fold KV head kvh of the staging block into its query heads: each tile is gathered (i8: by the
-        att_fill_i8 kernel; i4: pointed at and converted to int8 codes) once, then folded for every query head
-        that reads it."""
+        """Fold KV head kvh of the staging block into its query heads (without the fused kernels, and for i4
+        blocks): each tile is gathered (i8: by the att_fill_i8 kernel; i4: pointed at and converted to int8
+        codes) once, then folded for every query head that reads it."""
         att = self.att
         st = self.stg
         tile = att.tile
         if self.cold == I8:
             geo = att.geo
-            B = self.B
             att.head_geo(st, 0, kvh)
             geo[G_P] = 0
             geo[G_J] = 0
-            geo[G_N] = B
+            geo[G_N] = self.B
             geo[G_LISTED] = 0
-            rows = getattr(att.k, "att_rows_i8", None) if att.fused else None
-            if rows is not None:  # a fused kernel: the block's every tile in one call per query head
-                ist = self.ist
-                g = self.group
-                for h in range(kvh * g, kvh * g + g):
-                    att.q8_head(h, qs)
-                    att.q8_load(ist, 5 * h)
-                    att.iacc = self.iaccs[h]
-                    geo[G_J] = 0
-                    rows(att, st.arena, qc, st.slot_pos)
-                    att.q8_save(ist, 5 * h)
-                return
             while att.k.att_fill_i8(st.slot_pos, tile, geo):
                 self._fold_q8(kvh, st.arena, qc, qs)
             return

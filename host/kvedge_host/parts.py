@@ -30,7 +30,7 @@ PARTS = {
     "rules": ("the rules a plan and a run are checked by: which forward pass runs a model, a tier's fields",
               ("kernels",), ("model/__init__", "model/passes", "tierconf")),
     "tier": ("the flash tier: a tiered cache (hot ring, cold blocks on flash) and the pool's cold tier",
-             ("core", "attention", "pool", "rules"), ("coldstore", "tiered", "tier")),
+             ("core", "attention", "pool", "rules"), ("coldstore", "tiered", "tier", "kernels_vcold")),
     "model": ("the llama2.c-style model runner on the cache (checkpoints, forward passes, tokenizer, sampler, plans)",
               ("core", "kernels", "attention", "rules"),
               ("model/bpe", "model/checkpoint", "model/convert", "model/convert4", "model/f32file", "model/int4rows",

@@ -187,9 +187,10 @@ def tmp_path(name):
     raise OSError("no writable folder for " + name)
 
 
-def preload_kernels(kinds):
+def preload_kernels(kinds, fold=False):
     """Load each kernel kind's integer-pass kernels (and the attention kernels it loads beside them) now, on a
-    collected heap: the model tests switch kinds later, when a board-sized heap has no large block left."""
+    collected heap: the model tests switch kinds later, when a board-sized heap has no large block left. fold: also
+    a tiered cache's fold of i8 cold blocks (kvedge.kernels_vcold, which kvedge.tiered loads on its first step)."""
     import gc
     from kvedge import kernels
     from kvedge.model import intpath
@@ -199,5 +200,10 @@ def preload_kernels(kinds):
         k = kernels.get()
         if hasattr(k, "att_preload"):
             k.att_preload(k)
+        if fold and hasattr(k, "att_preload"):
+            try:  # a tiered cache's fold beside the fused drivers (kvedge.tiered loads it on its first step)
+                import kvedge.kernels_vcold  # noqa: F401
+            except (ImportError, SyntaxError, NameError, AttributeError, TypeError):
+                pass
         gc.collect()
     kernels.select()

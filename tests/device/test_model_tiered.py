@@ -6,7 +6,7 @@
 # test_model_tiered_float.py. One model test per fresh heap and only the kernels it runs: the virtual rp2040,
 # with the package compiled from .py on littlefs, has no room for more.)
 from _tiered_load import BEST, kernels, preload_kernels  # first: the large modules on a collected heap
-preload_kernels((BEST,))  # loaded now: later the heap has no room for them
+preload_kernels((BEST,), fold=True)  # loaded now: later the heap has no room for them
 from _tiered_model import RING, TIER, run  # noqa: E402
 
 

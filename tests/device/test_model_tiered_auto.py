@@ -1,7 +1,7 @@
 # forward="auto" on a tiered cache takes the integer pass where the kernels allow (asm, viper), else the float
 # pass (kvedge.model.passes). (The rest of the tiered model tests: test_model_tiered.py.)
 from _tiered_load import BEST, kernels, preload_kernels  # first: the large modules on a collected heap
-preload_kernels(("plain", BEST))  # the kinds tried below, loaded now: later the heap has no room
+preload_kernels(("plain", BEST), fold=True)  # the kinds tried below, loaded now: later the heap has no room
 from _tiered_model import RING, TIER, model  # noqa: E402
 
 

@@ -3,7 +3,7 @@
 # by kind in test_attention_int_kivi.py: with them here, two kinds' kernels and a model do not fit an rp2040's
 # heap beside the package compiled from .py.)
 from _tiered_load import BEST, kernels, preload_kernels  # first: the large modules on a collected heap
-preload_kernels(("plain", BEST))  # the kinds compared below, loaded now: later the heap has no room
+preload_kernels(("plain", BEST), fold=True)  # the kinds compared below, loaded now: later the heap has no room
 from _tiered_model import RING, TIER, run  # noqa: E402
 
 

@@ -456,6 +456,8 @@ class Forward:
             c.q8_store_block(self.sp, d, d + kvd, H, H + KV, len(self.codes), len(self.scales))
         else:
             from kvedge import q8writes  # noqa: F401 (the ring's write_q8, loaded now: steps lock the heap)
+            if kernels.arch() > 0 and model.cache.cold == "i8":  # i8 cold blocks' fold (viper, kvedge.tiered), at
+                import kvedge.kernels_vcold  # noqa: F401               start-up rather than at the first step
         self.ap = zeros("i", 4)  # q_align: heads, head_dim, -> the common exponent
         self.ap[0] = H
         self.ap[1] = hd
@@ -605,10 +607,13 @@ class Forward:
         (docs/benchmarks.md: the emulated rp2040 ran 12.1 M instructions a token unlocked, 5.4 M locked).
         Locked, frames go on the C stack. Earned: two steps in a row, unlocked, left the heap as they found it;
         never locked for a position the f32 prefix takes (it allocates) or when start_token() would raise (its
-        exception must not become a MemoryError). The model's _lockable says whether to try (not for a tiered
-        cache, whose steps write flash)."""
+        exception must not become a MemoryError). The model's _lockable says whether to try. A tiered cache's
+        step is locked only when no block leaves the ring for flash (TieredCache.quiet(): a demotion writes files,
+        which allocates); such a step neither earns nor spoils the lock."""
         c = self.m.cache
-        if self.clean >= 2 and c.n_seen >= c.P and c.has_room():
+        r = self.ring
+        quiet = c.quiet() if self.tiered else c.n_seen >= c.P and c.has_room()
+        if self.clean >= 2 and quiet:
             micropython.heap_lock()
             try:
                 out = self.forward(token)
@@ -619,7 +624,8 @@ class Forward:
         a = gc.mem_alloc()
         out = self.forward(token)
         # a collection within the step would lower the figure: only an unchanged heap counts as clean
-        self.clean = self.clean + 1 if gc.mem_alloc() == a and c.n_seen > c.P else 0
+        if quiet or not self.tiered:
+            self.clean = self.clean + 1 if gc.mem_alloc() == a and r.n_seen > r.P else 0
         return out
 
     def forward(self, token):

@@ -266,8 +266,8 @@ class Llama:
             self.intp = alt.Forward(self, self.w)
             self.logits = self.intp.logits
             self._preload()
-            # a tiered cache's steps write flash (they allocate): never locked
-            self._lockable = HAS_HEAP_LOCK and hasattr(gc, "mem_alloc") and not tiered
+            # a tiered cache's steps are locked except where a block moves to flash (Forward.step)
+            self._lockable = HAS_HEAP_LOCK and hasattr(gc, "mem_alloc")
             return
         if tiered:
             self.att = self.cache
