@@ -72,10 +72,11 @@ def runs(kinds):
 
 # what only some runs load: H2O eviction, the stats stream, encoding a prompt
 OPTIONAL = {"evict": "kvedge.evict", "telemetry": "kvedge.telemetry", "encode": "kvedge.model.bpe",
-            "tiered": "kvedge.tiered"}
-# imported after the first run (less heap at the run's peak); the tiered cache's modules may not fit a small board
-# beside the runner: then they get no figure, and the planner offers no tiered plan there
-LATE = ("kvedge.model.bpe", "kvedge.tiered")  # the first run needs no encoder: imported after it (less heap at the run's peak)
+            "tiered": "kvedge.tiered", "fold": "kvedge.kernels_vcold"}
+# imported after the first run (less heap at the run's peak): the encoder, the tier and its fold (viper: skipped
+# where it does not compile); the tiered cache's modules may not fit a small board beside the runner: then they
+# get no figure, and the planner offers no tiered plan there
+LATE = ("kvedge.model.bpe", "kvedge.tiered", "kvedge.kernels_vcold")
 TINY = {"steps": 12, "h2o": 12, "max_tokens": 16}  # the first run: every path of a generation, a few tokens
 MODEL, TOKENIZER = "fp_tiny.bin", "fp_tok.bin"
 
@@ -322,7 +323,7 @@ def figures(res):
     fp = {"heap_image": res["heap_image"], "heap_usable": first["usable"], "boot_bytes": first["boot"],
           "largest_bytes": res["largest"]}
     for name, mod in OPTIONAL.items():
-        if name == "tiered":
+        if name in ("tiered", "fold"):
             continue  # per kernel kind below: with the asm/viper kinds kvedge.attention is already loaded
         got = [r["optional"][mod] + (r.get("telemetry_state", 0) + r.get("telemetry_line", 0)
                                      if name == "telemetry" else 0)
@@ -338,7 +339,9 @@ def figures(res):
         fp["runtime_" + kind] = runtime_bytes(r)
         fp["loop_" + kind] = loop_bytes(r)
         if OPTIONAL["tiered"] in r["optional"]:
-            fp["tiered_" + kind] = r["optional"][OPTIONAL["tiered"]]
+            # the integer pass's tier also loads its cold blocks' fold (TieredCache.load_fold: kernels_vcold)
+            fold = r["optional"].get(OPTIONAL["fold"], 0) if kind.startswith(INT) else 0
+            fp["tiered_" + kind] = r["optional"][OPTIONAL["tiered"]] + fold
     return fp
 
 
@@ -367,8 +370,8 @@ def _what(key):
         return {"runtime": "the runner's modules as .mpy with %s kernels and the integer forward pass (its q_* "
                            "kernels, kvedge.model.intpath), each imported after gc.collect(), plus what a first "
                            "generation on that pass leaves behind" % kind,
-                "tiered": "importing kvedge.tiered after the runner's modules and a first run of the integer "
-                          "pass with %s kernels" % kind,
+                "tiered": "importing kvedge.tiered and kvedge.kernels_vcold (its cold blocks' fold) after the runner's "
+                          "modules and a first run of the integer pass with %s kernels" % kind,
                 "loop": "the integer pass's generation loop peak heap (%s kernels) beyond its formula-sized parts"
                         % kind}[part]
     return {"runtime": "the runner's modules as .mpy with %s kernels (kvedge.kernels.select('%s')), each imported "
