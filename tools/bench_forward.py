@@ -5,6 +5,7 @@ allocated per token, and (unix) llama2.c's own C run.c on the same model in the 
   tools/bench_forward.py [--runtime unix|m3|m0|m7|m55|circuitpython] [--model M] [--forward int float ulab]
                          [--kernels asm viper native plain] [--context 256] [--tokens 8] [--llama2c PATH]
                          [--macs] [--board rp2040] [--heap BYTES] [--rom] [--cache K=V,...] [--unlocked]
+                         [--tier block=B,cold=DTYPE,blocks=C]
                          [--json]
 
 Each figure: a fresh interpreter converts nothing (the int8 file is written once on the host), builds the model
@@ -58,10 +59,11 @@ kernels.select(%(kernels)r)
 from kvedge.model.llama import Llama
 FW = %(forward)r
 KV = %(kv)r
+TIER = %(tier)r  # a tiered cache (KV is its ring), or None
 if FW == "auto":  # Llama's default arguments: the pass a user gets (kvedge.model.passes)
-    m = Llama(%(model)r, kv=KV, stream=%(stream)r)
+    m = Llama(%(model)r, kv=KV, stream=%(stream)r, tier=TIER)
 else:
-    m = Llama(%(model)r, kv=KV, forward=FW, stream=%(stream)r)
+    m = Llama(%(model)r, kv=KV, forward=FW, stream=%(stream)r, tier=TIER)
 RAN = m.forward_kind if FW != "auto" else "auto=" + m.forward_kind
 if %(unlocked)r:  # the integer pass's steps never run with the heap locked (kvedge.model.intpath.Forward.step)
     m._lockable = False
@@ -314,6 +316,9 @@ def main(argv=None):
                     "with ROMFS runs them; a 215 KB heap does not hold them) instead of copied to RAM")
     ap.add_argument("--weights-dtype", choices=("i8", "i4"), default="i8", help="the weights the model is converted "
                     "to (kvedge convert): int8 per-row, or int4 in groups of 32 (the integer pass only)")
+    ap.add_argument("--tier", metavar="block=B,cold=DTYPE,blocks=C", help="a tiered cache: --cache is its ring "
+                    "(max_tokens=S+W,window=W,sinks=S), older tokens in C blocks of B on the board's flash, as "
+                    "`kvedge plan` writes it (e.g. block=16,cold=i8,blocks=27)")
     ap.add_argument("--cache", default="max_tokens=512", metavar="K=V,...", help="the i8 cache's CacheConfig "
                     "fields (default max_tokens=512; e.g. max_tokens=96,window=92,sinks=4)")
     ap.add_argument("--unlocked", action="store_true", help="also each integer-pass row with the steps' heap "
@@ -343,6 +348,17 @@ def main(argv=None):
     except ValueError:
         print("bench_forward: --cache %r: not K=V,... with integer values" % a.cache, file=sys.stderr)
         return 2
+    tier = None
+    if a.tier:  # block=B,cold=DTYPE,blocks=C: kvedge.tiered's cold store (--cache: its ring, window and sinks)
+        try:
+            t = dict(item.split("=") for item in a.tier.split(","))
+            tier = {"kind": "tiered", "block": int(t.pop("block", 16)), "cold_dtype": t.pop("cold", "i8"),
+                    "cold_blocks": int(t.pop("blocks")), "at_cap": "drop", "cold_align": 0}
+            if t:
+                raise ValueError(t)
+        except (ValueError, KeyError):
+            print("bench_forward: --tier %r: not block=B,cold=DTYPE,blocks=C" % a.tier, file=sys.stderr)
+            return 2
     if a.rom and not m3:
         print("bench_forward: --rom: the emulated board's ROMFS (--runtime m3) only", file=sys.stderr)
         return 2
@@ -359,7 +375,7 @@ def main(argv=None):
                 for unlocked in ((False, True) if a.unlocked and fw in ("auto", "int") else (False,)):
                     code = DEVICE_CODE % {"kernels": kind, "forward": fw, "model": i8, "context": a.context,
                                           "tokens": a.tokens, "repeat": a.repeat, "kv": kv,
-                                          "stream": "rom" if a.rom else False, "unlocked": unlocked}
+                                          "stream": "rom" if a.rom else False, "unlocked": unlocked, "tier": tier}
                     out += run_device(a.runtime, code, tmp, heap, a.march, a.board)
                 for line in out.splitlines():
                     if line.startswith("BENCH "):

@@ -10,7 +10,9 @@ Shape: stories260K's attention (5 layers, 8 heads, 4 KV heads, head_dim 8), 4 si
 in the ring's dtype (i8; f32 with --float), blocks of 16 tokens: the layout `kvedge plan` writes. For each cold dtype the store is filled block by block; at each --blocks count one
 token's attention (step_q8 over the 5 layers) is timed, and the slope over the cold tokens is the cost per token
 per cold token (flash reads included). For comparison: the same step over an i8 KVCache holding the tokens in RAM
-(its slope is the in-RAM cost per cached token). The demotion cost is the time of the start_token() that moves a
+(its slope is the in-RAM cost per cached token). The integer attention is measured twice: "int-tiles" as the
+float pass runs it over an i8 ring (a tile loop), "int" as the integer pass does (its fused drivers loaded:
+kvedge.model.run's att_preload, the cold blocks' fold kvedge.kernels_vcold). The demotion cost is the time of the start_token() that moves a
 block to flash (re-quantize, append, flush, commit), spread over the block's tokens. --float adds the float path
 (f32 ring). --save (m3 only) writes the figures to host/kvedge_host/tiered_cost.py, where `kvedge plan` reads
 them."""
@@ -166,8 +168,15 @@ def in_ram(tokens_list, q8, reps):
 
 def main(colds, blocks, with_float, reps):
     print("RES " + json.dumps({"kernels": kernels.kind()}))
-    for q8 in ([True, False] if with_float else [True]):
-        path = "int" if q8 else "float"
+    # the integer attention as the float pass runs it on an i8 ring (a tile loop: no fused drivers loaded), then as
+    # the integer pass does (the fused drivers, loaded at its start: kvedge.model.run), then the float attention
+    paths = [("int-tiles", True), ("int", True)] + ([("float", False)] if with_float else [])
+    for path, q8 in paths:
+        if path == "int":
+            k = kernels.get()
+            pre = getattr(k, "att_preload", None)
+            if pre is not None:
+                pre(k)
         for cold in colds:
             rows, demote, alloc = tiered(cold, blocks, q8, reps)
             print("RES " + json.dumps({"tiered": path, "cold": cold, "rows": rows, "demote": demote,

@@ -62,12 +62,13 @@ SLOWER = 2.0  # balanced: no plan more than this many times slower than the fast
 
 # ---- what a tiered cache costs per token (measured on the emulated board) ----
 
-def tier_cost(spec, ring_dtype, cold, cold_tokens, measured=None):
+def tier_cost(spec, ring_dtype, cold, cold_tokens, measured=None, forward=passes.INT):
     """Instructions per token the cold tokens add (attention over them, flash reads included) and the demotion of
     blocks (spread over their tokens), as `tools/bench_tiered.py --save` measured them on the emulated Cortex-M3
     (kvedge_host/tiered_cost.py names its command and firmware). Measured for stories260K's attention shape;
-    other shapes are scaled by layers x heads x head_dim (the work per cold token) and say so. None when no
-    measurement is at hand."""
+    other shapes are scaled by layers x heads x head_dim (the work per cold token) and say so. forward: the plan's
+    pass; an i8/i4 ring is attended by the integer attention on both, with the integer pass's fused kernels
+    (row "int") or, on the float pass, a tile loop (row "int-tiles"). None when no measurement is at hand."""
     if measured is None:
         try:
             from .tiered_cost import MEASURED as measured
@@ -75,13 +76,15 @@ def tier_cost(spec, ring_dtype, cold, cold_tokens, measured=None):
             return None
     m = measured
     q8 = ring_dtype in (budget.I8, budget.I4) and cold in (budget.I8, budget.I4)
-    rows = [r for r in m.get("rows", []) if r.get("path") == ("int" if q8 else "float") and r.get("cold") == cold]
+    path = ("int" if forward == passes.INT else "int-tiles") if q8 else "float"
+    rows = [r for r in m.get("rows", []) if r.get("path") == path and r.get("cold") == cold]
     if not rows:
         return None
     r = rows[0]
     sh = m["shape"]
     f = (spec.layers * spec.heads * spec.head_dim) / float(sh["layers"] * sh["heads"] * sh["head_dim"])
-    out = {"path": "integer (step_q8)" if q8 else "float (step)",
+    out = {"path": ("integer (step_q8, %s)" % ("fused kernels" if path == "int" else "tile loop")) if q8 else
+           "float (step)",
            "instructions_per_cold_token": int(r["per_cold_token"] * f),
            "cold_instructions_per_token": int(r["per_cold_token"] * f * cold_tokens),
            "demote_instructions_per_token": int(r["demote_per_token"] * f),
@@ -404,7 +407,9 @@ class Planner:
         tier = {"kind": "tiered", "block": B, "cold_dtype": cold, "cold_blocks": blocks, "at_cap": "drop",
                 "cold_align": 0, "ring_bytes": z["ring"], "staging_bytes": z["staging"], "tables_bytes": z["tables"],
                 "ram_bytes": z["ram"], "cold_bytes": blocks * z["block"], "flash_bytes": z["flash"],
-                "cold_tokens": z["cold_tokens"], "cost": tier_cost(self.spec, dtype, cold, z["cold_tokens"])}
+                "cold_tokens": z["cold_tokens"],
+                "cost": tier_cost(self.spec, dtype, cold, z["cold_tokens"],
+                                  forward=self.forward(self.cfg(S + W, dtype, window=W, sinks=S), place, False, cold))}
         name = "%s hot ring %d + %d sinks, older %d tokens %s on flash" % (dtype, W, S, z["cold_tokens"], cold)
         return self.candidate("tiered", name, self.cfg(S + W, dtype, window=W, sinks=S), place, C, C,
                               policy={"kind": "tiered"}, tier=tier)

@@ -382,7 +382,9 @@ def test_tiered_cache_offered_by_default_and_built_from_the_plan(capsys, stories
     from kvedge_host.tiered_cost import MEASURED
     for c in tiers:  # the measured cost per token, from tools/bench_tiered.py on the emulated board
         t, k = c["tier"], c["tier"]["cost"]
-        path = "int" if c["cache"]["dtype"] == "i8" else "float"
+        # an i8 ring on the float pass: the integer attention's tile loop (the pass loads no fused drivers)
+        assert c["forward"] == "float"
+        path = "int-tiles" if c["cache"]["dtype"] == "i8" else "float"
         row = [m for m in MEASURED["rows"] if m["path"] == path and m["cold"] == t["cold_dtype"]][0]
         assert k["instructions_per_cold_token"] == row["per_cold_token"] and "scaled" not in k
         assert k["cold_instructions_per_token"] == row["per_cold_token"] * t["cold_tokens"]
@@ -421,6 +423,22 @@ def test_tiered_cost_scales_to_other_shapes():
     assert k["demote_instructions_per_token"] == int(50 * f) and "scaled" in k and k["path"].startswith("integer")
     assert planner.tier_cost(spec, "f32", "i4", 100, fake)["instructions_per_cold_token"] == int(9000 * f)
     assert planner.tier_cost(spec, "i8", "i8", 100, fake) is None  # not measured: no figure invented
+
+
+def test_tiered_cost_follows_the_plans_pass():
+    """An i8 ring is attended by the integer attention on both passes: the integer pass with its fused kernels
+    (row "int"), the float pass with a tile loop (row "int-tiles"): each plan is priced by the row of its pass."""
+    from kvedge_host import models, planner
+    fake = {"shape": {"layers": 5, "heads": 8, "head_dim": 8}, "unit": "instructions", "machine": "m", "kernels": "k",
+            "command": "c", "rows": [{"path": "int", "cold": "i8", "per_cold_token": 1000, "demote_per_token": 50},
+                                     {"path": "int-tiles", "cold": "i8", "per_cold_token": 4000,
+                                      "demote_per_token": 60}]}
+    spec = models.preset("stories260k")
+    fused = planner.tier_cost(spec, "i8", "i8", 10, fake, forward="int")
+    tiles = planner.tier_cost(spec, "i8", "i8", 10, fake, forward="float")
+    assert (fused["instructions_per_cold_token"], fused["demote_instructions_per_token"]) == (1000, 50)
+    assert (tiles["instructions_per_cold_token"], tiles["demote_instructions_per_token"]) == (4000, 60)
+    assert "fused" in fused["path"] and "tile loop" in tiles["path"]
 
 
 # ---- plans that count the runtime the board measured (boards/*.json "footprint", kvedge footprint) ----
