@@ -452,9 +452,12 @@ class Forward:
         self.ring = c
         # the rows write_q8_at stores: K and V codes and scales follow q's in codes and scales
         self.sp = zeros("i", S_WORDS)
-        if not self.tiered:
+        # a tier whose cold store holds what the ring does (i8) takes the rows as a plain cache does; into f16 or
+        # low-bit cold blocks they go through its checked write_q8 (their scales must fit the cold range)
+        self.checked = self.tiered and model.cache.cold != "i8"
+        if not self.checked:
             c.q8_store_block(self.sp, d, d + kvd, H, H + KV, len(self.codes), len(self.scales))
-        else:
+        if self.tiered:
             from kvedge import q8writes  # noqa: F401 (the ring's write_q8, loaded now: steps lock the heap)
             if kernels.arch() > 0 and model.cache.cold == "i8":  # i8 cold blocks' fold (viper, kvedge.tiered), at
                 import kvedge.kernels_vcold  # noqa: F401               start-up rather than at the first step
@@ -671,6 +674,7 @@ class Forward:
         att = m.att
         scores = m.scores
         tiered = self.tiered
+        checked = self.checked
         kc = self.kc
         ks = self.ks
         vc = self.vc
@@ -697,7 +701,7 @@ class Forward:
             q_heads(z, codes, scales, hp)
             if prefix:
                 self._write_prefix(l, hp[2])
-            elif tiered:
+            elif checked:
                 cache.write_q8(l, kc, ks, vc, vs)  # checked: its cold store takes only what it can hold
             else:  # codes from q_heads are int8 by construction
                 ring.write_q8_at(l, codes, scales, sp, q_store)
