@@ -205,6 +205,9 @@ def _circuitpython(model, plan, steps):
             "a = plan_args(json.load(open(%r)), %r, %r)\n"
             "main(%r, %r, prompt=%r, steps=%d, temperature=0.0, stats_ms=0, **run_args(a))\n"
             % (plan, model, TOK, model, TOK, PROMPT, steps))
-    rc, out = runtimes.run_code("circuitpython", code, heap=8 << 20, paths=(DEVICE,), timeout=900)
+    # in the plan's own folder: the tier's cold store (kv_cold.*) is a relative path, and two cases running at once
+    # in one folder (pytest-xdist's workers) cut each other's files ("cold block 0 is truncated")
+    rc, out = runtimes.run_code("circuitpython", code, heap=8 << 20, paths=(DEVICE,), timeout=900,
+                                cwd=os.path.dirname(plan))
     assert rc == 0 and "#KVEDGE" in out, out[-1500:]
     return _norm(out[:out.index("#KVEDGE")])
