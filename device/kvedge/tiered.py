@@ -33,19 +33,23 @@ from .model.passes import INT_COLD  # cold dtypes attended on the integer path (
 from . import quant
 from . import kernels as _kernels
 
-_vcold = []  # kvedge.kernels_vcold once _fused() loaded it (where viper runs)
+_vcold = []  # kvedge.kernels_vcold once fold_kernels() loaded it
 
 
-def _fused(k):
-    """kernels_vcold where the kernel module k has the integer pass's fused drivers loaded (its att_preload), else
-    None (the float pass, plain and native kinds, CPython, CircuitPython: a head at a time, the same integers).
-    Loaded on first use (an import allocates: once), and counted in kvedge footprint's tiered_int_* figures."""
-    if getattr(k, "att_rows_i8", None) is None:
-        return None
+def fold_kernels():
+    """kernels_vcold (viper: a tier's i8 blocks folded into every query head in one call) where viper runs, else
+    None; loaded once (an import allocates), by the integer pass at start-up, and counted in kvedge footprint's
+    tiered_int_* figures."""
     if not _vcold and _kernels.arch() > 0:
         from . import kernels_vcold
         _vcold.append(kernels_vcold)
     return _vcold[0] if _vcold else None
+
+
+def _fused(k):
+    """fold_kernels() where the kernel module k has the integer pass's fused drivers loaded (its att_preload), else
+    None (the float pass, plain and native kinds, CPython, CircuitPython: a head at a time, the same integers)."""
+    return fold_kernels() if getattr(k, "att_rows_i8", None) is not None else None
 
 
 class TieredCache:

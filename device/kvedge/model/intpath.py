@@ -459,8 +459,9 @@ class Forward:
             c.q8_store_block(self.sp, d, d + kvd, H, H + KV, len(self.codes), len(self.scales))
         if self.tiered:
             from kvedge import q8writes  # noqa: F401 (the ring's write_q8, loaded now: steps lock the heap)
-            if kernels.arch() > 0 and model.cache.cold == "i8":  # i8 cold blocks' fold (viper, kvedge.tiered), at
-                import kvedge.kernels_vcold  # noqa: F401               start-up rather than at the first step
+            if not self.checked:  # i8 cold blocks' fold: at start-up rather than at the first step
+                from kvedge.tiered import fold_kernels
+                fold_kernels()
         self.ap = zeros("i", 4)  # q_align: heads, head_dim, -> the common exponent
         self.ap[0] = H
         self.ap[1] = hd
