@@ -28,9 +28,15 @@ CODE = os.path.join(DEVICE, "circuitpython", "code.py")
 TMP = ".kvnew"
 _VERSION = re.compile(r"CircuitPython (\d+)\.(\d+)\.(\d+)")
 _KEY = re.compile(r"^[A-Z][A-Z0-9_]{0,63}$")
-# machine-code kernels (kernels_vhead: the fused viper attention; qkernels_dsp: asm and viper): CircuitPython has no native emitters (viper,
-# native, asm_thumb), so they stay off the drive
-_NATIVE = re.compile(r"^kvedge/q?4?kernels_(viper|native|asm|dsp|vhead)\.py$")
+# a module of machine-code kernels (a function under one of these decorators): CircuitPython has no native
+# emitters (viper, native, asm_thumb), so such modules stay off the drive (the kernel selector falls back to plain)
+_NATIVE = re.compile(r"^[ \t]*@micropython\.(viper|native|asm_thumb)\b", re.M)
+
+
+def _machine_code(src):
+    """True when device module `src` holds a viper, native or inline-assembler function."""
+    with open(src, encoding="utf-8") as f:
+        return bool(_NATIVE.search(f.read()))
 
 
 def board_info(drive):
@@ -85,7 +91,7 @@ def mpy_cross_version(exe):
 def package_files(build, mpy_cross=None, info=None):
     """(host path, drive path) of the package under lib/: the sources, or .mpy compiled by a CircuitPython
     mpy-cross whose major version is the board's (CircuitPython's .mpy format changes between major versions)."""
-    pairs = [(src, LIB + "/" + rel) for src, rel in device_sources() if not _NATIVE.match(rel)]
+    pairs = [(src, LIB + "/" + rel) for src, rel in device_sources() if not _machine_code(src)]
     if not mpy_cross:
         return pairs
     ver = mpy_cross_version(mpy_cross)

@@ -49,8 +49,14 @@ def _files(tmp_path):
     return w, t, plan
 
 
+def _machine_code(src):
+    lines = open(src, encoding="utf-8").read().splitlines()
+    return any(ln.strip().startswith("@micropython." + e) for ln in lines for e in ("viper", "native", "asm_thumb"))
+
+
 def _sources():
-    return {"lib/" + rel: src for src, rel in device_sources() if not drive._NATIVE.match(rel)}
+    """The device modules a CircuitPython drive gets: all but those holding machine code (no native emitters)."""
+    return {"lib/" + rel: src for src, rel in device_sources() if not _machine_code(src)}
 
 
 def test_settings_toml_keeps_other_keys_and_sets_ours():
@@ -82,7 +88,7 @@ def test_deploy_lays_out_the_drive_and_rewrites_only_changes(tmp_path):
             assert (d / rel).read_bytes() == f.read(), rel
     have = sorted(os.path.relpath(os.path.join(r, n), d / "lib" / "kvedge")
                   for r, _, ns in os.walk(d / "lib" / "kvedge") for n in ns)
-    assert len(have) == len(src) and not any("viper" in h or "asm" in h or "native" in h for h in have)
+    assert len(have) == len(src) and not any(k in h for k in ("viper", "asm", "native", "vhead", "vcold", "dsp") for h in have)
     assert (d / "kvedge_plan.json").read_bytes() == open(plan, "rb").read()
     assert (d / "tiny.bin").read_bytes() == open(w, "rb").read()
     assert (d / "tok512.bin").read_bytes() == open(t, "rb").read()

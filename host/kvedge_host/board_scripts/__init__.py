@@ -13,6 +13,9 @@ bytecode and keeps out of the module's globals); the script's own header comment
 import os
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# scripts in Thumb inline assembler, for the emulated Arm boards only (the RAM disk's word copy): mpy-cross for
+# another arch (x64, xtensawin) refuses them, and no host command sends them anywhere else
+THUMB_ONLY = ("_m3disk",)
 
 
 def path(name):
