@@ -203,7 +203,7 @@ ULAB_RATIO = 10.0  # ulab pass over the plain path on real CircuitPython, at lea
 def token_targets(model, weights_dtype):
     """The instructions-per-token targets for this model: stories260K's shape (M3_TOKEN), stories15M's with int4
     weights (M3_TOKEN_15M); none for another model."""
-    from kvedge.model.checkpoint import read_config
+    from kvedge.model.header import read_config
     c = read_config(model)[0]
     shape = (c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size)
     if shape == (64, 172, 5, 8, 4, 512):

@@ -190,10 +190,10 @@ def main(argv=None):
     if not os.path.exists(a.model):
         print("bench_parts: %s not found" % a.model, file=sys.stderr)
         return 2
-    from bench_forward import run_device
+    from bench_forward import WEIGHTS_FILE, run_device
     from kvedge.model.checkpoint import convert_to_i8
     with tempfile.TemporaryDirectory(prefix="kvedge-parts-") as tmp:
-        i8 = os.path.join(tmp, "model.i8.bin")
+        i8 = os.path.join(tmp, WEIGHTS_FILE)  # the name run_device puts in the board's ROMFS
         convert_to_i8(os.path.abspath(a.model), i8)
         code = DEVICE_CODE % {"kernels": a.kernels, "model": i8, "context": a.context, "tokens": a.tokens}
         out = run_device(a.runtime, code, tmp, 2097152 if a.runtime == "m3" else 64 << 20, a.march, "rp2040")

@@ -273,7 +273,7 @@ H2O_STATE_BYTES = 256  # kvedge.model.llama counts a policy as its per-slot scor
 
 
 class _Shape:
-    """The fields of kvedge.model.checkpoint.ModelConfig that the runner's formulas read."""
+    """The fields of kvedge.model.header.ModelConfig that the runner's formulas read."""
 
     def __init__(self, spec):
         self.dim, self.hidden_dim, self.n_layers = spec.dim, spec.hidden_dim, spec.layers

@@ -412,7 +412,7 @@ def check_args(a):
         return
     if a.port:
         raise UserError("--model runs on cpython, unix or wasm (a board's model case is kvedge generate)")
-    from kvedge.model.checkpoint import read_config
+    from kvedge.model.header import read_config
     validate.in_file(a.model, "checkpoint")
     cfg, wdtype = read_config(a.model)  # the header checked, and the file's size against it
     validate.finite_weights(a.model, cfg, wdtype)

@@ -47,7 +47,7 @@ def _out_file(flag, path, model, force):
 
 
 def run(args):
-    from kvedge.model.checkpoint import file_size
+    from kvedge.model.header import file_size
     from . import validate
     from .readers import open_source, vocab, write
     from .readers.llama2c import V0Source

@@ -95,7 +95,7 @@ def check_args(a, prof):
         except ModelError as e:
             raise UserError("--random: %s" % e)
     if a.model or a.tokenizer:
-        from kvedge.model.checkpoint import read_config
+        from kvedge.model.header import read_config
         from kvedge.model.tokenizer import Tokenizer
         model = a.model or os.path.join(SHARED_MODELS, "stories260K.bin")
         tok = a.tokenizer or os.path.join(os.path.dirname(os.path.abspath(model)), "tok512.bin")
@@ -146,7 +146,7 @@ def weights_dtype(choice, cfg, prof, tok_bytes=0):
     port's: int8), else int4."""
     if choice != "auto":
         return choice
-    from kvedge.model.checkpoint import file_bytes
+    from kvedge.model.header import file_bytes
     fs = boards.flash_fs_bytes(prof)
     return "i8" if not fs or file_bytes(cfg, "i8") + tok_bytes <= fs else "i4"
 
@@ -162,7 +162,7 @@ def convert(model, out, dtype):
 
 
 def run(a):
-    from kvedge.model.checkpoint import read_config
+    from kvedge.model.header import read_config
     from .deploy import deploy, deployment, preload
     from .sim import make_board
 
@@ -413,7 +413,7 @@ def _plan_loop(model, weights, board, heap, workspace, run_workspace, plan_path,
     """The source document's loop: plan (kvedge plan), recompute the need with the runner's own account
     (kvedge.model.llama.plan: Python objects, scratch, streaming buffers, policy arrays on top of the budget
     formulas), and when it is over the heap plan again with that difference reserved; at most four rounds."""
-    from kvedge.model.checkpoint import read_config
+    from kvedge.model.header import read_config
     from kvedge.model import llama
     from . import cmd_plan, planner
     cfg, wdtype = read_config(weights)

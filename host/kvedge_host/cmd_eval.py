@@ -158,7 +158,7 @@ def run(args):
     from . import quality
     if not os.path.exists(args.model):
         raise UserError("%s: no such checkpoint (`kvedge fetch` downloads stories260K)" % args.model)
-    from kvedge.model.checkpoint import read_config
+    from kvedge.model.header import read_config
     cfg, wd = read_config(args.model)  # the header checked, and the file's size against it
     if wd != "f32":
         raise UserError("%s: eval needs the f32 llama2.c checkpoint (int8 weights would blur the cache "

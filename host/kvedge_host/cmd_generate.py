@@ -104,7 +104,7 @@ def check_args(args, tok):
     """Every flag and both files checked on the host before anything runs (on a MicroPython port a bad value
     would otherwise surface as the port's own error, or not at all). Returns (ModelConfig, prompt bytes)."""
     from kvedge import budget as kvbudget
-    from kvedge.model.checkpoint import read_config
+    from kvedge.model.header import read_config
     from kvedge.model.llama import cache_config
     from kvedge.model.tokenizer import Tokenizer
     from . import validate
@@ -198,7 +198,7 @@ def _board_plan(args, tok, prompt, out):
     """The plan a run at --port takes when it is given none: `kvedge plan --board` from the profile's measured
     footprint (kvedge_host.planrun.plan_for, as `kvedge demo` plans), for the weights the checkpoint holds and
     the fastest pass that fits, written to `out`. Refused here, before anything is deployed, when nothing fits."""
-    from kvedge.model.checkpoint import read_config
+    from kvedge.model.header import read_config
     from . import boards, planrun
     name = args.board or "rp2040"
     prof = boards.load(name)
@@ -369,7 +369,7 @@ def _check_fits(call, board):
     adds them, 32-bit objects as on the board) against the budget the board will check: UserError when over."""
     from kvedge.errors import BudgetError
     from kvedge.model import llama
-    from kvedge.model.checkpoint import read_config
+    from kvedge.model.header import read_config
     from kvedge.model.pieces import FileTokenizer
     from kvedge.model.run import RUN_OVERHEAD
     if call["forward"] == "auto":

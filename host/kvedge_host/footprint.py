@@ -42,14 +42,15 @@ from .paths import BOARDS
 KINDS = account.KERNEL_KINDS  # asm: Thumb inline assembler, Arm chips only
 # the runner's modules in dependency order: each one's cost is its own (what it imports is already loaded)
 MODULES = ("kvedge.errors", "kvedge.sizes", "kvedge.config", "kvedge.quant", "kvedge.cache", "kvedge.floatatt",
-           "kvedge.model.checkpoint", "kvedge.model.pieces", "kvedge.model.sampler", "kvedge.model.llama",
+           "kvedge.model.header", "kvedge.model.pieces", "kvedge.model.sampler", "kvedge.model.llama",
            "kvedge.model.run")
+FLOAT_WEIGHTS = "kvedge.model.checkpoint"  # the float pass's weight loader (kvedge.model.run loads it for that pass)
 INTEGER_KINDS = kvkernels.FAST  # kernels with which an i8 cache takes kvedge.attention's integer path
 INT = account.INT_KEY  # the integer pass's figures: the same keys with the kind "int_asm", "int_viper"
 
 
-def modules_for(kind):
-    """The runner's modules with `kind` kernels and an i8 cache (the first run's): the integer attention path
+def _shared(kind):
+    """The modules every run of `kind` kernels and an i8 cache loads: the integer attention path
     (kvedge.attention) only with the kinds that run it (kvedge.model.llama.integer_path)."""
     if kind not in INTEGER_KINDS:
         return MODULES
@@ -57,10 +58,15 @@ def modules_for(kind):
     return MODULES[:i] + ("kvedge.attention",) + MODULES[i:]
 
 
+def modules_for(kind):
+    """The float pass's run with `kind` kernels (the first run's): the shared modules and its weight loader."""
+    return _shared(kind) + (FLOAT_WEIGHTS,)
+
+
 def int_modules(kind):
-    """The integer pass's run (kvedge.model.passes.FAST_KERNELS: where it is the fastest pass): the runner's
-    modules with `kind` kernels, then its q_* kernels and kvedge.model.intpath."""
-    return modules_for(kind) + ("kvedge.qkernels_" + kind, "kvedge.model.intpath")
+    """The integer pass's run (kvedge.model.passes.FAST_KERNELS: where it is the fastest pass): the shared
+    modules with `kind` kernels, then its q_* kernels and kvedge.model.intpath (never the float weight loader)."""
+    return _shared(kind) + ("kvedge.qkernels_" + kind, "kvedge.model.intpath")
 
 
 def runs(kinds):

@@ -426,7 +426,7 @@ def read_llama2c(path):
     """Header of a llama2.c .bin checkpoint (seven little-endian int32, then float32 weights) or of a
     `kvedge convert` int8 file, read and checked by the device's own reader (kvedge.model.checkpoint): the
     fields' ranges, and the file's size against the size the header implies, exactly."""
-    from kvedge.model.checkpoint import CheckpointError, read_config
+    from kvedge.model.header import CheckpointError, read_config
     try:
         cfg, dtype = read_config(path)
     except OSError as e:

@@ -33,7 +33,7 @@ PARTS = {
              ("core", "attention", "pool", "rules"), ("coldstore", "tiered", "tier", "kernels_vcold")),
     "model": ("the llama2.c-style model runner on the cache (checkpoints, forward passes, tokenizer, sampler, plans)",
               ("core", "kernels", "attention", "rules"),
-              ("model/bpe", "model/checkpoint", "model/convert", "model/convert4", "model/f32file", "model/int4rows",
+              ("model/bpe", "model/checkpoint", "model/convert", "model/convert4", "model/f32file", "model/header", "model/int4rows",
                "model/intpath", "model/llama", "model/pieces", "model/plandoc", "model/prefill", "model/romweights", "model/run", "model/runplan",
                "model/sampler", "model/streambytes", "model/tiny", "model/tokenizer", "model/ulabpath",
                "model/w4file")),

@@ -224,9 +224,9 @@ def finite_weights(path, cfg, dtype, chunk=1 << 20):
     group scales, which must also not be negative, and its norms) must be finite: a NaN or
     an infinity there is a damaged file, and it would only surface later as NaN text or a failed cache
     write. Read with numpy in chunks (memory stays small whatever the file's size). The header and the
-    file's length are checked before (kvedge.model.checkpoint.read_config)."""
+    file's length are checked before (kvedge.model.header.read_config)."""
     import numpy as np
-    from kvedge.model import checkpoint as ck
+    from kvedge.model import header as ck
     from kvedge import w4sizes
     from kvedge.model import w4file
     data = np.memmap(path, dtype=np.uint8, mode="r")

@@ -3,7 +3,7 @@ from array import array
 
 from _support import need, raises, under_heap_lock, Rng
 from kvedge import kernels
-from kvedge.model import checkpoint, sampler, tiny
+from kvedge.model import header, sampler, tiny
 from kvedge.model.tokenizer import Tokenizer, BOS
 
 
@@ -139,24 +139,24 @@ def test_greedy_and_seeded_sampling():
 
 
 def test_header_validation():
-    raises(checkpoint.CheckpointError, checkpoint.ModelConfig, 64, 172, 5, 7, 1, 512, 512)  # dim % heads
-    raises(checkpoint.CheckpointError, checkpoint.ModelConfig, 64, 172, 5, 8, 3, 512, 512)  # heads % kv
-    raises(checkpoint.CheckpointError, checkpoint.ModelConfig, 64, 172, 0, 8, 4, 512, 512)
-    raises(checkpoint.CheckpointError, checkpoint.parse_header, b"\x00" * 10)
-    c = checkpoint.ModelConfig(64, 172, 5, 8, 4, -512, 512)
+    raises(header.CheckpointError, header.ModelConfig, 64, 172, 5, 7, 1, 512, 512)  # dim % heads
+    raises(header.CheckpointError, header.ModelConfig, 64, 172, 5, 8, 3, 512, 512)  # heads % kv
+    raises(header.CheckpointError, header.ModelConfig, 64, 172, 0, 8, 4, 512, 512)
+    raises(header.CheckpointError, header.parse_header, b"\x00" * 10)
+    c = header.ModelConfig(64, 172, 5, 8, 4, -512, 512)
     assert not c.shared_classifier and c.vocab_size == 512 and c.kv_dim == 32
-    assert checkpoint.parse_header(c.header()).shared_classifier is False
+    assert header.parse_header(c.header()).shared_classifier is False
 
 
 def test_layouts_match_budget_formulas():
     from kvedge import budget
-    c = checkpoint.ModelConfig(64, 172, 5, 8, 4, 512, 512)
+    c = header.ModelConfig(64, 172, 5, 8, 4, 512, 512)
     p = c.params()
     # stories260K: 1,056,540 bytes = header + weights + the two legacy RoPE tables
-    assert checkpoint.f32_layout(c)["size"] == 1056540
-    assert checkpoint.f32_layout(c)["size"] == 28 + budget.weights_bytes(p, "f32") + 4 * 512 * 8
+    assert header.f32_layout(c)["size"] == 1056540
+    assert header.f32_layout(c)["size"] == 28 + budget.weights_bytes(p, "f32") + 4 * 512 * 8
     # int8 file: header + budget's int8 weights (codes + one f32 scale per row), codes padded to 4 bytes
-    lay = checkpoint.i8_layout(c)
+    lay = header.i8_layout(c)
     assert lay["size"] >= 36 + budget.weights_bytes(p, "i8")
     assert lay["size"] - 36 - budget.weights_bytes(p, "i8") < 4 * (1 + 7 * 5)
 
@@ -171,7 +171,7 @@ def test_weight_buffers_are_allocated_once_at_their_size():
         gc.disable()
         try:
             a0 = gc.mem_alloc()
-            a = checkpoint.alloc(tc, n)
+            a = header.alloc(tc, n)
             grown = gc.mem_alloc() - a0
         finally:
             gc.enable()

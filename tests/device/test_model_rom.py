@@ -10,7 +10,7 @@ _IMAGE = bytearray(12288)
 from _support import need  # noqa: E402
 from _model_support import RefAttention, skip, tmp_path  # noqa: E402
 from kvedge import compat, kernels  # noqa: E402
-from kvedge.model import checkpoint, romweights, tiny  # noqa: E402
+from kvedge.model import checkpoint, header, romweights, tiny  # noqa: E402
 from kvedge.model.llama import Llama  # noqa: E402
 
 _FILES = {}
@@ -126,12 +126,12 @@ def test_rom_weights_take_no_ram_per_row():
         del img
     p = cfg.params()
     # the norms (the "rom" account) and the Python object of each matrix (llama.object_bytes's 320 bytes)
-    assert held <= checkpoint.resident_bytes(cfg, "i8", "rom") + 320 * (7 * cfg.n_layers + 2) + 1024, held
+    assert held <= header.resident_bytes(cfg, "i8", "rom") + 320 * (7 * cfg.n_layers + 2) + 1024, held
     # streaming holds a chunk of rows and that chunk's scales (kvedge.model.streambytes) beside as many objects:
     # neither grows with the number of rows
     rows = p["matrix_rows"] + p["embedding_rows"]
-    assert streamed <= checkpoint.resident_bytes(cfg, "i8", True) + 320 * (7 * cfg.n_layers + 2) + 1024, streamed
-    assert checkpoint.resident_bytes(cfg, "i8", True) < 4 * p["norms"] + 4 * rows, (held, streamed)
+    assert streamed <= header.resident_bytes(cfg, "i8", True) + 320 * (7 * cfg.n_layers + 2) + 1024, streamed
+    assert header.resident_bytes(cfg, "i8", True) < 4 * p["norms"] + 4 * rows, (held, streamed)
 
 
 def test_unaligned_rom_file_falls_back_to_streaming():
@@ -151,5 +151,5 @@ def test_file_on_a_plain_filesystem_is_streamed():
     # not mapped (a littlefs/posix file): "rom" means streamed, and the plan counts what streaming holds
     m = _model(_i8(), "rom")
     assert m.w.stream is True
-    assert m.plan["weights"] == checkpoint.resident_bytes(m.cfg, "i8", True)
+    assert m.plan["weights"] == header.resident_bytes(m.cfg, "i8", True)
     m.close()

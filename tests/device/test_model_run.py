@@ -7,7 +7,7 @@ from _support import need, raises
 from _model_support import RefAttention, PlainForward, tiny_checkpoints, tmp_path, skip
 from kvedge import compat
 from kvedge.errors import BudgetError
-from kvedge.model import checkpoint
+from kvedge.model import checkpoint, header
 from kvedge.model.llama import Llama, plan, cache_config, object_bytes
 
 _PATHS = {}
@@ -79,13 +79,13 @@ def test_streamed_int8_weights_hold_one_norm_and_one_chunk():
     # 4 bytes a row: 14 KB for stories260K, more than the rest together; all the norms, 2.8 KB)
     from kvedge import budget
     from kvedge.model import streambytes
-    cfg, wd = checkpoint.read_config(_files()["i8"])
+    cfg, wd = header.read_config(_files()["i8"])
     w = checkpoint.Weights(_files()["i8"], stream=True)
     widest, narrowest = max(cfg.dim, cfg.hidden_dim), min(cfg.dim, cfg.hidden_dim)
     assert len(w.scratch) == streambytes.STREAM_ROWS * widest
     assert len(w.scales) == len(w.scratch) // narrowest
     assert len(w.nbuf) == cfg.dim and all(isinstance(o, int) for o in w.rms_att + w.rms_ffn + [w.rms_final])
-    assert checkpoint.resident_bytes(cfg, wd, stream=True) == 4 * len(w.nbuf) + len(w.scratch) + 4 * len(w.scales)
+    assert header.resident_bytes(cfg, wd, stream=True) == 4 * len(w.nbuf) + len(w.scratch) + 4 * len(w.scales)
     # each norm read when applied is the file's: the same values as the weights held in RAM
     held = checkpoint.Weights(_files()["i8"])
     for l in range(cfg.n_layers):
@@ -99,7 +99,7 @@ def test_streamed_int8_weights_hold_one_norm_and_one_chunk():
 
 
 def test_budget_refused_before_allocating():
-    cfg, wd = checkpoint.read_config(_files()["f32"])
+    cfg, wd = header.read_config(_files()["f32"])
     ccfg = cache_config(cfg, {"align": 0, "max_tokens": 16})
     p = plan(cfg, wd, ccfg, workspace=1000)
     assert p["total"] == p["weights"] + p["kv"] + p["activations"] + p["workspace"]
@@ -158,14 +158,14 @@ def test_bad_checkpoints_and_tokens_are_refused_precisely():
         head = src.read(4000)
     with open(bad, "wb") as out:
         out.write(head)  # a truncated file: the header promises more
-    e = raises(checkpoint.CheckpointError, Llama, bad, {"align": 0, "max_tokens": 4}, None, 0, False, 32,
+    e = raises(header.CheckpointError, Llama, bad, {"align": 0, "max_tokens": 4}, None, 0, False, 32,
                RefAttention)
     assert "the header needs" in str(e)
     with open(bad, "wb") as out:
         out.write(b"KVW8" + b"\x07\x00\x00\x00" + head[:28])
-    e = raises(checkpoint.CheckpointError, checkpoint.read_config, bad)
+    e = raises(header.CheckpointError, header.read_config, bad)
     assert "version 7" in str(e)
-    raises(checkpoint.CheckpointError, checkpoint.convert_to_i8, f["i8"], bad)
+    raises(header.CheckpointError, checkpoint.convert_to_i8, f["i8"], bad)
     del head, e
     gc.collect()  # the refusals' garbage gone before the model's buffers are allocated (a 215 KB heap)
     m = _model()

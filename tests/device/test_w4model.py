@@ -11,7 +11,7 @@ from _support import need, raises, under_heap_lock  # noqa: E402
 from _model_support import argmax, logit_gap, tmp_path  # noqa: E402
 from _w4model import KV, files as _files, model as _model  # noqa: E402
 from kvedge import kernels  # noqa: E402
-from kvedge.model import checkpoint  # noqa: E402
+from kvedge.model import header  # noqa: E402
 
 def _logits(m, tokens=TOKENS):
     out = []
@@ -28,12 +28,12 @@ def test_the_int4_file_is_its_formula_and_its_header():
     import os
     import _w4ref
     f = _files()
-    cfg, dtype = checkpoint.read_config(f["i4"])
+    cfg, dtype = header.read_config(f["i4"])
     assert dtype == "i4"
     ver, group, hdr = _w4ref.header(f["i4"])
     assert (ver, group) == (1, 32) and hdr[0] == 32 and hdr[1] == 72
     size = os.stat(f["i4"])[6]
-    assert size == checkpoint.file_bytes(cfg, "i4")
+    assert size == header.file_bytes(cfg, "i4")
     from kvedge.sizes import weights_bytes
     assert size == 40 + weights_bytes(cfg.params(), "i4")
     # by hand: per matrix rows * groups * (2 bytes of scale + 16 of codes), scales padded to 4; norms f32
@@ -101,7 +101,7 @@ def test_damaged_int4_files_are_refused_before_a_run():
             out.seek(at)
             out.write(bytes([byte]))
         gc.collect()
-        e = raises(checkpoint.CheckpointError, Llama, bad, KV, None, 0, stream, 8, None, "auto", None, "int")
+        e = raises(header.CheckpointError, Llama, bad, KV, None, 0, stream, 8, None, "auto", None, "int")
         return str(e)
 
     with open(f["i4"], "rb") as src:

@@ -8,7 +8,7 @@ import struct
 import numpy as np
 import pytest
 
-from kvedge.model import checkpoint, tiny
+from kvedge.model import header, tiny
 from kvedge.model.convert4 import convert_to_i4
 from kvedge.quant import f16_bits
 from kvedge_host.readers.write import convert_i4_numpy
@@ -37,7 +37,7 @@ def test_numpy_and_device_converters_write_the_same_bytes(tmp_path, shape, share
     n = convert_to_i4(src, a)[1]
     assert convert_i4_numpy(src, b) == n
     da, db = open(a, "rb").read(), open(b, "rb").read()
-    assert len(da) == n and checkpoint.read_config(b)[1] == "i4"
+    assert len(da) == n and header.read_config(b)[1] == "i4"
     if da != db:
         i = next(i for i in range(len(da)) if da[i] != db[i])
         pytest.fail("first differing byte at %d of %d: %r vs %r" % (i, n, da[i:i + 8], db[i:i + 8]))
@@ -50,7 +50,7 @@ def test_a_non_finite_weight_is_refused_by_both(tmp_path):
         f.seek(28 + 4 * 40)
         f.write(struct.pack("<f", float("inf")))
     for conv in (lambda o: convert_to_i4(src, o), lambda o: convert_i4_numpy(src, o)):
-        with pytest.raises(checkpoint.CheckpointError, match="not finite"):
+        with pytest.raises(header.CheckpointError, match="not finite"):
             conv(str(tmp_path / "out.bin"))
 
 

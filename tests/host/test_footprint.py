@@ -85,6 +85,9 @@ def test_the_integer_pass_is_measured_with_the_kinds_it_is_fastest_on_and_planne
     mods = dict((n, m) for n, _, _, m in runs)
     assert mods["int_asm"][-2:] == ("kvedge.qkernels_asm", "kvedge.model.intpath")
     assert "kvedge.model.intpath" not in mods["asm"] and "kvedge.attention" in mods["asm"]
+    # the float pass's weight loader only where the float pass runs (the integer pass reads the file's header)
+    assert "kvedge.model.checkpoint" in mods["asm"] and "kvedge.model.checkpoint" not in mods["int_asm"]
+    assert "kvedge.model.header" in mods["int_asm"]
     assert footprint.runs(("plain",)) == [("plain", "plain", "float", footprint.modules_for("plain"))]
     # an int run's lines become int_ figures beside the float pass's, each with its own code and loop
     res = _res()

@@ -29,7 +29,7 @@ def stories(tmp_path):
     return mf.write_llama2c(str(tmp_path / "stories.bin"))
 
 
-class _Shape:  # stories260K's header, as kvedge.model.checkpoint.ModelConfig holds it
+class _Shape:  # stories260K's header, as kvedge.model.header.ModelConfig holds it
     dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, head_dim, kv_dim = 64, 172, 5, 8, 4, 512, 8, 32
     shared_classifier = True
 

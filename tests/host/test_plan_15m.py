@@ -40,7 +40,7 @@ def test_an_int4_plan_counts_the_int4_rows_buffers_not_the_int8_row_words():
     prompt chunk's buffers (a plan once counted int8's, and the board peaked at 82 % of it)."""
     from kvedge import budget
     from kvedge.model import int4rows, intpath, prefill
-    from kvedge.model.checkpoint import ModelConfig
+    from kvedge.model.header import ModelConfig
     p = kvedge("plan", "--preset", "stories15m", "--board", "esp32s3-n16r8", "--context", "256", "--weights-dtype",
                "i4", "--json")
     assert p.returncode == 0, p.stderr

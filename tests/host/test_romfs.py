@@ -56,7 +56,7 @@ def test_image_files_read_back_in_place_and_aligned(tmp_path):
 def test_plan_places_rom_weights_in_flash_and_counts_one_row(tmp_path):
     model = write_tiny(str(tmp_path))[0]
     from kvedge.model import streambytes
-    from kvedge.model.checkpoint import read_config
+    from kvedge.model.header import read_config
     from kvedge_host import account, models
     cfg, _ = read_config(model)
     spec = models.load(model)

@@ -4,7 +4,7 @@
 from array import array
 import struct
 
-from kvedge.model.checkpoint import (CheckpointError, MAGIC_I8, VERSION_I8, _pad4, alloc, f32_layout, i8_layout,
+from kvedge.model.header import (CheckpointError, MAGIC_I8, VERSION_I8, _pad4, alloc, f32_layout, i8_layout,
                                      read_config)
 
 

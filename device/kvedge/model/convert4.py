@@ -4,7 +4,7 @@
 from array import array
 import struct
 
-from kvedge.model.checkpoint import CheckpointError, alloc, read_config
+from kvedge.model.header import CheckpointError, alloc, read_config
 from kvedge.model.convert import _convert
 from kvedge.model import w4file
 from kvedge.w4sizes import GROUP as W4_GROUP, groups as i4_groups, scale_bytes as i4_scale_bytes

@@ -1,6 +1,7 @@
 # llama2.c's own checkpoints (float32 weights): their layout and matrices. kvedge.model.checkpoint loads this
 # module only for such a file: a board runs kvedge's int8 file, and its heap should not hold code for the other.
-from kvedge.model.checkpoint import HEADER_BYTES, _FileMatrix
+from kvedge.model.header import HEADER_BYTES
+from kvedge.model.checkpoint import _FileMatrix
 
 
 def layout(cfg):

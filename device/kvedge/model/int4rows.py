@@ -5,7 +5,7 @@
 # weights does not compile it (intpath's Weights imports it for an int4 file).
 from kvedge.compat import zeros
 from kvedge.layout import VMAX, P_WO, P_ROWS, P_COLS, P_XM, P_OS, P_ADD, P_RO, P_HDR, P4_SO, P4_EG, P4_HDR
-from kvedge.model.checkpoint import CheckpointError
+from kvedge.model.header import CheckpointError
 from kvedge.model import intpath
 from kvedge.model.intpath import _collect, _read
 from kvedge.w4sizes import scale_bytes as i4_scale_bytes, matrix_bytes as i4_matrix_bytes
@@ -125,7 +125,7 @@ class Weights(intpath.Weights):
     the file holds them, in RAM, read in place where the file is mapped (stream "rom", ROMFS), else streamed."""
 
     def __init__(self, path, stream=False, chunk_bytes=0):
-        from kvedge.model.checkpoint import read_config, file_size, alloc
+        from kvedge.model.header import read_config, file_size, alloc
         cfg, dtype = read_config(path)
         if dtype != "i4":
             raise CheckpointError("%s: %s weights, not int4 (kvedge convert --weights-dtype i4)" % (path, dtype))

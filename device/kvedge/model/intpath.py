@@ -28,7 +28,7 @@ import math
 from array import array
 
 from kvedge.compat import zeros, IS_MICROPYTHON, micropython
-from kvedge.model.checkpoint import i8_layout, file_size, CheckpointError, alloc
+from kvedge.model.header import i8_layout, file_size, CheckpointError, alloc
 from kvedge import kernels
 
 from kvedge.layout import P_WO, P_ROWS, P_COLS, P_XM, P_OS, P_ADD, P_RO, P_HDR, S_WORDS
@@ -315,7 +315,7 @@ class Weights:
     kvedge.model.int4rows.Weights.)"""
 
     def __init__(self, path, stream=False, chunk_bytes=0):
-        from kvedge.model.checkpoint import read_config
+        from kvedge.model.header import read_config
         cfg, dtype = read_config(path)
         if dtype != "i8":
             raise CheckpointError("%s: the integer forward pass needs int8 weights (kvedge convert)" % path)

@@ -18,7 +18,7 @@ from kvedge import kernels
 from kvedge.cache import KVCache
 from kvedge.config import CacheConfig
 from kvedge.errors import BudgetError
-from kvedge.model.checkpoint import Weights, read_config, resident_bytes, weights_place, zeros
+from kvedge.model.header import read_config, resident_bytes, weights_place, zeros
 
 BOS = 1
 COLD_PATH = "kv_cold"  # a tiered cache's files (COLD_PATH.*) in the current folder, unless the caller names others
@@ -254,7 +254,11 @@ class Llama:
         if alt is None:
             self._buffers(cfg, wdtype, stream)
             gc.collect()
-        self.w = alt.Weights(path, stream) if alt is not None else Weights(path, stream)
+        if alt is None:  # the float pass's loader: the other passes bring their own and never load it
+            from kvedge.model.checkpoint import Weights
+            self.w = Weights(path, stream)
+        else:
+            self.w = alt.Weights(path, stream)
         gc.collect()
         self.policy = policy(self.cache) if policy is not None else None
         self.scores = self.policy.scores if self.policy is not None else None

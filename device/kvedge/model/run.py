@@ -45,7 +45,7 @@ def _writer():
 # imports leaves (measured on a 32-bit board: 16 KB of holes after a burst, under 1 KB this way), and nothing
 # is loaded late, when the heap is full.
 _MODULES = ("kvedge.compat", "kvedge.errors", "kvedge.sizes", "kvedge.config", "kvedge.quant", "kvedge.cache", None,
-            "kvedge.floatatt", "kvedge.model.checkpoint", "kvedge.model.pieces", "kvedge.model.sampler",
+            "kvedge.floatatt", "kvedge.model.header", "kvedge.model.pieces", "kvedge.model.sampler",
             "kvedge.model.llama")
 
 
@@ -68,7 +68,7 @@ def _load(kernel, h2o, stats, encode=False, kv=None, forward="auto", model=None,
     if forward == "auto":
         cfg, wdtype = llama.read_config(model)
         forward = llama.resolve_forward(forward, wdtype, llama.cache_config(cfg, kv), tier, stream, h2o > 0)
-    later = ()
+    later = ("kvedge.model.checkpoint",) if forward == "float" else ()  # the float pass's weight loader
     if forward != "float" or llama.integer_path(kv, int_attention) or tier is not None:
         later += ("kvedge.attention",)
     if forward != "float":
@@ -126,7 +126,7 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
     from kvedge.model.llama import Llama, check, generate, integer_path
     from kvedge.model.sampler import Sampler
     from kvedge.model.pieces import BOS, FileTokenizer
-    from kvedge.model.checkpoint import read_config
+    from kvedge.model.header import read_config
     if h2o:
         from kvedge.evict import H2O
     if stats_ms > 0:

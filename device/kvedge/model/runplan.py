@@ -12,7 +12,7 @@ _STREAM = {"heap": False, "flash": True, "rom": "rom"}
 # until plans named theirs; run with "auto", such a plan took the integer pass's larger buffers and ran out of heap
 # on the emulated rp2040 (MemoryError in intpath's set-up). A plan's "forward" says otherwise.
 UNNAMED = "float"
-_WDTYPES = ("f32", "i8")  # what a checkpoint file holds (kvedge.model.checkpoint.read_config)
+_WDTYPES = ("f32", "i8")  # what a checkpoint file holds (kvedge.model.header.read_config)
 
 
 def plan_args(doc, model=None, tokenizer=None, heap=None):
@@ -46,7 +46,7 @@ def plan_args(doc, model=None, tokenizer=None, heap=None):
     if model is not None:
         from kvedge.errors import PlanError
         from kvedge.model import llama
-        from kvedge.model.checkpoint import read_config, weights_place
+        from kvedge.model.header import read_config, weights_place
         from kvedge.model.tokenizer import Tokenizer
         cfg, wdtype = read_config(model)
         for k, v in zip(_SHAPE, (cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim)):

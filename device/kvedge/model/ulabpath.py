@@ -20,7 +20,7 @@ try:
 except ImportError:  # a host planning a ulab run: the formulas below still import; check() refuses a run
     np = None
 
-from kvedge.model.checkpoint import i8_layout, read_config, file_size, CheckpointError
+from kvedge.model.header import i8_layout, read_config, file_size, CheckpointError
 from kvedge.quant import i8_scale_bits, f16_value
 
 LN2 = 0.6931471805599453

@@ -1,8 +1,8 @@
 # kvedge's int4 weights file, stated once: its layout and its header (its sizes: kvedge.w4sizes). Kept out of
 # kvedge.model.checkpoint (which every run imports): a board running f32 or int8 weights does not compile it.
 #
-#   "KVW4", version, group size (GROUP), llama2.c's 28-byte header (kvedge.model.checkpoint.parse_header);
-#   then, in llama2.c's tensor order (checkpoint.i8_layout), each matrix [rows, cols] as
+#   "KVW4", version, group size (GROUP), llama2.c's 28-byte header (kvedge.model.header.parse_header);
+#   then, in llama2.c's tensor order (header.i8_layout), each matrix [rows, cols] as
 #     rows * G f16 scales (G = ceil(cols / GROUP) groups a row, row-major), zero padding to 4 bytes,
 #     rows * G * GROUP / 2 bytes of codes: two's complement nibbles, column 2i of a group in the low nibble of its
 #     byte i and 2i+1 in the high one; a row's last group padded with zero codes;
@@ -19,7 +19,7 @@ HEADER_BYTES = 4 + 4 + 4 + 28  # magic, version, group size, llama2.c's header
 
 
 def file_bytes(cfg):
-    """The exact length of an int4 file with this header (kvedge.model.checkpoint.file_bytes)."""
+    """The exact length of an int4 file with this header (kvedge.model.header.file_bytes)."""
     p = cfg.params()
     return HEADER_BYTES + body_bytes(p) + 4 * p["norms"]
 
@@ -27,14 +27,14 @@ def file_bytes(cfg):
 def layout(cfg):
     """Byte offsets in an int4 file; a matrix offset points at its f16 group scales (its codes follow, at the
     offset plus scale_bytes(rows, cols))."""
-    from kvedge.model.checkpoint import i8_layout
+    from kvedge.model.header import i8_layout
     return i8_layout(cfg, HEADER_BYTES, matrix_bytes)
 
 
 def header(path):
     """llama2.c's 28 header bytes of an int4 file, after its version and group size are checked
     (CheckpointError: a file this runner does not read)."""
-    from kvedge.model.checkpoint import CheckpointError
+    from kvedge.model.header import CheckpointError
     with open(path, "rb") as f:
         head = f.read(HEADER_BYTES)
     if len(head) < 12:

@@ -51,7 +51,7 @@ def _main(kind, modules, optional, late, model, tokenizer, steps, h2o, max_token
             b = _a()
             print('KVFP optional %s %d' % (name, b - a))
             a = b
-    from kvedge.model import run, llama, checkpoint
+    from kvedge.model import run, llama, header
     from kvedge.model.pieces import FileTokenizer as Tokenizer
     kv = {'dtype': 'i8', 'max_tokens': max_tokens, 'align': 0}
     r = run.main(model, tokenizer, steps=steps, kv=kv, stream=True, h2o=h2o, stats_ms=1, peak=True, kernel=kind,
@@ -95,7 +95,7 @@ def _main(kind, modules, optional, late, model, tokenizer, steps, h2o, max_token
     print('KVFP file %d' % (b - a))
     f.close()
     t = c = f = None
-    cfg, wd = checkpoint.read_config(model)
+    cfg, wd = header.read_config(model)
     ccfg = llama.cache_config(cfg, kv)
     p = llama.plan(cfg, wd, ccfg, True, 32, 8 * ccfg.slots + 256, forward, integer=llama.integer_path(kv))
     print('KVFP run %d %d %d %d' % (r['heap_peak'], p['total'], Tokenizer.nbytes(tokenizer, cfg.vocab_size, False),

@@ -1,7 +1,7 @@
 """Readers of the model files users have, for `kvedge convert`: a Hugging Face Llama folder (config.json and
 safetensors, single or sharded), a GGUF file of the llama architecture, and llama2.c checkpoints (v0 and
 export.py's "ak42" versions 1 and 2). Each gives a Source: the model's llama2.c header (the device's
-kvedge.model.checkpoint.ModelConfig) and its tensors in llama2.c's order and layout (q and k rows in the
+kvedge.model.header.ModelConfig) and its tensors in llama2.c's order and layout (q and k rows in the
 interleaved RoPE order the device rotates), checked before anything is written; kvedge_host.readers.write puts
 them in the device's files. Tokenizers: kvedge_host.readers.vocab.
 
@@ -73,7 +73,7 @@ class Source:
 def model_config(path, dim, hidden, layers, heads, kv_heads, vocab, context, shared):
     """The device's ModelConfig (its checks: ranges, dim a multiple of heads, even head_dim), errors naming
     the file."""
-    from kvedge.model.checkpoint import CheckpointError, ModelConfig
+    from kvedge.model.header import CheckpointError, ModelConfig
     try:
         return ModelConfig(dim, hidden, layers, heads, kv_heads, vocab if shared else -vocab, context)
     except CheckpointError as e:

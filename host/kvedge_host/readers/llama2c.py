@@ -22,7 +22,7 @@ def open_llama2c(path):
         head = f.read(HEAD)
     if len(head) >= 8 and struct.unpack("<I", head[:4])[0] == MAGIC:
         return AK42Source(path, head)
-    from kvedge.model.checkpoint import MAGIC_I8
+    from kvedge.model.header import MAGIC_I8
     if head[:4] == MAGIC_I8:
         raise ModelError("%s: already a kvedge int8 file" % path)
     return V0Source(path)
@@ -33,7 +33,7 @@ class V0Source(Source):
 
     def __init__(self, path):
         Source.__init__(self, path)
-        from kvedge.model.checkpoint import CheckpointError, read_config
+        from kvedge.model.header import CheckpointError, read_config
         from kvedge.model.f32file import layout
         try:
             self.cfg, _ = read_config(path)  # the header's ranges and the file's exact length

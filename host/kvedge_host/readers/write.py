@@ -55,7 +55,7 @@ def convert_i4_numpy(path, out):
     import struct
     from kvedge import w4sizes
     from kvedge.model import convert4, w4file
-    from kvedge.model.checkpoint import CheckpointError, alloc, read_config
+    from kvedge.model.header import CheckpointError, alloc, read_config
     from kvedge.model.convert import _convert
     from kvedge.quant import F16_MAX
     cfg, dtype = read_config(path)
