@@ -23,7 +23,8 @@
 # verified: the store is reopened whole, or refused with ColdStoreError naming the first bad part.
 import struct
 
-from .budget import CACHE_DTYPES, TIER_HEADER_BYTES, TIER_TAG_BYTES
+from .sizes import CACHE_DTYPES
+from .tiersizes import TIER_HEADER_BYTES, TIER_TAG_BYTES
 from .compat import IS_MICROPYTHON, zeros
 from .errors import ColdStoreError
 

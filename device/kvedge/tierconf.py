@@ -58,7 +58,7 @@ def check_run(tier, forward="float", policy=False):
 def ram_bytes(ccfg, tier):
     """kvedge.budget.tiered_bytes of the tiered cache a plan's `tier` (block, cold_dtype, cold_blocks, cold_align)
     builds around the ring `ccfg`: what TieredCache.ram_bytes() will be ("ram"), and its flash."""
-    from kvedge.budget import tiered_bytes
+    from kvedge.tiersizes import tiered_bytes
     return tiered_bytes(ccfg.layers, ccfg.heads, ccfg.kv_heads, ccfg.head_dim, ccfg.window, ccfg.sinks,
                         tier["block"], tier["cold_blocks"], ccfg.dtype, tier["cold_dtype"], ccfg.align,
                         tier.get("cold_align", 0), ccfg.group, ccfg.prefix == ccfg.sinks and ccfg.sinks > 0)

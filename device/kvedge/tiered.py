@@ -21,7 +21,8 @@
 # right after the last committed block; tokens that were only in the ring must be fed again if they matter.
 from . import check
 from .attention import Attention
-from .budget import F32, F16, I8, I4, LOWBIT, CACHE_DTYPES, tiered_bytes
+from .sizes import F32, F16, I8, I4, LOWBIT, CACHE_DTYPES
+from .tiersizes import tiered_bytes
 from .cache import KVCache, POS_LIMIT
 from .coldstore import ColdStore
 from .compat import float_array, zeros

@@ -13,7 +13,7 @@ from .paths import DEVICE
 PARTS = {
     "core": ("exact memory formulas, cache configuration, the KV cache in one arena (f32/f16/i8/i4/i2, window, "
              "sinks, prefix, KIVI's residual)", (),
-             ("__init__", "errors", "sizes", "config", "compat", "check", "quant", "budget", "cache", "q8writes", "kivi",
+             ("__init__", "errors", "sizes", "config", "compat", "check", "quant", "budget", "tiersizes", "cache", "q8writes", "kivi",
               "w4sizes")),
     "kernels": ("the kernel selector and the plain, native and viper kernels", ("core",),
                 ("kernels", "kernels_plain", "kernels_native", "kernels_viper", "kernels_vhead", "layout",
