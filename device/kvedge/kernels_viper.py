@@ -24,8 +24,10 @@ def dot_i8(a, ia: int, b, ib: int, n: int) -> int:
 
 
 # ---- matrix-vector products of the model (mv_*) ----
-# Float kernels come from the native module (viper has no float pointers); the int8 one is viper.
-from kvedge.kernels_native import mv_f32, mv_scale, mv_quant, mv_rmsnorm, mv_swiglu, mv_add  # noqa: E402,F401
+# The float kernels (mv_f32, mv_scale, mv_quant, mv_rmsnorm, mv_swiglu, mv_add; att_conv_f32 below) are the
+# native ones of kvedge.fkernels_native (viper has no float pointers), loaded the first time one is called
+# (the stubs at the end): the integer pass never calls them, and on the rp2040 their ~6 KB of code is the cache's.
+# The int8 one is viper.
 
 
 @micropython.viper
@@ -326,8 +328,7 @@ def att_fill_i8(slots, tile, geo) -> int:
     return nt
 
 
-# f32 rows (the prefix, i4's residual) are few: the native conversion serves here.
-from kvedge.kernels_native import att_conv_f32, att_bind  # noqa: E402,F401 (att_bind: att_conv_f32's indexes)
+# f32 rows (the prefix, i4's residual) are few: the native conversion (att_conv_f32, loaded on first use) serves.
 
 
 @micropython.viper
@@ -471,3 +472,60 @@ def att_preload(mod):
     mod.att_step_i8 = vh.att_step_i8
     mod.att_rows_i8 = vh.att_rows_i8
     return vh
+
+
+# ---- the float kernels: stubs that load kvedge.fkernels_native and put its kernels in their place ----
+FLOAT = ("mv_f32", "mv_scale", "mv_quant", "mv_rmsnorm", "mv_swiglu", "mv_add", "att_conv_f32")
+
+
+def load_floats():
+    """kvedge.fkernels_native, its float kernels put in place of the stubs below, in this module and in the asm
+    kind's (the first call of a stub: the float pass's first token, the integer attention's first f32 row),
+    bound to the tile's indexes when kvedge.layout is loaded (a float-only run never loads it)."""
+    import sys
+    fk = __import__("kvedge.fkernels_native").fkernels_native
+    if "kvedge.layout" in sys.modules:
+        fk.att_bind()
+    for name in ("kvedge.kernels_viper", "kvedge.kernels_asm"):
+        m = sys.modules.get(name)
+        if m is not None:
+            for n in FLOAT:
+                setattr(m, n, getattr(fk, n))
+    return fk
+
+
+def att_bind():
+    """(kvedge.kernels.bind_att) the float kernels' tile indexes, if they are loaded (load_floats binds them when
+    they load later)."""
+    import sys
+    fk = sys.modules.get("kvedge.fkernels_native")
+    if fk is not None:
+        fk.att_bind()
+
+
+def mv_f32(w, wo, x, out, oo, rows, cols):
+    return load_floats().mv_f32(w, wo, x, out, oo, rows, cols)
+
+
+def mv_scale(acc, scales, so, xs, out, oo, rows):
+    return load_floats().mv_scale(acc, scales, so, xs, out, oo, rows)
+
+
+def mv_quant(x, n, q):
+    return load_floats().mv_quant(x, n, q)
+
+
+def mv_rmsnorm(out, x, w, n):
+    return load_floats().mv_rmsnorm(out, x, w, n)
+
+
+def mv_swiglu(h, g, n):
+    return load_floats().mv_swiglu(h, g, n)
+
+
+def mv_add(x, y, n):
+    return load_floats().mv_add(x, y, n)
+
+
+def att_conv_f32(arena, tile, scratch, conv):
+    return load_floats().att_conv_f32(arena, tile, scratch, conv)

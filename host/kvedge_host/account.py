@@ -215,6 +215,14 @@ def int_measured(prof):
     return [k for k in KERNEL_KINDS if "runtime_" + footprint_key(k, "int") in fp]
 
 
+def loads_floats(kv, forward):
+    """Whether a run of this pass on a cache of these plan fields loads the float kernels the viper and asm kinds
+    take on their first call (kvedge.kernels_viper's stubs, kvedge.fkernels_native): the float pass (mv_*), or f32
+    rows the integer attention converts (att_conv_f32: a prefix, KIVI's residual of an i4/i2 cache). The float
+    pass's measured footprint holds them; the integer pass's does not (footprint floats_int_*)."""
+    return forward == "float" or bool(kv.get("prefix")) or kv.get("dtype") in ("i4", "i2")
+
+
 class Runtime:
     """What kvedge's runner takes of a board's heap with one kernel kind, from the profile's measured footprint:
     the usable heap (the GC span less its tables), the heap taken before kvedge runs (boot), the runner's code and
@@ -241,6 +249,8 @@ class Runtime:
         self.telemetry = fp.get("telemetry_bytes", 0)
         self.evict = fp.get("evict_bytes", 0)
         self.tiered = fp.get("tiered_" + key)  # None: not measured (or does not fit): no tiered plan counted on it
+        # the float kernels the viper and asm kinds load on first use: the integer pass loads them for f32 rows
+        self.floats = fp.get("floats_" + key, 0)
         self.encode = fp.get("encode_bytes", 0)  # kvedge.model.bpe, loaded by a run with a prompt
         self.loop = fp.get("loop_" + key, 0)
         self.file = fp.get("file_bytes", 0)  # one open file (the filesystem's buffers)

@@ -78,11 +78,12 @@ def runs(kinds):
 
 # what only some runs load: H2O eviction, the stats stream, encoding a prompt
 OPTIONAL = {"evict": "kvedge.evict", "telemetry": "kvedge.telemetry", "encode": "kvedge.model.bpe",
-            "tiered": "kvedge.tiered", "fold": "kvedge.kernels_vcold"}
+            "tiered": "kvedge.tiered", "fold": "kvedge.kernels_vcold", "floats": "kvedge.fkernels_native"}
 # imported after the first run (less heap at the run's peak): the encoder, the tier and its fold (viper: skipped
-# where it does not compile); the tiered cache's modules may not fit a small board beside the runner: then they
-# get no figure, and the planner offers no tiered plan there
-LATE = ("kvedge.model.bpe", "kvedge.tiered", "kvedge.kernels_vcold")
+# where it does not compile), the float kernels the viper and asm kinds load on first use (an integer-pass run
+# loads them for a cache with f32 rows: a prefix, KIVI's residual); the tiered cache's modules may not fit a small
+# board beside the runner: then they get no figure, and the planner offers no tiered plan there
+LATE = ("kvedge.model.bpe", "kvedge.tiered", "kvedge.kernels_vcold", "kvedge.fkernels_native")
 TINY = {"steps": 12, "h2o": 12, "max_tokens": 16}  # the first run: every path of a generation, a few tokens
 MODEL, TOKENIZER = "fp_tiny.bin", "fp_tok.bin"
 
@@ -329,7 +330,7 @@ def figures(res):
     fp = {"heap_image": res["heap_image"], "heap_usable": first["usable"], "boot_bytes": first["boot"],
           "largest_bytes": res["largest"]}
     for name, mod in OPTIONAL.items():
-        if name in ("tiered", "fold"):
+        if name in ("tiered", "fold", "floats"):
             continue  # per kernel kind below: with the asm/viper kinds kvedge.attention is already loaded
         got = [r["optional"][mod] + (r.get("telemetry_state", 0) + r.get("telemetry_line", 0)
                                      if name == "telemetry" else 0)
@@ -348,6 +349,8 @@ def figures(res):
             # the integer pass's tier also loads its cold blocks' fold (TieredCache.load_fold: kernels_vcold)
             fold = r["optional"].get(OPTIONAL["fold"], 0) if kind.startswith(INT) else 0
             fp["tiered_" + kind] = r["optional"][OPTIONAL["tiered"]] + fold
+        if kind.startswith(INT) and OPTIONAL["floats"] in r["optional"]:
+            fp["floats_" + kind] = r["optional"][OPTIONAL["floats"]]
     return fp
 
 
@@ -378,6 +381,8 @@ def _what(key):
                            "generation on that pass leaves behind" % kind,
                 "tiered": "importing kvedge.tiered and kvedge.kernels_vcold (its cold blocks' fold) after the runner's "
                           "modules and a first run of the integer pass with %s kernels" % kind,
+                "floats": "importing kvedge.fkernels_native (the float kernels %s kernels load on first use: the "
+                          "integer pass for a cache with f32 rows) after a first run of the integer pass" % kind,
                 "loop": "the integer pass's generation loop peak heap (%s kernels) beyond its formula-sized parts"
                         % kind}[part]
     return {"runtime": "the runner's modules as .mpy with %s kernels (kvedge.kernels.select('%s')), each imported "

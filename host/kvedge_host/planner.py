@@ -156,6 +156,8 @@ class Planner:
         if self.rt is None:
             return 0
         n = account.runner_objects(self.shape, cfg, self.word(), self.tile, self.rt.kind) * self.batch
+        if account.loads_floats({"prefix": cfg.prefix, "dtype": cfg.dtype}, self.rt.forward):
+            n += self.rt.floats  # (0 on the float pass: its measured code holds them)
         if cold is not None:
             n += (self.rt.tiered or 0) + TIERED_FILES * self.rt.file + TIERED_LOOP_BYTES
             if cold == budget.I4:
@@ -739,6 +741,7 @@ def runtime_info(rt, prof, tokenizer):
             "usable_heap": rt.usable, "boot_bytes": rt.boot, "code_bytes": rt.code,
             "telemetry_bytes": rt.telemetry, "evict_bytes": rt.evict, "encode_bytes": rt.encode, "loop_bytes": rt.loop,
             "file_bytes": rt.file, "tiered_bytes": (rt.tiered or 0) + TIERED_FILES * rt.file + TIERED_LOOP_BYTES,
+            "floats_bytes": rt.floats,
             "largest_block_bytes": rt.largest, "margin_bytes": rt.margin, "stats": rt.telemetry > 0,
             "tokenizer_bytes": tokenizer[0],
             "tokenizer": tokenizer[1], "prompt": tokenizer[2], "command": src.get("command"),

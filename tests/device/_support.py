@@ -187,6 +187,17 @@ def tmp_path(name):
     raise OSError("no writable folder for " + name)
 
 
+def preload_floats():
+    """Load the float kernels the viper and asm kinds take on first use (kvedge.fkernels_native) now, on a collected
+    heap, as kvedge.model.run does for a run that needs them: a test file that calls them reaches them early."""
+    import gc
+    from kvedge import kernels
+    load = getattr(kernels.get(), "load_floats", None)
+    if load is not None:
+        load()
+    gc.collect()
+
+
 def preload_kernels(kinds, fold=False):
     """Load each kernel kind's integer-pass kernels (and the attention kernels it loads beside them) now, on a
     collected heap: the model tests switch kinds later, when a board-sized heap has no large block left. fold: also

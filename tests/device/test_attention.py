@@ -6,8 +6,9 @@ from kvedge.compat import zeros
 from kvedge.attention import Attention, quantize_query
 from kvedge.cache import KVCache
 from kvedge.config import CacheConfig
-from _support import raises, message
+from _support import raises, message, preload_floats
 from _attref import CASES, reference, rel_err, cosine, _case, _int_step
+preload_floats()  # f32 rows' conversion (att_conv_f32): loaded early, not mid-file in a fragmented heap
 
 
 def _float_case(dtype, case, seed):

@@ -78,6 +78,8 @@ def recompute_total(doc, weights_dtype="i8", board="rp2350", runtime=None):
         files += fp["tiered_" + key] + 3 * fp["file_bytes"] + 2560
         if doc["tier"]["cold_dtype"] == "i4":  # and a block re-quantized into i4 on its way to flash (measured)
             files += 6144
+    if intpass and (cfg.prefix or cfg.dtype in ("i4", "i2")):  # f32 rows: the float kernels viper and asm load
+        files += fp.get("floats_" + key, 0)
     return cfg, (w + cfg.nbytes() + scores + act + runtime + runner + rt["tokenizer_bytes"] + files
                  + (fp["evict_bytes"] + 256 if h2o else 0))
 
