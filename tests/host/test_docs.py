@@ -122,6 +122,10 @@ SMALLER = {
         ("kvedge eval --samples 1 --seed 1 --tokens 32 --window 16 --long --contexts 1 --texts sampled --only "
          "\"sinks 4 + window\"", "8 texts and a 3-context stream take many minutes (2 contexts of one strategy: "
          "40 s); one text, one context, one strategy"),
+    ".venv/bin/python tools/bench_parts.py --runtime m3":
+        (".venv/bin/python tools/bench_parts.py --runtime m3 --context 8 --tokens 1",
+         "a short context and one timed step: the parts' wrappers and the board run, in seconds (the tool once "
+         "staged the weights under a name the board did not read, and nothing ran it)"),
     ".venv/bin/python tools/bench_tiered.py --runtime m3 --blocks 0,2,4,8 --float --save":
         (".venv/bin/python tools/bench_tiered.py --runtime m3 --blocks 2 --reps 1",
          "one point, the integer path only (16 s with 0,2); --save would rewrite host/kvedge_host/tiered_cost.py"),
@@ -202,6 +206,8 @@ NOT_RUN = {
         "a benchmark (figures in docs/benchmarks.md): tests/host/test_dsp_kernels.py runs the "
         "DSP kernels' tests on the emulated Cortex-M7 and M55",
     ".venv/bin/python tools/bench_forward.py --runtime m3 --macs --kernels asm --forward auto":
+        "a benchmark (figures in docs/benchmarks.md), as the line above",
+    ".venv/bin/python tools/bench_forward.py --runtime m3 --macs --kernels asm viper --forward auto":
         "a benchmark (figures in docs/benchmarks.md), as the line above",
     ".venv/bin/python tools/bench_forward.py --runtime m55 --rom --macs --kernels asm --forward auto":
         "a benchmark (figures in docs/benchmarks.md), as the line above",
@@ -440,7 +446,7 @@ def _env(extra=(), scratch=None):
     return env
 
 
-MODEL_USERS = ("kvedge generate", "kvedge eval", "tools/bench_model.py", "tools/bench_rom.py",
+MODEL_USERS = ("kvedge generate", "kvedge eval", "tools/bench_model.py", "tools/bench_rom.py", "tools/bench_parts.py",
                "tools/bench_forward.py", "tools/bench_tiered.py")  # stories260K by default
 
 
