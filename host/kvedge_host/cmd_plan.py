@@ -42,7 +42,8 @@ def add_arguments(p):
                    help="the run encodes no prompt (generation from BOS): the tokenizer's sorted ids are not counted")
     p.add_argument("--margin", type=int, metavar="BYTES",
                    help="heap kept free beyond the plan (default with a measured footprint: the larger of 3%% of "
-                        "the usable heap and 5,120 bytes; see kvedge_host.account)")
+                        "the usable heap and 5,120 bytes, less the code's layout allowance the plan counts; see "
+                        "kvedge_host.account)")
     p.add_argument("--quality", metavar="FILE.json", nargs="?", const=DEFAULT_QUALITY,
                    help="rank by a quality table written by `kvedge eval --json`; without FILE, the stories260K "
                         "table measured on the written corpus (kvedge_host/data/quality-stories260K.json), which "
@@ -170,12 +171,14 @@ def _print_runtime(c, r):
     scaled = "" if rt["heap_image"] == rt["heap_bytes"] else (
         ", scaled from the %s-byte image it was measured on" % "{:,}".format(rt["heap_image"]))
     c.print("runtime, measured on the emulated board (%s, %s): %s kernels, %s pass; usable heap %s of %s%s; boot %s "
-            "+ code %s + stats %s + prompt encoder %s + loop %s; tokenizer %s; largest free block after start-up %s; "
+            "+ code %s + stats %s + prompt encoder %s + loop %s + layout %s; tokenizer %s; largest free block after "
+            "start-up %s; "
             "margin %s kept free" % (rt["command"], rt["date"], rt["kernels"], rt.get("forward", "float"),
                                      "{:,}".format(rt["usable_heap"]),
                "{:,}".format(rt["heap_bytes"]), scaled, "{:,}".format(rt["boot_bytes"]),
                "{:,}".format(rt["code_bytes"]), "{:,}".format(rt["telemetry_bytes"]),
                "{:,}".format(rt.get("encode_bytes", 0)), "{:,}".format(rt["loop_bytes"]),
+               "{:,}".format(rt.get("layout_bytes", 0)),
                "{:,}".format(rt["tokenizer_bytes"]), "{:,}".format(rt["largest_block_bytes"]),
                "{:,}".format(rt["margin_bytes"])), highlight=False, markup=False, soft_wrap=True)
     for o in r.get("other_kernels", []):

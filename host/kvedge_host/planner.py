@@ -740,7 +740,7 @@ def runtime_info(rt, prof, tokenizer):
     return {"source": "measured", "kernels": rt.kind, "forward": rt.forward, "tile": rt.tile, "heap_bytes": rt.heap, "heap_image": rt.image,
             "usable_heap": rt.usable, "boot_bytes": rt.boot, "code_bytes": rt.code,
             "telemetry_bytes": rt.telemetry, "evict_bytes": rt.evict, "encode_bytes": rt.encode, "loop_bytes": rt.loop,
-            "file_bytes": rt.file, "tiered_bytes": (rt.tiered or 0) + TIERED_FILES * rt.file + TIERED_LOOP_BYTES,
+            "file_bytes": rt.file, "layout_bytes": rt.layout, "tiered_bytes": (rt.tiered or 0) + TIERED_FILES * rt.file + TIERED_LOOP_BYTES,
             "floats_bytes": rt.floats,
             "largest_block_bytes": rt.largest, "margin_bytes": rt.margin, "stats": rt.telemetry > 0,
             "tokenizer_bytes": tokenizer[0],

@@ -45,9 +45,8 @@ RUNS = [("rp2040", k, None) for k in ("h2o", "sinks", "window", "shorter")] + \
 # (board, kind): what `kvedge plan --kind K` refuses at both contexts
 REFUSED = [("rp2040", k) for k in ("keep", "prefix")] + \
     [("esp32", k) for k in ("keep", "prefix", "h2o", "sinks", "tiered")]
-# the esp32's float pass with plain kernels peaks above its plan (measured 95,568 bytes against 94,734 at both
-# contexts: 100.9 %): the margin holds it, the plan's total does not
-OVER_PLAN = {"esp32"}
+# (the esp32's float pass with plain kernels peaked 1.3 % above these plans, 95,984 bytes against 94,718, until
+# the planner counted the code's layout allowance: kvedge_host.account.LAYOUT_FRACTION, tools/bench_layout.py)
 _RUNS = {}
 
 
@@ -148,9 +147,7 @@ def test_each_plan_kind_runs_on_the_emulated_board_as_planned(board, kind, cold,
 
 
 @pytest.mark.parametrize("context", CONTEXTS)
-@pytest.mark.parametrize("board,kind,cold", [pytest.param(*r, marks=pytest.mark.xfail(
-    strict=True, reason="the esp32's plain float pass peaks 0.9 % above its plan")) if r[0] in OVER_PLAN else r
-    for r in RUNS])
+@pytest.mark.parametrize("board,kind,cold", RUNS)
 def test_each_plan_kind_peaks_within_its_plan(board, kind, cold, context, model, tmp_path_factory):
     _, doc, _, out = _run(model, board, kind, cold, context, tmp_path_factory)
     m = re.search(r"measured peak ([\d,]+) bytes, plan ([\d,]+) bytes", out)
