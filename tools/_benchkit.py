@@ -12,7 +12,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if os.path.join(ROOT, "host") not in sys.path:
     sys.path[:0] = [os.path.join(ROOT, "host"), os.path.join(ROOT, "device")]
 
-from kvedge_host import boards, runtimes  # noqa: E402
+from kvedge_host import profiles
+from kvedge_host.boards import runtimes  # noqa: E402
 from kvedge_host.paths import DEVICE  # noqa: E402
 
 RUNTIMES = ("unix", "cpython", "wasm", "m3", "circuitpython")
@@ -64,7 +65,7 @@ def heap_for(runtime, board, heap):
     """The heap a run gets: the board profile's on the emulated board (its firmware is built for it), else
     `heap` (the tool's own default for the unix and wasm ports)."""
     if is_m3(runtime):
-        return boards.load(board)["heap_bytes"]
+        return profiles.load(board)["heap_bytes"]
     return heap
 
 
@@ -83,7 +84,7 @@ def instructions(runtime, us):
 
 def run(runtime, code, heap, paths=(DEVICE,), timeout=3600):
     """Run benchmark device code; returns (returncode, output). CPython runs it in a subprocess with `paths` on
-    its module path; the others through kvedge_host.runtimes (the emulated board gets `paths` on its flash)."""
+    its module path; the others through kvedge_host.boards.runtimes (the emulated board gets `paths` on its flash)."""
     if runtime == "cpython":
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
         p = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,

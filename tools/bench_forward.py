@@ -22,7 +22,7 @@ Runtimes:
   `gcc -Ofast -o run run.c -lm`; never part of this repository) runs `-n CONTEXT` on the same checkpoint right
   after, and the ratio of its tokens/s (its own average over positions 0..CONTEXT-1) to kvedge's same average is
   printed; without --llama2c there is no ratio.
-- m3: the emulated Cortex-M3 (kvedge_host.m3board, qemu -icount shift=0, the 2 MiB image by default): exact
+- m3: the emulated Cortex-M3 (kvedge_host.boards.m3board, qemu -icount shift=0, the 2 MiB image by default): exact
   instructions per token (1 us of ticks_us = 1000 instructions); the package as armv7m .mpy (--march). --macs
   adds each int8 kernel alone in instructions per multiply-accumulate (matvecs of the model's shapes, attention
   at head_dim 64).
@@ -45,9 +45,9 @@ ROOT = os.path.dirname(HERE)
 sys.path[:0] = [os.path.join(ROOT, "host"), os.path.join(ROOT, "device")]
 
 from kvedge import kernels  # noqa: E402
-from kvedge_host import runtimes  # noqa: E402
+from kvedge_host.boards import runtimes  # noqa: E402
 
-EMULATED = ("m3", "m0", "m7", "m55")  # kvedge_host.m3board's machines with the Cortex-M3's instruction counting
+EMULATED = ("m3", "m0", "m7", "m55")  # kvedge_host.boards.m3board's machines with the Cortex-M3's instruction counting
 from kvedge_host.paths import DEVICE, SHARED_MODELS, SHARED_RUNTIMES  # noqa: E402
 
 DEVICE_CODE = r"""
@@ -234,7 +234,7 @@ def circuitpython_bin():
 def machine(runtime, heap):
     """The emulated machine: the runtime's (m3board.LAYOUTS), on the Cortex-M3 the image with its heap in PSRAM
     when `heap` is one of those (4 or 8 MiB: their ROMFS slots hold 12 / 8 MiB of weights)."""
-    from kvedge_host import m3board
+    from kvedge_host.boards import m3board
     return (runtime == "m3" and m3board.psram_layout(heap)) or m3board.LAYOUTS[runtime]
 
 
@@ -265,7 +265,7 @@ def run_device(runtime, code, model_dir, heap, march, board):
         finally:
             os.unlink(f.name)
     else:
-        from kvedge_host import m3board
+        from kvedge_host.boards import m3board
         extra = [(os.path.join(model_dir, WEIGHTS_FILE), WEIGHTS_FILE)] if model_dir else []
         out = m3board.run_code(code.replace(os.path.join(model_dir or "", WEIGHTS_FILE), "/rom/" + WEIGHTS_FILE),
                                board=board, heap=heap, march=march, extra=extra, timeout=7200,
@@ -334,7 +334,7 @@ def main(argv=None):
     kinds = a.kernels or (["plain"] if cp else (["asm", "viper", "plain"] if m3 else ["viper"]))
     heap = a.heap or {"unix": 64 << 20, "m3": 2097152, "m0": 215040, "m7": 2097152, "m55": 460800,
                       "circuitpython": 4 << 20}[a.runtime]
-    from kvedge_host.m3board import LAYOUTS
+    from kvedge_host.boards.m3board import LAYOUTS
     lay = machine(a.runtime, heap) if a.runtime in LAYOUTS else None
     # the machine's own -march (the M3 runs armv7m: its firmware loads armv6m..armv7em)
     a.march = a.march or ("armv7m" if a.runtime == "m3" or lay is None else lay.marches[0])

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What the runtime's heap layout takes beyond a plan's other rows (kvedge_host.account.LAYOUT_FRACTION): one plan
+"""What the runtime's heap layout takes beyond a plan's other rows (kvedge_host.plan.account.LAYOUT_FRACTION): one plan
 run on the emulated board through `kvedge demo --sim m3`, as a user runs it, once with the demo's own plan and once
 with the same plan given as a file (`--plan`: the runner call then also names `tier=None`), for a few prompts.
 
@@ -22,7 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path[:0] = [os.path.join(ROOT, "host"), os.path.join(ROOT, "device")]
 
-from kvedge_host import m3board  # noqa: E402
+from kvedge_host.boards import m3board  # noqa: E402
 from kvedge_host.paths import SHARED_MODELS  # noqa: E402
 
 MODEL = os.path.join(SHARED_MODELS, "stories260K.bin")

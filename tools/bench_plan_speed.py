@@ -10,7 +10,7 @@ in the ROMFS image (read in place, as a plan with --weights-in rom or a board's 
 the configuration says, greedy tokens from BOS, every step timed alone (1 us of ticks_us = 1000 instructions on
 the emulated board: exact counts, one round). From position WARM (4) on, the host fits
 cost(p) = base + per_token * n(p) [+ evict * e(p)] by least squares, n(p) the tokens the step attends (p + 1 up to the cache's slots), e(p) 1 when the step evicts.
---save (m3 only) writes host/kvedge_host/forward_cost.py, the table `kvedge plan` reads (as
+--save (m3 only) writes host/kvedge_host/plan/forward_cost.py, the table `kvedge plan` reads (as
 tools/bench_tiered.py --save writes tiered_cost.py)."""
 import argparse
 import json
@@ -156,7 +156,7 @@ def save(doc):
     with open(path, "w") as f:
         f.write('"""What a forward pass costs per token on the emulated Cortex-M3 (instructions: a base and a cost per '
                 'cached\ntoken, per pass, kernel kind and cache layout; see tools/bench_plan_speed.py). Written by\n\n'
-                '    %s --save\n\nand read by kvedge_host.planner."""\nMEASURED = %s\n'
+                '    %s --save\n\nand read by kvedge_host.plan.planner."""\nMEASURED = %s\n'
                 % (doc["command"], pprint.pformat(doc, sort_dicts=False, width=116)))
     print("wrote %s" % path, file=sys.stderr)
 
@@ -172,7 +172,7 @@ def main(argv=None):
     ap.add_argument("--heap", type=int, default=2097152)
     ap.add_argument("--march", default="armv7m")
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--save", action="store_true", help="write host/kvedge_host/forward_cost.py for kvedge plan")
+    ap.add_argument("--save", action="store_true", help="write host/kvedge_host/plan/forward_cost.py for kvedge plan")
     a = ap.parse_args(argv)
     if a.save and (a.runtime != "m3" or a.only):
         raise SystemExit("--save records every configuration on the emulated board: --runtime m3, no --only")
@@ -180,7 +180,8 @@ def main(argv=None):
         print("bench_plan_speed: %s not found" % a.model, file=sys.stderr)
         return 2
     rows = measure(a.runtime, a.only, a.positions, a.model, a.board, a.heap, a.march)
-    from kvedge_host import account, models
+    from kvedge_host.plan import account
+    from kvedge_host import models
     spec = models.load(a.model, None)
     shape = {k: getattr(spec, k) for k in ("layers", "heads", "kv_heads", "head_dim", "dim", "hidden_dim", "vocab")}
     shape["params"] = account.params(spec)

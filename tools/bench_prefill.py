@@ -24,7 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path[:0] = [os.path.join(ROOT, "host"), os.path.join(ROOT, "device")]
 
-from kvedge_host import runtimes  # noqa: E402
+from kvedge_host.boards import runtimes  # noqa: E402
 from kvedge_host.paths import DEVICE, SHARED_MODELS  # noqa: E402
 
 TARGET = 0.40  # issue 25: a 64-token prompt costs at most 40 % of 64 decode tokens' instructions
@@ -74,7 +74,7 @@ def run(runtime, code, tmp, weights, heap):
     if weights == "rom":
         if runtime not in ("m3", "m0", "m7", "m55"):
             raise SystemExit("bench_prefill: --weights rom: an emulated board's ROMFS only")
-        from kvedge_host import m3board
+        from kvedge_host.boards import m3board
         path = os.path.join(tmp, "model.i8.bin")
         return m3board.run_code(code.replace(path, "/rom/model.i8.bin"), board=runtimes.default_board(runtime),
                                 heap=heap, extra=[(path, "model.i8.bin")], timeout=7200,

@@ -18,7 +18,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path[:0] = [os.path.join(ROOT, "host"), os.path.join(ROOT, "device")]
 
-from kvedge_host import m3board  # noqa: E402
+from kvedge_host.boards import m3board  # noqa: E402
 from kvedge_host.paths import SHARED_MODELS  # noqa: E402
 
 CODE = """

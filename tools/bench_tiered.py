@@ -14,7 +14,7 @@ per cold token (flash reads included). For comparison: the same step over an i8 
 float pass runs it over an i8 ring (a tile loop), "int" as the integer pass does (its fused drivers loaded:
 kvedge.model.run's att_preload, the cold blocks' fold kvedge.kernels_vcold). The demotion cost is the time of the start_token() that moves a
 block to flash (re-quantize, append, flush, commit), spread over the block's tokens. --float adds the float path
-(f32 ring). --save (m3 only) writes the figures to host/kvedge_host/tiered_cost.py, where `kvedge plan` reads
+(f32 ring). --save (m3 only) writes the figures to host/kvedge_host/plan/tiered_cost.py, where `kvedge plan` reads
 them."""
 import argparse
 import json
@@ -200,10 +200,10 @@ def run(runtime, board, colds, blocks, with_float, reps, heap=None):
     code = DEVICE_CODE % {"shape": (LAYERS, HEADS, KV_HEADS, HEAD_DIM, SINKS, WINDOW, BLOCK)}
     code += "\nmain(%r, %r, %r, %r)\n" % (colds, blocks, with_float, reps)
     if runtime == "m3":
-        from kvedge_host import m3board
+        from kvedge_host.boards import m3board
         out = m3board.run_code(code, board=board, heap=heap or None, timeout=7200)
     else:
-        from kvedge_host import runtimes
+        from kvedge_host.boards import runtimes
         from kvedge_host.paths import DEVICE
         if runtime == "cpython":
             import subprocess
@@ -257,7 +257,7 @@ def summarize(res, unit):
 def machine(runtime, heap):
     if runtime != "m3":
         return runtime
-    from kvedge_host import m3board
+    from kvedge_host.boards import m3board
     return "qemu %s -icount shift=0, MicroPython %s" % (m3board.MACHINE, os.path.basename(m3board.firmware_for(heap)))
 
 
@@ -290,7 +290,7 @@ def main(argv=None):
     ap.add_argument("--float", action="store_true", help="also the float path (f32 ring)")
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--save", action="store_true", help="write host/kvedge_host/tiered_cost.py for kvedge plan")
+    ap.add_argument("--save", action="store_true", help="write host/kvedge_host/plan/tiered_cost.py for kvedge plan")
     a = ap.parse_args(argv)
     colds = a.cold.split(",")
     blocks = [int(x) for x in a.blocks.split(",")]

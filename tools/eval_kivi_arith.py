@@ -4,7 +4,7 @@
 Teacher-forces the written corpus (tests/corpus) and the sampled texts (as `kvedge eval`: 512 tokens, seeds
 42, 43, 44) through stories260K with the i4/i2 KIVI cache (keys per channel over groups, values per token, the
 newest R..R+G-1 tokens at f32), once through kvedge's own KVCache and once per arithmetic through the numpy
-reference kvedge_host.kiviref, and prints perplexity vs f32, mean KL to the f32 cache and top-1 agreement,
+reference kvedge_host.ref.kiviref, and prints perplexity vs f32, mean KL to the f32 cache and top-1 agreement,
 pooled per kind of text. An arithmetic is ZERO/SCALE/ROUND (see kiviref): "ideal" is exact/exact/even.
 
   tools/eval_kivi_arith.py [--dtype i4 --dtype i2] [--residual 32] [--group 32] [--samples 3] [--arith Z/S/R[/lsqN] ...]"""
@@ -17,7 +17,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [os.path.join(ROOT, "host"), os.path.join(ROOT, "device")]
 
-from kvedge_host import kiviref, quality  # noqa: E402
+from kvedge_host.ref import kiviref, quality  # noqa: E402
 from kvedge_host.paths import SHARED_MODELS  # noqa: E402
 
 # min-max: ideal, each cause of kvedge's former storage alone (zero down, scale up, ties up), that storage,

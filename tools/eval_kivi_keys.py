@@ -3,7 +3,7 @@
 
 Teacher-forces the written corpus (tests/corpus) and the sampled texts (as `kvedge eval`: 512 tokens, seeds 42,
 43, 44) through stories260K with kvedge's own i4 KIVI cache and through the numpy reference
-(kvedge_host.kiviref, kvedge's arithmetic: kiviref.DEVICE) with each key treatment, and prints per kind of text,
+(kvedge_host.ref.kiviref, kvedge's arithmetic: kiviref.DEVICE) with each key treatment, and prints per kind of text,
 pooled over its texts: perplexity vs f32, mean KL to the f32 cache, top-1 agreement and flips, and the arena
 bytes the treatment would take at the last text's length.
 
@@ -25,7 +25,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [os.path.join(ROOT, "host"), os.path.join(ROOT, "device")]
 
-from kvedge_host import kiviref, quality  # noqa: E402
+from kvedge_host.ref import kiviref, quality  # noqa: E402
 from kvedge_host.paths import SHARED_MODELS  # noqa: E402
 
 OUTLIER_BYTES = 3  # an f16 value and the token's index in its group

@@ -16,7 +16,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [os.path.join(ROOT, "host"), os.path.join(ROOT, "device")]
 
 from kvedge.sizes import INT_CODES  # noqa: E402
-from kvedge_host import quality  # noqa: E402
+from kvedge_host.ref import quality  # noqa: E402
 from kvedge_host.paths import SHARED_MODELS  # noqa: E402
 
 

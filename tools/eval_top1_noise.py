@@ -18,7 +18,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [os.path.join(ROOT, "host"), os.path.join(ROOT, "device")]
 
-from kvedge_host import quality  # noqa: E402
+from kvedge_host.ref import quality  # noqa: E402
 from kvedge_host.paths import SHARED_MODELS  # noqa: E402
 
 NEAR_TIE = 0.1

@@ -2,7 +2,7 @@
 """Write the mip packages for `mpremote mip install` (version = kvedge.__version__, one file per line):
 - package.json at the repository root: every device/kvedge file, with its path under the install target and its
   URL relative to package.json;
-- device/kvedge-PART.json for each part of kvedge_host.parts (core, kernels, attention, model, ...): the part's
+- device/kvedge-PART.json for each part of kvedge_host.boards.parts (core, kernels, attention, model, ...): the part's
   files and those of the parts it requires, URLs relative to device/.
 
   tools/gen_package_json.py          # rewrite them
@@ -15,8 +15,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [os.path.join(ROOT, "host"), os.path.join(ROOT, "device")]
 
 from kvedge import __version__  # noqa: E402
-from kvedge_host import parts  # noqa: E402
-from kvedge_host.deploy import device_sources  # noqa: E402
+from kvedge_host.boards import parts  # noqa: E402
+from kvedge_host.boards.deploy import device_sources  # noqa: E402
 
 
 def build():

@@ -13,7 +13,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "host"))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "device"))
 
-from kvedge_host import runtimes  # noqa: E402
+from kvedge_host.boards import runtimes  # noqa: E402
 
 
 def main(argv=None):

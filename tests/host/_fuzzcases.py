@@ -798,7 +798,7 @@ BOARD_VALUES = [DELETE, 0, -1, 1e30, 10 ** 30, "x", None, [], {}, True, NAN, 1.5
 
 def board_expect(p, base, key):
     """(heap_bytes, workspace_bytes) of a valid board profile, or Bad(key). A profile cites a source for each
-    figure (kvedge_host.boards): a cited figure changed, or deleted, no longer matches its citation."""
+    figure (kvedge_host.profiles): a cited figure changed, or deleted, no longer matches its citation."""
     def size(k, lo, optional):
         v = p.get(k)
         if v is None and optional:
@@ -845,7 +845,7 @@ def board_expect(p, base, key):
 
 
 def board_cases(tmp, boards_dir):
-    """Profiles written into a boards folder of their own (the test points kvedge_host.boards at it)."""
+    """Profiles written into a boards folder of their own (the test points kvedge_host.profiles at it)."""
     base = json.load(open(os.path.join(boards_dir, "esp32-psram.json")))
     keys = list(base) + ["flash_fs_bytes"]
     cases = []

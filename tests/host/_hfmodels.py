@@ -313,8 +313,8 @@ for t in %r:
 
 
 def device_run_on(runtime, path, steps, tokens, heap=4 << 20):
-    """The same run on a MicroPython runtime (kvedge_host.runtimes.run_code)."""
-    from kvedge_host import runtimes
+    """The same run on a MicroPython runtime (kvedge_host.boards.runtimes.run_code)."""
+    from kvedge_host.boards import runtimes
     from kvedge_host.paths import DEVICE
     rc, out = runtimes.run_code(runtime, _UNIX % (path, steps - 1, path, list(tokens)), heap,
                                 [DEVICE, os.path.dirname(path)])

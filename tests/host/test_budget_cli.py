@@ -218,9 +218,9 @@ def test_bad_sizes_board_and_dtypes(capsys, stories):
 
 
 def test_broken_board_profile_names_the_file(capsys, stories, tmp_path, monkeypatch):
-    from kvedge_host import boards
+    from kvedge_host import profiles
     (tmp_path / "broken.json").write_text("{\"heap_bytes\": 1000")
-    monkeypatch.setattr(boards, "BOARDS", str(tmp_path))
+    monkeypatch.setattr(profiles, "BOARDS", str(tmp_path))
     bad(capsys, ["budget", "--model", stories, "--board", "broken"], "broken.json", "cannot read board profile")
 
 

@@ -7,7 +7,8 @@ import sys
 
 import numpy as np
 
-from kvedge_host import cmd_check, numref
+from kvedge_host.cli import cmd_check
+from kvedge_host.ref import numref
 from kvedge_host.paths import ROOT
 
 
@@ -43,7 +44,7 @@ def test_check_passes_on_every_runtime():
 def test_check_tiered_cases_on_circuitpython():
     """`kvedge check --runtime circuitpython`: the tiered cases (and the rest) on real CircuitPython (its unix
     emulation on the MicroPython unix port where the binary is absent)."""
-    from kvedge_host import runtimes
+    from kvedge_host.boards import runtimes
     try:
         runtimes.micropython_bin()
     except runtimes.RuntimeMissing as e:
@@ -107,7 +108,7 @@ def test_device_errors_and_crashes_are_failures():
 
 def test_check_on_a_virtual_board_through_mpremote(tmp_path):
     # --port: the device script runs on a board (here `kvedge sim`'s unix-port board) through mpremote
-    from kvedge_host.sim import VirtualBoard
+    from kvedge_host.boards.sim import VirtualBoard
     vb = VirtualBoard("unix", fs=str(tmp_path / "fs"))
     vb.start()
     try:
@@ -124,8 +125,10 @@ def test_check_on_a_virtual_board_through_mpremote(tmp_path):
 
 
 def test_check_model_case_logits_match_numpy(tmp_path, capsys):
-    # the model case on a model the test writes: device forward pass vs kvedge_host.llama_ref at every position
-    from kvedge_host import cli, cmd_check, tinyckpt
+    # the model case on a model the test writes: device forward pass vs kvedge_host.ref.llama_ref at every position
+    from kvedge_host import cli
+    from kvedge_host.cli import cmd_check
+    from kvedge_host.boards import tinyckpt
     model, _ = tinyckpt.write(str(tmp_path))
     for rt in ("cpython", "unix"):
         rows = cmd_check.check_model(rt, model, 24, "f32")
@@ -136,7 +139,7 @@ def test_check_model_case_logits_match_numpy(tmp_path, capsys):
     ref_rows = cmd_check.check_model("cpython", model, 8, "f32")
     assert ref_rows[0]["ok"]
     import numpy as np
-    from kvedge_host import llama_ref
+    from kvedge_host.ref import llama_ref
     toks = cmd_check.model_tokens(llama_ref.RefModel(model).cfg.vocab_size, 8, 1)
     a = np.array([llama_ref.RefModel(model).forward(t) for t in toks][:1])
     b = np.array([llama_ref.RefModel(other).forward(t) for t in toks][:1])

@@ -16,7 +16,7 @@ import pytest
 
 import _clifuzz as cf
 import _fuzzcases as fc
-from kvedge_host import boards
+from kvedge_host import profiles
 
 SEED = 14
 SUMMARY = {}  # read by tests/host/conftest.py for the closing summary
@@ -31,12 +31,12 @@ def corpus(tmp_path_factory):
     ck = fc.Ckpt(tmp)
     board_dir = os.path.join(tmp, "boards")
     os.makedirs(board_dir)
-    for f in os.listdir(boards.BOARDS):
+    for f in os.listdir(profiles.BOARDS):
         if f.endswith(".json"):
-            shutil.copy(os.path.join(boards.BOARDS, f), board_dir)
+            shutil.copy(os.path.join(profiles.BOARDS, f), board_dir)
     cases = (fc.hf_cases(tmp) + fc.checkpoint_cases(ck, rng) + fc.model_run_cases(ck) + fc.tokenizer_cases(ck, rng)
              + fc.gguf_cases(tmp, rng) + fc.json_cases(tmp) + fc.quality_cases(tmp)
-             + fc.board_cases(board_dir, boards.BOARDS) + fc.flag_cases(ck, tmp))
+             + fc.board_cases(board_dir, profiles.BOARDS) + fc.flag_cases(ck, tmp))
     return cases, board_dir
 
 
@@ -46,7 +46,7 @@ def _family(case):
 
 def test_cli_fuzz_in_process(corpus, monkeypatch):
     cases, board_dir = corpus
-    monkeypatch.setattr(boards, "BOARDS", board_dir)  # the fuzzed profiles beside copies of the real ones
+    monkeypatch.setattr(profiles, "BOARDS", board_dir)  # the fuzzed profiles beside copies of the real ones
     t0 = time.perf_counter()
     failures = []
     per_cmd = collections.Counter()

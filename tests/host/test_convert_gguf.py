@@ -44,7 +44,7 @@ def test_gguf_int8_file_within_its_tolerance(model, qtype):
 
 
 def test_gguf_on_the_unix_port(model):
-    from kvedge_host import runtimes
+    from kvedge_host.boards import runtimes
     if runtimes.missing("unix"):
         pytest.skip(runtimes.missing("unix"))
     cfg, t, tmp = model
@@ -106,7 +106,7 @@ def test_unsupported_tensor_type_and_rope(model, tmp_path, capsys):
 
 def test_gguf_on_the_emulated_cortex_m3(tmp_path):
     """A Q4_0 GGUF's f32 file on the 32-bit board (float32 arithmetic), the package as .mpy, 2 MiB image."""
-    from kvedge_host import m3board
+    from kvedge_host.boards import m3board
     why = m3board.missing("rp2040", 2097152)
     if why:
         pytest.skip(why)

@@ -74,7 +74,7 @@ def test_without_the_rope_permutation_the_device_would_be_wrong(model):
 
 @pytest.mark.parametrize("dtype", ["f32", "i8"])
 def test_hf_folder_on_the_unix_port(model, dtype):
-    from kvedge_host import runtimes
+    from kvedge_host.boards import runtimes
     if runtimes.missing("unix"):
         pytest.skip(runtimes.missing("unix"))
     cfg, t, tmp = model
@@ -206,7 +206,7 @@ def test_the_model_page_commands_run(tmp_path, capfdbinary):
 def test_hf_folder_on_the_emulated_cortex_m3(tmp_path, dtype):
     """The 32-bit board (float32 arithmetic, 31-bit small ints): the package as .mpy on the emulated Cortex-M3's
     2 MiB image; measured worst 1.2e-5 for the f32 file (tolerance 1e-4, as on CPython)."""
-    from kvedge_host import m3board
+    from kvedge_host.boards import m3board
     why = m3board.missing("rp2040", 2097152)
     if why:
         pytest.skip(why)

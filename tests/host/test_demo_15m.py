@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from kvedge_host import m3board
+from kvedge_host.boards import m3board
 
 from _boardkit import kvedge
 
@@ -71,7 +71,7 @@ def _reference(doc, model, tok):
     """The plan's greedy text from the device code on CPython: the runner with the plan's cache, pass and weights
     placement, plain kernels (the integer pass's bits are every kind's) and no budget (CPython's objects are not
     a board's: kvedge generate --plan refuses a board's plan there when its tokenizer of 32,000 pieces is)."""
-    from kvedge_host import planrun
+    from kvedge_host.boards import planrun
     kw = planrun.runner_args(doc, STEPS, 0, PROMPT)
     for k in ("budget", "workspace", "overhead", "kv_bytes"):
         kw.pop(k, None)

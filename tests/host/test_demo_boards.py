@@ -12,8 +12,9 @@ import re
 
 import pytest
 
-from kvedge_host import boards, footprint, m3board
-from kvedge_host.m3board import m3_heap
+from kvedge_host import profiles
+from kvedge_host.boards import footprint, m3board
+from kvedge_host.boards.m3board import m3_heap
 from kvedge_host.paths import SHARED_MODELS
 
 from _boardkit import kvedge
@@ -24,7 +25,7 @@ PEAK = re.compile(r"demo: plan vs board: measured peak ([\d,]+) bytes, plan ([\d
 
 def _where(board):
     """(where the demo runs, None or why it cannot run here)."""
-    prof = boards.load(board)
+    prof = profiles.load(board)
     if prof.get("mpy_march") == "x64":
         return "unix", None
     if prof.get("runtime") == "circuitpython":
@@ -34,7 +35,7 @@ def _where(board):
     return "m3", m3board.missing(board, heap, m3board.layout_for(board, heap))
 
 
-@pytest.mark.parametrize("board", boards.names())
+@pytest.mark.parametrize("board", profiles.names())
 def test_the_demo_runs_its_plan_on_every_board_profile(tmp_path, board):
     where, why = _where(board)
     if why:
@@ -67,5 +68,5 @@ def test_the_demo_runs_its_plan_on_every_board_profile(tmp_path, board):
     assert rt["source"] == "measured" and peak <= rt["usable_heap"]
     assert "%s kernels" % rt["kernels"] in out   # the board ran the kernels the plan counted
     if where == "m3":
-        heap = m3_heap(boards.load(board), board)
+        heap = m3_heap(profiles.load(board), board)
         assert "emulated %s" % m3board.layout_for(board, heap).cpu in out and "heap %s bytes" % format(heap, ",") in out

@@ -9,9 +9,9 @@ import subprocess
 import pytest
 
 from kvedge import __version__
-from kvedge_host.deploy import device_sources, for_arch
+from kvedge_host.boards.deploy import device_sources, for_arch
 from kvedge_host.paths import ROOT, TOOLS, venv_tool
-from kvedge_host.sim import VirtualBoard
+from kvedge_host.boards.sim import VirtualBoard
 
 from _boardkit import board_eval, kvedge, mpremote
 

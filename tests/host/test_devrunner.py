@@ -2,7 +2,7 @@
 file's other tests still run, on every runtime (real CircuitPython has no traceback.print_exc)."""
 import pytest
 
-from kvedge_host import runtimes
+from kvedge_host.boards import runtimes
 from kvedge_host.paths import DEVICE, TESTS_DEVICE, TOOLS
 
 DELIBERATE = '''

@@ -128,7 +128,7 @@ SMALLER = {
          "staged the weights under a name the board did not read, and nothing ran it)"),
     ".venv/bin/python tools/bench_tiered.py --runtime m3 --blocks 0,2,4,8 --float --save":
         (".venv/bin/python tools/bench_tiered.py --runtime m3 --blocks 2 --reps 1",
-         "one point, the integer path only (16 s with 0,2); --save would rewrite host/kvedge_host/tiered_cost.py"),
+         "one point, the integer path only (16 s with 0,2); --save would rewrite host/kvedge_host/plan/tiered_cost.py"),
     "KVEDGE_FUZZ_SCALE=20 .venv/bin/python -m pytest -q -s tests/device/test_fuzz_tiered.py":
         ("KVEDGE_FUZZ_SCALE=1 .venv/bin/python -m pytest -q -s tests/device/test_fuzz_tiered.py",
          "scale 20 runs for minutes; scale 1 (what the suite runs) takes seconds"),
@@ -146,7 +146,7 @@ ELSEWHERE = {
                                  "the whole device suite on a virtual rp2040 (minutes)"),
     "kvedge demo --board rp2040 --plain --steps 6 --stats-ms 100":
         ("tests/host/test_demo_boards.py", "test_the_demo_runs_its_plan_on_every_board_profile",
-         "the demo on every profile's emulated board, peak heap against the plan", {"rp2040": "boards.names()"}),
+         "the demo on every profile's emulated board, peak heap against the plan", {"rp2040": "profiles.names()"}),
     "kvedge demo --port /dev/ttyACM0 --board rp2040 --workdir pico":
         ("tests/host/test_own_board.py", "test_micropython_board_commands_on_the_emulated_board",
          "reads README's On your own board and runs each command on the emulated Cortex-M3"),
@@ -456,7 +456,7 @@ def needs_shared(cmd):
     if ("../shared" in cmd or any(u in cmd for u in MODEL_USERS)) and not os.path.exists(model):
         pytest.skip("needs %s (the shared models), absent here" % model)
     if re.search(r"--runtime m3\b", cmd) or "tools/bench_rom.py" in cmd:  # bench_rom runs on it only
-        from kvedge_host import m3board
+        from kvedge_host.boards import m3board
         why = m3board.missing("rp2040")
         if why:
             pytest.skip("needs the emulated Cortex-M3: %s" % why)
@@ -584,9 +584,9 @@ def test_command_run_elsewhere_is_in_that_test(cmd):
     assert m, "%s has no test %s" % (path, name)
     if os.path.basename(WHERE[cmd]) in src:
         return  # the test reads its commands from the page itself
-    from kvedge_host import boards
+    from kvedge_host import profiles
     for token, expr in params.items():
-        assert expr in src and token in eval(expr, {"boards": boards}), (path, token, expr)
+        assert expr in src and token in eval(expr, {"profiles": profiles}), (path, token, expr)
     missing = [t for t in shlex.split(cmd)[1:]
                if '"%s"' % t not in src and "'%s'" % t not in src and t not in params]
     assert missing == [], "%s::%s does not run %r: %s not in it" % (path, name, cmd, missing)

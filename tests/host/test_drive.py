@@ -11,8 +11,8 @@ import tomllib
 
 import pytest
 
-from kvedge_host import drive
-from kvedge_host.deploy import device_sources
+from kvedge_host.boards import drive
+from kvedge_host.boards.deploy import device_sources
 from kvedge_host.paths import venv_tool
 
 from _boardkit import kvedge
@@ -41,7 +41,7 @@ def _snapshot(folder):
 
 def _files(tmp_path):
     """A small real model, its tokenizer and a plan for the CircuitPython Pico."""
-    from kvedge_host.tinyckpt import write as write_tiny
+    from kvedge_host.boards.tinyckpt import write as write_tiny
     w, t = write_tiny(str(tmp_path / "m"))
     plan = str(tmp_path / "plan.json")
     p = kvedge("plan", "--model", w, "--board", "rp2040-circuitpython", "--workspace", "40000", "--out", plan)
@@ -219,7 +219,7 @@ def test_a_plan_the_runner_cannot_hold_is_refused_before_writing(tmp_path):
     # not in it; planning again for the same heap with the workspace the refusal names gives a plan that holds
     import json
     import re
-    from kvedge_host.tinyckpt import write as write_tiny
+    from kvedge_host.boards.tinyckpt import write as write_tiny
     d = _drive(tmp_path)
     model, tok = write_tiny(str(tmp_path / "m"), seq_len=512)  # a 64 KB f32 cache: room to give up for the runner
     plan = str(tmp_path / "p.json")

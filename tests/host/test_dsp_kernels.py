@@ -7,7 +7,7 @@ runs the whole suite (test_runtimes); here it runs test_qkernels_dsp once more t
 Only these files run on the M55: the whole suite there too would take tools/test past its 45 minutes."""
 import pytest
 
-from kvedge_host import runtimes
+from kvedge_host.boards import runtimes
 
 CORES = {"m7": "Cortex-M7", "m55": "Cortex-M55"}
 FILES = ("test_qkernels_dsp.py", "test_intkernels.py", "test_intpath_kinds.py")

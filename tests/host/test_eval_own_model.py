@@ -23,7 +23,7 @@ def _log_softmax(x):
 
 def test_eval_measures_every_strategy_on_a_converted_model_and_a_folder_of_stories(tmp_path):
     from kvedge.model import tiny
-    from kvedge_host import quality
+    from kvedge_host.ref import quality
     cfg = hm.config(vocab=352, seq=128)
     t = hm.tensors(cfg, seed=5)
     folder = hm.write_hf(str(tmp_path / "my-llama"), t, cfg)

@@ -16,7 +16,7 @@ import threading
 
 import pytest
 
-from kvedge_host import tinyckpt
+from kvedge_host.boards import tinyckpt
 from kvedge_host.paths import SHARED
 
 REAL = os.path.join(SHARED, "models")

@@ -7,7 +7,8 @@ import shutil
 
 import pytest
 
-from kvedge_host import boards, footprint
+from kvedge_host import profiles
+from kvedge_host.boards import footprint
 
 from _boardkit import kvedge
 
@@ -97,7 +98,7 @@ def test_the_integer_pass_is_measured_with_the_kinds_it_is_fastest_on_and_planne
     fp = footprint.figures(dict(res, kinds={"asm": fl, "int_asm": it}))
     assert fp["runtime_asm"] == 7856 + 848 + 6208 + 176 and fp["runtime_int_asm"] == 7856 + 848 + 6208 + 9000
     assert fp["loop_int_asm"] == 40000 - 9000 - 12328 - 2562 - 2 * 1152 != fp["loop_asm"]
-    from kvedge_host import account
+    from kvedge_host.plan import account
     prof = {"name": "x", "heap_bytes": 215040, "footprint": fp}
     assert account.kernel_kinds(prof) == ["asm"] and account.int_measured(prof) == ["asm"]
     rt_i, rt_f = account.Runtime(prof, "asm", forward="int"), account.Runtime(prof, "asm")
@@ -109,21 +110,21 @@ def test_the_integer_pass_is_measured_with_the_kinds_it_is_fastest_on_and_planne
 
 def test_record_writes_cited_figures_that_load(tmp_path, monkeypatch):
     folder = tmp_path / "boards"
-    shutil.copytree(os.path.dirname(boards.__file__).replace("host/kvedge_host", "boards"), folder)
-    monkeypatch.setattr(boards, "BOARDS", str(folder))
+    shutil.copytree(os.path.dirname(profiles.__file__).replace("host/kvedge_host", "boards"), folder)
+    monkeypatch.setattr(profiles, "BOARDS", str(folder))
     monkeypatch.setattr(footprint, "BOARDS", str(folder))
     fp = footprint.record("rp2040", _res(), command="kvedge footprint --board rp2040 --write", date="2026-01-02")
-    prof = boards.load("rp2040")
+    prof = profiles.load("rp2040")
     assert prof["footprint"] == fp
     cites = {s["figure"]: s for s in prof["sources"] if s["figure"].startswith("footprint.")}
     assert set(cites) == {"footprint." + k for k in fp}
     for s in cites.values():
         assert s["command"] == "kvedge footprint --board rp2040 --write" and s["date"] == "2026-01-02"
         assert s["firmware"] == "MicroPython v1.29.0-preview (test)" and s["note"]
-    assert not boards.uncited(prof)
+    assert not profiles.uncited(prof)
     # recording again replaces the old entries instead of piling them up
     footprint.record("rp2040", _res(), date="2026-01-03")
-    again = [s for s in boards.load("rp2040")["sources"] if s["figure"].startswith("footprint.")]
+    again = [s for s in profiles.load("rp2040")["sources"] if s["figure"].startswith("footprint.")]
     assert len(again) == len(cites) and {s["date"] for s in again} == {"2026-01-03"}
     with open(folder / "rp2040.json") as f:
         assert json.load(f)["footprint"] == fp
@@ -147,7 +148,7 @@ def test_measured_again_the_rp2040_figures_repeat():
     p = kvedge("footprint", "--board", "rp2040", "--kernels", "plain", "--json", timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr
     got = json.loads(p.stdout)["footprint"]
-    rec = boards.load("rp2040")["footprint"]
+    rec = profiles.load("rp2040")["footprint"]
     assert got["heap_usable"] == rec["heap_usable"] and got["heap_image"] == rec["heap_image"]
     # the same firmware and heap give the same bytes; the package changes as the project does, so the
     # recorded figures only have to be current within a few percent (re-record with --write when not)
@@ -160,8 +161,9 @@ def test_board_all_measures_every_profile_with_a_footprint_and_checks_first(caps
     # after a change to the runner's code every profile's footprint is stale (test_demo_boards then fails): --board
     # all measures each profile that has one; any board it cannot run, or a bad flag, stops it before anything is
     # measured or written
-    from kvedge_host import cli, cmd_footprint
-    want = [n for n in boards.names() if boards.load(n).get("footprint")]
+    from kvedge_host import cli
+    from kvedge_host.cli import cmd_footprint
+    want = [n for n in profiles.names() if profiles.load(n).get("footprint")]
     assert cmd_footprint.measured_profiles() == want and "unix" not in want and "esp32" in want
     measured = []
     monkeypatch.setattr(footprint, "measure", lambda board, kinds=None, log=None: measured.append(board))

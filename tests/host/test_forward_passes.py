@@ -1,12 +1,13 @@
 """The device's integer forward pass (kvedge.model.intpath) against independent references: the numpy model of
-the same int8 file (kvedge_host.llama_ref), llama2.c's documented greedy text, and the device's float pass in
+the same int8 file (kvedge_host.ref.llama_ref), llama2.c's documented greedy text, and the device's float pass in
 kvedge eval's quality table. Tiny self-written checkpoints always run; stories260K tests skip without it."""
 import os
 
 import numpy as np
 import pytest
 
-from kvedge_host import llama_ref, quality, tinyckpt
+from kvedge_host.ref import llama_ref, quality
+from kvedge_host.boards import tinyckpt
 from kvedge_host.cli import main as cli
 from kvedge_host.paths import SHARED_MODELS
 from kvedge.model.checkpoint import convert_to_i8

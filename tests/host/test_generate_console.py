@@ -3,7 +3,7 @@ arrive; on a terminal both land on one screen, where a stats line must start its
 text before it (issue 23), and stdout must keep the text exactly as generated."""
 import io
 
-from kvedge_host.cmd_generate import Console
+from kvedge_host.cli.cmd_generate import Console
 
 
 class Screen:

@@ -12,7 +12,7 @@ import _clifuzz as cf
 import _modelfiles as mf
 from _boardkit import kvedge
 from kvedge import telemetry
-from kvedge_host.monitor import Monitor
+from kvedge_host.boards.monitor import Monitor
 
 STORIES_SHAPE = dict(dim=64, hidden=172, layers=5, heads=8, kv_heads=4, vocab=512, seq=512)
 
@@ -31,7 +31,7 @@ def refused(argv, *names, limit=60):
 
 @pytest.fixture
 def tiny(tmp_path):
-    from kvedge_host import tinyckpt
+    from kvedge_host.boards import tinyckpt
     model, tok = tinyckpt.write(str(tmp_path / "tiny"))
     return model, tok
 

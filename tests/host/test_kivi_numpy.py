@@ -1,4 +1,4 @@
-"""kvedge's i4/i2 KIVI rows against the numpy reference (kvedge_host.kiviref): keys per channel over groups of G
+"""kvedge's i4/i2 KIVI rows against the numpy reference (kvedge_host.ref.kiviref): keys per channel over groups of G
 tokens, values per token, zero and scale refined by least squares from min-max and stored as the nearest
 halves, codes clamped; the newest R..R+G-1 tokens exact. The reference is written from the description, in numpy
 (vectorized float64), and knows nothing of the arena."""
@@ -10,7 +10,7 @@ import pytest
 
 from kvedge.cache import KVCache
 from kvedge.config import CacheConfig
-from kvedge_host import kiviref, quality
+from kvedge_host.ref import kiviref, quality
 from kvedge_host.paths import SHARED_MODELS
 
 STORIES = os.path.join(SHARED_MODELS, "stories260K.bin")

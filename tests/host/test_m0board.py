@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from kvedge_host import m3board, runtimes
+from kvedge_host.boards import m3board, runtimes
 
 M0 = m3board.M0
 WHY_M0 = m3board.missing("rp2040", layout=M0)

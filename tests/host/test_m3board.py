@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from kvedge_host import boards, m3board
+from kvedge_host import profiles
+from kvedge_host.boards import m3board
 from kvedge_host.paths import DEVICE, ROOT
 
 from _boardkit import wait_until
@@ -27,7 +28,7 @@ def test_firmware_is_chosen_by_heap_and_a_missing_one_is_explained(tmp_path, mon
                                          215040: str(tmp_path / "firmware-heap215040.elf")}
     assert m3board.firmware_for(215040) == str(tmp_path / "firmware-heap215040.elf")
     with pytest.raises(m3board.M3Missing) as e:
-        m3board.firmware_for(boards.load("rp2350")["heap_bytes"])
+        m3board.firmware_for(profiles.load("rp2350")["heap_bytes"])
     assert str(e.value) == ("no Cortex-M3 firmware image with a 460800-byte heap in %s (images there: "
                             "102400, 215040)" % tmp_path)
     monkeypatch.setenv(m3board.FIRMWARE_ENV, str(tmp_path / "nowhere"))
@@ -42,7 +43,7 @@ def test_march_is_the_profiles_when_the_cortex_m3_loads_it():
 
 @needs_m3
 def test_code_runs_on_the_rp2040_heap_with_the_package_from_rom():
-    heap = boards.load("rp2040")["heap_bytes"]
+    heap = profiles.load("rp2040")["heap_bytes"]
     out = m3board.run_code(
         "import gc, sys\ngc.collect()\n"
         "print('KV', sys.implementation.name, sys.maxsize, gc.mem_free() + gc.mem_alloc())\n"

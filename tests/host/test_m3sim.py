@@ -9,9 +9,10 @@ import signal
 import pytest
 
 from kvedge import __version__
-from kvedge_host import boards, m3board
-from kvedge_host.deploy import deployment, device_sources, for_arch, preload
-from kvedge_host.sim import SimProcess, make_board
+from kvedge_host import profiles
+from kvedge_host.boards import m3board
+from kvedge_host.boards.deploy import deployment, device_sources, for_arch, preload
+from kvedge_host.boards.sim import SimProcess, make_board
 
 from _boardkit import board_eval, kvedge, mpremote, processes_in, wait_until
 
@@ -29,7 +30,7 @@ def _board(fs, **kw):
 
 
 def test_mpremote_drives_it_and_it_is_a_32_bit_board_with_the_profiles_heap(tmp_path):
-    heap = boards.load("rp2040")["heap_bytes"]
+    heap = profiles.load("rp2040")["heap_bytes"]
     with _board(tmp_path / "fs") as vb:
         line = board_eval(vb.port, "import gc, sys\ngc.collect()\n"
                           "print(sys.implementation._machine.split()[-1], sys.maxsize, gc.mem_free() + gc.mem_alloc())")

@@ -1,4 +1,4 @@
-"""The device package in mip parts (kvedge_host.parts, device/kvedge-PART.json): every device file in exactly one
+"""The device package in mip parts (kvedge_host.boards.parts, device/kvedge-PART.json): every device file in exactly one
 part, a part's modules importing at their top only what its parts hold, the packages as the generator writes
 them, and `mpremote mip install` of the core alone and of the model runner (with what it requires) working on the
 unix port and on the emulated Cortex-M3: the core builds a cache whose arena is the formula's size and has no
@@ -12,10 +12,10 @@ import sys
 
 import pytest
 
-from kvedge_host import m3board, parts
-from kvedge_host.deploy import device_sources
+from kvedge_host.boards import m3board, parts
+from kvedge_host.boards.deploy import device_sources
 from kvedge_host.paths import DEVICE, SHARED_MODELS, TOOLS, venv_tool
-from kvedge_host.sim import VirtualBoard, make_board
+from kvedge_host.boards.sim import VirtualBoard, make_board
 
 from _boardkit import mpremote
 

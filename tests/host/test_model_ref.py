@@ -1,4 +1,4 @@
-"""The device model against the numpy reference (kvedge_host.llama_ref) and llama2.c's documented output.
+"""The device model against the numpy reference (kvedge_host.ref.llama_ref) and llama2.c's documented output.
 
 Tiny self-written checkpoints always run; stories260K tests skip when ../shared/models is absent."""
 import json
@@ -7,7 +7,8 @@ import os
 import numpy as np
 import pytest
 
-from kvedge_host import llama_ref, quality, runtimes
+from kvedge_host.ref import llama_ref, quality
+from kvedge_host.boards import runtimes
 from kvedge_host.cli import main as cli
 from kvedge_host.paths import DEVICE, SHARED_MODELS
 from kvedge.model import checkpoint, tiny
@@ -24,7 +25,7 @@ EXPECTED = ("Once upon a time, there was a little girl named Lily. She loved to 
 
 @pytest.fixture(scope="module")
 def tinyfiles(tmp_path_factory):
-    from kvedge_host import tinyckpt
+    from kvedge_host.boards import tinyckpt
     d = tmp_path_factory.mktemp("tiny")
     p, t = tinyckpt.write(str(d), seed=3)
     q = str(d / "tiny_i8.bin")

@@ -7,7 +7,7 @@ import pytest
 
 from kvedge import budget
 from kvedge_host import models
-from kvedge_host.account import account, target
+from kvedge_host.plan.account import account, target
 from kvedge_host.paths import model_file
 
 import _modelfiles as mf

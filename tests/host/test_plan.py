@@ -9,7 +9,7 @@ import pytest
 from kvedge import budget
 from kvedge.model import streambytes
 from kvedge.config import CacheConfig
-from kvedge_host import boards, cli
+from kvedge_host import profiles, cli
 
 import _modelfiles as mf
 
@@ -57,8 +57,8 @@ def recompute_total(doc, weights_dtype="i8", board="rp2350", runtime=None):
     act = budget.activation_bytes(64, 172, 8, 512)
     rt = doc.get("runtime") or runtime or {}
     if rt.get("source") != "measured":
-        return cfg, w + cfg.nbytes() + scores + act + boards.load(board)["workspace_bytes"]
-    fp = boards.load(board)["footprint"]
+        return cfg, w + cfg.nbytes() + scores + act + profiles.load(board)["workspace_bytes"]
+    fp = profiles.load(board)["footprint"]
     kind = rt["kernels"]
     key = ("int_" if intpass else "") + kind  # the footprint measured with that pass
     runtime = fp["boot_bytes"] + fp["runtime_" + key] + fp["telemetry_bytes"] + fp.get("loop_" + key, 0)
@@ -88,7 +88,7 @@ def recompute_total(doc, weights_dtype="i8", board="rp2350", runtime=None):
 def test_not_fitting_case_gives_feasible_plans_that_recompute(capsys, stories, tmp_path):
     out = str(tmp_path / "device.json")
     r = plan(capsys, "--model", stories, "--board", "rp2350", "--weights-dtype", "i8", "--out", out)
-    heap = boards.load("rp2350")["heap_bytes"]
+    heap = profiles.load("rp2350")["heap_bytes"]
     assert r["requested"]["fits"] is False and r["requested"]["total_bytes"] > heap
     assert len(r["configurations"]) >= 3
     kinds = set(c["kind"] for c in r["configurations"])
@@ -382,7 +382,7 @@ def test_tiered_cache_offered_by_default_and_built_from_the_plan(capsys, stories
         assert c["tokens_kept"] == 512 <= cfg.sinks + t["cold_tokens"] + cfg.window - t["block"] + 1
         assert c["total_bytes"] <= c["heap_bytes"] and t["ram_bytes"] <= c["budget_bytes"]
         assert any(p["array"] == "cold KV store" and p["where"].startswith("flash") for p in c["placement"])
-    from kvedge_host.tiered_cost import MEASURED
+    from kvedge_host.plan.tiered_cost import MEASURED
     for c in tiers:  # the measured cost per token, from tools/bench_tiered.py on the emulated board
         t, k = c["tier"], c["tier"]["cost"]
         # an i8 ring on the float pass: the integer attention's tile loop (the pass loads no fused drivers)
@@ -415,7 +415,8 @@ def test_tiered_cache_offered_by_default_and_built_from_the_plan(capsys, stories
 
 
 def test_tiered_cost_scales_to_other_shapes():
-    from kvedge_host import models, planner
+    from kvedge_host import models
+    from kvedge_host.plan import planner
     fake = {"shape": {"layers": 2, "heads": 4, "head_dim": 8}, "unit": "instructions", "machine": "m", "kernels": "k",
             "command": "c", "rows": [{"path": "int", "cold": "i4", "per_cold_token": 1000, "demote_per_token": 50},
                                      {"path": "float", "cold": "i4", "per_cold_token": 9000, "demote_per_token": 70}]}
@@ -431,7 +432,8 @@ def test_tiered_cost_scales_to_other_shapes():
 def test_tiered_cost_follows_the_plans_pass():
     """An i8 ring is attended by the integer attention on both passes: the integer pass with its fused kernels
     (row "int"), the float pass with a tile loop (row "int-tiles"): each plan is priced by the row of its pass."""
-    from kvedge_host import models, planner
+    from kvedge_host import models
+    from kvedge_host.plan import planner
     fake = {"shape": {"layers": 5, "heads": 8, "head_dim": 8}, "unit": "instructions", "machine": "m", "kernels": "k",
             "command": "c", "rows": [{"path": "int", "cold": "i8", "per_cold_token": 1000, "demote_per_token": 50},
                                      {"path": "int-tiles", "cold": "i8", "per_cold_token": 4000,
@@ -447,7 +449,7 @@ def test_tiered_cost_follows_the_plans_pass():
 # ---- plans that count the runtime the board measured (boards/*.json "footprint", kvedge footprint) ----
 
 def test_measured_runtime_is_counted_against_the_usable_heap_less_a_margin(capsys, stories, tmp_path):
-    prof = boards.load("rp2040")
+    prof = profiles.load("rp2040")
     fp = prof["footprint"]
     out = str(tmp_path / "device.json")
     r = plan(capsys, "--model", stories, "--board", "rp2040", "--weights-dtype", "i8", "--kv-dtype", "i8",
@@ -490,7 +492,7 @@ def test_kernels_margin_and_a_flat_workspace_on_request(capsys, stories):
     base = ["--model", stories, "--board", "rp2040", "--weights-dtype", "i8", "--kv-dtype", "i8", "--align", "0"]
     plain = plan(capsys, *base, "--kernels", "plain", "--margin", "8000")
     assert plain["runtime"]["kernels"] == "plain" and plain["runtime"]["margin_bytes"] == 8000
-    assert plain["runtime"]["code_bytes"] == boards.load("rp2040")["footprint"]["runtime_plain"]
+    assert plain["runtime"]["code_bytes"] == profiles.load("rp2040")["footprint"]["runtime_plain"]
     top = plain["configurations"][0]
     assert top["total_bytes"] <= plain["runtime"]["usable_heap"] - 8000
     flat = plan(capsys, *base, "--workspace", "16384")
@@ -517,8 +519,8 @@ def test_weights_on_flash_win_when_they_leave_the_cache_more_tokens(capsys, stor
     first = big["configurations"][0]
     assert first["tokens_kept"] == 512 and first["weights"]["place"] == "heap"
     assert big["board"] == "rp2350 with a 2,097,152-byte heap"
-    assert big["runtime"]["usable_heap"] == (2 << 20) * boards.load("rp2350")["footprint"]["heap_usable"] \
-        // boards.load("rp2350")["footprint"]["heap_image"]
+    assert big["runtime"]["usable_heap"] == (2 << 20) * profiles.load("rp2350")["footprint"]["heap_usable"] \
+        // profiles.load("rp2350")["footprint"]["heap_image"]
 
 
 def test_nothing_fits_says_so_up_front_with_the_runtimes_numbers(capsys, stories):
@@ -528,5 +530,5 @@ def test_nothing_fits_says_so_up_front_with_the_runtimes_numbers(capsys, stories
     lines = out.splitlines()
     first = [i for i, ln in enumerate(lines) if ln.startswith("nothing fits")][0]
     assert first < [i for i, ln in enumerate(lines) if ln.startswith("requested")][0]  # before the loop
-    fp = boards.load("rp2040")["footprint"]
+    fp = profiles.load("rp2040")["footprint"]
     assert "runtime code (plain kernels, float pass)" in out and "{:,}".format(fp["runtime_plain"]) in out

@@ -12,8 +12,8 @@ import tempfile
 
 import pytest
 
-from kvedge_host import m3board
-from kvedge_host.deploy import deployment, preload
+from kvedge_host.boards import m3board
+from kvedge_host.boards.deploy import deployment, preload
 from kvedge_host.paths import SHARED_MODELS
 
 from _boardkit import kvedge
@@ -29,7 +29,7 @@ STEPS = 24  # past the issue's 18 tokens; the prompt's encoding alone failed bef
 
 def test_plan_then_generate_port_on_the_emulated_rp2040(tmp_path):
     from kvedge.model.checkpoint import convert_to_i8
-    from kvedge_host.m3sim import M3Sim
+    from kvedge_host.boards.m3sim import M3Sim
     model = str(tmp_path / "m.i8.bin")
     convert_to_i8(MODEL, model)
     os.makedirs(str(tmp_path / "tok"))
@@ -95,7 +95,7 @@ def test_generate_port_without_a_plan_runs_the_plan_kvedge_plan_makes(tmp_path):
     # profile's measured footprint; it must be that plan (strategy, pass, kernels, total), and it computes what the
     # same plan given with --plan computes. A cache given by hand that does not fit is refused before deploying.
     from kvedge.model.checkpoint import convert_to_i8
-    from kvedge_host.m3sim import M3Sim
+    from kvedge_host.boards.m3sim import M3Sim
     model = str(tmp_path / "m.i8.bin")
     convert_to_i8(MODEL, model)
     tok = str(tmp_path / "tok512.bin")

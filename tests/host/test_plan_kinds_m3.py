@@ -10,7 +10,7 @@ heap stays within the plan's total, and its greedy tokens equal an independent r
   kernels): the board computes in float32, CPython in doubles, and the texts part after a dozen tokens; they are
   compared with the same plan run by the device code on real CircuitPython (../shared/runtimes/circuitpython-
   unix32: float32, another interpreter, compiler and libm) for every generated token. No numpy reference of
-  these caches exists (kvedge_host.llama_ref is float64 with exact K/V; these caches are i8).
+  these caches exists (kvedge_host.ref.llama_ref is float64 with exact K/V; these caches are i8).
 
 What fits where (measured 2026-12-02 with the footprints in boards/): the rp2040's integer pass runs H2O 51
 slots, sinks + window and window (60 tokens), a context cut to 60; its float pass a tier (i8 ring 96 + 4 sinks,
@@ -25,7 +25,7 @@ import re
 
 import pytest
 
-from kvedge_host import m3board
+from kvedge_host.boards import m3board
 from kvedge_host.paths import SHARED_MODELS
 
 from _boardkit import kvedge
@@ -41,12 +41,12 @@ CONTEXTS = (512, 1024)
 RUNS = [("rp2040", k, None) for k in ("h2o", "sinks", "window", "shorter")] + \
     [("rp2040", "tiered", "i8"), ("rp2040", "tiered", "i4"), ("esp32", "shorter", None), ("esp32", "window", None)]
 # (the i4-cold tier ran out of heap at its first demotion until the planner counted what re-quantizing a block
-# into i4 takes: kvedge_host.planner.TIER_I4_DEMOTE_BYTES)
+# into i4 takes: kvedge_host.plan.planner.TIER_I4_DEMOTE_BYTES)
 # (board, kind): what `kvedge plan --kind K` refuses at both contexts
 REFUSED = [("rp2040", k) for k in ("keep", "prefix")] + \
     [("esp32", k) for k in ("keep", "prefix", "h2o", "sinks", "tiered")]
 # (the esp32's float pass with plain kernels peaked 1.3 % above these plans, 95,984 bytes against 94,718, until
-# the planner counted the code's layout allowance: kvedge_host.account.LAYOUT_FRACTION, tools/bench_layout.py)
+# the planner counted the code's layout allowance: kvedge_host.plan.account.LAYOUT_FRACTION, tools/bench_layout.py)
 _RUNS = {}
 
 
@@ -208,7 +208,7 @@ def _generated(out):
 def _circuitpython(model, plan, steps):
     """The plan's greedy text from the device code on real CircuitPython (float32), as the board's runner takes
     it (kvedge.model.runplan), or a skip when the interpreter is absent."""
-    from kvedge_host import runtimes
+    from kvedge_host.boards import runtimes
     from kvedge_host.paths import DEVICE
     if not runtimes.circuitpython_bin():
         pytest.skip("needs ../shared/runtimes/circuitpython-unix32 (a float32 run of the plan)")

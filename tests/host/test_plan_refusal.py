@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from _clifuzz import run_inprocess
 from kvedge.model.checkpoint import convert_to_i8
-from kvedge_host.tinyckpt import write
+from kvedge_host.boards.tinyckpt import write
 
 NAN, INF = float("nan"), float("inf")
 DEL = "<deleted>"

@@ -1,4 +1,4 @@
-"""kvedge_host.planner, the planner as a library, and speed in the plan: no host module reaches another kvedge
+"""kvedge_host.plan.planner, the planner as a library, and speed in the plan: no host module reaches another kvedge
 command through argv or captured stdout; the library's document is the one `kvedge plan --out` writes; every
 configuration names the device's forward pass and carries instructions per token recomputed here by hand from the
 measured table, tokens/s at the profile's clock (read from the profile file itself); the default objective never
@@ -11,8 +11,10 @@ import re
 import pytest
 
 from kvedge.model import passes  # noqa: F401
-from kvedge_host import cli, planner, planquality, planrun
-from kvedge_host.forward_cost import MEASURED
+from kvedge_host import cli
+from kvedge_host.plan import planner, planquality
+from kvedge_host.boards import planrun
+from kvedge_host.plan.forward_cost import MEASURED
 
 import _modelfiles as mf
 from test_plan import _bad, plan as _json  # kvedge plan --json, and one-line refusals
@@ -241,12 +243,12 @@ def test_a_plan_leads_with_its_verdict_and_the_reason(capsys, preset):
     # weights, counted here from the model's own shape, are more than the flash and the heap), the second what
     # would; the account and the search come after
     from kvedge import budget
-    from kvedge_host import boards, models
+    from kvedge_host import profiles, models
     spec = models.load(preset_name=preset)
     p = budget.llama_params(spec.dim, spec.hidden_dim, spec.layers, spec.heads, spec.kv_heads, spec.vocab)
     params = p["embedding"] + p["matrices"] + p["classifier"]
-    for board in boards.names():
-        prof = boards.load(board)
+    for board in profiles.names():
+        prof = profiles.load(board)
         code, out = _lines(capsys, "--preset", preset, "--board", board)
         assert code == 1, (board, out[:3])
         if not prof.get("flash_bytes"):  # the unix profile: the heap is all (it said "the flash (0 bytes usable)",
@@ -282,7 +284,7 @@ def test_a_plan_that_fits_says_how_much_of_the_context_it_keeps(capsys, stories)
 def test_a_cache_shorter_than_every_measured_row_ranks_after_those_the_table_bounds(capsys):
     # a window of 10 tokens takes the quality row measured at the fewest tokens (more than 10): that row's cost is
     # a lower bound of its own, so it must not outrank a 70-token cache whose row (measured at <= 70) bounds it
-    from kvedge_host.planquality import DEFAULT_QUALITY, load_quality
+    from kvedge_host.plan.planquality import DEFAULT_QUALITY, load_quality
     table = load_quality(DEFAULT_QUALITY)
     # (the quality order alone: the default objective also moves plans more than 2x slower after the rest)
     r = _json(capsys, "--model", os.path.join(ROOT, "docs", "examples", "stories260K.json"), "--board", "rp2040",

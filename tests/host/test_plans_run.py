@@ -11,7 +11,8 @@ import re
 import pytest
 
 from kvedge.model.checkpoint import convert_to_i8
-from kvedge_host import boards, footprint, planrun
+from kvedge_host import profiles
+from kvedge_host.boards import footprint, planrun
 from kvedge_host.paths import SHARED_MODELS
 
 WHY = footprint.missing("rp2040")
@@ -66,7 +67,7 @@ def test_the_plan_for_stories260k_generates_on_the_board_within_its_heap(capsys,
 @needs_m3
 @pytest.mark.parametrize("board", ["esp32", "rp2040"])
 def test_the_plan_for_the_projects_tiny_model_generates_on_the_board(capsys, tmp_path, board):
-    from kvedge_host.tinyckpt import write
+    from kvedge_host.boards.tinyckpt import write
     model, tok = write(str(tmp_path / "tiny"))
     weights = str(tmp_path / "tiny.i8.bin")
     convert_to_i8(model, weights)

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from kvedge_host.sim import VirtualBoard
+from kvedge_host.boards.sim import VirtualBoard
 
 from _boardkit import kvedge
 
@@ -21,7 +21,7 @@ SHORT = ["--steps", "8", "--kv-dtype", "i8"]
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     from kvedge.model.checkpoint import convert_to_i8
-    from kvedge_host.tinyckpt import write
+    from kvedge_host.boards.tinyckpt import write
     d = tmp_path_factory.mktemp("model")
     model, tok = write(str(d))
     convert_to_i8(model, str(d / "tiny.i8.bin"))
@@ -29,7 +29,7 @@ def files(tmp_path_factory):
 
 
 def _preloaded(fs, files, march):
-    from kvedge_host.deploy import deployment, preload
+    from kvedge_host.boards.deploy import deployment, preload
     with tempfile.TemporaryDirectory() as build:
         preload(fs, deployment("rp2040", build, True, extra=files, march=march))
 
@@ -39,11 +39,11 @@ def board(request, files, tmp_path_factory):
     """(board, extra generate flags): the emulated Cortex-M3 or the unix port, rp2040 heap, files preloaded."""
     fs = str(tmp_path_factory.mktemp("flash"))
     if request.param == "m3":
-        from kvedge_host import m3board
+        from kvedge_host.boards import m3board
         why = m3board.missing("rp2040")
         if why:
             pytest.skip(why)
-        from kvedge_host.m3sim import M3Sim
+        from kvedge_host.boards.m3sim import M3Sim
         _preloaded(fs, files, "armv6m")
         vb, extra = M3Sim("rp2040", fs=fs), []
     else:
@@ -112,11 +112,11 @@ def test_a_reset_mid_generation_stops_the_run_cleanly_and_the_next_run_works(boa
 
 def test_a_board_that_loses_power_and_starts_again_from_its_flash(files, tmp_path):
     # the emulated board killed mid-generation (its port vanishes), then started again from the same flash image
-    from kvedge_host import m3board
+    from kvedge_host.boards import m3board
     why = m3board.missing("rp2040")
     if why:
         pytest.skip(why)
-    from kvedge_host.m3sim import M3Sim
+    from kvedge_host.boards.m3sim import M3Sim
     fs = str(tmp_path / "flash")
     _preloaded(fs, files, "armv6m")
     vb = M3Sim("rp2040", fs=fs)
@@ -163,15 +163,15 @@ def test_a_profile_that_is_not_the_board_is_refused_before_deploying(files, tmp_
 
 
 def test_a_profile_the_emulated_chip_cannot_run_is_refused(files, tmp_path):
-    from kvedge_host import m3board
+    from kvedge_host.boards import m3board
     why = m3board.missing("rp2040")
     if why:
         pytest.skip(why)
-    from kvedge_host.m3sim import M3Sim
+    from kvedge_host.boards.m3sim import M3Sim
     with M3Sim("rp2040", fs=str(tmp_path / "flash")) as vb:
         p = kvedge("generate", "--port", vb.port, "--board", "rp2350", "--model", files[0], "--tokenizer",
                    files[1], *SHORT)
-        from kvedge_host.deploy import inventory
+        from kvedge_host.boards.deploy import inventory
         held, _ = inventory(vb.port, ["kvedge"])
     arch = {"m0": "armv6m", "m3": "armv7em"}[vb.layout.key]  # what the machine's firmware reports
     assert p.returncode == 2 and "loads .mpy machine code for %s, not armv7emsp" % arch in p.stderr, p.stderr

@@ -4,15 +4,15 @@ or repeated, the final one counting every position of the run."""
 import csv
 import tempfile
 
-from kvedge_host.sim import VirtualBoard
+from kvedge_host.boards.sim import VirtualBoard
 
 from _boardkit import kvedge
 
 
 def test_a_detached_generation_is_watched_by_the_monitor_to_its_end(tmp_path):
     from kvedge.model.checkpoint import convert_to_i8
-    from kvedge_host.deploy import deployment, preload
-    from kvedge_host.tinyckpt import write
+    from kvedge_host.boards.deploy import deployment, preload
+    from kvedge_host.boards.tinyckpt import write
     model, tok = write(str(tmp_path / "m"))
     q = str(tmp_path / "tiny.i8.bin")
     convert_to_i8(model, q)

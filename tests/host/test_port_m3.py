@@ -7,9 +7,9 @@ import tempfile
 
 import pytest
 
-from kvedge_host import m3board
-from kvedge_host import cmd_test
-from kvedge_host.deploy import deployment, preload
+from kvedge_host.boards import m3board
+from kvedge_host.cli import cmd_test
+from kvedge_host.boards.deploy import deployment, preload
 
 from _boardkit import kvedge
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(WHY is not None, reason="emulated Cortex-M3: %s"
 
 
 def _board(fs, with_tests=False):
-    from kvedge_host.m3sim import M3Sim
+    from kvedge_host.boards.m3sim import M3Sim
     with tempfile.TemporaryDirectory() as build:
         pairs = deployment("rp2040", build, True, march=m3board.march_for("rp2040"))
         preload(str(fs), pairs + (cmd_test.test_pairs() if with_tests else []))
@@ -30,7 +30,7 @@ def test_check_port_on_the_emulated_board(tmp_path):
         p = kvedge("check", "--port", vb.port, "--only", "gqa8", "--json", timeout=900)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     rows = json.loads(p.stdout)
-    # each row compares the board's attention output with numpy's (kvedge_host.numref) on the same case
+    # each row compares the board's attention output with numpy's (kvedge_host.ref.numref) on the same case
     assert rows and all(r["ok"] for r in rows), rows
     assert {"float", "int plain"} <= {r["path"] for r in rows}, rows
 
@@ -49,8 +49,8 @@ def test_generate_port_rom_reads_the_weights_in_place_on_the_emulated_board(tmp_
     # generate --port --rom finds them there (nothing to write) and the run's summary says where they were held
     import shutil
     from kvedge.model.checkpoint import convert_to_i8
-    from kvedge_host.m3sim import M3Sim
-    from kvedge_host.tinyckpt import write
+    from kvedge_host.boards.m3sim import M3Sim
+    from kvedge_host.boards.tinyckpt import write
     model, tok = write(str(tmp_path / "m"))
     rom = tmp_path / "rom"
     rom.mkdir()

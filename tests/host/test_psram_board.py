@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from kvedge_host import m3board
+from kvedge_host.boards import m3board
 
 MIB = 1024 * 1024
 # board profile, heap, where the heap starts, the ROMFS slot's size (the runtime's README, "PSRAM-heap images")
@@ -76,7 +76,7 @@ def test_kvedge_sim_runs_a_profile_whose_heap_no_image_has_on_the_image_its_foot
     why = _why("esp32s3-psram8")
     if why:
         pytest.skip("emulated PSRAM board: %s" % why)
-    from kvedge_host.sim import SimProcess
+    from kvedge_host.boards.sim import SimProcess
     from _boardkit import board_eval
     sim = SimProcess("rp2350-psram8", fs=str(tmp_path / "fs"))
     try:

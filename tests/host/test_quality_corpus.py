@@ -5,7 +5,9 @@ import os
 
 import pytest
 
-from kvedge_host import boards, planquality, quality
+from kvedge_host import profiles
+from kvedge_host.plan import planquality
+from kvedge_host.ref import quality
 from kvedge_host.cli import main as cli
 from kvedge_host.paths import SHARED_MODELS
 from kvedge.model.tokenizer import Tokenizer
@@ -102,9 +104,9 @@ def test_plan_for_every_board(capsys, tmp_path):
     assert cli(["plan", "--model", stories, "--board", "all", "--quality", "--weights-dtype", "i8",
                 "--objective", "quality", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert sorted(doc["boards"]) == boards.names()
+    assert sorted(doc["boards"]) == profiles.names()
     for name, b in doc["boards"].items():
-        assert b["heap_bytes"] == boards.load(name)["heap_bytes"]
+        assert b["heap_bytes"] == profiles.load(name)["heap_bytes"]
         seen = set()
         for r in b["strategies"]:
             assert (r["kind"], r["dtype"]) not in seen  # one row per strategy: its best configuration

@@ -16,7 +16,7 @@ def _plan(*args):
 
 
 def test_eval_records_the_model_and_a_plan_of_another_model_warns(tmp_path):
-    from kvedge_host.tinyckpt import write
+    from kvedge_host.boards.tinyckpt import write
     model, _ = write(str(tmp_path / "tiny"))
     table = str(tmp_path / "q.json")
     e = kvedge("eval", "--model", model, "--json", "--samples", "1", "--tokens", "24", "--window", "8", "--texts",
@@ -36,7 +36,7 @@ def test_eval_records_the_model_and_a_plan_of_another_model_warns(tmp_path):
 
 
 def test_the_shipped_table_is_stories260ks_and_a_bare_table_says_nothing_of_its_model(tmp_path):
-    from kvedge_host.planquality import DEFAULT_QUALITY
+    from kvedge_host.plan.planquality import DEFAULT_QUALITY
     assert _plan("--preset", "stories260k", "--quality", DEFAULT_QUALITY) == []
     w = _plan("--preset", "stories15m", "--quality", DEFAULT_QUALITY)
     assert len(w) == 1 and "measured on stories260K" in w[0], w

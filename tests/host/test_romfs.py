@@ -6,10 +6,10 @@ import os
 import subprocess
 
 from kvedge import budget
-from kvedge_host import romfs
-from kvedge_host.runtimes import micropython_bin
+from kvedge_host.boards import romfs
+from kvedge_host.boards.runtimes import micropython_bin
 
-from kvedge_host.tinyckpt import write as write_tiny
+from kvedge_host.boards.tinyckpt import write as write_tiny
 
 from _boardkit import kvedge
 
@@ -57,7 +57,8 @@ def test_plan_places_rom_weights_in_flash_and_counts_one_row(tmp_path):
     model = write_tiny(str(tmp_path))[0]
     from kvedge.model import streambytes
     from kvedge.model.header import read_config
-    from kvedge_host import account, models
+    from kvedge_host.plan import account
+    from kvedge_host import models
     cfg, _ = read_config(model)
     spec = models.load(model)
     # the float pass reads rows in place (one row's buffer); the integer pass (the default where it fits) keeps

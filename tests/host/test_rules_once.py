@@ -7,7 +7,7 @@ import re
 import pytest
 
 from kvedge import kernels, sizes
-from kvedge_host import deploy
+from kvedge_host.boards import deploy
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RULES = {  # the rule's value, and where its one literal lives
@@ -15,7 +15,7 @@ RULES = {  # the rule's value, and where its one literal lives
     "fast kernel kinds": (kernels.FAST, "device/kvedge/kernels.py"),
     "cache dtypes": (sizes.CACHE_DTYPES, None),  # written with the names F32..I2 in device/kvedge/sizes.py
     "integer-code dtypes": (sizes.INT_CODES, None),
-    "Arm -march values": (deploy.THUMB_ARCHS, "host/kvedge_host/deploy.py"),
+    "Arm -march values": (deploy.THUMB_ARCHS, "host/kvedge_host/boards/deploy.py"),
 }
 
 

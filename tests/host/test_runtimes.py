@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from kvedge_host import runtimes
+from kvedge_host.boards import runtimes
 
 RUNTIMES = ("unix", "wasm", "m3", "m3-py", "m0", "m7", "circuitpython")
 FILES = runtimes.test_files()

@@ -3,14 +3,14 @@ filesystem, soft resets like a board, main.py at boot, nothing left running afte
 import os
 import signal
 
-from kvedge_host import boards
-from kvedge_host.sim import SimProcess, VirtualBoard
+from kvedge_host import profiles
+from kvedge_host.boards.sim import SimProcess, VirtualBoard
 
 from _boardkit import board_eval, kvedge, mpremote, processes_in, wait_until
 
 
 def test_mpremote_drives_it_and_the_heap_is_the_profiles(tmp_path):
-    heap = boards.load("rp2040")["heap_bytes"]
+    heap = profiles.load("rp2040")["heap_bytes"]
     with VirtualBoard("rp2040", fs=str(tmp_path)) as vb:
         assert vb.port.startswith("/dev/pts/")
         line = board_eval(vb.port, "import gc, sys\ngc.collect()\n"
@@ -55,7 +55,7 @@ def test_a_board_that_boots_slowly_is_counted_up_only_once_its_prompt_is_out(tmp
     # sys.exit() in the raw REPL the board restarts in the raw REPL; a client that connected as soon as `starts`
     # changed met an interpreter still booting: its Ctrl-A and the relay's gave two raw banners, the first after
     # the client had flushed its input. An interpreter that takes 1 s to start (a loaded machine) makes it certain.
-    from kvedge_host import runtimes, sim
+    from kvedge_host.boards import runtimes, sim
     slow = tmp_path / "slow-micropython"
     slow.write_text("#!/bin/sh\nsleep 1\nexec %s \"$@\"\n" % runtimes.micropython_bin())
     slow.chmod(0o755)

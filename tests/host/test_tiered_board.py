@@ -17,8 +17,8 @@ import time
 import pytest
 
 from kvedge import budget
-from kvedge_host import m3board, tied
-from kvedge_host.deploy import mpremote_exe
+from kvedge_host.boards import m3board, tied
+from kvedge_host.boards.deploy import mpremote_exe
 
 WHY = m3board.missing("rp2040")
 pytestmark = pytest.mark.skipif(WHY is not None, reason=WHY or "")
@@ -181,7 +181,7 @@ def test_10000_token_stream_keeps_ram_flat_and_the_store_bounded():
 def test_check_tiered_cases_on_the_board():
     """kvedge check's tiered cases (f32 exact, i4/i8 cold on the float path and every kernel kind of the integer
     path) on the emulated Cortex-M3: float32, 31-bit ints, Thumb-2 viper, .mpy from ROMFS, littlefs."""
-    from kvedge_host import cmd_check
+    from kvedge_host.cli import cmd_check
     cases = [c for c in cmd_check.standard_cases(1) if c["name"].startswith("tiered-")]
     rows = cmd_check.check_runtime("m3", cases)
     bad = [r for r in rows if not r["ok"]]

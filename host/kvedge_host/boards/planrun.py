@@ -1,0 +1,167 @@
+"""A plan, run: the call that makes kvedge's runner generate with a plan's configuration on a board, and a one-shot
+run of it on the emulated board at the profile's heap (what `kvedge demo` and the plan tests use).
+
+The runner checks the same account the plan made before it allocates anything: `workspace` and `overhead` carry the
+runtime's measured parts (boot, code, the stats stream, the eviction module, the generation loop), so that the
+board's own total (kvedge.model.llama.plan with its tokenizer and objects) equals the plan's total_bytes, and the
+budget is the plan's limit (the usable heap less the margin)."""
+import json
+import os
+import tempfile
+
+from .. import profiles
+from . import m3board
+from ..plan.account import loads_floats
+
+SHAPE = ("layers", "heads", "kv_heads", "head_dim")
+
+
+def runner_args(doc, steps, stats_ms=0, prompt="", temperature=0.0, seed=1):
+    """Keyword arguments of kvedge.model.run.main for a plan document (`kvedge plan --out`)."""
+    rt = doc.get("runtime") or {}
+    pol = doc.get("policy") or {}
+    h2o = pol.get("budget", 0) if pol.get("kind") == "h2o" else 0
+    kw = {"prompt": prompt, "steps": steps, "temperature": temperature, "seed": seed,
+          "kv": {k: v for k, v in doc["cache"].items() if k not in SHAPE},
+          "stream": doc["weights"]["place"] != "heap", "h2o": h2o, "stats_ms": stats_ms, "peak": True,
+          "kv_bytes": doc["kv_bytes"] if doc.get("batch", 1) == 1 else 0,
+          "forward": doc.get("forward") or "float"}  # the pass the plan counted (kvedge.model.runplan: the same)
+    if (doc.get("prefill") or 1) != 1:  # prompt tokens a chunk (kvedge.model.prefill); else main()'s default
+        kw["prefill"] = doc["prefill"]
+    tier = doc.get("tier") if doc.get("kind") == "tiered" else None
+    if tier:
+        kw["tier"] = {k: tier[k] for k in ("block", "cold_dtype", "cold_blocks", "at_cap", "cold_align") if k in tier}
+    if rt.get("source") == "measured":
+        if stats_ms and not rt.get("stats", True):
+            raise ValueError("the plan counted no stats stream (kvedge plan --no-stats): run with stats_ms=0")
+        kw["kernel"] = rt["kernels"]
+        kw["tile"] = rt["tile"]
+        kw["encode"] = bool(rt.get("prompt", True))
+        kw["budget"] = rt["usable_heap"] - rt["margin_bytes"]
+        kw["workspace"] = rt["boot_bytes"] + rt["code_bytes"] + rt["telemetry_bytes"] + (rt["evict_bytes"] if h2o
+                                                                                         else 0) + (
+            rt.get("encode_bytes", 0) if kw["encode"] else 0) + (rt.get("tiered_bytes", 0) if tier else 0) + (
+            rt.get("floats_bytes", 0) if loads_floats(kw["kv"], kw["forward"]) else 0) + rt.get("layout_bytes", 0)
+        # the loop, and the buffers of the files the run keeps open (the tokenizer; the weights when streamed)
+        kw["overhead"] = rt["loop_bytes"] + rt["file_bytes"] * (1 + (1 if kw["stream"] else 0))
+        if prompt and not rt.get("prompt", True):
+            raise ValueError("the plan counted no prompt (kvedge plan --no-prompt); plan again without it")
+    return kw
+
+
+MIN_TOKENS = 8  # fewer tokens kept than this (or a cut context) is not a generation worth a stats stream
+
+
+def plan_for(board, model, tokenizer, out=None, heap=None, prompt="", stats=True, log=None, weights_dtype="i8",
+             forward="auto", kernels="auto"):
+    """The plan (kvedge_host.plan.planner) for kvedge's runner on `board` (int8 weights unless weights_dtype says the
+    file holds others, an i8 cache, unpadded rows, no tiered cache, the tokenizer counted, the prompt counted when
+    there is one), written to `out` when given; with the stats stream unless it leaves the cache fewer than
+    MIN_TOKENS tokens (or only a cut context), in which case the run goes without it (the returned document's
+    runtime.stats says which). forward / kernels: planner.plan's. Returns the plan document; UserError when
+    nothing fits either way."""
+    from ..plan import planner
+    from ..errors import UserError
+    spec, context, tgt = planner.inputs(model, board=board, heap=heap, weights_dtype=weights_dtype)
+    tries = [True, False] if stats else [False]
+    doc = None
+    for with_stats in tries:
+        p = planner.plan(spec, context, tgt, kv_dtype="i8", weights_dtype=weights_dtype, align=0, tiered=False,
+                         model=model, tokenizer=tokenizer, stats=with_stats, prompt=bool(prompt), forward=forward,
+                         kernels=kernels)
+        if p.document is None:
+            continue
+        doc = p.document
+        if out:
+            with open(out, "w") as f:
+                json.dump(doc, f, indent=2)
+                f.write("\n")
+        if doc["tokens_kept"] >= MIN_TOKENS and doc["kind"] != "shorter":
+            return doc
+        if log and with_stats and len(tries) > 1:
+            log("with the stats stream the cache keeps %d tokens (%s): planning without it"
+                % (doc["tokens_kept"], doc["strategy"]))
+    hint = "" if weights_dtype == "i8" else ": int8 weights (kvedge convert --weights-dtype i8) leave it more"
+    if doc is None:
+        raise UserError("nothing fits %s: %s with %s weights and an i8 cache (kvedge plan --board %s)%s"
+                        % (board, model, weights_dtype, board, hint))
+    if doc["tokens_kept"] < MIN_TOKENS:  # a run that stops after a token or two is not a plan worth running
+        raise UserError("nothing fits %s keeping %d tokens or more: %s with %s weights keeps %d (%s; kvedge plan "
+                        "--board %s)%s" % (board, MIN_TOKENS, model, weights_dtype, doc["tokens_kept"],
+                                           doc["strategy"], board, hint))
+    return doc
+
+
+def plan_command(model, board, doc, heap=None, prompt="", weights_dtype="i8", forward="auto", kernels="auto"):
+    """The `kvedge plan` command that writes the plan plan_for made (doc: its document)."""
+    stats = (doc.get("runtime") or {}).get("stats", True)
+    return "kvedge plan --model %s --board %s --weights-dtype %s --kv-dtype i8 --align 0 --no-tiered%s%s%s%s%s" % (
+        os.path.basename(model), board, weights_dtype, " --heap %d" % heap if heap else "",
+        "" if prompt else " --no-prompt", "" if stats else " --no-stats",
+        "" if forward == "auto" else " --forward " + forward, "" if kernels == "auto" else " --kernels " + kernels)
+
+
+def runner_code(model, tokenizer, kw):
+    """The snippet that runs it on the board (paths as the board sees them)."""
+    args = ", ".join("%s=%r" % (k, kw[k]) for k in sorted(kw))
+    return "from kvedge.model import run\nrun.main(%r, %r, %s)\n" % (model, tokenizer, args)
+
+
+def summary(out):
+    """The runner's closing "#KVEDGE {json}" line, or None."""
+    for line in out.splitlines():
+        i = line.find("#KVEDGE ")
+        if i >= 0:
+            return json.loads(line[i + 8:])
+    return None
+
+
+def run_on_m3(board, doc, model, tokenizer, steps, heap=None, timeout=900, log=None, stats_ms=0, prompt=""):
+    """Run a plan once on a fresh emulated board: the package as .mpy for the board and the model and tokenizer
+    on its filesystem; returns (summary dict, everything the board printed). heap: the firmware image to boot
+    (default the profile's heap; a PSRAM profile runs on the largest image with a plan made for that heap)."""
+    prof = profiles.load(board)
+    heap = heap or prof["heap_bytes"]
+    from .footprint import missing
+    why = missing(board, heap)
+    if why:
+        raise m3board.M3Missing(why)
+    layout = m3board.layout_for(board, heap)
+    march = m3board.march_for(board, layout)
+    from .deploy import device_sources
+    with tempfile.TemporaryDirectory(prefix="kvedge-planrun-") as tmp:
+        files = [(src, "/" + rel) for src, rel in device_sources()] + [(model, "/model.bin"), (tokenizer, "/tok.bin")]
+        disk = m3board.build_disk(os.path.join(tmp, "disk.img"), files, march=march, mpy=True, work=tmp,
+                                  layout=layout)
+        rom = os.path.join(tmp, "rom")
+        os.makedirs(rom)
+        m3board.write_disk_module(rom, march, layout)
+        image = m3board.build_romfs(rom, os.path.join(tmp, "rom.img"), layout)
+        with m3board.M3Board(board, heap=heap, romfs=image, disk=disk, log=log, layout=layout) as b:
+            out = b.exec(runner_code("model.bin", "tok.bin", runner_args(doc, steps, stats_ms, prompt)),
+                         timeout=timeout)
+    return summary(out), out
+
+
+def run_on_circuitpython(board, doc, model, tokenizer, steps, timeout=900, stats_ms=0):
+    """Run a plan once on the 32-bit CircuitPython interpreter at the profile's heap (the package as .py source,
+    as a CIRCUITPY drive holds it); returns (summary dict, everything it printed)."""
+    import shutil
+    import subprocess
+    from .footprint import circuitpython_exe
+    from ..paths import DEVICE
+    exe = circuitpython_exe()
+    if exe is None:
+        raise m3board.M3Missing("no CircuitPython interpreter in ../shared/runtimes/circuitpython-unix32")
+    heap = profiles.load(board)["heap_bytes"]
+    with tempfile.TemporaryDirectory(prefix="kvedge-planrun-") as tmp:
+        shutil.copyfile(model, os.path.join(tmp, "model.bin"))
+        shutil.copyfile(tokenizer, os.path.join(tmp, "tok.bin"))
+        code = runner_code("model.bin", "tok.bin", runner_args(doc, steps, stats_ms))
+        env = dict(os.environ, MICROPYPATH=DEVICE)
+        p = subprocess.run([exe, "-X", "heapsize=%d" % heap, "-c", code], cwd=tmp, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=timeout)
+        out = p.stdout.decode("utf-8", "replace")
+        if p.returncode:
+            raise m3board.M3Error("circuitpython failed: %s" % out.strip().splitlines()[-1:], out)
+    return summary(out), out
