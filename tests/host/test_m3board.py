@@ -109,7 +109,7 @@ def test_no_qemu_outlives_its_board_or_its_python(tmp_path):
         pid = b.proc.pid
         assert os.path.realpath("/proc/%d/exe" % pid).endswith("qemu-system-arm")
     assert not os.path.exists("/proc/%d" % pid) or _zombie(pid)
-    script = ("import sys, time\nsys.path[:0] = %r\nfrom kvedge_host import m3board\n"
+    script = ("import sys, time\nsys.path[:0] = %r\nfrom kvedge_host.boards import m3board\n"
               "b = m3board.M3Board('rp2040')\nb.start()\nprint(b.proc.pid, flush=True)\ntime.sleep(600)\n"
               % ([os.path.join(ROOT, "host"), DEVICE],))
     p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
