@@ -16,7 +16,6 @@
 # array, which is what heavy-hitter eviction accumulates.
 import math
 
-from . import cacheq8  # noqa: F401 (KVCache's integer-path methods: i8_bases)
 from . import check, kernels, quant
 kernels.bind_att()  # the att_* kernels' tile indexes (kvedge.layout): the integer attention is loading
 from .compat import zeros
@@ -267,6 +266,30 @@ class Attention(FloatAttention):
             fast = getattr(self.k, "att_step_i8", None)  # kinds with a fused head kernel bring their driver
             if fast is not None and fast(self, c, layer, qc, qs, out_q, out_exp, slots, nslots, nmax):
                 return
+        self._q8_heads(layer, qc, qs, out_q, out_exp, scores, slots, nslots, nmax)
+
+    def attend_q8(self, layer, qc, qs, out_q, out_exp, span=-1):
+        """The decode interface's integer attention (kvedge.cacheq8.KVCacheQ8.bind_query makes it the cache's
+        attend_q8): q8_step over the cache's slots up to its span (or `span`: a chunk's token, the slots up to its
+        own) with the scores the cache was given, for the buffers bind_query() checked; the layer is checked here.
+        q8_step's body, not a call of it: one Python call a layer less on the integer pass's hot path."""
+        c = self.cache
+        if type(layer) is not int or layer < 0 or layer >= c.L:
+            c._check_layer(layer)
+        scores = c.scores
+        nmax = c.span if span < 0 else span
+        iacc = self.iacc
+        for i in range(self.D):
+            iacc[i] = 0
+        if scores is None and self.fused and not (self.mixed or self.i4):
+            fast = getattr(self.k, "att_step_i8", None)
+            if fast is not None and fast(self, c, layer, qc, qs, out_q, out_exp, c.slot_pos, -1, nmax):
+                return
+        self._q8_heads(layer, qc, qs, out_q, out_exp, scores, c.slot_pos, -1, nmax)
+
+    def _q8_heads(self, layer, qc, qs, out_q, out_exp, scores, slots, nslots, nmax):
+        """A layer's query heads one at a time (the plain and native kinds, a policy's scores, converted rows)."""
+        c = self.cache
         for h in range(self.heads):
             kvh = h // self.group
             self.q8_head(h, qs)

@@ -27,14 +27,22 @@
 import struct
 
 from .compat import zeros
-from .sizes import CODE_BITS, FULL, LOWBIT, I8, F16, F32, align_up, residual_rows, row_bytes
+from .sizes import CODE_BITS, FULL, INT_CODES, LOWBIT, I8, F16, F32, K, V, align_up, residual_rows, row_bytes
 from .config import CacheConfig
 from .errors import BudgetError, CacheFullError
 from . import check, quant
 
 POS_LIMIT = (1 << 30) - 1  # logical positions stay small ints on 31-bit boards
-K = 0
-V = 1
+
+
+_q8 = [None]  # kvedge.q8writes once a stub below loaded it (an import allocates: once)
+
+
+def _q8writes():
+    if _q8[0] is None:
+        from . import q8writes
+        _q8[0] = q8writes
+    return _q8[0]
 
 
 class KVCache:
@@ -102,10 +110,13 @@ class KVCache:
         self._f32 = "<%df" % D
         # largest |value| a row may hold: float32 range, what an i8 row's f16 scale covers, the f16 range
         self.vlim = check.F32_MAX if cfg.dtype == F32 else (check.I8_MAX if cfg.dtype == I8 else check.F16_MAX)
+        self.int_ok = cfg.dtype in INT_CODES and D <= 256  # its rows can go through the integer attention
         self._scratch = zeros("f", max(D, G) if self.kivi else D)  # one row (KIVI: or a group's key channel)
         self.policy = None
         self._lay = None  # kvedge.layout, once q8_store_block() set up a block
         self._q8codes = self._q8scales = 0
+        self.att = None  # the decode interface's attention (attach())
+        self.scores = None
         # bytes one cached token occupies, by where it lives (for used_bytes)
         self.pre_slot_bytes = 2 * L * H * self.frow
         row_meta = 0
@@ -140,6 +151,7 @@ class KVCache:
         self.live_groups = 0
         self.used_bytes = 0
         self.cur_slot = -1
+        self.span = 0  # no slot from here on has held a token since the reset (the attention's scan stops there)
 
     def _natural_slot(self, pos):
         if self.W and pos >= self.S:
@@ -177,6 +189,8 @@ class KVCache:
 
     def _occupy(self, slot, pos):
         self.slot_pos[slot] = pos
+        if slot >= self.span:
+            self.span = slot + 1
         self.n_cached += 1
         if slot < self.P:
             self.n_pre += 1
@@ -394,22 +408,38 @@ class KVCache:
             a[m] = s & 0xFF
             a[m + 1] = s >> 8
 
-    # The i8 row writes of pre-quantized rows are kvedge.q8writes' and q8_store_block(), write_q8_at() and
-    # i8_bases() kvedge.cacheq8's: each adds them to this class when it loads, so a run that writes floats does
-    # not hold their bytecode. The three below import kvedge.q8writes on a first call and are replaced by its
-    # methods; import it first where the heap is locked.
+    def i8_bases(self, g, at, layer, kvh, steps=False):
+        """An i8 cache: g[at:at+4] = the offsets of K row 0, V row 0, K row 0's scale and V row 0's of KV head kvh
+        in `layer` (the rows of a head follow at row_pitch(), their scales 2 bytes apart); steps: g[at+4:at+6] =
+        the steps from one KV head's rows, and scales, to the next's."""
+        i = (layer * 2) * self.H + kvh
+        g[at] = self.bases[i]
+        g[at + 1] = self.bases[i + self.H]
+        g[at + 2] = self.META + i * self.B * 2
+        g[at + 3] = self.META + (i + self.H) * self.B * 2
+        if steps:
+            g[at + 4] = self.B * self.prow
+            g[at + 5] = 2 * self.B
+
+    # The i8 rows' int8-code writes: their code is kvedge.q8writes' and kvedge.q8rows' (a run that writes floats
+    # loads neither). kvedge.cacheq8.KVCacheQ8, the cache the integer passes build, holds q8rows' as its methods;
+    # on this class the four below load kvedge.q8writes on a first call.
 
     def write_q8(self, layer, k_codes, k_scales, v_codes, v_scales):
-        from . import q8writes
-        q8writes.write_q8(self, layer, k_codes, k_scales, v_codes, v_scales)
+        """i8 caches: store pre-quantized rows: int8 codes (-128..127, kv_heads*head_dim each) and f16 scale bits
+        per KV head (finite, >= 0: 0..0x7BFF). Allocates nothing; everything is checked before a byte moves."""
+        _q8writes().write_q8(self, layer, k_codes, k_scales, v_codes, v_scales)
 
     def check_write_q8(self, layer, k_codes, k_scales, v_codes, v_scales):
-        from . import q8writes
-        q8writes.check_write_q8(self, layer, k_codes, k_scales, v_codes, v_scales)
+        """write_q8()'s checks, without writing."""
+        _q8writes().check_write_q8(self, layer, k_codes, k_scales, v_codes, v_scales)
 
     def write_slot_q8(self, slot, layer, k_codes, k_scales, v_codes, v_scales):
-        from . import q8writes
-        q8writes.write_slot_q8(self, slot, layer, k_codes, k_scales, v_codes, v_scales)
+        """write_q8() into an explicit live slot."""
+        _q8writes().write_slot_q8(self, slot, layer, k_codes, k_scales, v_codes, v_scales)
+
+    def _write_q8(self, layer, k_codes, k_scales, v_codes, v_scales):
+        _q8writes()._write_q8(self, layer, k_codes, k_scales, v_codes, v_scales)
 
     def append(self, ks, vs):
         """Convenience: a new token with K and V for every layer (ks[layer], vs[layer] flat sequences)."""
@@ -529,6 +559,35 @@ class KVCache:
         vals = struct.unpack_from(self._f32, self.arena, off)
         for i in range(self.D):
             out[i] = vals[i]
+
+    # ---- the decode interface: what every forward pass calls, on every cache kind (docs/architecture.md) ----
+    # start_token(), write() floats, attend() in floats, quiet() (may the step lock the heap), reset(), close(),
+    # and on the caches the integer paths build (kvedge.cacheq8.KVCacheQ8) store_q8() of int8 codes, attend_q8() in
+    # integers and their bind_q8() / bind_query(); `chunks` says whether prompts in chunks (kvedge.model.prefill)
+    # may place their tokens here.
+
+    chunks = True
+
+    def attach(self, att, scores=None):
+        """The attention loop attend() and attend_q8() run (kvedge.attention.Attention, kvedge.floatatt's, or a
+        caller's with step(layer, q, out[, scores])) and an eviction policy's per-slot scores (or None)."""
+        self.att = att
+        self.scores = scores
+
+    def attend(self, layer, q, out):
+        """Float attention of `layer` for query q (heads*head_dim) into out, over every cached token."""
+        if self.scores is None:
+            self.att.step(layer, q, out)
+        else:
+            self.att.step(layer, q, out, self.scores)
+
+    def quiet(self):
+        """Whether the next token's step allocates nothing: past the f32 prefix (its writes allocate) and with
+        room (start_token() will not raise: its exception must not become a MemoryError)."""
+        return self.n_seen >= self.P and self.has_room()
+
+    def close(self):
+        """Nothing to release: the arena is RAM (a tiered cache closes its files)."""
 
     # ---- stats ----
 

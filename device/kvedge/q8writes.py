@@ -1,11 +1,9 @@
-"""KVCache's writes of pre-quantized i8 rows (int8 codes and f16 scale bits): write_q8(), check_write_q8() and
-write_slot_q8(), in a module of their own so that a run that writes floats (the float pass, its tiered cache) does
-not hold their bytecode. kvedge/cache.py's stubs of these import it on a first call, and it replaces them in the
-class; the integer pass imports it for a tiered cache (an import under a locked heap fails: import it first).
-The row store they share, KVCache._put_q8, stays in cache.py with kvedge.cacheq8's write_q8_at()."""
+"""The checked writes of one token's int8 codes and f16 scale bits into an i8 cache: the code of KVCache's write_q8,
+check_write_q8, write_slot_q8 and _write_q8 (each imports this module on a call), in a module of its own so that a
+run that writes floats, or the integer pass's block writes (kvedge.q8rows), does not hold its bytecode. Each
+function takes the cache as `self`. It imports nothing of kvedge.cache."""
 from . import check
-from .cache import KVCache, K, V
-from .sizes import I8
+from .sizes import I8, K, V
 
 
 def write_slot_q8(self, slot, layer, k_codes, k_scales, v_codes, v_scales):
@@ -51,8 +49,3 @@ def _write_q8(self, layer, k_codes, k_scales, v_codes, v_scales):
     self._put_q8(layer, K, b, k_codes, 0, k_scales, 0)
     self._put_q8(layer, V, b, v_codes, 0, v_scales, 0)
 
-
-KVCache.write_q8 = write_q8
-KVCache.check_write_q8 = check_write_q8
-KVCache._write_q8 = _write_q8
-KVCache.write_slot_q8 = write_slot_q8

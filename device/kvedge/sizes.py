@@ -40,6 +40,8 @@ _BLOCK_BYTES = {Q8_0: 34, Q4_0: 18}
 
 META_BYTES = 2  # one f16 scale or zero point
 FULL = F32  # what "full precision" means for prefix and residual rows
+K = 0  # the arena's key rows (kvedge.cache's layout: [layer][K|V][kv_head][row])
+V = 1  # and its value rows
 
 # Limits that catch absurd configurations (a typo, a unit error) before any arithmetic on them.
 LIMITS = {

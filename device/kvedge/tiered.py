@@ -62,7 +62,8 @@ class TieredCache:
     when the RAM formula exceeds it. arena: the ring's arena allocated earlier, exactly its bytes."""
 
     def __init__(self, cfg, path, block=16, cold=I4, cold_blocks=32, at_cap="drop", tile=16, cold_align=0,
-                 budget=None, fresh=False, arena=None):
+                 budget=None, fresh=False, arena=None, q8=False):
+        # q8: the ring takes int8 codes (kvedge.cacheq8.KVCacheQ8: the integer passes' store_q8)
         self._validate(cfg, block, cold, cold_blocks, at_cap, cold_align)
         if budget is not None:
             check.index("budget", budget)
@@ -81,13 +82,18 @@ class TieredCache:
         self.heads = cfg.heads
         self.group = cfg.heads // H
         self.cold, self.at_cap, self.cold_align = cold, at_cap, cold_align
-        self.ring = KVCache(cfg, arena=arena)  # arena: the ring's, allocated earlier (KVCache(arena=...))
+        if q8:
+            from .cacheq8 import KVCacheQ8 as Ring
+        else:
+            Ring = KVCache
+        self.ring = Ring(cfg, arena=arena)  # arena: the ring's, allocated earlier (KVCache(arena=...))
         self.stg = KVCache(CacheConfig(1, cfg.heads, H, D, block, cold, align=cold_align, group=block))
         for _ in range(block):  # the staging block's slots are always live: each read refills all of them
             self.stg.start_token()
         self.rec = memoryview(self.stg.arena)[self.stg.base(0, 0, 0):]  # its rows and their metadata
         self.rb = len(self.rec)
         self.att = Attention(self.ring, tile)
+        self.ring.attach(self.att)
         self.int_ok = self.att.int_ok and cold in INT_COLD
         if self.int_ok and cold == I4:
             self.att.need_conversion()
@@ -385,6 +391,44 @@ class TieredCache:
             n += 1
             j += 1
         return n
+
+    # ---- the decode interface (kvedge.caches; docs/architecture.md): start_token, write, store_q8, attend,
+    # attend_q8, quiet, reset, close ----
+
+    chunks = False  # prompt tokens one at a time: any of them may move a block to flash
+
+    def bind_query(self, qc, qs, oq, oe):
+        """attend_q8()'s buffers, checked now (its steps check them again: they are cheap beside a tier's)."""
+        if not self.int_ok:
+            raise ValueError("the integer path needs an i8, i4 or i2 ring and an i8 or i4 cold store")
+        self.att._check_q8(qc, qs, oq, oe)
+
+    def bind_q8(self, p, kc, vc, ks, vs, codes, scales, q_store, qc, qs, oq, oe):
+        """The integer pass's buffers (kvedge.q8rows.bind_q8). A cold store of i8 takes the ring's rows as a plain
+        cache does (store_q8 is then the ring's own, bound here); into f16 or low-bit cold blocks they go through
+        write_q8's checks (their scales must fit the cold range)."""
+        if not self.int_ok:
+            raise ValueError("the integer forward pass needs a tiered cache with i8 or i4 cold blocks")
+        r = self.ring
+        r.bind_q8(p, kc, vc, ks, vs, codes, scales, q_store, qc, qs, oq, oe)
+        n = self.H * self.D
+        mc = memoryview(codes)
+        ms = memoryview(scales)
+        self._kc, self._vc = mc[kc:kc + n], mc[vc:vc + n]
+        self._ks, self._vs = ms[ks:ks + self.H], ms[vs:vs + self.H]
+        if self.cold == I8:
+            self.store_q8 = r.store_q8  # the ring's own: no call between (bound once, here)
+            fold_kernels()  # i8 cold blocks' fold: at start-up rather than at the first step
+
+    def store_q8(self, layer, codes, scales, slot=-1):
+        """This token's rows as int8 codes from the buffers bind_q8() set up, through write_q8's checks."""
+        self.write_q8(layer, self._kc, self._ks, self._vc, self._vs)
+
+    def attend(self, layer, q, out):
+        self.step(layer, q, out)
+
+    def attend_q8(self, layer, qc, qs, oq, oe, span=-1):
+        self.step_q8(layer, qc, qs, oq, oe)
 
     # ---- attention ----
 

@@ -17,6 +17,8 @@ def preload(every_kind=False, kinds=None):
     gc.collect()
     from kvedge.model import intpath
     gc.collect()
+    from kvedge import cacheq8  # noqa: F401 (the integer pass's cache)
+    gc.collect()
     from kvedge import kernels
     restore = kinds is None  # the kinds a caller names: the last one stays selected (no other kind loaded)
     if kinds is None:

@@ -8,6 +8,8 @@ from kvedge import attention  # noqa: F401,E402
 gc.collect()
 from kvedge.model import intpath  # noqa: F401,E402
 gc.collect()
+from kvedge import cacheq8  # noqa: F401,E402 (the integer pass's cache)
+gc.collect()
 from kvedge import tiered  # noqa: F401,E402
 gc.collect()
 from _support import preload_kernels  # noqa: E402,F401 (the tests call it with the kinds they run)

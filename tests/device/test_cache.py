@@ -4,7 +4,7 @@ import gc
 
 from kvedge import budget, quant
 from kvedge.cache import KVCache
-from kvedge import cacheq8  # noqa: F401,E402 (KVCache.q8_store_block, write_q8_at: the integer path adds them)
+from kvedge.cacheq8 import KVCacheQ8  # noqa: E402 (q8_store_block, write_q8_at, store_q8: the integer pass's cache)
 from kvedge.config import CacheConfig
 from kvedge.errors import BudgetError, CacheFullError
 from _support import Rng, need, raises, message, under_heap_lock
@@ -503,7 +503,7 @@ def test_write_q8_at_stores_what_write_q8_stores_and_refuses_first():
     q, kvd = 4 * 8, 2 * 8
     for store in (None, qkernels_plain.q_store):
         ref = KVCache(cfg)
-        c = KVCache(cfg)
+        c = KVCacheQ8(cfg)
         p = array("i", [0] * S_WORDS)
         codes = array("b", [0] * (q + 2 * kvd))
         scales = array("H", [0] * (4 + 2 * 2))
@@ -527,9 +527,9 @@ def test_write_q8_at_stores_what_write_q8_stores_and_refuses_first():
         raises(IndexError, c.write_q8_at, 3, codes, scales, p, store)
         raises(ValueError, c.write_q8_at, 0, codes[:q + kvd], scales, p, store)
         assert bytes(c.arena) == before
-    raises(TypeError, KVCache(CacheConfig(1, 2, 1, 8, 4, "f16")).q8_store_block, p, 0, 8, 0, 1, 16, 2)
+    raises(TypeError, KVCacheQ8(CacheConfig(1, 2, 1, 8, 4, "f16")).q8_store_block, p, 0, 8, 0, 1, 16, 2)
     raises(ValueError, c.q8_store_block, p, q, q + kvd + 1, 4, 6, len(codes), len(scales))  # V codes pass the end
-    pre = KVCache(CacheConfig(1, 2, 1, 8, 4, "i8", prefix=1))
+    pre = KVCacheQ8(CacheConfig(1, 2, 1, 8, 4, "i8", prefix=1))
     pre.q8_store_block(p, 0, 8, 0, 1, 16, 2)
     pre.start_token()
     raises(ValueError, pre.write_q8_at, 0, array("b", [0] * 16), array("H", [0, 0]), p, None)
@@ -539,7 +539,7 @@ def test_write_q8_at_allocates_nothing():
     need("heap_lock")
     from kvedge import qkernels_plain
     from kvedge.layout import S_WORDS
-    c = KVCache(CacheConfig(2, 4, 2, 8, 40, "i8", window=16, sinks=4))
+    c = KVCacheQ8(CacheConfig(2, 4, 2, 8, 40, "i8", window=16, sinks=4))
     p = array("i", [0] * S_WORDS)
     codes = array("b", [(i * 7) % 255 - 127 for i in range(32 + 32)])
     scales = array("H", [0x2C00 + i for i in range(8)])

@@ -9,7 +9,7 @@ import os
 from kvedge_host.paths import DEVICE
 
 PKG = os.path.join(DEVICE, "kvedge")
-OWNERS = ("cache.py", "cacheq8.py")  # the cache, and its integer-path methods (kvedge.cacheq8)
+OWNERS = ("cache.py", "q8rows.py", "q8writes.py")  # the cache, and its int8-code writes (KVCacheQ8's and its stubs' code)
 LAYOUT = "layout.py"
 FIELDS = ("DATA", "META", "VMETA", "PRE", "RES", "prow", "frow", "_rowidx")
 

@@ -420,7 +420,6 @@ class Forward:
     """Buffers, tables and the decode step of the integer forward pass over a model's cache and attention."""
 
     def __init__(self, model, w):
-        from kvedge import cacheq8  # noqa: F401 (KVCache.q8_store_block, write_q8_at: loaded with the pass)
         cfg = model.cfg
         self.m = model
         self.w = w
@@ -446,22 +445,8 @@ class Forward:
         self.hp = zeros("i", 4)
         self.hp[0] = H + 2 * KV
         self.hp[1] = hd
-        # a tiered cache takes its rows through write_q8 and attends sinks, cold blocks and ring itself
-        self.tiered = model.kind == "tiered"
-        c = model.cache.ring if self.tiered else model.cache
-        self.ring = c
-        # the rows write_q8_at stores: K and V codes and scales follow q's in codes and scales
+        # K and V codes and scales follow q's in codes and scales: the cache stores them from this block
         self.sp = zeros("i", S_WORDS)
-        # a tier whose cold store holds what the ring does (i8) takes the rows as a plain cache does; into f16 or
-        # low-bit cold blocks they go through its checked write_q8 (their scales must fit the cold range)
-        self.checked = self.tiered and model.cache.cold != "i8"
-        if not self.checked:
-            c.q8_store_block(self.sp, d, d + kvd, H, H + KV, len(self.codes), len(self.scales))
-        if self.tiered:
-            from kvedge import q8writes  # noqa: F401 (the ring's write_q8, loaded now: steps lock the heap)
-            if not self.checked:  # i8 cold blocks' fold: at start-up rather than at the first step
-                from kvedge.tiered import fold_kernels
-                fold_kernels()
         self.ap = zeros("i", 4)  # q_align: heads, head_dim, -> the common exponent
         self.ap[0] = H
         self.ap[1] = hd
@@ -479,17 +464,14 @@ class Forward:
         self.exp_logits = 0
         self.clean = 0  # steps in a row that left nothing allocated (2: step() locks the heap)
         self.locked_steps = 0
-        self.span = 0  # slots from here on hold no token
         self.xm = 0
         self.xe = 0
         if w.stream:
             self.wbuf = w.scratch
-        # the attention step's buffers are this object's own, so they are checked once here and forward() calls
-        # the unchecked step (the checks cost ~0.4 M instructions a token on a Cortex-M3)
-        if not self.tiered:
-            model.att.check_step_q8(0, self.qc, self.qs, self.oq, self.oe, model.scores)
-        elif not model.cache.int_ok:
-            raise ValueError("the integer forward pass needs a tiered cache with i8 or i4 cold blocks")
+        # the cache's step buffers are this object's own, so the cache checks them once here and its steps skip
+        # the checks (they cost ~0.4 M instructions a token on a Cortex-M3)
+        model.cache.bind_q8(self.sp, d, d + kvd, H, H + KV, self.codes, self.scales, self.k.q_store, self.qc,
+                            self.qs, self.oq, self.oe)
         self.pre = None  # kvedge.model.prefill.attach(): prompt tokens a chunk at a time
 
     # ---- scalar steps ----
@@ -610,13 +592,11 @@ class Forward:
         call of the pass's helpers searches the heap for a free block; on a fragmented heap that search dominates
         (docs/benchmarks.md: the emulated rp2040 ran 12.1 M instructions a token unlocked, 5.4 M locked).
         Locked, frames go on the C stack. Earned: two steps in a row, unlocked, left the heap as they found it;
-        never locked for a position the f32 prefix takes (it allocates) or when start_token() would raise (its
-        exception must not become a MemoryError). The model's _lockable says whether to try. A tiered cache's
-        step is locked only when no block leaves the ring for flash (TieredCache.quiet(): a demotion writes files,
-        which allocates); such a step neither earns nor spoils the lock."""
-        c = self.m.cache
-        r = self.ring
-        quiet = c.quiet() if self.tiered else c.n_seen >= c.P and c.has_room()
+        never locked for a step the cache says may allocate or raise (its quiet(): an f32 prefix's position, a
+        start_token() that would raise, whose exception must not become a MemoryError, or a tiered cache's block
+        leaving the ring for flash, which writes files); such a step neither earns nor spoils the lock. The model's
+        _lockable says whether to try."""
+        quiet = self.m.cache.quiet()
         if self.clean >= 2 and quiet:
             micropython.heap_lock()
             try:
@@ -628,8 +608,8 @@ class Forward:
         a = gc.mem_alloc()
         out = self.forward(token)
         # a collection within the step would lower the figure: only an unchanged heap counts as clean
-        if quiet or not self.tiered:
-            self.clean = self.clean + 1 if gc.mem_alloc() == a and r.n_seen > r.P else 0
+        if quiet:
+            self.clean = self.clean + 1 if gc.mem_alloc() == a else 0
         return out
 
     def forward(self, token):
@@ -644,20 +624,10 @@ class Forward:
         z = self.z
         ip = self.ip
         pos = cache.start_token()
-        ring = self.ring
-        # every token of this cache is placed here: no slot from self.span on holds one, so the attention's scan
-        # of the slots stops there (at context 256 in a 512-slot cache, half the scan)
-        if pos == 0:
-            self.span = 0  # a new sequence (the cache was reset)
-        span = ring.cur_slot + 1
-        if span < self.span:
-            span = self.span
-        self.span = span
         A = self._embed(token, x)
         k.q_angles(self.fq, self.sin, self.cs, pos)
         # what every layer reads, looked up once a token (locals, not bound methods: those allocate)
         hp = self.hp
-        sp = self.sp
         codes = self.codes
         scales = self.scales
         qc = self.qc
@@ -672,17 +642,8 @@ class Forward:
         nrot = d + self.kvd
         cd = self.cd
         ch = self.ch
-        att = m.att
-        scores = m.scores
-        tiered = self.tiered
-        checked = self.checked
-        kc = self.kc
-        ks = self.ks
-        vc = self.vc
-        vs = self.vs
         q_rope = k.q_rope
         q_heads = k.q_heads
-        q_store = k.q_store
         q_align = k.q_align
         q_swiglu = k.q_swiglu
         g_att = w.g_att
@@ -691,7 +652,6 @@ class Forward:
         wo = w.wo
         w13 = w.w13
         w2 = w.w2
-        prefix = ring.cur_slot < ring.P
         for l in range(m.cfg.n_layers):
             # attention block
             self._norm(x, A, g_att[l])
@@ -700,16 +660,8 @@ class Forward:
             q_rope(z, cs, nrot, hd)
             hp[2] = mat.exp + self.xe
             q_heads(z, codes, scales, hp)
-            if prefix:
-                self._write_prefix(l, hp[2])
-            elif checked:
-                cache.write_q8(l, kc, ks, vc, vs)  # checked: its cold store takes only what it can hold
-            else:  # codes from q_heads are int8 by construction
-                ring.write_q8_at(l, codes, scales, sp, q_store)
-            if tiered:
-                cache.step_q8(l, qc, qs, oq, oe)
-            else:
-                att.q8_step(l, qc, qs, oq, oe, scores, None, -1, span)
+            cache.store_q8(l, codes, scales)  # codes from q_heads are int8 by construction
+            cache.attend_q8(l, qc, qs, oq, oe)
             B = q_align(oq, oe, d, ap)
             self._quant(oq, d, B, ap[2], cd)
             mat = wo[l]
@@ -734,19 +686,6 @@ class Forward:
         self._mv(w.wcls, self.logits, 0, 0)
         self.exp_logits = w.wcls.exp + self.xe
         return self.logits
-
-    def _write_prefix(self, layer, e):
-        """Positions in the cache's f32 prefix take floats: the codes dequantized (allocates; only while the
-        prefix fills)."""
-        kvd = self.kvd
-        hd = self.hd
-        kf = zeros("f", kvd)
-        vf = zeros("f", kvd)
-        from kvedge.quant import f16_value
-        for i in range(kvd):
-            kf[i] = self.kc[i] * f16_value(self.ks[i // hd])
-            vf[i] = self.vc[i] * f16_value(self.vs[i // hd])
-        self.m.cache.write(layer, kf, vf)
 
     def float_logits(self, out):
         """The logits as floats into out (array('f')): for sampling with a temperature (allocates a float per

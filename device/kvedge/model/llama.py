@@ -15,13 +15,13 @@ import sys
 from kvedge import sizes as _sizes
 from kvedge.compat import HAS_HEAP_LOCK
 from kvedge import kernels
-from kvedge.cache import KVCache
+from kvedge import caches as _caches
 from kvedge.config import CacheConfig
 from kvedge.errors import BudgetError
 from kvedge.model.header import read_config, resident_bytes, weights_place, zeros
 
 BOS = 1
-COLD_PATH = "kv_cold"  # a tiered cache's files (COLD_PATH.*) in the current folder, unless the caller names others
+COLD_PATH = _caches.COLD_PATH  # a tiered cache's files (COLD_PATH.*) in the current folder, unless the caller names others
 _SHAPE = ("layers", "heads", "kv_heads", "head_dim")
 WORD = 8 if sys.maxsize > 0x7FFFFFFF else 4  # bytes of a pointer: objects on a 32-bit board are half the size
 
@@ -187,14 +187,6 @@ def integer_path(kv, int_attention="auto", attention=None):
     return dtype in _sizes.INT_CODES
 
 
-def _default_attention(cache, tile, integer=True):
-    if not integer:  # the float path alone: the integer path's code (kvedge.attention) is not loaded
-        from kvedge.floatatt import FloatAttention
-        return FloatAttention(cache, tile=tile)
-    from kvedge.attention import Attention
-    return Attention(cache, tile=tile)
-
-
 class Llama:
     """A checkpoint ready to run: weights, KV cache, attention loop and activation buffers.
 
@@ -226,7 +218,6 @@ class Llama:
         # "rom" only where the file is mapped (the float pass and int4 rows read it in place; check() makes it True
         # for the passes that stream the others)
         stream = weights_place(path, stream)
-        tiered = tier is not None
         cfg, wdtype, ccfg, self.plan = check(path, kv, budget, workspace, stream, tile, policy is not None,
                                              forward, attention, integer_path(kv, int_attention, attention), tier)
         alt = None if forward == "float" else _path(forward, wdtype)
@@ -243,13 +234,17 @@ class Llama:
         # which fill whatever holes are left rather than leave the buffers none big enough; garbage is collected
         # between the steps, so each one starts filling from the lowest hole (on a 32-bit board's nearly full heap
         # this decides whether a run that fits by its account also finds its blocks)
-        if tiered:  # a ring in RAM (the arena), older tokens in blocks on flash; a generation starts afresh
-            from kvedge.tiered import TieredCache
-            self.cache = TieredCache(ccfg, cold_path, tier["block"], tier["cold_dtype"], tier["cold_blocks"],
-                                     tier.get("at_cap", "drop"), tile, tier.get("cold_align", 0), fresh=True,
-                                     arena=arena)
+        # the cache the plan names (a ring in RAM and older tokens on flash for a tier; a generation starts afresh);
+        # the passes other than the float one, and the float pass's integer attention, write int8 codes
+        quantized = ccfg.dtype in _sizes.INT_CODES
+        if int_attention == "auto":
+            want = quantized and kernels.kind() in kernels.FAST
         else:
-            self.cache = KVCache(ccfg, arena=arena)
+            want = bool(int_attention)
+        if alt is not None:
+            want = True
+        self.cache = _caches.build(ccfg, tier, cold_path, tile, arena,
+                                   q8=alt is not None or (want and quantized))
         gc.collect()
         if alt is None:
             self._buffers(cfg, wdtype, stream)
@@ -263,34 +258,17 @@ class Llama:
         self.policy = policy(self.cache) if policy is not None else None
         self.scores = self.policy.scores if self.policy is not None else None
         gc.collect()
+        # its attention (a tiered cache attends its tiers itself); the integer path only where it runs
+        runs = _caches.attach(self.cache, tile, want and quantized, attention, self.scores)
+        if want and not runs and int_attention != "auto" and alt is None:
+            raise ValueError("the integer attention path needs an i8, i4 or i2 cache and kvedge.attention")
+        self.int_attention = runs
         if alt is not None:
-            # a tiered cache attends itself (sinks, cold blocks, ring in one pass)
-            self.att = self.cache if tiered else (attention or _default_attention)(self.cache, tile=tile)
-            self.int_attention = True
             self.intp = alt.Forward(self, self.w)
             self.logits = self.intp.logits
-            self._preload()
-            # a tiered cache's steps are locked except where a block moves to flash (Forward.step)
+            # steps are locked where the cache says they allocate nothing (Forward.step)
             self._lockable = HAS_HEAP_LOCK and hasattr(gc, "mem_alloc")
             return
-        if tiered:
-            self.att = self.cache
-            quantized = self.cache.int_ok
-            if int_attention == "auto":
-                int_attention = quantized and kernels.kind() in kernels.FAST
-        elif attention is None:  # kvedge.attention: build the integer path's scratch only when it runs
-            quantized = ccfg.dtype in _sizes.INT_CODES
-            if int_attention == "auto":
-                int_attention = quantized and kernels.kind() in kernels.FAST
-            self.att = _default_attention(self.cache, tile, bool(int_attention) and quantized)
-        else:
-            self.att = attention(self.cache, tile=tile)
-            quantized = ccfg.dtype in _sizes.INT_CODES and hasattr(self.att, "step_q8")
-            if int_attention == "auto":
-                int_attention = quantized and kernels.kind() in kernels.FAST
-        if int_attention and not quantized:
-            raise ValueError("the integer attention path needs an i8, i4 or i2 cache and kvedge.attention")
-        self.int_attention = bool(int_attention)
         if self.int_attention:
             from kvedge.attention import quantize_query, dequantize_output
             self._qquery, self._dqout = quantize_query, dequantize_output
@@ -298,6 +276,7 @@ class Llama:
             self.qs = zeros("H", cfg.n_heads)
             self.oq = zeros("i", cfg.dim)
             self.oe = zeros("i", cfg.n_heads)
+            self.cache.bind_query(self.qc, self.qs, self.oq, self.oe)
 
     def _buffers(self, cfg, wdtype, stream):
         """The float pass's activations, largest first."""
@@ -325,18 +304,9 @@ class Llama:
         self.sin = zeros("f", half)
         self.xs = 0.0
 
-    def _preload(self):
-        # the integer pass's attention kernels fused per head and per layer (viper/asm kinds): loaded at start-up,
-        # before the heap fragments (the float path leaves them out: their code costs a few KB)
-        att = self.cache.att if self.kind == "tiered" else self.att
-        pre = getattr(att.k, "att_preload", None)
-        if pre is not None:
-            pre(att.k)
-
     def close(self):
         self.w.close()
-        if self.kind == "tiered":
-            self.cache.close()
+        self.cache.close()
 
     def reset(self):
         """Forget the sequence (a new conversation): empties the cache, keeps every buffer."""
@@ -345,19 +315,14 @@ class Llama:
     # ---- pieces of the forward pass ----
 
     def _attend(self, layer, q, out):
-        # The one seam between the model and the attention loop.
+        # The one seam between the model and the cache's attention (its decode interface: kvedge.caches).
         if self.int_attention:
             h = self.cfg.n_heads
             self._qquery(q, self.qc, self.qs, h)
-            if self.scores is not None:
-                self.att.step_q8(layer, self.qc, self.qs, self.oq, self.oe, self.scores)
-            else:
-                self.att.step_q8(layer, self.qc, self.qs, self.oq, self.oe)
+            self.cache.attend_q8(layer, self.qc, self.qs, self.oq, self.oe)
             self._dqout(self.oq, self.oe, out, h)
-        elif self.scores is not None:
-            self.att.step(layer, q, out, self.scores)
         else:
-            self.att.step(layer, q, out)
+            self.cache.attend(layer, q, out)
 
     def _mv(self, mat, x, out):
         mat.mv(self.k, x, self.xq, self.xs, self.acc, out)

@@ -194,3 +194,14 @@ def tier_of(doc):
         return None
     return {"block": t["block"], "cold_dtype": t["cold_dtype"], "cold_blocks": t["cold_blocks"],
             "at_cap": t.get("at_cap", "drop"), "cold_align": t.get("cold_align", 0)}
+
+
+def build_cache(doc, cold_path="/kv_cold", q8=False, tile=32, heap=None):
+    """The cache a plan document describes, checked whole first (check()), its attention attached: a KVCache
+    (KVCacheQ8 with q8: written with int8 codes), or a tiered plan's TieredCache, which reopens its cold store at
+    cold_path.* when one is there. The plan's budget_bytes is the budget (BudgetError before allocating)."""
+    from kvedge import caches
+    cfg = check(doc, heap)
+    c = caches.build(cfg, tier_of(doc), cold_path, tile, q8=q8, budget=doc.get("budget_bytes"), fresh=False)
+    caches.attach(c, tile, integer=c.int_ok)
+    return c

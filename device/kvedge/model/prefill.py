@@ -111,10 +111,10 @@ class Prefill:
     def room(self, n):
         """How many of the next n tokens run() can take at once: at most T, positions the cache places in order
         into fresh slots, no policy, not a tiered cache (0: none)."""
-        f = self.f
-        if f.tiered or f.m.policy is not None:
+        c = self.f.m.cache
+        if not c.chunks:
             return 0
-        return fresh_run(f.ring, n if n < self.T else self.T)
+        return fresh_run(c, n if n < self.T else self.T)
 
     def prompt(self, ids, steps, emit, tokenizer):
         """kvedge.model.llama.generate's prompt: its tokens before the last one, before a BOS (where generate
@@ -124,9 +124,9 @@ class Prefill:
         end = 0
         while end < len(ids) - 1 and end < steps and ids[end + 1] != 1:  # 1: BOS
             end += 1
-        c = self.f.ring
+        c = self.f.m.cache
         pos = 0
-        while pos < end:
+        while c.chunks and pos < end:
             n = self.take(ids, pos, end - pos)
             if n == 0:
                 if c.n_seen >= c.P or c.n_seen >= c.N:
@@ -160,27 +160,21 @@ class Prefill:
         f = self.f
         k = f.k
         w = f.w
-        ring = f.ring
+        cache = f.m.cache
         T = self.T
         tv = self.tv
         xs, zs, xqs, css = self.xs, self.zs, self.xqs, self.css
         for t in range(n):
-            pos = ring.start_token()
-            if pos == 0:
-                f.span = 0  # a new sequence
-            tv[3 * T + t] = ring.cur_slot
+            pos = cache.start_token()
+            tv[3 * T + t] = cache.cur_slot
             tv[t] = f._embed(tokens[i0 + t], xs[t])
             k.q_angles(f.fq, f.sin, css[t], pos)
-        last = tv[3 * T + n - 1] + 1
-        if last > f.span:
-            f.span = last
         d = f.d
         h = f.h
         hd = f.hd
         nrot = d + f.kvd
-        hp, sp, ap, ip, sig = f.hp, f.sp, f.ap, f.ip, f.sig
+        hp, ap, ip, sig = f.hp, f.ap, f.ip, f.sig
         codes, scales, qc, qs, oq, oe = f.codes, f.scales, f.qc, f.qs, f.oq, f.oe
-        att = f.m.att
         z1, q1 = f.z, f.xq  # forward()'s own buffers, given back at the end
         # the layers with the heap locked once a run showed they allocate nothing (Forward.step's reason: frames
         # then go on the C stack; unlocked, a 64-token prompt on the emulated Cortex-M3 took 18 % more)
@@ -201,8 +195,8 @@ class Prefill:
                     hp[2] = mat.exp + tv[2 * T + t]
                     k.q_heads(z, codes, scales, hp)
                     slot = tv[3 * T + t]
-                    ring.write_q8_at(l, codes, scales, sp, k.q_store, slot)
-                    att.q8_step(l, qc, qs, oq, oe, None, None, -1, slot + 1)  # the slots up to its own
+                    cache.store_q8(l, codes, scales, slot)
+                    cache.attend_q8(l, qc, qs, oq, oe, slot + 1)  # the slots up to its own
                     B = k.q_align(oq, oe, d, ap)
                     f.xq = xqs[t]
                     f._quant(oq, d, B, ap[2], f.cd)

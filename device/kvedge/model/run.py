@@ -44,7 +44,8 @@ def _writer():
 # reader): imported one at a time with a collection after each, the code packs without the holes a burst of
 # imports leaves (measured on a 32-bit board: 16 KB of holes after a burst, under 1 KB this way), and nothing
 # is loaded late, when the heap is full.
-_MODULES = ("kvedge.compat", "kvedge.errors", "kvedge.sizes", "kvedge.config", "kvedge.quant", "kvedge.cache", None,
+_MODULES = ("kvedge.compat", "kvedge.errors", "kvedge.sizes", "kvedge.config", "kvedge.quant", "kvedge.cache",
+            "kvedge.caches", None,
             "kvedge.floatatt", "kvedge.model.header", "kvedge.model.pieces", "kvedge.model.sampler",
             "kvedge.model.llama")
 
@@ -69,6 +70,8 @@ def _load(kernel, h2o, stats, encode=False, kv=None, forward="auto", model=None,
         cfg, wdtype = llama.read_config(model)
         forward = llama.resolve_forward(forward, wdtype, llama.cache_config(cfg, kv), tier, stream, h2o > 0)
     later = ("kvedge.model.checkpoint",) if forward == "float" else ()  # the float pass's weight loader
+    if forward != "float" or llama.integer_path(kv, int_attention):
+        later += ("kvedge.cacheq8",)  # the cache written with int8 codes (kvedge.caches.build)
     if forward != "float" or llama.integer_path(kv, int_attention) or tier is not None:
         later += ("kvedge.attention",)
     if forward != "float":
