@@ -207,10 +207,14 @@ class Llama:
                logits[i] * 2**intp.exp_logits) or "ulab" (kvedge.model.ulabpath: float32 through ulab arrays,
                for CircuitPython boards; int8 weights in RAM, i8 cache)
     arena      the cache's arena allocated earlier (KVCache(arena=...)): a bytearray of exactly its bytes
+    cache      a caller's cache kind: factory(ccfg, q8) -> an object with the decode interface (kvedge.caches:
+               start_token, write, store_q8, attend, attend_q8, bind_q8, bind_query, quiet, reset, close, and att,
+               int_ok, chunks); q8: the run writes int8 codes. Counted in the plan as ccfg's arena
     """
 
     def __init__(self, path, kv=None, budget=None, workspace=0, stream=False, tile=32, attention=None,
-                 int_attention="auto", policy=None, forward="auto", arena=None, tier=None, cold_path=COLD_PATH):
+                 int_attention="auto", policy=None, forward="auto", arena=None, tier=None, cold_path=COLD_PATH,
+                 cache=None):
         if forward == "auto":  # kvedge.model.passes.AUTO
             cfg, wdtype = read_config(path)
             forward = resolve_forward(forward, wdtype, cache_config(cfg, kv), tier, stream, policy is not None,
@@ -243,8 +247,11 @@ class Llama:
             want = bool(int_attention)
         if alt is not None:
             want = True
-        self.cache = _caches.build(ccfg, tier, cold_path, tile, arena,
-                                   q8=alt is not None or (want and quantized))
+        q8 = alt is not None or (want and quantized)
+        if cache is not None:  # a caller's cache kind: any object with the decode interface (kvedge.caches)
+            self.cache = cache(ccfg, q8)
+        else:
+            self.cache = _caches.build(ccfg, tier, cold_path, tile, arena, q8=q8)
         gc.collect()
         if alt is None:
             self._buffers(cfg, wdtype, stream)
