@@ -5,7 +5,7 @@ int8 codes with f16 scale bits. Its methods' code is kvedge.q8rows' (which a run
   attend_q8(layer, qc, qs, oq, oe, span=-1)   the decode interface's integer attention
   bind_query(qc, qs, oq, oe)   attend_q8's buffers, checked once
   bind_q8(p, kc, vc, ks, vs, codes, scales, q_store, qc, qs, oq, oe)   the integer pass's buffers, checked once
-  q8_store_block(p, ...), write_q8_at(layer, codes, scales, p, store, slot)   a caller's block of codes
+  q8_store_block(p, ...), write_q8_at(layer, codes, scales, slot, p, store)   a caller's block of codes
 
 Everything else (the arena, positions, float writes, reads, the checked write_q8 of one token's codes, attend,
 quiet, reset) is KVCache's."""
@@ -15,6 +15,7 @@ from . import q8rows
 
 class KVCacheQ8(KVCache):
     _qc = _qs = _oq = _oe = None  # attend_q8()'s buffers, once bind_query() checked them
+    _sp = _q_store = None  # store_q8()'s block and kernel, once bind_q8() bound them
     store_q8 = q8rows.store_q8
     bind_query = q8rows.bind_query
     attend_q8 = q8rows.attend_q8

@@ -32,15 +32,18 @@ def q8_store_block(self, p, kc, vc, ks, vs, ncodes, nscales):
     self._q8scales = max(ks, vs) + self.H
     self._lay = lay
 
-def write_q8_at(self, layer, codes, scales, p, store=None, slot=-1):
+def write_q8_at(self, layer, codes, scales, slot=-1, p=None, store=None):
     """write_q8() of the current token's rows in `layer` from buffers laid out as q8_store_block() set p up:
     codes an array('b') (int8 by construction) of at least the block's ncodes, scales an array('H') of its
     nscales, each of this token's scales checked (0..0x7BFF) before a byte moves. store: a q_store kernel
-    (kvedge.qkernels_*) to write the rows with, or None (this module's loop). slot >= 0: that live slot's rows
-    instead of the current token's (a chunk of prompt tokens placed at once: kvedge.model.prefill). Allocates
-    nothing."""
+    (kvedge.qkernels_*) to write the rows with, or None (this module's loop); p None: the block and kernel
+    bind_q8() bound. slot >= 0: that live slot's rows instead of the current token's (a chunk of prompt tokens
+    placed at once: kvedge.model.prefill). Allocates nothing."""
+    if p is None:
+        p = self._sp
+        store = self._q_store
     lay = self._lay  # set by q8_store_block(), on i8 caches only
-    if lay is None:
+    if lay is None or p is None:
         raise ValueError("no block: call q8_store_block() first")
     cs = self.cur_slot if slot < 0 else slot  # beyond the slots: IndexError below, before a byte moves
     if type(layer) is not int or layer < 0 or layer >= self.L or cs < self.P or self.slot_pos[cs] < 0:
@@ -102,7 +105,7 @@ def store_q8(self, layer, codes, scales, slot=-1):
         from . import q8prefix  # only while the prefix fills (those steps allocate: never heap-locked)
         q8prefix.store(self, layer, codes, scales)
         return
-    self.write_q8_at(layer, codes, scales, self._sp, self._q_store, slot)
+    self.write_q8_at(layer, codes, scales, slot)
 
 
 def bind_q8(self, p, kc, vc, ks, vs, codes, scales, q_store, qc, qs, oq, oe):
@@ -113,6 +116,8 @@ def bind_q8(self, p, kc, vc, ks, vs, codes, scales, q_store, qc, qs, oq, oe):
     self.q8_store_block(p, kc, vc, ks, vs, len(codes), len(scales))
     self._sp = p
     self._q_store = q_store
+    if not self.P:  # no prefix to write in floats: store_q8 is write_q8_at itself (bound once: no call between)
+        self.store_q8 = self.write_q8_at
     self.bind_query(qc, qs, oq, oe)
     # the attention's fused kernels (viper and asm kinds): loaded now, before the heap fragments (the float pass
     # leaves them out: their code costs a few KB)

@@ -492,7 +492,7 @@ def _q8_at_cycle(c, codes, scales, p, store, n):
     for _ in range(n):
         c.start_token()
         for layer in range(c.L):
-            c.write_q8_at(layer, codes, scales, p, store)
+            c.write_q8_at(layer, codes, scales, -1, p, store)
 
 
 def test_write_q8_at_stores_what_write_q8_stores_and_refuses_first():
@@ -517,22 +517,22 @@ def test_write_q8_at_stores_what_write_q8_stores_and_refuses_first():
                 for i in range(len(scales)):
                     scales[i] = rng.randint(0, 0x7BFF)
                 ref.write_q8(layer, codes[q:q + kvd], scales[4:6], codes[q + kvd:], scales[6:8])
-                c.write_q8_at(layer, codes, scales, p, store)
+                c.write_q8_at(layer, codes, scales, -1, p, store)
             assert bytes(c.arena) == bytes(ref.arena), (store, t)
         # refused before a byte moves: a scale outside f16's finite range, a layer, the caller's buffers
         before = bytes(c.arena)
         scales[5] = 0x7C00
-        assert "f16 scale bits" in message(raises(ValueError, c.write_q8_at, 1, codes, scales, p, store))
+        assert "f16 scale bits" in message(raises(ValueError, c.write_q8_at, 1, codes, scales, -1, p, store))
         scales[5] = 0
-        raises(IndexError, c.write_q8_at, 3, codes, scales, p, store)
-        raises(ValueError, c.write_q8_at, 0, codes[:q + kvd], scales, p, store)
+        raises(IndexError, c.write_q8_at, 3, codes, scales, -1, p, store)
+        raises(ValueError, c.write_q8_at, 0, codes[:q + kvd], scales, -1, p, store)
         assert bytes(c.arena) == before
     raises(TypeError, KVCacheQ8(CacheConfig(1, 2, 1, 8, 4, "f16")).q8_store_block, p, 0, 8, 0, 1, 16, 2)
     raises(ValueError, c.q8_store_block, p, q, q + kvd + 1, 4, 6, len(codes), len(scales))  # V codes pass the end
     pre = KVCacheQ8(CacheConfig(1, 2, 1, 8, 4, "i8", prefix=1))
     pre.q8_store_block(p, 0, 8, 0, 1, 16, 2)
     pre.start_token()
-    raises(ValueError, pre.write_q8_at, 0, array("b", [0] * 16), array("H", [0, 0]), p, None)
+    raises(ValueError, pre.write_q8_at, 0, array("b", [0] * 16), array("H", [0, 0]), -1, p, None)
 
 
 def test_write_q8_at_allocates_nothing():
