@@ -161,17 +161,18 @@ for n in dir(K):
         f = wrap(n, f)
     setattr(kp, n, f)
 fw.k = kp
-m.att.q8_step = wrap("attention step (att.q8_step)", m.att.q8_step)
+ATT = m.cache.attend_q8  # the decode interface's integer attention (bound by the cache's bind_q8)
+m.cache.attend_q8 = wrap("attention step (cache.attend_q8)", ATT)
 print("TOTAL2 %%d %%d" %% (run(), N))
 report("kernels")
 fw.k = K
-del m.att.q8_step
+m.cache.attend_q8 = ATT
 del NAMES[:]
 
 # 3: the pass's own steps
 for n in ("_norm", "_mv", "_quant"):
     setattr(fw, n, wrap(n, getattr(fw, n)))
-m.att.q8_step = wrap("attention step (att.q8_step)", m.att.q8_step)
+m.cache.attend_q8 = wrap("attention step (cache.attend_q8)", ATT)
 print("TOTAL3 %%d %%d" %% (run(), N))
 report("steps")
 """
