@@ -61,8 +61,8 @@ def test_a_heap_the_unix_port_cannot_load_the_runner_in_is_one_line(tmp_path):
 def test_a_circuitpython_profile_without_its_interpreter_is_one_line(tmp_path):
     # the CircuitPython profile's virtual board is CircuitPython: without it the demo is refused before it starts
     # (it used to say "the MicroPython unix port instead", then fail on the missing CircuitPython binary)
-    from kvedge_host.boards import footprint
-    if footprint.circuitpython_exe() is not None:
+    from kvedge_host.boards import runtimes
+    if runtimes.circuitpython_bin() is not None:
         pytest.skip("CircuitPython is here: the demo runs on it (test_demo_boards)")
     p = kvedge("demo", "--board", "rp2040-circuitpython", "--tiny", "--plain", "--steps", "6", "--workdir", tmp_path)
     assert p.returncode == 2, p.stdout[-2000:] + p.stderr

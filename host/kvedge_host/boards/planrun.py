@@ -122,11 +122,10 @@ def run_on_m3(board, doc, model, tokenizer, steps, heap=None, timeout=900, log=N
     (default the profile's heap; a PSRAM profile runs on the largest image with a plan made for that heap)."""
     prof = profiles.load(board)
     heap = heap or prof["heap_bytes"]
-    from .footprint import missing
-    why = missing(board, heap)
+    layout = m3board.layout_for(board, heap)
+    why = m3board.missing(board, heap, layout)
     if why:
         raise m3board.M3Missing(why)
-    layout = m3board.layout_for(board, heap)
     march = m3board.march_for(board, layout)
     from .deploy import device_sources
     with tempfile.TemporaryDirectory(prefix="kvedge-planrun-") as tmp:
@@ -148,9 +147,9 @@ def run_on_circuitpython(board, doc, model, tokenizer, steps, timeout=900, stats
     as a CIRCUITPY drive holds it); returns (summary dict, everything it printed)."""
     import shutil
     import subprocess
-    from .footprint import circuitpython_exe
+    from .runtimes import circuitpython_bin
     from ..paths import DEVICE
-    exe = circuitpython_exe()
+    exe = circuitpython_bin()
     if exe is None:
         raise m3board.M3Missing("no CircuitPython interpreter in ../shared/runtimes/circuitpython-unix32")
     heap = profiles.load(board)["heap_bytes"]

@@ -192,8 +192,8 @@ def run(a):
         w = {"path": weights, "dtype": wd, "board": name, "rom": False}
         extra = (weights, os.path.join(work, "tok.bin"))
         if prof.get("runtime") == "circuitpython" and a.sim != "host" and not a.port:
-            from ..boards.footprint import circuitpython_exe
-            if circuitpython_exe() is not None:
+            from ..boards.runtimes import circuitpython_bin
+            if circuitpython_bin() is not None:
                 return _demo_circuitpython(a, prof, model, w, tok, prompt, work, say)
             # the virtual board of a CircuitPython profile is CircuitPython (kvedge_host.boards.sim): not the unix port
             raise UserError("the %s demo runs on CircuitPython: no interpreter in ../shared/runtimes/"
@@ -266,13 +266,13 @@ def _demo_circuitpython(a, prof, model, w, tok, prompt, work, say):
     float32, ulab, no viper, its heap split in four areas) at the profile's heap, the package as .py source as a
     CIRCUITPY drive holds it, the model and tokenizer in its folder; plan from the footprint measured on it."""
     import subprocess
-    from ..boards.footprint import circuitpython_exe
+    from ..boards.runtimes import circuitpython_bin
     from ..paths import DEVICE
     board_dir = os.path.join(work, "circuitpy")
     os.makedirs(board_dir, exist_ok=True)
     shutil.copyfile(w["path"], os.path.join(board_dir, w["board"]))
     shutil.copyfile(tok, os.path.join(board_dir, "tok.bin"))
-    exe = circuitpython_exe()
+    exe = circuitpython_bin()
     say("virtual %s: CircuitPython interpreter (%s), heap %s bytes, the package as .py source"
         % (a.board, exe, format(prof["heap_bytes"], ",")))
     if a.plan:

@@ -3,7 +3,7 @@ from it kvedge's int8 or int4 file through the device's own converter (kvedge.mo
 quantized rows, whoever writes them). One tensor is held at a time."""
 import numpy as np
 
-from . import ROPE_THETA
+from .source import ROPE_THETA
 
 
 def write_f32(src, out):
