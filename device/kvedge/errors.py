@@ -16,6 +16,7 @@
 #                   documented change a refusal makes); BudgetError: a configuration over its byte budget.
 #   OSError         the file system under a cold tier or cold store failed.
 #   ColdStoreError  reopening a cold tier or cold store that is damaged, truncated, foreign or for another layout.
+#   CheckpointError (a ValueError) a model file that is malformed (kvedge.model.header).
 #   PlanError       (a ValueError) a plan document a runner must not run (kvedge.model.plandoc), field named first.
 
 
@@ -41,6 +42,11 @@ class ColdStoreError(KVEdgeError):
     """A store on flash (a tiered cache's cold store, a paged pool's cold tier: kvedge.coldstore) cannot be
     trusted (foreign, another kind or layout, truncated, cut mid-write, damaged): refused whole, never half-read,
     never repaired."""
+
+
+class CheckpointError(ValueError):
+    """A model file is malformed: wrong magic, impossible header, wrong length (kvedge.model.header, and
+    kvedge.model.w4file for an int4 file's own header)."""
 
 
 class PlanError(ValueError):

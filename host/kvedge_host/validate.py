@@ -228,13 +228,13 @@ def finite_weights(path, cfg, dtype, chunk=1 << 20):
     import numpy as np
     from kvedge.model import header as ck
     from kvedge import w4sizes
-    from kvedge.model import w4file
+    from kvedge.model import f32file
     data = np.memmap(path, dtype=np.uint8, mode="r")
     if dtype == "f32":  # everything but the legacy RoPE tables, which no reader uses (llama2.c skips them)
-        rope = ck.f32_layout(cfg)["rms_final"] + 4 * cfg.dim
+        rope = f32file.layout(cfg)["rms_final"] + 4 * cfg.dim
         spans = [(ck.HEADER_BYTES, rope), (rope + 4 * cfg.seq_len * cfg.head_dim, len(data))]
     else:  # each matrix's scales before its codes (int8: f32 a row; int4: f16 a group), and the norm vectors
-        lay = ck.i8_layout(cfg) if dtype == "i8" else w4file.layout(cfg)
+        lay = ck.i8_layout(cfg) if dtype == "i8" else ck.i4_layout(cfg)
         spans, spans16 = [], []
         d, h, kv = cfg.dim, cfg.hidden_dim, cfg.kv_dim
         rows = {"embedding": cfg.vocab_size, "wcls": cfg.vocab_size, "wq": d, "wk": kv, "wv": kv, "wo": d,

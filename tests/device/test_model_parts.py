@@ -150,11 +150,12 @@ def test_header_validation():
 
 def test_layouts_match_budget_formulas():
     from kvedge import budget
+    from kvedge.model import f32file
     c = header.ModelConfig(64, 172, 5, 8, 4, 512, 512)
     p = c.params()
     # stories260K: 1,056,540 bytes = header + weights + the two legacy RoPE tables
-    assert header.f32_layout(c)["size"] == 1056540
-    assert header.f32_layout(c)["size"] == 28 + budget.weights_bytes(p, "f32") + 4 * 512 * 8
+    assert f32file.layout(c)["size"] == 1056540
+    assert f32file.layout(c)["size"] == 28 + budget.weights_bytes(p, "f32") + 4 * 512 * 8
     # int8 file: header + budget's int8 weights (codes + one f32 scale per row), codes padded to 4 bytes
     lay = header.i8_layout(c)
     assert lay["size"] >= 36 + budget.weights_bytes(p, "i8")

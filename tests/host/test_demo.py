@@ -61,8 +61,8 @@ def test_a_heap_the_unix_port_cannot_load_the_runner_in_is_one_line(tmp_path):
 def test_a_circuitpython_profile_without_its_interpreter_is_one_line(tmp_path):
     # the CircuitPython profile's virtual board is CircuitPython: without it the demo is refused before it starts
     # (it used to say "the MicroPython unix port instead", then fail on the missing CircuitPython binary)
-    from kvedge_host.boards import footprint
-    if footprint.circuitpython_exe() is not None:
+    from kvedge_host.boards import runtimes
+    if runtimes.circuitpython_bin() is not None:
         pytest.skip("CircuitPython is here: the demo runs on it (test_demo_boards)")
     p = kvedge("demo", "--board", "rp2040-circuitpython", "--tiny", "--plain", "--steps", "6", "--workdir", tmp_path)
     assert p.returncode == 2, p.stdout[-2000:] + p.stderr
@@ -74,7 +74,7 @@ def test_a_circuitpython_profile_without_its_interpreter_is_one_line(tmp_path):
 
 def test_a_run_shorter_than_its_steps_says_why():
     # --steps 700 on stories260K stopped at 368 without a word: the model's end of text, or a keep-all cache full
-    from kvedge_host.cli.cmd_demo import stopped_early
+    from kvedge_host.plan.runaccount import stopped_early
     window = {"kind": "window", "cache": {"max_tokens": 92, "window": 92}}
     keep = {"kind": "keep", "cache": {"max_tokens": 128}}
     assert stopped_early({"tokens": 256}, window, 256) is None
@@ -87,7 +87,7 @@ def test_a_run_shorter_than_its_steps_says_why():
 def test_the_account_table_rows_add_up_to_the_plan_and_the_heap(board, extra):
     # the demo's account: named rows whose sum is shown; the parts are the plan's own fields, summed here
     from kvedge_host.plan import planner
-    from kvedge_host.cli.cmd_demo import account_rows
+    from kvedge_host.plan.runaccount import account_rows
     spec, context, tgt = planner.inputs(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "examples",
                                                      "stories260K.json"), board=board, weights_dtype="i8")
     doc = planner.plan(spec, context, tgt, kv_dtype="i8", weights_dtype="i8", align=0, tiered=False,

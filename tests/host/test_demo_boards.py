@@ -13,7 +13,7 @@ import re
 import pytest
 
 from kvedge_host import profiles
-from kvedge_host.boards import footprint, m3board
+from kvedge_host.boards import m3board, runtimes
 from kvedge_host.boards.m3board import m3_heap
 from kvedge_host.paths import SHARED_MODELS
 
@@ -29,7 +29,7 @@ def _where(board):
     if prof.get("mpy_march") == "x64":
         return "unix", None
     if prof.get("runtime") == "circuitpython":
-        ok = footprint.circuitpython_exe() is not None
+        ok = runtimes.circuitpython_bin() is not None
         return "circuitpython", None if ok else "no CircuitPython interpreter in ../shared/runtimes"
     heap = m3_heap(prof, board)
     return "m3", m3board.missing(board, heap, m3board.layout_for(board, heap))

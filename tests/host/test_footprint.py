@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from kvedge_host import profiles
-from kvedge_host.boards import footprint
+from kvedge_host.boards import footprint, runtimes
 
 from _boardkit import kvedge
 
@@ -171,7 +171,7 @@ def test_board_all_measures_every_profile_with_a_footprint_and_checks_first(caps
     assert cli.main(["footprint", "--board", "all", "--write", "--kernels", "plain,bogus"]) == 2
     assert "--kernels: unknown kind 'bogus'" in capsys.readouterr().err
     monkeypatch.setattr(footprint, "missing", lambda board, heap=None: "no qemu" if board == "rp2350" else None)
-    monkeypatch.setattr(footprint, "circuitpython_exe", lambda: "/bin/true")
+    monkeypatch.setattr(runtimes, "circuitpython_bin", lambda: "/bin/true")
     assert cli.main(["footprint", "--board", "all", "--write"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "(rp2350): no qemu" in err[0] and err[0].startswith("kvedge footprint: error:")

@@ -77,6 +77,7 @@ def test_micropython_board_commands_on_the_emulated_board(board, tmp_path):
     why = m3board.missing(board, layout=layout)
     if why:
         pytest.skip(why)
+    from kvedge_host import profiles
     from kvedge_host.boards.deploy import deployment, preload
     from kvedge_host.boards.m3sim import M3Sim
     cmds = guide_commands()[board]
@@ -88,9 +89,9 @@ def test_micropython_board_commands_on_the_emulated_board(board, tmp_path):
         preload(fs, deployment(board, build, True, extra=files, march=march))
     with M3Sim(board, fs=fs) as vb:
         demo = _argv(cmds[0], vb.port) + ["--tiny", "--steps", "12", "--plain"]
-        if march != m3board.profiles.load(board)["mpy_march"]:
+        if march != profiles.load(board)["mpy_march"]:
             p = _kvedge(demo, str(tmp_path))
-            assert p.returncode == 2 and "not %s" % m3board.profiles.load(board)["mpy_march"] in p.stderr, \
+            assert p.returncode == 2 and "not %s" % profiles.load(board)["mpy_march"] in p.stderr, \
                 p.stdout + p.stderr
             assert p.stderr.count("\n") == 1 and "is --board right for this chip" in p.stderr
             demo += ["--march", march]
@@ -101,7 +102,7 @@ def test_micropython_board_commands_on_the_emulated_board(board, tmp_path):
         assert (work / "plan.json").exists() and (work / "model.i8.bin").exists()
         gen = _argv(cmds[1], vb.port, [("--steps", "--steps")])
         gen[gen.index("--steps") + 1] = "12"
-        if march != m3board.profiles.load(board)["mpy_march"]:
+        if march != profiles.load(board)["mpy_march"]:
             gen += ["--march", march]
         p = _kvedge(gen, str(tmp_path))
         assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]

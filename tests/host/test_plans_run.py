@@ -12,7 +12,7 @@ import pytest
 
 from kvedge.model.checkpoint import convert_to_i8
 from kvedge_host import profiles
-from kvedge_host.boards import footprint, planrun
+from kvedge_host.boards import footprint, planrun, runtimes
 from kvedge_host.paths import SHARED_MODELS
 
 WHY = footprint.missing("rp2040")
@@ -76,7 +76,7 @@ def test_the_plan_for_the_projects_tiny_model_generates_on_the_board(capsys, tmp
     _run(board, doc, weights, tok, steps=12)
 
 
-@pytest.mark.skipif(footprint.circuitpython_exe() is None, reason="no CircuitPython interpreter in ../shared/runtimes")
+@pytest.mark.skipif(runtimes.circuitpython_bin() is None, reason="no CircuitPython interpreter in ../shared/runtimes")
 @have_stories
 def test_the_circuitpython_plan_respects_its_heaps_largest_block(capsys, tmp_path):
     # the 32-bit CircuitPython interpreter splits its heap in four areas: the plan sizes the arena to the largest

@@ -1,12 +1,14 @@
-# Encoding a text with a llama2.c tokenizer (any kvedge.model.pieces.Pieces), as llama2.c's run.c does: optional
-# BOS, a dummy-prefix space token when the text is not empty, one token per UTF-8 character (or, when the
-# character is not in the vocabulary, per byte: the byte's own piece where the vocabulary has one, as byte-level
-# BPE vocabularies do, else the <0xXX> byte token at id byte + 3), then repeatedly merge the adjacent pair
-# whose concatenation is in the vocabulary with the highest score (first such pair on ties), optional EOS.
-# Apart from decoding so that a run without a prompt does not load it.
+# Encoding a text with a llama2.c tokenizer (any kvedge.model.pieces.Pieces), as llama2.c's run.c does: after
+# the ids already there (Pieces.encode's optional BOS), a dummy-prefix space token when the text is not empty,
+# one token per UTF-8 character (or, when the character is not in the vocabulary, per byte: the byte's own
+# piece where the vocabulary has one, as byte-level BPE vocabularies do, else the <0xXX> byte token at id
+# byte + BYTE_OFFSET), then repeatedly merge the adjacent pair
+# whose concatenation is in the vocabulary with the highest score (first such pair on ties); Pieces.encode adds
+# the optional EOS. Apart from decoding so that a run without a prompt does not load it; it imports nothing of
+# kvedge.model.pieces (which imports it, lazily).
 from array import array
 
-from kvedge.model.pieces import BOS, BYTE_OFFSET, EOS
+BYTE_OFFSET = 3  # <0x00> is token 3: a byte the vocabulary lacks is encoded as id byte + BYTE_OFFSET
 
 
 def sort_ids(tok):
@@ -54,13 +56,11 @@ def id_of(tok, piece):
     return -1
 
 
-def encode(tok, text, bos=True, eos=False):
-    """Token ids of text (str or UTF-8 bytes)."""
+def encode(tok, text, ids):
+    """Append the token ids of text (str or UTF-8 bytes) to `ids` (which may hold BOS: the merges run over the
+    whole list, as llama2.c's do) and return it."""
     if isinstance(text, str):
         text = text.encode("utf-8")
-    ids = []
-    if bos:
-        ids.append(BOS)
     if len(text):
         sp = id_of(tok, b" ")
         if sp >= 0:
@@ -83,8 +83,6 @@ def encode(tok, text, bos=True, eos=False):
                 ids.append(t if t >= 0 else text[k] + BYTE_OFFSET)
         i = j
     _merge(tok, ids)
-    if eos:
-        ids.append(EOS)
     return ids
 
 

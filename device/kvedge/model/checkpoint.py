@@ -29,9 +29,7 @@ class _FileMatrix:
 
     def __init__(self, io, off, rows, cols):
         self.io, self.off, self.rows, self.cols = io, off, rows, cols
-        self.chunk = len(io.scratch) // cols
-        if self.chunk < 1:
-            raise CheckpointError("stream buffer of %d values is smaller than a row of %d" % (len(io.scratch), cols))
+        self.chunk = io.rows_per_read(cols)
 
 
 class FileI8Matrix(_FileMatrix):
@@ -130,6 +128,14 @@ class Weights:
             if not stream:
                 f.close()
                 self._file = None
+
+    def rows_per_read(self, cols):
+        """Rows of `cols` values the shared row buffer holds (a streamed matrix's chunk: _FileMatrix and
+        kvedge.model.f32file.FileF32Matrix); CheckpointError when it holds not one."""
+        n = len(self.scratch) // cols
+        if n < 1:
+            raise CheckpointError("stream buffer of %d values is smaller than a row of %d" % (len(self.scratch), cols))
+        return n
 
     def close(self):
         self._rom = None

@@ -4,8 +4,8 @@
 from array import array
 import struct
 
-from kvedge.model.header import (CheckpointError, MAGIC_I8, VERSION_I8, _pad4, alloc, f32_layout, i8_layout,
-                                     read_config)
+from kvedge.model.f32file import layout as f32_layout
+from kvedge.model.header import CheckpointError, MAGIC_I8, VERSION_I8, _pad4, alloc, i8_layout, read_config
 
 
 def quantize_row(src, n, codes, co):

@@ -4,7 +4,7 @@
 from array import array
 import struct
 
-from kvedge.model.header import CheckpointError, alloc, read_config
+from kvedge.model.header import CheckpointError, alloc, i4_layout, read_config
 from kvedge.model.convert import _convert
 from kvedge.model import w4file
 from kvedge.w4sizes import GROUP as W4_GROUP, groups as i4_groups, scale_bytes as i4_scale_bytes
@@ -79,7 +79,7 @@ def i4_pack_group(src, o, n, bits, packed, po):
 
 
 def convert_to_i4(src_path, dst_path):
-    """Write kvedge's int4 file (kvedge.model.w4file's layout) from a llama2.c f32 checkpoint, one row at a
+    """Write kvedge's int4 file (kvedge.model.w4file's, laid out by kvedge.model.header.i4_layout) from a llama2.c f32 checkpoint, one row at a
     time. Returns (ModelConfig, bytes written)."""
     cfg, dtype = read_config(src_path)
     if dtype != "f32":
@@ -112,4 +112,4 @@ def convert_to_i4(src_path, dst_path):
                 i4_pack_group(row, o, n, i4_group_scale(row, o, n), packed, j * (W4_GROUP // 2))
             out.write(mpacked[:g * (W4_GROUP // 2)])
     _convert(src_path, dst_path, cfg, w4file.MAGIC + struct.pack("<ii", w4file.VERSION, W4_GROUP), mat, row)
-    return cfg, w4file.layout(cfg)["size"]
+    return cfg, i4_layout(cfg)["size"]

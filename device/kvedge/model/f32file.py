@@ -1,7 +1,7 @@
 # llama2.c's own checkpoints (float32 weights): their layout and matrices. kvedge.model.checkpoint loads this
 # module only for such a file: a board runs kvedge's int8 file, and its heap should not hold code for the other.
+# It imports kvedge.model.header (llama2.c's header) and nothing of kvedge.model.checkpoint, which imports it.
 from kvedge.model.header import HEADER_BYTES
-from kvedge.model.checkpoint import _FileMatrix
 
 
 def layout(cfg):
@@ -39,8 +39,13 @@ class F32Matrix:
             out[c] = d[o + c]
 
 
-class FileF32Matrix(_FileMatrix):
-    """f32 rows read from the checkpoint file a chunk at a time into the shared array('f')."""
+class FileF32Matrix:
+    """f32 rows read from the checkpoint file a chunk at a time into the shared array('f') (io: the Weights
+    holding the file and the buffer, kvedge.model.checkpoint's; its rows_per_read sets the chunk)."""
+
+    def __init__(self, io, off, rows, cols):
+        self.io, self.off, self.rows, self.cols = io, off, rows, cols
+        self.chunk = io.rows_per_read(cols)
 
     def mv(self, k, x, xq, xs, acc, out):
         io, cols = self.io, self.cols

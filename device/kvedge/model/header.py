@@ -9,10 +9,13 @@
 # seq_len * head_dim / 2 floats, skipped), wcls [vocab, dim] only when the header's vocab_size is negative.
 # Matrices are row-major [out, in]. In the int8 file each matrix is: rows f32 scales, rows*cols int8 codes,
 # zero padding to a multiple of 4 bytes; w[r][c] ~ codes[r*cols + c] * scales[r].
-# kvedge's int4 file ("KVW4"): its layout and sizes in kvedge.model.w4file.
+# kvedge's int4 file ("KVW4"): its header and sizes in kvedge.model.w4file (this module reads its magic, and
+# imports it; it imports nothing of this one). llama2.c's f32 files: kvedge.model.f32file (which imports this
+# module; this one never imports it).
 import struct
 
 from kvedge.compat import empty
+from kvedge.errors import CheckpointError  # noqa: F401 (also kvedge.model.header.CheckpointError, as ever)
 
 MAGIC_I8 = b"KVW8"
 VERSION_I8 = 1
@@ -20,10 +23,6 @@ HEADER_BYTES = 28
 I8_HEADER_BYTES = 4 + 4 + HEADER_BYTES
 MAX_COLS = 65536  # int8 dot products stay within +-2**30: 127 * 127 * 65536 < 2**30
 FIELDS = ("dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "seq_len")
-
-
-class CheckpointError(ValueError):
-    """A checkpoint file is malformed: wrong magic, impossible header, wrong length."""
 
 
 # Largest value of each header field (kvedge.budget.LIMITS for the shape; 2**24 tokens of vocabulary and
@@ -97,19 +96,14 @@ def _pad4(n):
     return (n + 3) & ~3
 
 
-def f32_layout(cfg):
-    """Byte offsets of every tensor in a llama2.c file (kvedge.model.f32file.layout)."""
-    from kvedge.model.f32file import layout
-    return layout(cfg)
-
-
 def i8_matrix_bytes(rows, cols):
     return 4 * rows + _pad4(rows * cols)
 
 
 def i8_layout(cfg, head=I8_HEADER_BYTES, matrix_bytes=i8_matrix_bytes):
     """Byte offsets in a kvedge int8 file; a matrix offset points at its scales (codes follow). (head and
-    matrix_bytes of kvedge's int4 file: kvedge.model.w4file.layout, the same tensor order.)"""
+    matrix_bytes of kvedge's int4 file: i4_layout, the same tensor order. llama2.c's f32 files:
+    kvedge.model.f32file.layout.)"""
     off = [head]
     L, d = cfg.n_layers, cfg.dim
 
@@ -130,6 +124,14 @@ def i8_layout(cfg, head=I8_HEADER_BYTES, matrix_bytes=i8_matrix_bytes):
     lay["wcls"] = None if cfg.shared_classifier else mat(cfg.vocab_size, d)
     lay["size"] = off[0]
     return lay
+
+
+def i4_layout(cfg):
+    """Byte offsets in a kvedge int4 file (kvedge.model.w4file); a matrix offset points at its f16 group scales
+    (its codes follow, at the offset plus kvedge.w4sizes.scale_bytes(rows, cols))."""
+    from kvedge.model.w4file import HEADER_BYTES as W4_HEADER_BYTES
+    from kvedge.w4sizes import matrix_bytes
+    return i8_layout(cfg, W4_HEADER_BYTES, matrix_bytes)
 
 
 def file_bytes(cfg, dtype):

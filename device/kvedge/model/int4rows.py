@@ -28,9 +28,9 @@ def kernels4():
 
 
 def layout(cfg):
-    """Byte offsets of an int4 file's tensors (kvedge.model.w4file.layout)."""
-    from kvedge.model.w4file import layout
-    return layout(cfg)
+    """Byte offsets of an int4 file's tensors (kvedge.model.header.i4_layout)."""
+    from kvedge.model.header import i4_layout
+    return i4_layout(cfg)
 
 
 def place(wt, f, stream):

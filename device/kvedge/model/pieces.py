@@ -7,7 +7,6 @@ from array import array
 
 BOS = 1
 EOS = 2
-BYTE_OFFSET = 3  # <0x00> is token 3
 
 
 class TokenizerError(ValueError):
@@ -27,7 +26,10 @@ class Pieces:
     def encode(self, text, bos=True, eos=False):
         """Token ids of text (str or UTF-8 bytes), as llama2.c's encode()."""
         from kvedge.model import bpe
-        return bpe.encode(self, text, bos, eos)
+        ids = bpe.encode(self, text, [BOS] if bos else [])
+        if eos:
+            ids.append(EOS)
+        return ids
 
     def piece(self, prev, token):
         """Bytes that token stands for after prev: the leading space is dropped after BOS, and <0xXX> pieces

@@ -1,6 +1,9 @@
 """A board that runs on its own: the cache of a `kvedge plan --out` document on its filesystem, options from
 settings.toml (what code.py on a CircuitPython board runs). Apart from kvedge.model.run, so that a generation
-started from the host does not compile this into a board's heap."""
+started from the host does not compile this into a board's heap.
+
+The rule "plan document -> the runner's arguments" is written here once (doc_args): the board's own reading
+(plan_args) and the host's (kvedge_host.boards.planrun.runner_args, kvedge demo) both take it from here."""
 from kvedge import kernels
 from kvedge.sizes import INT_CODES
 from kvedge.model.run import RUN_OVERHEAD, main
@@ -15,34 +18,48 @@ UNNAMED = "float"
 _WDTYPES = ("f32", "i8")  # what a checkpoint file holds (kvedge.model.header.read_config)
 
 
-def plan_args(doc, model=None, tokenizer=None, heap=None):
-    """main()'s cache and memory arguments from a `kvedge plan --out` document, checked whole first
-    (kvedge.model.plandoc.check: PlanError naming the field, before anything is allocated; heap: the bytes the
-    run has, default this runtime's): the cache fields (the checkpoint gives the shape), H2O's token budget,
-    where the weights live (heap, flash = streamed, rom = read in place), the heap the plan was made for, the
-    tier (None, or a tiered plan's block, cold_dtype, cold_blocks, at_cap, cold_align), the forward pass (the
-    plan's; UNNAMED, the float pass it was counted for, when it names none) and the plan's kind. The workspace: with the model and tokenizer files, what the
-    plan's total leaves beyond the run's own account (weights as held, cache, buffers, Python objects,
-    tokenizer, loop), i.e. the runtime's share; negative when the plan cannot hold this run (plan it with that
-    much more workspace). Without them, the plan's workspace_bytes. With the model, a plan made for another
-    shape or another weights dtype is a PlanError too."""
-    from kvedge.model.plandoc import check, tier_of
-    from kvedge.model.passes import INT_COLD
-    check(doc, heap)
+def doc_args(doc):
+    """What a run takes from a plan document as it stands (not checked here: plan_args checks it first): kv (the
+    cache fields; the checkpoint gives the shape), h2o (H2O's token budget, 0 without H2O), stream (where the
+    weights live: heap False, flash True, rom "rom"), tier (None, or a tiered plan's block, cold_dtype,
+    cold_blocks, at_cap, cold_align), forward (the plan's pass; UNNAMED, the float pass it was counted for, when
+    it names none) and, when the plan reads prompts in chunks, prefill (else main()'s default, one token at a
+    time)."""
+    from kvedge.model.plandoc import tier_of
     kv = {}
     for k in doc["cache"]:
         if k not in _SHAPE:
             kv[k] = doc["cache"][k]
     pol = doc.get("policy") or {}
-    h2o = pol.get("budget", 0) if pol.get("kind") == "h2o" else 0
-    place = doc["weights"]["place"]
+    out = {"kv": kv, "h2o": pol.get("budget", 0) if pol.get("kind") == "h2o" else 0,
+           "stream": _STREAM[doc["weights"]["place"]], "tier": tier_of(doc), "forward": doc.get("forward") or UNNAMED}
+    if (doc.get("prefill") or 1) != 1:
+        out["prefill"] = doc["prefill"]
+    return out
+
+
+def plan_args(doc, model=None, tokenizer=None, heap=None):
+    """main()'s cache and memory arguments from a `kvedge plan --out` document, checked whole first
+    (kvedge.model.plandoc.check: PlanError naming the field, before anything is allocated; heap: the bytes the
+    run has, default this runtime's): doc_args' (cache fields, H2O's token budget, where the weights live, the
+    tier, the forward pass, prefill), the heap the plan was made for (budget), the plan's kind, the attention
+    path of the plan's kernels (int_attention) and the workspace: with the model and tokenizer files, what the
+    plan's total leaves beyond the run's own account (weights as held, cache, buffers, Python objects,
+    tokenizer, loop), i.e. the runtime's share; negative when the plan cannot hold this run (plan it with that
+    much more workspace). Without them, the plan's workspace_bytes. With the model, a plan made for another
+    shape or another weights dtype is a PlanError too."""
+    from kvedge.model.plandoc import check
+    from kvedge.model.passes import INT_COLD
+    check(doc, heap)
+    out = doc_args(doc)
+    kv, h2o, tier, stream, fwd = out["kv"], out["h2o"], out["tier"], out["stream"], out["forward"]
     ws = doc["workspace_bytes"]
     # the attention path of the plan's kernels (asm/viper: the integer one), whatever kernels run it here: a
     # host run of a board's plan (plain kernels) computes what the board does, bit for bit
     # (the board's "auto": an i8/i4/i2 cache, a tier's cold store i8 or i4: kvedge.tiered's int_ok)
     rk = (doc.get("runtime") or {}).get("kernels")
     iatt = "auto" if rk is None else (rk in kernels.FAST and doc["cache"].get("dtype", "f32") in INT_CODES and
-                                      (tier_of(doc) or {}).get("cold_dtype", "i8") in INT_COLD)
+                                      (tier or {}).get("cold_dtype", "i8") in INT_COLD)
     if model is not None:
         from kvedge.errors import PlanError
         from kvedge.model import llama
@@ -66,8 +83,6 @@ def plan_args(doc, model=None, tokenizer=None, heap=None):
                                 "keeps %d (and its open file): plan again with --tokenizer" % (
                                     rt.get("tokenizer_bytes") or 0, need))
         ccfg = llama.cache_config(cfg, kv)
-        tier, stream = tier_of(doc), _STREAM[place]
-        fwd = doc.get("forward") or UNNAMED
         own = Tokenizer.nbytes(tokenizer, cfg.vocab_size) + RUN_OVERHEAD
         if (doc.get("prefill") or 1) != 1:  # prompts in chunks: main() counts their buffers in its workspace
             from kvedge.model.prefill import account
@@ -81,11 +96,7 @@ def plan_args(doc, model=None, tokenizer=None, heap=None):
         except ValueError as e:
             raise PlanError("forward: the %s pass cannot run this model file and plan: %s" % (fwd, e))
         ws = doc["total_bytes"] - p["total"]
-    out = {"kv": kv, "h2o": h2o, "stream": _STREAM[place], "budget": doc["heap_bytes"], "workspace": ws,
-           "tier": tier_of(doc), "forward": doc.get("forward") or UNNAMED, "kind": doc["kind"],
-           "int_attention": iatt}
-    if (doc.get("prefill") or 1) != 1:  # prompts in chunks; else main()'s default, one token at a time
-        out["prefill"] = doc["prefill"]
+    out.update(budget=doc["heap_bytes"], workspace=ws, kind=doc["kind"], int_attention=iatt)
     return out
 
 

@@ -7,7 +7,8 @@ import struct
 from array import array
 
 from kvedge.model import bpe
-from kvedge.model.pieces import BOS, EOS, BYTE_OFFSET, TokenizerError, Pieces, FileTokenizer  # noqa: F401
+from kvedge.model.bpe import BYTE_OFFSET  # noqa: F401
+from kvedge.model.pieces import BOS, EOS, TokenizerError, Pieces, FileTokenizer  # noqa: F401
 
 
 class Tokenizer(Pieces):

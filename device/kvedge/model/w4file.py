@@ -1,4 +1,5 @@
-# kvedge's int4 weights file, stated once: its layout and its header (its sizes: kvedge.w4sizes). Kept out of
+# kvedge's int4 weights file, stated once: its header (its sizes: kvedge.w4sizes; its layout:
+# kvedge.model.header.i4_layout, which imports this module: this one imports nothing of it). Kept out of
 # kvedge.model.checkpoint (which every run imports): a board running f32 or int8 weights does not compile it.
 #
 #   "KVW4", version, group size (GROUP), llama2.c's 28-byte header (kvedge.model.header.parse_header);
@@ -11,7 +12,8 @@
 # but store 20 bytes per 32 weights instead of 18 (+11 % flash and reads) and take a scale step every 16 MACs.
 import struct
 
-from kvedge.w4sizes import GROUP, body_bytes, matrix_bytes
+from kvedge.errors import CheckpointError
+from kvedge.w4sizes import GROUP, body_bytes
 
 MAGIC = b"KVW4"
 VERSION = 1
@@ -24,17 +26,9 @@ def file_bytes(cfg):
     return HEADER_BYTES + body_bytes(p) + 4 * p["norms"]
 
 
-def layout(cfg):
-    """Byte offsets in an int4 file; a matrix offset points at its f16 group scales (its codes follow, at the
-    offset plus scale_bytes(rows, cols))."""
-    from kvedge.model.header import i8_layout
-    return i8_layout(cfg, HEADER_BYTES, matrix_bytes)
-
-
 def header(path):
     """llama2.c's 28 header bytes of an int4 file, after its version and group size are checked
     (CheckpointError: a file this runner does not read)."""
-    from kvedge.model.header import CheckpointError
     with open(path, "rb") as f:
         head = f.read(HEADER_BYTES)
     if len(head) < 12:

@@ -195,13 +195,6 @@ def missing(board="rp2040", heap=None):
     return m3board.missing(board, heap, m3board.layout_for(board, heap))
 
 
-def circuitpython_exe():
-    """The static 32-bit CircuitPython interpreter in ../shared/runtimes (paths.SHARED_RUNTIMES), or None."""
-    from ..paths import SHARED_RUNTIMES
-    exe = os.path.join(SHARED_RUNTIMES, "circuitpython-unix32", "circuitpython")
-    return exe if os.access(exe, os.X_OK) else None
-
-
 def measure_circuitpython(board, log=None):
     """A CircuitPython profile's footprint, on the 32-bit CircuitPython interpreter at the profile's heap: the
     package as .py (CircuitPython loads neither MicroPython's .mpy nor viper), plain kernels. Its heap is split
@@ -209,7 +202,8 @@ def measure_circuitpython(board, log=None):
     recorded as measured, and a plan on it respects it."""
     import subprocess
     from ..paths import DEVICE
-    exe = circuitpython_exe()
+    from .runtimes import circuitpython_bin
+    exe = circuitpython_bin()
     if exe is None:
         raise m3board.M3Missing("no CircuitPython interpreter in ../shared/runtimes/circuitpython-unix32")
     prof = profiles.load(board)

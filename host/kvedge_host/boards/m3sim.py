@@ -28,7 +28,7 @@ import time
 import tty
 
 from . import board_scripts, m3board, tied
-from .sim import _set_nonblocking, _write, default_fs
+from .ptylink import default_fs, set_nonblocking, write_some
 
 RAW_BANNER = b"raw REPL; CTRL-B to exit\r\n>"
 FRIENDLY_PROMPT = b">>> "
@@ -94,7 +94,7 @@ class M3Sim:
         self._mb, self._sb = pty.openpty()
         tty.setraw(self._sb)
         self.port = os.ttyname(self._sb)
-        _set_nonblocking(self._mb)
+        set_nonblocking(self._mb)
         self._thread = threading.Thread(target=self._relay, name="kvedge-m3sim-relay", daemon=True)
         self._thread.start()
         if not self._ready.wait(timeout) or self.error:
@@ -169,7 +169,7 @@ class M3Sim:
             time.sleep(0.02)
         qa = os.open(m.group(1).decode(), os.O_RDWR | os.O_NOCTTY)
         tty.setraw(qa)
-        _set_nonblocking(qa)
+        set_nonblocking(qa)
         self._qa = qa
         self.starts += 1
         if self.log:
@@ -343,7 +343,7 @@ class M3Sim:
                         if i >= 0:
                             cut = i + len(SOFT_REBOOT) - len(tail)
                             to_client += data[:cut]
-                            n = _write(mb, to_client)  # the client waits for "soft reboot" (10 s)
+                            n = write_some(mb, to_client)  # the client waits for "soft reboot" (10 s)
                             if n > 0:
                                 del to_client[:n]
                             shown, state = self._prime(data[cut:], power_on=False)
@@ -361,11 +361,11 @@ class M3Sim:
                         to_board += got
                         state = "pass"  # a client talks to the board: main.py's framing is theirs now
                 if mb in w and to_client:
-                    n = _write(mb, to_client)
+                    n = write_some(mb, to_client)
                     if n > 0:
                         del to_client[:n]
                 if qa in w and to_board and not dead:
-                    n = _write(qa, to_board)
+                    n = write_some(qa, to_board)
                     if n < 0:
                         dead = True
                     elif n:

@@ -13,24 +13,20 @@ from .. import profiles
 from . import m3board
 from ..plan.account import loads_floats
 
-SHAPE = ("layers", "heads", "kv_heads", "head_dim")
-
 
 def runner_args(doc, steps, stats_ms=0, prompt="", temperature=0.0, seed=1):
-    """Keyword arguments of kvedge.model.run.main for a plan document (`kvedge plan --out`)."""
+    """Keyword arguments of kvedge.model.run.main for a plan document (`kvedge plan --out`): what the document
+    says of the cache, the policy, the weights, the tier, the pass and prefill is the device's reading of it
+    (kvedge.model.runplan.doc_args, the rule written once); with a measured runtime, the budget and workspace
+    the plan counted from the profile's footprint (the host account's parts, kvedge_host.plan.account)."""
+    from kvedge.model.runplan import doc_args
     rt = doc.get("runtime") or {}
-    pol = doc.get("policy") or {}
-    h2o = pol.get("budget", 0) if pol.get("kind") == "h2o" else 0
-    kw = {"prompt": prompt, "steps": steps, "temperature": temperature, "seed": seed,
-          "kv": {k: v for k, v in doc["cache"].items() if k not in SHAPE},
-          "stream": doc["weights"]["place"] != "heap", "h2o": h2o, "stats_ms": stats_ms, "peak": True,
-          "kv_bytes": doc["kv_bytes"] if doc.get("batch", 1) == 1 else 0,
-          "forward": doc.get("forward") or "float"}  # the pass the plan counted (kvedge.model.runplan: the same)
-    if (doc.get("prefill") or 1) != 1:  # prompt tokens a chunk (kvedge.model.prefill); else main()'s default
-        kw["prefill"] = doc["prefill"]
-    tier = doc.get("tier") if doc.get("kind") == "tiered" else None
+    kw = doc_args(doc)
+    h2o, tier = kw["h2o"], kw.pop("tier")
     if tier:
-        kw["tier"] = {k: tier[k] for k in ("block", "cold_dtype", "cold_blocks", "at_cap", "cold_align") if k in tier}
+        kw["tier"] = tier
+    kw.update(prompt=prompt, steps=steps, temperature=temperature, seed=seed, stats_ms=stats_ms, peak=True,
+              kv_bytes=doc["kv_bytes"] if doc.get("batch", 1) == 1 else 0)
     if rt.get("source") == "measured":
         if stats_ms and not rt.get("stats", True):
             raise ValueError("the plan counted no stats stream (kvedge plan --no-stats): run with stats_ms=0")
@@ -122,11 +118,10 @@ def run_on_m3(board, doc, model, tokenizer, steps, heap=None, timeout=900, log=N
     (default the profile's heap; a PSRAM profile runs on the largest image with a plan made for that heap)."""
     prof = profiles.load(board)
     heap = heap or prof["heap_bytes"]
-    from .footprint import missing
-    why = missing(board, heap)
+    layout = m3board.layout_for(board, heap)
+    why = m3board.missing(board, heap, layout)
     if why:
         raise m3board.M3Missing(why)
-    layout = m3board.layout_for(board, heap)
     march = m3board.march_for(board, layout)
     from .deploy import device_sources
     with tempfile.TemporaryDirectory(prefix="kvedge-planrun-") as tmp:
@@ -148,9 +143,9 @@ def run_on_circuitpython(board, doc, model, tokenizer, steps, timeout=900, stats
     as a CIRCUITPY drive holds it); returns (summary dict, everything it printed)."""
     import shutil
     import subprocess
-    from .footprint import circuitpython_exe
+    from .runtimes import circuitpython_bin
     from ..paths import DEVICE
-    exe = circuitpython_exe()
+    exe = circuitpython_bin()
     if exe is None:
         raise m3board.M3Missing("no CircuitPython interpreter in ../shared/runtimes/circuitpython-unix32")
     heap = profiles.load(board)["heap_bytes"]

@@ -16,7 +16,6 @@ The relay holds pty B open itself, so output written while no client is attached
 (and, when that is full, the interpreter blocks on its write): nothing is dropped between two clients.
 Ctrl-C cannot interrupt a running program on this board (the unix port takes SIGINT, not the byte).
 """
-import errno
 import os
 import pty
 import select
@@ -29,17 +28,13 @@ import tty
 
 from .. import profiles
 from . import tied
+from .ptylink import default_fs, set_nonblocking, write_some
 from .runtimes import micropython_bin
 
 RAW_BANNER = b"raw REPL; CTRL-B to exit"
 FRIENDLY_PROMPT = b">>> "
 SOFT_REBOOT = b"MPY: soft reboot\r\n"
 _BUFFER_LIMIT = 1 << 16  # relay stops reading a side whose output is not being taken beyond this
-
-def default_fs(board):
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "kvedge", "sim", board)
-
 
 class VirtualBoard:
     """One virtual board. start() returns the port path; stop() ends the interpreter and the relay."""
@@ -73,7 +68,7 @@ class VirtualBoard:
         self._mb, self._sb = pty.openpty()
         tty.setraw(self._sb)
         self.port = os.ttyname(self._sb)
-        _set_nonblocking(self._mb)
+        set_nonblocking(self._mb)
         self._spawn()
         self._thread = threading.Thread(target=self._relay, name="kvedge-sim-relay", daemon=True)
         self._thread.start()
@@ -138,7 +133,7 @@ class VirtualBoard:
             env["MICROPYPATH"] = ":.frozen:" + os.path.join(self.fs, "lib")
         self._child = tied.popen(cmd, stdin=sa, stdout=sa, stderr=sa, cwd=self.fs, env=env)
         os.close(sa)
-        _set_nonblocking(ma)
+        set_nonblocking(ma)
         self._ma = ma
         self._booting = True  # until its prompt is out on the port (see _boot_done)
         self._seen = b""
@@ -260,10 +255,10 @@ class VirtualBoard:
                     data = b""
                 to_interp += data
             if mb in w and to_client:
-                n = _write(mb, to_client)
+                n = write_some(mb, to_client)
                 del to_client[:n]
             if ma in w and to_interp and not dead:
-                n = _write(ma, to_interp)
+                n = write_some(ma, to_interp)
                 if n < 0:
                     dead = True
                 else:
@@ -299,21 +294,6 @@ def settings_env(path):
     except (OSError, tomllib.TOMLDecodeError):
         return {}
     return {k: str(v) for k, v in doc.items() if isinstance(v, (str, int)) and not isinstance(v, bool)}
-
-
-def _set_nonblocking(fd):
-    os.set_blocking(fd, False)
-
-
-def _write(fd, buf):
-    try:
-        return os.write(fd, bytes(buf[:4096]))
-    except BlockingIOError:
-        return 0
-    except OSError as e:
-        if e.errno in (errno.EAGAIN, errno.EINTR):
-            return 0
-        return -1
 
 
 def make_board(board="rp2040", fs=None, link=None, heap=None, log=None, host=False, rom=None):

@@ -18,18 +18,15 @@ shown live, and a summary.
    A PSRAM profile runs on the emulated board's image with its heap in PSRAM (4 or 8 MiB) with a plan made for
    that heap. On the emulated board, weights larger than half its RAM disk go into its ROMFS image (the board's
    flash partition that MicroPython maps, read in place), in the image whose ROMFS slot holds them."""
-import json
 import os
 import shutil
 import tempfile
 import time
 
-from ..boards import board_scripts
 from .. import profiles
 from ..errors import UserError
 from ..paths import SHARED_MODELS
-
-_SHAPE = ("layers", "heads", "kv_heads", "head_dim")
+from ..plan.runaccount import account_rows, built_vs_plan, peak_vs_plan, stopped_early
 
 
 def add_arguments(p):
@@ -136,11 +133,6 @@ def _model(a, work, say):
     return model, tok
 
 
-def _mpremote(port, args, resume=True, timeout=300):
-    from ..boards.deploy import mpremote
-    return mpremote(port, args, resume=resume, timeout=timeout)
-
-
 def weights_dtype(choice, cfg, prof, tok_bytes=0):
     """The demo's weights: `choice` ("i8", "i4"), or for "auto" int8 where its file and the tokenizer fit the
     profile's flash filesystem (kvedge_host.profiles.flash_fs_bytes; a profile without flash figures, the unix
@@ -164,8 +156,9 @@ def convert(model, out, dtype):
 
 def run(a):
     from kvedge.model.header import read_config
-    from ..boards.deploy import deploy, deployment, preload
+    from ..boards.deploy import deploy, deployment, mpremote, preload
     from ..boards.sim import make_board
+    from .demoplan import plan_given, plan_host, plan_measured
 
     prof = profiles.load(a.board)
     prompt = check_args(a, prof)
@@ -192,8 +185,8 @@ def run(a):
         w = {"path": weights, "dtype": wd, "board": name, "rom": False}
         extra = (weights, os.path.join(work, "tok.bin"))
         if prof.get("runtime") == "circuitpython" and a.sim != "host" and not a.port:
-            from ..boards.footprint import circuitpython_exe
-            if circuitpython_exe() is not None:
+            from ..boards.runtimes import circuitpython_bin
+            if circuitpython_bin() is not None:
                 return _demo_circuitpython(a, prof, model, w, tok, prompt, work, say)
             # the virtual board of a CircuitPython profile is CircuitPython (kvedge_host.boards.sim): not the unix port
             raise UserError("the %s demo runs on CircuitPython: no interpreter in ../shared/runtimes/"
@@ -244,13 +237,13 @@ def run(a):
                 "weights and tokenizer (kvedge deploy --mpy: %d sent, %d already on the board's filesystem)"
                 % (res["version"], march, a.board, prof["mpy_march"], len(res["sent"]), len(res["unchanged"])))
             if a.plan:
-                plan, code_run = _plan_given(a, w, os.path.join(work, "tok.bin"), vb.heap, prompt, say)
+                plan, code_run = plan_given(a, w, os.path.join(work, "tok.bin"), vb.heap, prompt, say)
             elif vb.kind == "m3":
-                plan, code_run = _plan_measured(a, prof, model, w, tok, vb.heap, prompt, work, say)
+                plan, code_run = plan_measured(a, prof, model, w, tok, vb.heap, prompt, work, say)
             else:
-                plan, code_run = _plan_host(a, prof, vb, model, w, tok, cfg, prompt, work, say)
+                plan, code_run = plan_host(a, prof, vb, model, w, tok, cfg, prompt, work, say)
             # a fresh interpreter (as after a reset), started and left running: the monitor takes the port
-            _mpremote(vb.port, ["exec", "--no-follow", code_run], resume=False)
+            mpremote(vb.port, ["exec", "--no-follow", code_run], resume=False)
             text, summary, mon = _watch(vb.port, os.path.join(work, "stats.csv"), a.plain, a.timeout, plan=plan)
         _report(text, summary, mon, plan, a.steps)
         if a.workdir:
@@ -266,20 +259,21 @@ def _demo_circuitpython(a, prof, model, w, tok, prompt, work, say):
     float32, ulab, no viper, its heap split in four areas) at the profile's heap, the package as .py source as a
     CIRCUITPY drive holds it, the model and tokenizer in its folder; plan from the footprint measured on it."""
     import subprocess
-    from ..boards.footprint import circuitpython_exe
+    from ..boards.runtimes import circuitpython_bin
     from ..paths import DEVICE
+    from .demoplan import plan_given, plan_measured
     board_dir = os.path.join(work, "circuitpy")
     os.makedirs(board_dir, exist_ok=True)
     shutil.copyfile(w["path"], os.path.join(board_dir, w["board"]))
     shutil.copyfile(tok, os.path.join(board_dir, "tok.bin"))
-    exe = circuitpython_exe()
+    exe = circuitpython_bin()
     say("virtual %s: CircuitPython interpreter (%s), heap %s bytes, the package as .py source"
         % (a.board, exe, format(prof["heap_bytes"], ",")))
     if a.plan:
-        plan, code_run = _plan_given(a, w, tok, prof["heap_bytes"], prompt, say, ctrl_c=False)
+        plan, code_run = plan_given(a, w, tok, prof["heap_bytes"], prompt, say, ctrl_c=False)
     else:
-        plan, code_run = _plan_measured(a, prof, model, w, tok, prof["heap_bytes"], prompt, work, say,
-                                        ctrl_c=False)
+        plan, code_run = plan_measured(a, prof, model, w, tok, prof["heap_bytes"], prompt, work, say,
+                                       ctrl_c=False)
     env = dict(os.environ, MICROPYPATH=DEVICE)
     proc = subprocess.Popen([exe, "-X", "heapsize=%d" % prof["heap_bytes"], "-c", code_run], cwd=board_dir,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -295,110 +289,6 @@ def _demo_circuitpython(a, prof, model, w, tok, prompt, work, say):
     return 0
 
 
-def _plan_measured(a, prof, model, w, tok, heap, prompt, work, say, ctrl_c=True):
-    """kvedge plan from the profile's measured footprint (kvedge_host.boards.planrun.plan_for), and the runner call
-    that runs it: the budget the board checks is the plan's, so what runs is what was planned."""
-    from ..boards import planrun
-    plan_path = os.path.join(work, "plan.json")
-    other = heap if heap != prof["heap_bytes"] else None
-    if other:
-        from ..boards.m3board import layout_for, m3_heap
-        full = m3_heap(prof, a.board)
-        if w["rom"] and heap != full:
-            say("the ROMFS slot of the emulated board's %s-byte image (%s bytes) cannot hold the weights: it runs "
-                "the %s-byte image (slot %s bytes), and the plan is made for that heap (kvedge plan --heap %d)" % (
-                    format(full, ","), format(layout_for(a.board, full).romfs_max, ","), format(heap, ","),
-                    format(layout_for(a.board, heap).romfs_max, ","), heap))
-        else:
-            say("the emulated board has no %s-byte image: it runs the %s-byte one, and the plan is made for that "
-                "heap (kvedge plan --heap %d)" % (format(prof["heap_bytes"], ","), format(heap, ","), heap))
-    plan = planrun.plan_for(a.board, model, tok, plan_path, heap=other, prompt=prompt, stats=a.stats_ms > 0,
-                            log=say, weights_dtype=w["dtype"])
-    rt = plan["runtime"]
-    stats_ms = a.stats_ms if rt.get("stats", True) else 0
-    say("plan (%s): "
-        "%s, %s kernels, weights %s; %s bytes of the %s usable (runtime %s measured on the emulated board, %s; "
-        "margin %s kept free)" % (
-            planrun.plan_command(model, a.board, plan, other, prompt, w["dtype"]), plan["strategy"], rt["kernels"],
-            "in RAM" if plan["weights"]["place"] == "heap" else "read from flash", format(plan["total_bytes"], ","),
-            format(rt["usable_heap"], ","), rt.get("command"), rt.get("date"), format(rt["margin_bytes"], ",")))
-    kw = planrun.runner_args(plan, a.steps, stats_ms, prompt, a.temperature, a.seed)
-    kw["ctrl_c"] = ctrl_c  # mpremote's Ctrl-C reaches a board that reads its UART only when asked
-    if w["rom"] and kw["stream"]:
-        kw["stream"] = "rom"  # the plan's weights on flash: read in place from the ROMFS image
-    return plan, planrun.runner_code(w["board"], "tok.bin", kw)
-
-
-def _plan_given(a, w, tok, heap, prompt, say, ctrl_c=True):
-    """--plan: the given document, checked at the board's heap and against the model files by the device's own
-    reader (kvedge.model.runplan.plan_args), and the runner call that runs it: a plan with the runtime's measured
-    footprint as kvedge_host.boards.planrun runs one, any other with the budget and workspace the board reads from it."""
-    from kvedge.errors import PlanError
-    from kvedge.model.runplan import plan_args, run_args
-    from ..boards import planrun
-    from .. import validate
-    plan = validate.plan_file(a.plan, heap)
-    try:
-        pa = plan_args(plan, w["path"], tok, heap)
-    except PlanError as e:
-        raise UserError("%s: %s (model %s)" % (a.plan, e, w["path"]))
-    if pa["workspace"] < 0:
-        raise UserError("%s: the runner's own account of this plan is %d bytes over its total: plan again with "
-                        "--workspace %d" % (a.plan, -pa["workspace"], plan["workspace_bytes"] - pa["workspace"]))
-    if (plan.get("runtime") or {}).get("source") == "measured":
-        kw = planrun.runner_args(plan, a.steps, a.stats_ms, prompt, a.temperature, a.seed)
-        kw.update({k: v for k, v in run_args(pa).items() if k in ("tier", "forward", "prefill")})
-    else:
-        kw = dict(run_args(pa), prompt=prompt, steps=a.steps, temperature=a.temperature, seed=a.seed,
-                  stats_ms=a.stats_ms, peak=True)
-    kw["ctrl_c"] = ctrl_c
-    if w["rom"] and kw.get("stream"):
-        kw["stream"] = "rom"
-    say("plan: %s (--plan %s), weights %s; %s bytes of a %s-byte heap" % (
-        plan["strategy"], a.plan, "in RAM" if plan["weights"]["place"] == "heap" else "read from flash",
-        format(plan["total_bytes"], ","), format(plan["heap_bytes"], ",")))
-    return plan, planrun.runner_code(w["board"], "tok.bin", kw)
-
-
-def _plan_host(a, prof, vb, model, w, tok, cfg, prompt, work, say):
-    """On the unix port (or a board at --port): the runner's code measured there, then the planning loop with it
-    as workspace."""
-    from kvedge.model.run import RUN_OVERHEAD
-    from kvedge.model.tokenizer import Tokenizer
-    from ..boards.deploy import DeployError
-    try:
-        out = _mpremote(vb.port, ["exec", board_scripts.source("demo_footprint")], resume=False)
-    except DeployError as e:
-        if "MemoryError" not in str(e):
-            raise
-        # a small profile's heap on the unix port, whose 64-bit objects take about twice a board's: the runner's
-        # modules alone do not load (esp32's 102,400 bytes), refused before anything is planned or run
-        raise UserError("the %s profile's %s-byte heap cannot load the runner's code on the MicroPython unix port "
-                        "(64-bit objects, about twice a board's; MemoryError importing it): run it on the emulated "
-                        "board (../shared/runtimes, KVEDGE_M3_FIRMWARE) or on the board itself (--port)"
-                        % (a.board, format(vb.heap, ",")))
-    line = [ln for ln in out.splitlines() if ln.startswith("KVFOOTPRINT ")]
-    if not line:
-        raise UserError("the board did not report its footprint:\n" + out[-1500:])
-    code, free, kind = line[0].split()[1:4]
-    code = int(code)
-    tok_bytes = Tokenizer.nbytes(tok, cfg.vocab_size)
-    workspace = prof.get("workspace_bytes", 0) + code + tok_bytes + RUN_OVERHEAD
-    say("measured on the board: the runner's code takes %s bytes of heap (%s kernels); workspace for "
-        "the plan = board %s + code %s + tokenizer %s + loop %s = %s bytes" % (
-            format(code, ","), kind, format(prof.get("workspace_bytes", 0), ","), format(code, ","),
-            format(tok_bytes, ","), format(RUN_OVERHEAD, ","), format(workspace, ",")))
-    plan, kv, stream, h2o = _plan_loop(model, w["path"], a.board, vb.heap, workspace,
-                                       prof.get("workspace_bytes", 0) + code + tok_bytes + RUN_OVERHEAD,
-                                       os.path.join(work, "plan.json"), say)
-    code_run = ("from kvedge.model import run\n"
-                "run.main(%r, 'tok.bin', prompt=%r, steps=%d, temperature=%r, seed=%d, kv=%r, "
-                "budget=%d, workspace=%d, stream=%r, h2o=%d, stats_ms=%d, ctrl_c=True, peak=True)\n" % (
-                    w["board"], prompt, a.steps, a.temperature, a.seed, kv, vb.heap,
-                    prof.get("workspace_bytes", 0) + code, stream, h2o, a.stats_ms))
-    return plan, code_run
-
-
 def _attach(a, prof, say):
     """The board at --port, once tools/board_probe.py there says --board describes it (before anything is
     deployed). Returns (board, -march for its .mpy files)."""
@@ -409,50 +299,6 @@ def _attach(a, prof, say):
     say("the board at %s: %s %s on %s, %s bytes of heap; --board %s fits it" % (
         a.port, info["impl"], info["version"], info["machine"], format(info["heap_usable"], ","), a.board))
     return Attached(a.port, a.board, info), march
-
-
-def _plan_loop(model, weights, board, heap, workspace, run_workspace, plan_path, say):
-    """The source document's loop: plan (kvedge plan), recompute the need with the runner's own account
-    (kvedge.model.llama.plan: Python objects, scratch, streaming buffers, policy arrays on top of the budget
-    formulas), and when it is over the heap plan again with that difference reserved; at most four rounds."""
-    from kvedge.model.header import read_config
-    from kvedge.model import llama
-    from . import cmd_plan
-    from ..plan import planner
-    cfg, wdtype = read_config(weights)
-    extra = 0
-    for round_ in range(4):
-        say("planning round %d (kvedge plan --model %s --board %s --weights-dtype %s --kv-dtype i8 --align 0 "
-            "--no-tiered --workspace %d):" % (round_ + 1, os.path.basename(model), board, wdtype, workspace + extra))
-        spec, context, tgt = planner.inputs(model, board=board, workspace=workspace + extra, weights_dtype=wdtype)
-        try:
-            # no tiered cache: the runner call below (and the runner's account) build the plan's cache in RAM
-            p = planner.plan(spec, context, tgt, kv_dtype="i8", weights_dtype=wdtype, align=0, tiered=False,
-                             workspace=workspace + extra, model=model)
-        except planner.NothingFits:
-            p = None
-        if p is None or p.document is None:
-            raise UserError("no cache configuration fits %s with this model" % board)
-        cmd_plan.print_plan(spec, tgt, p.result, p.chosen, 6)
-        plan = p.document
-        with open(plan_path, "w") as f:
-            json.dump(plan, f, indent=2)
-            f.write("\n")
-        kv = {k: v for k, v in plan["cache"].items() if k not in _SHAPE}
-        stream = plan["weights"]["place"] != "heap"
-        pol = plan.get("policy") or {}
-        h2o = pol.get("budget", 0) if pol.get("kind") == "h2o" else 0
-        ccfg = llama.cache_config(cfg, kv)
-        need = llama.plan(cfg, wdtype, ccfg, stream, 32, run_workspace + ((8 * ccfg.slots + 256) if h2o else 0))
-        say("the runner's account of \"%s\": weights %s + kv %s + activations %s + workspace %s = %s bytes "
-            "for a %s-byte heap" % (plan["strategy"], format(need["weights"], ","), format(need["kv"], ","),
-                                    format(need["activations"], ","), format(need["workspace"], ","),
-                                    format(need["total"], ","), format(heap, ",")))
-        if need["total"] <= heap:
-            return plan, kv, stream, h2o
-        extra += need["total"] - plan["total_bytes"]
-        say("over by %s bytes: planning again with that reserved" % format(need["total"] - heap, ","))
-    raise UserError("the plan and the runner's account did not converge in four rounds")
 
 
 def _pump(proc, mon, should_stop, on_tick):
@@ -538,36 +384,6 @@ def _watch(port, csv_path, plain, timeout, proc=None, plan=None):
     return "".join(cap.text), cap.summary, mon
 
 
-def account_rows(s, plan):
-    """The heap's account as named rows (name, bytes, what it is): the plan's parts and their sum, the headroom it
-    keeps free and the heap that makes, then what the board measured and checked. The parts add up to the total
-    and the total plus the headroom to the heap; a board row is a figure of its own, beside them."""
-    w = (plan.get("weights") or {}).get("heap_bytes", 0)
-    rows = [("weights in RAM", w, "all of them" if (plan.get("weights") or {}).get("place") == "heap" else
-             "norms and a chunk of rows: the rest on flash"),
-            ("KV cache", plan["kv_bytes"], "the arena: " + plan["strategy"])]
-    if plan.get("h2o_score_bytes"):
-        rows.append(("H2O scores", plan["h2o_score_bytes"], "the eviction policy's per-slot scores"))
-    tier = plan.get("tier") or {}
-    if tier.get("staging_bytes") or tier.get("tables_bytes"):
-        rows.append(("tier staging, tables", (tier.get("staging_bytes", 0) + tier.get("tables_bytes", 0))
-                     * plan.get("batch", 1), "a cold block read back, the running softmax per head"))
-    rows += [("activations", plan["activation_bytes"], "the forward pass's buffers"),
-             ("runtime and workspace", plan["workspace_bytes"], "code (measured), stats, tokenizer, loop, objects")]
-    parts = sum(r[1] for r in rows)
-    rows.append(("= plan total", plan["total_bytes"], "the rows above" if parts == plan["total_bytes"]
-                 else "the plan's (the rows above sum to %s)" % format(parts, ",")))
-    if plan.get("headroom_bytes") is not None and plan.get("heap_bytes"):
-        rows.append(("+ headroom", plan["headroom_bytes"], "kept free (the margin)"))
-        rows.append(("= heap", plan["heap_bytes"], "the usable heap planned for"))
-    if s.get("plan_total", -1) >= 0:
-        rows.append(("board's own check", s["plan_total"], "its account before allocating"))
-    if s.get("heap_top", -1) >= 0:
-        rows.append(("board's measured peak", s["heap_top"], "gc.mem_alloc(): %.1f %% of the total" % (
-            100.0 * s["heap_top"] / plan["total_bytes"])))
-    return rows
-
-
 def account_table(s, plan):
     from rich.table import Table
     t = Table(title="heap account (bytes)")
@@ -577,26 +393,6 @@ def account_table(s, plan):
     for name, n, what in account_rows(s, plan):
         t.add_row(name, format(n, ","), what)
     return t
-
-
-def peak_vs_plan(s, plan):
-    """The board's peak heap in use (gc.mem_alloc() after set-up and after every token, everything included)
-    against the plan's total."""
-    if s.get("heap_top", -1) < 0:
-        return "not measured on this port"
-    return "measured peak %s bytes, plan %s bytes (%.1f %% of the plan)" % (
-        format(s["heap_top"], ","), format(plan["total_bytes"], ","), 100.0 * s["heap_top"] / plan["total_bytes"])
-
-
-def stopped_early(s, plan, steps):
-    """Why the board ran fewer positions than --steps (None when it ran them all): a keep-all cache full at its
-    tokens, else the model's own end of text (it sampled BOS, as llama2.c stops)."""
-    if steps is None or s["tokens"] >= steps:
-        return None
-    c = plan["cache"]
-    if plan.get("kind") in ("keep", "prefix", "shorter") and s["tokens"] >= c["max_tokens"]:
-        return "--steps %d: stopped at %d, the cache is full (%d tokens)" % (steps, s["tokens"], c["max_tokens"])
-    return "--steps %d: stopped at %d, where the model ended its text (BOS)" % (steps, s["tokens"])
 
 
 def _report(text, s, mon, plan, steps=None):
@@ -626,23 +422,3 @@ def _report(text, s, mon, plan, steps=None):
     print("demo: plan vs board: " + peak_vs_plan(s, plan), flush=True)
     print("demo: " + built_vs_plan(s, plan), flush=True)
 
-
-def built_vs_plan(s, plan):
-    """What the board says it built (its stats line: the pass, the cache kind, slots, cold blocks, prompt chunks)
-    beside what the plan named; a difference is said first."""
-    got = {"forward": s.get("forward"), "kind": s.get("kind"), "slots": s.get("slots"),
-           "cold_blocks": s.get("cold_blocks", 0), "prefill": s.get("prefill", 1)}
-    from kvedge.sizes import cache_slots
-    c = plan["cache"]
-    kind = plan.get("kind")
-    # a shorter context is a keep-all cache of fewer tokens: the board sees the cache, not the cut
-    want = {"forward": plan.get("forward"), "kind": "keep" if kind == "shorter" else kind,
-            "slots": cache_slots(c["max_tokens"], c.get("window", 0), c.get("sinks", 0)),
-            "cold_blocks": (plan.get("tier") or {}).get("cold_blocks", 0), "prefill": plan.get("prefill") or 1}
-    line = "board built %s pass, %s cache, %s slots%s%s" % (got["forward"], got["kind"], got["slots"], (
-        ", %d cold blocks" % got["cold_blocks"]) if got["cold_blocks"] else "", (
-        ", prompts in chunks of %d" % got["prefill"]) if got["prefill"] != 1 else "")
-    off = [k for k in want if want[k] is not None and got[k] != want[k]]
-    if off:
-        return "NOT AS PLANNED (%s): %s; the plan: %s" % (", ".join(off), line, json.dumps(want, sort_keys=True))
-    return line + ": as planned"

@@ -10,7 +10,7 @@ the reason when they are absent."""
 import json
 
 from .. import profiles
-from ..boards import footprint
+from ..boards import footprint, runtimes
 from ..errors import UserError
 
 
@@ -60,7 +60,7 @@ def run(a):
 def _missing(name):
     prof = profiles.load(name)
     if prof.get("runtime") == "circuitpython":
-        return None if footprint.circuitpython_exe() else "no CircuitPython interpreter in ../shared/runtimes"
+        return None if runtimes.circuitpython_bin() else "no CircuitPython interpreter in ../shared/runtimes"
     return footprint.missing(name, footprint.image_heap(prof))
 
 

@@ -12,7 +12,8 @@ import sys
 import threading
 
 from .. import profiles
-from ..boards.sim import default_fs, make_board
+from ..boards.ptylink import default_fs
+from ..boards.sim import make_board
 
 
 def add_arguments(p):

@@ -7,7 +7,7 @@ import numpy as np
 
 from .. import models
 from ..models import ModelError
-from . import ROPE_THETA, RMS_EPS, Source, model_config
+from .source import ROPE_THETA, RMS_EPS, Source, model_config
 
 _LAYER = "blk.%d."
 NAMES = {"embedding": "token_embd.weight", "rms_final": "output_norm.weight", "wcls": "output.weight",

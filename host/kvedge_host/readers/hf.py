@@ -2,7 +2,7 @@
 model.safetensors.index.json, and tokenizer.json or tokenizer.model beside them.
 
 transformers' Llama applies RoPE with rotate_half (the pairs are (i, i + head_dim/2)); llama2.c and the device
-rotate (2i, 2i+1): q_proj and k_proj rows are permuted back (kvedge_host.readers.to_interleaved)."""
+rotate (2i, 2i+1): q_proj and k_proj rows are permuted back (kvedge_host.readers.source.to_interleaved)."""
 import json
 import os
 
@@ -11,7 +11,7 @@ import numpy as np
 from .. import validate
 from ..models import ModelError, from_hf_config
 from ..validate import InputError
-from . import RMS_EPS, ROPE_THETA, Source, model_config, to_interleaved
+from .source import RMS_EPS, ROPE_THETA, Source, model_config, to_interleaved
 
 ARCHITECTURES = ("LlamaForCausalLM",)
 _LAYER = "model.layers.%d."

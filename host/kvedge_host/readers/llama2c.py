@@ -11,7 +11,7 @@ import struct
 import numpy as np
 
 from ..models import ModelError
-from . import Source, model_config
+from .source import Source, model_config
 
 MAGIC = 0x616B3432
 HEAD = 256

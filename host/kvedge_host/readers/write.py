@@ -3,7 +3,7 @@ from it kvedge's int8 or int4 file through the device's own converter (kvedge.mo
 quantized rows, whoever writes them). One tensor is held at a time."""
 import numpy as np
 
-from . import ROPE_THETA
+from .source import ROPE_THETA
 
 
 def write_f32(src, out):
@@ -55,7 +55,7 @@ def convert_i4_numpy(path, out):
     import struct
     from kvedge import w4sizes
     from kvedge.model import convert4, w4file
-    from kvedge.model.header import CheckpointError, alloc, read_config
+    from kvedge.model.header import CheckpointError, alloc, i4_layout, read_config
     from kvedge.model.convert import _convert
     from kvedge.quant import F16_MAX
     cfg, dtype = read_config(path)
@@ -85,7 +85,7 @@ def convert_i4_numpy(path, out):
 
     _convert(path, out, cfg, w4file.MAGIC + struct.pack("<ii", w4file.VERSION, G), mat,
              alloc("f", max(cfg.dim, cfg.hidden_dim)))
-    return w4file.layout(cfg)["size"]
+    return i4_layout(cfg)["size"]
 
 
 def _code(y, lo, hi):
