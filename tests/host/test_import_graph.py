@@ -16,10 +16,9 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PACKAGES = {"kvedge": os.path.join(ROOT, "device"), "kvedge_host": os.path.join(ROOT, "host")}
 
-# The one allowance. kvedge.cache and kvedge.q8writes still import each other: the cache's int8 write path is
-# being rewritten (cache.py, q8writes.py, cacheq8.py) in another branch, which removes this circle. Delete this
-# entry when that refactor lands; no other circle may be added here.
-ALLOWED = {frozenset(("kvedge.cache", "kvedge.q8writes"))}
+# No allowance: every circle is a failure (the last one, kvedge.cache <-> kvedge.q8writes, went with the decode
+# interface: q8writes and q8rows import nothing of the cache).
+ALLOWED = set()
 
 
 def modules(top):
@@ -127,12 +126,6 @@ def test_no_import_circle_among_device_modules():
 
 def test_no_import_circle_among_host_modules():
     assert _offending("kvedge_host") == []
-
-
-def test_the_allowance_is_still_needed():
-    """When the cache refactor removes the circle, this fails: delete ALLOWED's entry then."""
-    found = [frozenset(c) for c in circles(graph("kvedge"))]
-    assert all(a in found for a in ALLOWED), "an allowed circle is gone: remove it from ALLOWED"
 
 
 def test_the_check_sees_lazy_imports_and_circles():

@@ -13,7 +13,7 @@ from ..paths import DEVICE
 PARTS = {
     "core": ("exact memory formulas, cache configuration, the KV cache in one arena (f32/f16/i8/i4/i2, window, "
              "sinks, prefix, KIVI's residual)", (),
-             ("__init__", "errors", "sizes", "config", "compat", "check", "quant", "budget", "tiersizes", "cache", "caches", "q8writes", "kivi",
+             ("__init__", "errors", "sizes", "config", "compat", "check", "quant", "budget", "tiersizes", "cache", "q8writes", "kivi",
               "w4sizes")),
     "kernels": ("the kernel selector and the plain, native and viper kernels", ("core",),
                 ("kernels", "kernels_plain", "kernels_native", "fkernels_native", "kernels_viper",
@@ -23,7 +23,7 @@ PARTS = {
     "kernels-arm": ("the Thumb inline-assembler kernels (Arm chips only; DSP ones for Armv7E-M cores)", ("kernels",),
                     tuple(p[len("kvedge/"):-len(".py")] for p in deploy.THUMB_ONLY)),
     "attention": ("tiled online-softmax attention on the cache: float and integer paths", ("core", "kernels"),
-                  ("floatatt", "attention", "cacheq8", "q8rows", "q8prefix")),
+                  ("floatatt", "attention", "cacheq8", "q8rows", "q8prefix", "caches")),
     "evict": ("heavy-hitter (H2O) eviction", ("core",), ("evict",)),
     "stream": ("token streaming into the cache", ("core",), ("stream",)),
     "telemetry": ("the stats stream a host monitors over serial", ("core",), ("telemetry",)),
@@ -40,7 +40,8 @@ PARTS = {
                "model/w4file")),
 }
 # what the model runner loads only when a run asks for it: H2O eviction, the stats stream, a tier
-OPTIONAL = {"model": ("evict", "telemetry", "tier", "kernels-arm")}
+OPTIONAL = {"model": ("evict", "telemetry", "tier", "kernels-arm"),
+            "attention": ("tier",)}  # kvedge.caches builds a tiered cache where the plan names one
 
 
 def closure(name):
