@@ -58,6 +58,11 @@ print("ALLOC", gc.mem_alloc() - a0)
 gc.enable()
 """
 
+NO_ASM = """
+import kvedge.qkernels_xtensa
+kvedge.qkernels_xtensa.OK = False
+"""
+
 PROFILE_CODE = r"""
 # per part of the token: each kernel and the attention step wrapped (the wrappers' own cost, calibrated on an
 # empty function, is taken off); steps unlocked
@@ -240,6 +245,8 @@ def main():
     ap.add_argument("--macs-only", action="store_true")
     ap.add_argument("--tokens-only", action="store_true")
     ap.add_argument("--profile", action="store_true", help="also the token's cost per part")
+    ap.add_argument("--no-asm", action="store_true", help="the viper q_mv (as on a port without asm_xtensa, "
+                    "e.g. an ESP32's): kvedge.qkernels_xtensa refused before the kernels load")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="kvedge-xt-") as tmp:
         stage(tmp, a.march)
@@ -248,14 +255,15 @@ def main():
             convert_to_i8(a.model, os.path.join(tmp, "model.q.bin"))
         p, pty = boot(a.heap)
         try:
+            pre = NO_ASM if a.no_asm else ""
             if not a.tokens_only:
-                out = run(pty, tmp, MACS_CODE % {"kernels": a.kernels}, 1800)
+                out = run(pty, tmp, pre + MACS_CODE % {"kernels": a.kernels}, 1800)
                 print(out.strip())
                 for m in re.finditer(r"MACS q_mv (\S+) (\d+) (\d+)", out):
                     print("q_mv %s: %.2f instructions a MAC" % (m.group(1), int(m.group(2)) / int(m.group(3))))
             if not a.macs_only:
                 # a fresh interpreter for the token run
-                code = TOKEN_CODE % {"kernels": a.kernels, "tokens": a.tokens, "skip": a.skip}
+                code = pre + TOKEN_CODE % {"kernels": a.kernels, "tokens": a.tokens, "skip": a.skip}
                 if a.profile:
                     code += PROFILE_CODE % {"skip": a.skip}
                 out = run(pty, tmp, code, 7200)
