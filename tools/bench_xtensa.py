@@ -188,6 +188,24 @@ for rows, cols in ((192, 64), (64, 64), (344, 64), (64, 172), (512, 64)):
     t0 = ticks_cpu()
     k.q_mv(w, x, o, p)
     print("MACS q_mv %%dx%%d %%d %%d" %% (rows, cols, ticks_diff(ticks_cpu(), t0), rows * cols))
+from kvedge.model.int4rows import kernels4
+k4 = kernels4()
+print("QK4", k4.__name__)
+for rows, cols in ((64, 288), (128, 64), (64, 768)):  # int4 rows (bench_forward's shapes: f16 scales, then codes)
+    g = cols >> 5
+    wo = (2 * rows * g + 3) & ~3
+    w = bytearray(wo + 16 * rows * g)
+    for i in range(rows * g):
+        w[2 * i + 1] = 0x2C  # f16 scale 2**-4
+    for i in range(wo, len(w)):
+        w[i] = (i * 37) & 255
+    x = array("i", [(i * 13) %% 255 - 127 for i in range(cols)])
+    p = array("i", [wo, rows, cols, 16000, 0, 0, 0, 0, 11])
+    o = array("i", [0] * rows)
+    k4.q_mv4(w, x, o, p)
+    t0 = ticks_cpu()
+    k4.q_mv4(w, x, o, p)
+    print("MACS q_mv4 %%dx%%d %%d %%d" %% (rows, cols, ticks_diff(ticks_cpu(), t0), rows * cols))
 """
 
 
@@ -259,8 +277,8 @@ def main():
             if not a.tokens_only:
                 out = run(pty, tmp, pre + MACS_CODE % {"kernels": a.kernels}, 1800)
                 print(out.strip())
-                for m in re.finditer(r"MACS q_mv (\S+) (\d+) (\d+)", out):
-                    print("q_mv %s: %.2f instructions a MAC" % (m.group(1), int(m.group(2)) / int(m.group(3))))
+                for m in re.finditer(r"MACS (q_mv4?) (\S+) (\d+) (\d+)", out):
+                    print("%s %s: %.2f instructions a MAC" % (m.group(1), m.group(2), int(m.group(3)) / int(m.group(4))))
             if not a.macs_only:
                 # a fresh interpreter for the token run
                 code = pre + TOKEN_CODE % {"kernels": a.kernels, "tokens": a.tokens, "skip": a.skip}

@@ -486,20 +486,20 @@ def q_store(arena: ptr8, codes: ptr8, scales: ptr16, p: ptr32) -> int:  # noqa: 
     return 0
 
 
-def _xtensa_mv():
-    """q_mv with the inline assembler's dot products on a call0 Xtensa port that has it (kvedge.qkernels_xtensa),
-    else None. Probed, never assumed: only there does that module compile and load."""
+def xtensa_kernel(name):
+    """Kernel `name` (q_mv, q_mv4) of kvedge.qkernels_xtensa, the inline assembler's, on a call0 Xtensa port that
+    has it; else None. Probed, never assumed: only there does that module compile and load."""
     from kvedge.kernels import arch
     if arch() != 9:  # xtensa (call0: the ESP8266, the lx106 stand-in); xtensawin ports have no asm_xtensa
         return None
     try:
-        from kvedge.qkernels_xtensa import q_mv as f, OK as ok
+        mod = __import__("kvedge.qkernels_xtensa").qkernels_xtensa
     except (ImportError, SyntaxError, NameError, AttributeError, TypeError, ValueError):
         return None
-    return f if ok else None
+    return getattr(mod, name, None) if mod.OK else None
 
 
-_f = _xtensa_mv()
+_f = xtensa_kernel("q_mv")
 if _f is not None:
     q_mv = _f  # noqa: F811
 del _f

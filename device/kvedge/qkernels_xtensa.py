@@ -1,7 +1,8 @@
-# q_mv for Xtensa cores whose MicroPython has the inline assembler (@micropython.asm_xtensa: the ESP8266 port and
-# the lx106 stand-in; an ESP32's MicroPython has none by default, and there this module does not load).
-# kvedge.qkernels_viper takes its q_mv from here on a call0 Xtensa port (its probe); the other q_* kernels stay
-# viper. Same arithmetic as kvedge.qkernels_plain.q_mv, bit for bit, in 32-bit words as qkernels_viper.q_mv:
+# q_mv and q_mv4 for Xtensa cores whose MicroPython has the inline assembler (@micropython.asm_xtensa: the
+# ESP8266 port and the lx106 stand-in; an ESP32's MicroPython has none by default, and there this module does not
+# load). kvedge.qkernels_viper takes its q_mv from here on a call0 Xtensa port (its probe), kvedge.q4kernels_viper
+# its q_mv4 (int4 rows); the other q_* kernels stay viper. Same arithmetic as kvedge.qkernels_plain.q_mv and
+# q4kernels_plain.q_mv4, bit for bit, in 32-bit words as the viper ones. q_mv:
 # 128 * sum(x) into p[7]; per row the dot product sum(u * x) of offset-binary bytes u and int32 codes x, eight
 # products a loop step (l8ui, l32i, mull, add: four instructions a product) and the row's last cols % 8 one at a
 # time, started at -128 * sum(x); then the two 15-bit mantissa products, the shift by (sw & 255) + os (right,
@@ -200,4 +201,330 @@ def q_mv(a2, a3, a4, a5):
     addi(a6, a6, 4)
     label(ROWT)
     bne(a6, a7, ROW)
+    mov(a2, a12)
+
+
+@micropython.asm_xtensa
+def q_mv4(a2, a3, a4, a5):
+    # int4 rows (kvedge.q4kernels_plain.q_mv4): a2 the weights' buffer (codes and f16 scales), a3 the codes x
+    # (int32), a4 out, a5 p. A group (16 bytes, 32 products) a loop step, unrolled; the row's x pointer goes back
+    # by the groups' 128 bytes each (a3, x's base, is freed for a temporary)
+    l32i(a10, a5, 28)
+    add(a6, a2, a10)  # the first group's f16 scale (P4_SO)
+    l32i(a10, a5, 0)
+    add(a2, a2, a10)  # the first row's codes (wo)
+    mov(a8, a3)  # x
+    l32i(a10, a5, 24)  # ro
+    slli(a10, a10, 2)
+    add(a4, a4, a10)  # out + ro
+    l32i(a7, a5, 4)  # rows left
+    movi(a12, 0)  # max |out|
+    j(ROWT)
+    # ---- rare cases (reached by branches back, returning by a j forward) ----
+    label(KZ)  # a subnormal scale: field 1, no implicit bit
+    movi(a3, 1)
+    j(KZD)
+    label(K31G)
+    movi(a3, 31)
+    j(K31GD)
+    label(SATP)
+    movi(a9, 1)
+    slli(a9, a9, 29)
+    addi(a9, a9, -1)
+    j(SHIFTED)
+    label(SATN)
+    movi(a9, 1)
+    slli(a9, a9, 29)
+    addi(a9, a9, -1)
+    neg(a9, a9)
+    j(SHIFTED)
+    label(NEGBIG)
+    movi(a11, 0)
+    blt(a11, a9, SATP)
+    bltz(a9, SATN)
+    j(SHIFTED)
+    label(K31)
+    movi(a10, 31)
+    j(KPOS)
+    label(NEG)
+    neg(a10, a10)
+    movi(a11, 30)
+    bge(a10, a11, NEGBIG)
+    movi(a11, 1)
+    slli(a11, a11, 29)
+    addi(a11, a11, -1)
+    ssr(a10)
+    sra(a11, a11)
+    blt(a11, a9, SATP)
+    neg(a11, a11)
+    blt(a9, a11, SATN)
+    ssl(a10)
+    sll(a9, a9)
+    j(SHIFTED)
+    label(ADDB)
+    l32i(a11, a4, 0)
+    add(a9, a9, a11)
+    j(ADDED)
+    label(CLP)
+    mov(a9, a11)
+    j(CLAMPED)
+    label(CLN)
+    mov(a9, a14)
+    j(CLAMPED)
+    label(BIGB)
+    mov(a12, a9)
+    j(BIGGED)
+    # ---- a row ----
+    label(ROW)
+    movi(a9, 0)  # s
+    l32i(a13, a5, 8)
+    srli(a13, a13, 5)  # groups
+    slli(a13, a13, 4)
+    add(a13, a13, a2)  # the row's end
+    j(GT)
+    label(GROUP)
+    movi(a10, 0)  # d
+    l8ui(a11, a2, 0)
+    slli(a14, a11, 24)
+    srai(a14, a14, 28)  # the high nibble, signed
+    slli(a11, a11, 28)
+    srai(a11, a11, 28)  # the low nibble, signed
+    l32i(a3, a8, 0)
+    mull(a11, a11, a3)
+    add(a10, a10, a11)
+    l32i(a3, a8, 4)
+    mull(a14, a14, a3)
+    add(a10, a10, a14)
+    l8ui(a11, a2, 1)
+    slli(a14, a11, 24)
+    srai(a14, a14, 28)  # the high nibble, signed
+    slli(a11, a11, 28)
+    srai(a11, a11, 28)  # the low nibble, signed
+    l32i(a3, a8, 8)
+    mull(a11, a11, a3)
+    add(a10, a10, a11)
+    l32i(a3, a8, 12)
+    mull(a14, a14, a3)
+    add(a10, a10, a14)
+    l8ui(a11, a2, 2)
+    slli(a14, a11, 24)
+    srai(a14, a14, 28)  # the high nibble, signed
+    slli(a11, a11, 28)
+    srai(a11, a11, 28)  # the low nibble, signed
+    l32i(a3, a8, 16)
+    mull(a11, a11, a3)
+    add(a10, a10, a11)
+    l32i(a3, a8, 20)
+    mull(a14, a14, a3)
+    add(a10, a10, a14)
+    l8ui(a11, a2, 3)
+    slli(a14, a11, 24)
+    srai(a14, a14, 28)  # the high nibble, signed
+    slli(a11, a11, 28)
+    srai(a11, a11, 28)  # the low nibble, signed
+    l32i(a3, a8, 24)
+    mull(a11, a11, a3)
+    add(a10, a10, a11)
+    l32i(a3, a8, 28)
+    mull(a14, a14, a3)
+    add(a10, a10, a14)
+    l8ui(a11, a2, 4)
+    slli(a14, a11, 24)
+    srai(a14, a14, 28)  # the high nibble, signed
+    slli(a11, a11, 28)
+    srai(a11, a11, 28)  # the low nibble, signed
+    l32i(a3, a8, 32)
+    mull(a11, a11, a3)
+    add(a10, a10, a11)
+    l32i(a3, a8, 36)
+    mull(a14, a14, a3)
+    add(a10, a10, a14)
+    l8ui(a11, a2, 5)
+    slli(a14, a11, 24)
+    srai(a14, a14, 28)  # the high nibble, signed
+    slli(a11, a11, 28)
+    srai(a11, a11, 28)  # the low nibble, signed
+    l32i(a3, a8, 40)
+    mull(a11, a11, a3)
+    add(a10, a10, a11)
+    l32i(a3, a8, 44)
+    mull(a14, a14, a3)
+    add(a10, a10, a14)
+    l8ui(a11, a2, 6)
+    slli(a14, a11, 24)
+    srai(a14, a14, 28)  # the high nibble, signed
+    slli(a11, a11, 28)
+    srai(a11, a11, 28)  # the low nibble, signed
+    l32i(a3, a8, 48)
+    mull(a11, a11, a3)
+    add(a10, a10, a11)
+    l32i(a3, a8, 52)
+    mull(a14, a14, a3)
+    add(a10, a10, a14)
+    l8ui(a11, a2, 7)
+    slli(a14, a11, 24)
+    srai(a14, a14, 28)  # the high nibble, signed
+    slli(a11, a11, 28)
+    srai(a11, a11, 28)  # the low nibble, signed
+    l32i(a3, a8, 56)
+    mull(a11, a11, a3)
+    add(a10, a10, a11)
+    l32i(a3, a8, 60)
+    mull(a14, a14, a3)
+    add(a10, a10, a14)
+    l8ui(a11, a2, 8)
+    slli(a14, a11, 24)
+    srai(a14, a14, 28)  # the high nibble, signed
+    slli(a11, a11, 28)
+    srai(a11, a11, 28)  # the low nibble, signed
+    l32i(a3, a8, 64)
+    mull(a11, a11, a3)
+    add(a10, a10, a11)
+    l32i(a3, a8, 68)
+    mull(a14, a14, a3)
+    add(a10, a10, a14)
+    l8ui(a11, a2, 9)
+    slli(a14, a11, 24)
+    srai(a14, a14, 28)  # the high nibble, signed
+    slli(a11, a11, 28)
+    srai(a11, a11, 28)  # the low nibble, signed
+    l32i(a3, a8, 72)
+    mull(a11, a11, a3)
+    add(a10, a10, a11)
+    l32i(a3, a8, 76)
+    mull(a14, a14, a3)
+    add(a10, a10, a14)
+    l8ui(a11, a2, 10)
+    slli(a14, a11, 24)
+    srai(a14, a14, 28)  # the high nibble, signed
+    slli(a11, a11, 28)
+    srai(a11, a11, 28)  # the low nibble, signed
+    l32i(a3, a8, 80)
+    mull(a11, a11, a3)
+    add(a10, a10, a11)
+    l32i(a3, a8, 84)
+    mull(a14, a14, a3)
+    add(a10, a10, a14)
+    l8ui(a11, a2, 11)
+    slli(a14, a11, 24)
+    srai(a14, a14, 28)  # the high nibble, signed
+    slli(a11, a11, 28)
+    srai(a11, a11, 28)  # the low nibble, signed
+    l32i(a3, a8, 88)
+    mull(a11, a11, a3)
+    add(a10, a10, a11)
+    l32i(a3, a8, 92)
+    mull(a14, a14, a3)
+    add(a10, a10, a14)
+    l8ui(a11, a2, 12)
+    slli(a14, a11, 24)
+    srai(a14, a14, 28)  # the high nibble, signed
+    slli(a11, a11, 28)
+    srai(a11, a11, 28)  # the low nibble, signed
+    l32i(a3, a8, 96)
+    mull(a11, a11, a3)
+    add(a10, a10, a11)
+    l32i(a3, a8, 100)
+    mull(a14, a14, a3)
+    add(a10, a10, a14)
+    l8ui(a11, a2, 13)
+    slli(a14, a11, 24)
+    srai(a14, a14, 28)  # the high nibble, signed
+    slli(a11, a11, 28)
+    srai(a11, a11, 28)  # the low nibble, signed
+    l32i(a3, a8, 104)
+    mull(a11, a11, a3)
+    add(a10, a10, a11)
+    l32i(a3, a8, 108)
+    mull(a14, a14, a3)
+    add(a10, a10, a14)
+    l8ui(a11, a2, 14)
+    slli(a14, a11, 24)
+    srai(a14, a14, 28)  # the high nibble, signed
+    slli(a11, a11, 28)
+    srai(a11, a11, 28)  # the low nibble, signed
+    l32i(a3, a8, 112)
+    mull(a11, a11, a3)
+    add(a10, a10, a11)
+    l32i(a3, a8, 116)
+    mull(a14, a14, a3)
+    add(a10, a10, a14)
+    l8ui(a11, a2, 15)
+    slli(a14, a11, 24)
+    srai(a14, a14, 28)  # the high nibble, signed
+    slli(a11, a11, 28)
+    srai(a11, a11, 28)  # the low nibble, signed
+    l32i(a3, a8, 120)
+    mull(a11, a11, a3)
+    add(a10, a10, a11)
+    l32i(a3, a8, 124)
+    mull(a14, a14, a3)
+    add(a10, a10, a14)
+    addi(a2, a2, 16)
+    addi(a8, a8, 64)  # (addi's immediate stops at 127)
+    addi(a8, a8, 64)
+    # s += (d * (m >> 3)) >> min(EG - e, 31), the group's f16 scale h: m = h & 1023 (| 1024 unless e = 0: 1)
+    l8ui(a11, a6, 0)
+    l8ui(a14, a6, 1)
+    slli(a14, a14, 8)
+    or_(a11, a11, a14)  # h
+    addi(a6, a6, 2)
+    srli(a3, a11, 10)  # e
+    slli(a14, a3, 10)
+    sub(a14, a11, a14)  # m
+    beqz(a3, KZ)
+    movi(a11, 1024)
+    or_(a14, a14, a11)
+    label(KZD)
+    l32i(a11, a5, 32)  # EG
+    sub(a3, a11, a3)
+    movi(a11, 31)
+    blt(a11, a3, K31G)
+    label(K31GD)
+    srli(a14, a14, 3)
+    mull(a10, a10, a14)
+    ssr(a3)
+    sra(a10, a10)
+    add(a9, a9, a10)
+    label(GT)
+    bne(a2, a13, GROUP)
+    l32i(a11, a5, 8)
+    srli(a11, a11, 5)
+    slli(a11, a11, 7)
+    sub(a8, a8, a11)  # x again from its first code
+    # t = (s >> 15) * xm + (((s & 32767) * xm) >> 15), then the shift by os and the rest as q_mv's
+    l32i(a11, a5, 12)
+    srai(a14, a9, 15)
+    slli(a10, a14, 15)
+    sub(a10, a9, a10)
+    mull(a14, a14, a11)
+    mull(a10, a10, a11)
+    srai(a10, a10, 15)
+    add(a9, a14, a10)
+    l32i(a10, a5, 16)  # k = os
+    bltz(a10, NEG)
+    movi(a11, 31)
+    blt(a11, a10, K31)
+    label(KPOS)
+    ssr(a10)
+    sra(a9, a9)
+    label(SHIFTED)
+    l32i(a10, a5, 20)
+    bnez(a10, ADDB)
+    label(ADDED)
+    movi(a11, 1)
+    slli(a11, a11, 29)
+    addi(a11, a11, -1)
+    blt(a11, a9, CLP)
+    neg(a14, a11)
+    blt(a9, a14, CLN)
+    label(CLAMPED)
+    s32i(a9, a4, 0)
+    abs_(a9, a9)
+    blt(a12, a9, BIGB)
+    label(BIGGED)
+    addi(a4, a4, 4)
+    addi(a7, a7, -1)
+    label(ROWT)
+    bnez(a7, ROW)
     mov(a2, a12)
