@@ -56,6 +56,16 @@ gc.disable()
 m.forward(tok)
 print("ALLOC", gc.mem_alloc() - a0)
 gc.enable()
+import micropython
+micropython.heap_lock()  # the integer pass's own step, heap locked: an allocation would raise MemoryError
+try:
+    m.intp.forward(tok)
+    r = "no allocation"
+except MemoryError:
+    r = "MemoryError"
+finally:
+    micropython.heap_unlock()
+print("LOCKED", r, "locked steps", m.intp.locked_steps)
 """
 
 NO_ASM = """
