@@ -487,7 +487,7 @@ def q_store(arena: ptr8, codes: ptr8, scales: ptr16, p: ptr32) -> int:  # noqa: 
 
 
 def xtensa_kernel(name):
-    """Kernel `name` (q_mv, q_mv4) of kvedge.qkernels_xtensa, the inline assembler's, on a call0 Xtensa port that
+    """Kernel `name` (q_mv, q_quant, q_mv4) of kvedge.qkernels_xtensa, the inline assembler's, on a call0 Xtensa port that
     has it; else None. Probed, never assumed: only there does that module compile and load."""
     from kvedge.kernels import arch
     if arch() != 9:  # xtensa (call0: the ESP8266, the lx106 stand-in); xtensawin ports have no asm_xtensa
@@ -502,4 +502,5 @@ def xtensa_kernel(name):
 _f = xtensa_kernel("q_mv")
 if _f is not None:
     q_mv = _f  # noqa: F811
+    q_quant = xtensa_kernel("q_quant") or q_quant  # noqa: F811
 del _f

@@ -1,8 +1,8 @@
-# q_mv and q_mv4 for Xtensa cores whose MicroPython has the inline assembler (@micropython.asm_xtensa: the
-# ESP8266 port and the lx106 stand-in; an ESP32's MicroPython has none by default, and there this module does not
-# load). kvedge.qkernels_viper takes its q_mv from here on a call0 Xtensa port (its probe), kvedge.q4kernels_viper
-# its q_mv4 (int4 rows); the other q_* kernels stay viper. Same arithmetic as kvedge.qkernels_plain.q_mv and
-# q4kernels_plain.q_mv4, bit for bit, in 32-bit words as the viper ones. q_mv:
+# q_mv, q_quant and q_mv4 for Xtensa cores whose MicroPython has the inline assembler (@micropython.asm_xtensa:
+# the ESP8266 port and the lx106 stand-in; an ESP32's MicroPython has none by default, and there this module does
+# not load). kvedge.qkernels_viper takes its q_mv and q_quant from here on a call0 Xtensa port (its probe),
+# kvedge.q4kernels_viper its q_mv4 (int4 rows); the other q_* kernels stay viper. Same arithmetic as
+# kvedge.qkernels_plain and q4kernels_plain, bit for bit, in 32-bit words as the viper ones. q_mv:
 # 128 * sum(x) into p[7]; per row the dot product sum(u * x) of offset-binary bytes u and int32 codes x, eight
 # products a loop step (l8ui, l32i, mull, add: four instructions a product) and the row's last cols % 8 one at a
 # time, started at -128 * sum(x); then the two 15-bit mantissa products, the shift by (sw & 255) + os (right,
@@ -528,3 +528,58 @@ def q_mv4(a2, a3, a4, a5):
     label(ROWT)
     bnez(a7, ROW)
     mov(a2, a12)
+
+
+@micropython.asm_xtensa
+def q_quant(a2, a3, a4, a5):
+    # qkernels_plain.q_quant: codes[i] = sign(z) * min(((|z| >> s) * R + 2**(K-1)) >> K, C) (s < 0: a left
+    # shift), a2 z, a3 codes (int32), a4 n, a5 p = [s, R, K, C]
+    l32i(a6, a5, 0)  # s
+    l32i(a7, a5, 4)  # R
+    l32i(a8, a5, 8)  # K
+    l32i(a9, a5, 12)  # C
+    movi(a10, 1)
+    addi(a11, a8, -1)
+    ssl(a11)
+    sll(a10, a10)  # half = 2**(K-1)
+    j(START)
+    # ---- rare cases (reached by branches back, returning by a j forward) ----
+    label(SNEG)
+    neg(a12, a6)
+    movi(a13, 0)
+    j(SDONE)
+    label(CLAMP)
+    mov(a14, a9)
+    j(CLAMPED)
+    label(NEGB)
+    neg(a14, a14)
+    j(NEGD)
+    label(START)
+    movi(a12, 0)  # the left shift (-s when s < 0)
+    mov(a13, a6)  # the right shift (s when s >= 0)
+    bltz(a6, SNEG)
+    label(SDONE)
+    slli(a4, a4, 2)
+    add(a4, a4, a2)  # z's end
+    j(T)
+    label(L)
+    l32i(a11, a2, 0)
+    abs_(a14, a11)
+    ssl(a12)
+    sll(a14, a14)
+    ssr(a13)
+    srl(a14, a14)
+    mull(a14, a14, a7)
+    add(a14, a14, a10)
+    ssr(a8)
+    sra(a14, a14)
+    blt(a9, a14, CLAMP)
+    label(CLAMPED)
+    bltz(a11, NEGB)
+    label(NEGD)
+    s32i(a14, a3, 0)
+    addi(a2, a2, 4)
+    addi(a3, a3, 4)
+    label(T)
+    bne(a2, a4, L)
+    movi(a2, 0)
