@@ -47,7 +47,7 @@ for i in range(N):
     tt[i] = ticks_diff(ticks_cpu(), t0)
     tok = m.intp.k.q_argmax(lg, V)
     for j in range(V):  # every logit of every token into one digest (kinds and builds compare by it)
-        dg = (dg * 31 + lg[j]) & 0x3FFFFFFF
+        dg = (dg * 31 + lg[j]) & 0xFFFFF  # small ints all along: no heap long ints (they would fragment the heap)
     if tok == 1:
         tok = 2
 s = 0
@@ -156,6 +156,7 @@ acc[13] = 0
 cnt[13] = 0
 m.intp.k = px
 m.reset()
+gc.collect()
 tok = 1
 m._lockable = False
 for i in range(N):
