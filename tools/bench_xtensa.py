@@ -293,7 +293,8 @@ def main():
                 out = run(pty, tmp, pre + MACS_CODE % {"kernels": a.kernels}, 1800)
                 print(out.strip())
                 for m in re.finditer(r"MACS (q_mv4?) (\S+) (\d+) (\d+)", out):
-                    print("%s %s: %.2f instructions a MAC" % (m.group(1), m.group(2), int(m.group(3)) / int(m.group(4))))
+                    print("%s %s: %.2f instructions a MAC" % (m.group(1), m.group(2),
+                                                              int(m.group(3)) / int(m.group(4))))
             if not a.macs_only:
                 # a fresh interpreter for the token run
                 code = pre + TOKEN_CODE % {"kernels": a.kernels, "tokens": a.tokens, "skip": a.skip}

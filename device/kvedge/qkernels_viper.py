@@ -487,8 +487,8 @@ def q_store(arena: ptr8, codes: ptr8, scales: ptr16, p: ptr32) -> int:  # noqa: 
 
 
 def xtensa_kernel(name):
-    """Kernel `name` (q_mv, q_quant, q_mv4) of kvedge.qkernels_xtensa, the inline assembler's, on a call0 Xtensa port that
-    has it; else None. Probed, never assumed: only there does that module compile and load."""
+    """Kernel `name` (q_mv, q_quant, q_mv4) of kvedge.qkernels_xtensa, the inline assembler's, on a call0 Xtensa
+    port that has it; else None. Probed, never assumed: only there does that module compile and load."""
     from kvedge.kernels import arch
     if arch() != 9:  # xtensa (call0: the ESP8266, the lx106 stand-in); xtensawin ports have no asm_xtensa
         return None
