@@ -42,7 +42,7 @@ PARTS = {
                "model/w4file")),
 }
 # what a part loads only when a run asks for it (or its port has it): the model runner: H2O eviction, the stats
-# stream, a tier; the kernels: the Xtensa inline assembler's q_mv (kvedge.qkernels_viper probes for it)
+# stream, a tier; the kernels: the Xtensa inline assembler's (kvedge.qkernels_viper probes for them)
 OPTIONAL = {"model": ("evict", "telemetry", "tier", "kernels-arm"), "kernels": ("kernels-xtensa",)}
 
 
