@@ -92,3 +92,14 @@ def q_mv4(w: ptr8, x: ptr32, out: ptr32, p: ptr32) -> int:  # noqa: F821
             big = t
         r += 1
     return big
+
+
+def _xtensa():
+    from kvedge.qkernels_viper import xtensa_kernel
+    return xtensa_kernel("q_mv4")
+
+
+_f = _xtensa()  # the inline assembler's on a call0 Xtensa port (kvedge.qkernels_xtensa)
+if _f is not None:
+    q_mv4 = _f  # noqa: F811
+del _f

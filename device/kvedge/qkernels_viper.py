@@ -32,8 +32,8 @@ def q_mv(w: ptr8, x: ptr32, out: ptr32, p: ptr32) -> int:  # noqa: F821
         c += 1
     sx = (((sx << 7) & m32) ^ sb) - sb
     p[7] = sx
-    n16 = cols >> 4
-    tail = cols & 15
+    c32 = cols - (cols & 31)
+    tail = cols & 31
     big = 0
     wa = int(w) + p[0]  # the row's address, moved one row at a time
     xa = int(x)
@@ -42,16 +42,26 @@ def q_mv(w: ptr8, x: ptr32, out: ptr32, p: ptr32) -> int:  # noqa: F821
         s = 0
         w = ptr8(wa)  # noqa: F821
         x = ptr32(xa)  # noqa: F821
-        c = n16
-        while c > 0:  # sixteen products on constant offsets (index arithmetic costs more than the products)
+        e = wa + c32
+        while int(w) < e:  # 32 products on constant offsets, the loop's test on the moving pointer itself
+            s += (w[0] * x[0] + w[1] * x[1] + w[2] * x[2] + w[3] * x[3]
+                  + w[4] * x[4] + w[5] * x[5] + w[6] * x[6] + w[7] * x[7]
+                  + w[8] * x[8] + w[9] * x[9] + w[10] * x[10] + w[11] * x[11]
+                  + w[12] * x[12] + w[13] * x[13] + w[14] * x[14] + w[15] * x[15]
+                  + w[16] * x[16] + w[17] * x[17] + w[18] * x[18] + w[19] * x[19]
+                  + w[20] * x[20] + w[21] * x[21] + w[22] * x[22] + w[23] * x[23]
+                  + w[24] * x[24] + w[25] * x[25] + w[26] * x[26] + w[27] * x[27]
+                  + w[28] * x[28] + w[29] * x[29] + w[30] * x[30] + w[31] * x[31])
+            w = ptr8(int(w) + 32)  # noqa: F821
+            x = ptr32(int(x) + 128)  # noqa: F821
+        if tail >= 16:
             s += (w[0] * x[0] + w[1] * x[1] + w[2] * x[2] + w[3] * x[3]
                   + w[4] * x[4] + w[5] * x[5] + w[6] * x[6] + w[7] * x[7]
                   + w[8] * x[8] + w[9] * x[9] + w[10] * x[10] + w[11] * x[11]
                   + w[12] * x[12] + w[13] * x[13] + w[14] * x[14] + w[15] * x[15])
             w = ptr8(int(w) + 16)  # noqa: F821
             x = ptr32(int(x) + 64)  # noqa: F821
-            c -= 1
-        if tail >= 8:
+        if tail & 8:
             s += (w[0] * x[0] + w[1] * x[1] + w[2] * x[2] + w[3] * x[3]
                   + w[4] * x[4] + w[5] * x[5] + w[6] * x[6] + w[7] * x[7])
             w = ptr8(int(w) + 8)  # noqa: F821
@@ -474,3 +484,23 @@ def q_store(arena: ptr8, codes: ptr8, scales: ptr16, p: ptr32) -> int:  # noqa: 
             h += 1
         kv += 1
     return 0
+
+
+def xtensa_kernel(name):
+    """Kernel `name` (q_mv, q_quant, q_mv4) of kvedge.qkernels_xtensa, the inline assembler's, on a call0 Xtensa
+    port that has it; else None. Probed, never assumed: only there does that module compile and load."""
+    from kvedge.kernels import arch
+    if arch() != 9:  # xtensa (call0: the ESP8266, the lx106 stand-in); xtensawin ports have no asm_xtensa
+        return None
+    try:
+        mod = __import__("kvedge.qkernels_xtensa").qkernels_xtensa
+    except (ImportError, SyntaxError, NameError, AttributeError, TypeError, ValueError):
+        return None
+    return getattr(mod, name, None) if mod.OK else None
+
+
+_f = xtensa_kernel("q_mv")
+if _f is not None:
+    q_mv = _f  # noqa: F811
+    q_quant = xtensa_kernel("q_quant") or q_quant  # noqa: F811
+del _f

@@ -61,8 +61,28 @@ def _floor_shift(v, k):
 
 
 def test_q_mv_is_the_exact_dot_product_times_two_floor_scalings():
-    rng = Rng(21)
-    for rows, cols, xbits, add, os in ((5, 37, 7, 0, 0), (4, 64, 15, 1, -9), (3, 9, 12, 0, 6), (6, 16, 15, 1, -40)):
+    _q_mv_cases(21, ((5, 37, 7, 0, 0, 3, 1), (4, 64, 15, 1, -9, 3, 1), (3, 9, 12, 0, 6, 3, 1),
+                     (6, 16, 15, 1, -40, 3, 1)))
+
+
+def test_q_mv_odd_lengths_and_alignments():
+    """Rows of any length from any byte offset (the Xtensa kernels' groups of eight and their tails, the row
+    starts at every alignment), many rows, every shift case (right, beyond 31, left with and
+    without saturation, beyond -30), the widest codes the pass gives (intpath.code_max)."""
+    cases = []
+    for i, cols in enumerate((1, 2, 7, 8, 9, 15, 17, 23, 63, 65)):
+        cases.append((3 + (i & 3), cols, 15 if cols < 16 else 14, i & 1, (-45, -20, -3, 0, 9, 25)[i % 6], i & 3,
+                      (0, 1, 5)[i % 3]))
+    cases.append((66, 5, 12, 1, -2, 1, 2))
+    cases.append((2, 172, 14, 0, 40, 2, 0))
+    _q_mv_cases(25, cases)
+
+
+def _q_mv_cases(seed, cases):
+    rng = Rng(seed)
+    for rows, cols, xbits, add, os, wo, ro in cases:
+        while (1 << xbits) - 1 > intpath.code_max(cols):
+            xbits -= 1
         codes = [rng.randint(-127, 127) for _ in range(rows * cols)]
         x = [rng.randint(-(1 << xbits) + 1, (1 << xbits) - 1) for _ in range(cols)]
         words = [(rng.randint(16384, 32767) << 8) | rng.randint(0, 33 if r else 0) for r in range(rows)]
@@ -70,14 +90,14 @@ def test_q_mv_is_the_exact_dot_product_times_two_floor_scalings():
         base = [rng.randint(-VMAX, VMAX) for _ in range(rows)]
 
         def make():
-            w = bytearray(3 + rows * cols)
+            w = bytearray(wo + rows * cols + 3)
             for i in range(rows * cols):
-                w[3 + i] = (codes[i] + 128) & 255  # offset-binary
-            p = array("i", [0] * (P_HDR + 1 + rows))
-            p[0], p[1], p[2], p[3], p[4], p[5], p[6] = 3, rows, cols, xm, os, add, 1
+                w[wo + i] = (codes[i] + 128) & 255  # offset-binary
+            p = array("i", [0] * (P_HDR + ro + rows))
+            p[0], p[1], p[2], p[3], p[4], p[5], p[6] = wo, rows, cols, xm, os, add, ro
             for r in range(rows):
-                p[P_HDR + 1 + r] = words[r]
-            return [w, array("i", x), array("i", [0] + base), p]
+                p[P_HDR + ro + r] = words[r]
+            return [w, array("i", x), array("i", [7] * ro + base), p]
 
         def check(r, a):
             out = a[2]
@@ -90,9 +110,9 @@ def test_q_mv_is_the_exact_dot_product_times_two_floor_scalings():
                 if add:
                     y += base[j]
                 y = max(-VMAX, min(VMAX, y))
-                assert out[1 + j] == y, (j, out[1 + j], y)
+                assert out[ro + j] == y, (j, out[ro + j], y)
                 big = max(big, abs(y))
-            assert out[0] == 0 and r == big
+            assert list(out[:ro]) == [7] * ro and r == big
         _same_every_kind("q_mv", make, check)
 
 

@@ -166,6 +166,11 @@ THUMB_ARCHS = ("armv6m", "armv7m", "armv7em", "armv7emsp", "armv7emdp")
 DSP_ONLY = ("kvedge/qkernels_dsp.py",)
 DSP_ARCHS = ("armv7em", "armv7emsp", "armv7emdp")
 
+# @micropython.asm_xtensa code: the call0 Xtensa architecture only (the ESP8266, the lx106 stand-in); windowed
+# ESP32 ports have no inline assembler, and kvedge.qkernels_viper probes before it imports the module
+XTENSA_ONLY = ("kvedge/qkernels_xtensa.py",)
+XTENSA_ARCHS = ("xtensa",)
+
 
 def for_arch(sources, march):
     """The sources a board of `march` can load (None: unknown, keep every file). Board paths may start with /."""
@@ -174,6 +179,8 @@ def for_arch(sources, march):
     drop = () if march in THUMB_ARCHS else THUMB_ONLY
     if march not in DSP_ARCHS:
         drop += DSP_ONLY
+    if march not in XTENSA_ARCHS:
+        drop += XTENSA_ONLY
     return [(src, remote) for src, remote in sources if remote.lstrip("/") not in drop]
 
 

@@ -29,8 +29,8 @@ TMP = ".kvnew"
 _VERSION = re.compile(r"CircuitPython (\d+)\.(\d+)\.(\d+)")
 _KEY = re.compile(r"^[A-Z][A-Z0-9_]{0,63}$")
 # a module of machine-code kernels (a function under one of these decorators): CircuitPython has no native
-# emitters (viper, native, asm_thumb), so such modules stay off the drive (the kernel selector falls back to plain)
-_NATIVE = re.compile(r"^[ \t]*@micropython\.(viper|native|asm_thumb)\b", re.M)
+# emitters (viper, native, asm_thumb, asm_xtensa), so such modules stay off the drive (the kernel selector falls back to plain)
+_NATIVE = re.compile(r"^[ \t]*@micropython\.(viper|native|asm_thumb|asm_xtensa)\b", re.M)
 
 
 def _machine_code(src):

