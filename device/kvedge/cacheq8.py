@@ -59,6 +59,10 @@ def write_q8_at(self, layer, codes, scales, p, store=None, slot=-1):
         sv = scales[vs + i]
         if sk < 0 or sk > top or sv < 0 or sv > top:
             check.codes("scales", scales, len(scales), 0, top)
+    kb = self.kbits  # the layer's largest K scale (the integer attention's range check), once all are checked
+    for i in range(self.H):
+        if scales[ks + i] > kb[layer]:
+            kb[layer] = scales[ks + i]
     b = cs - self.P
     i = layer * 2 * self.H
     p[lay.S_KROW] = self.bases[i] + b * self.prow

@@ -291,6 +291,9 @@ class Llama:
         if int_attention and not quantized:
             raise ValueError("the integer attention path needs an i8, i4 or i2 cache and kvedge.attention")
         self.int_attention = bool(int_attention)
+        # kvedge.attention's step_q8 refuses a query beyond its range (Attention.q8_fits): that layer's step is
+        # then the float one; an attention without the check (a tiered cache's) takes every query
+        self._q8any = not hasattr(self.att, "q8_fits")
         if self.int_attention:
             from kvedge.attention import quantize_query, dequantize_output
             self._qquery, self._dqout = quantize_query, dequantize_output
@@ -349,6 +352,8 @@ class Llama:
         if self.int_attention:
             h = self.cfg.n_heads
             self._qquery(q, self.qc, self.qs, h)
+        if self.int_attention and (self._q8any or self.att.q8_fits(layer, self.qs)):  # else beyond step_q8's range
+            h = self.cfg.n_heads
             if self.scores is not None:
                 self.att.step_q8(layer, self.qc, self.qs, self.oq, self.oe, self.scores)
             else:
