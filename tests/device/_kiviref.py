@@ -25,6 +25,7 @@ class Ref:
         self.lo = _dbl(D)
         self.hi = _dbl(D)
         self.live = zeros("i", c.N)
+        self.vmax = _dbl(heads)  # per query head: the largest |v| of its rows
 
     def run(self, layer, q, rel=1e-4):
         """out = softmax(q_h . k / sqrt(D)) v over read()'s rows of the live positions, for every query head; tol
@@ -84,6 +85,7 @@ class Ref:
                     vmax = -lo[i]
                 if hi[i] > vmax:
                     vmax = hi[i]
+            self.vmax[h] = vmax
             g = math.exp(2 * d) - 1
             for i in range(D):
                 tol[qo + i] = (rel * abs(out[qo + i]) + 1e-7 * vmax
