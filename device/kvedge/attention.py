@@ -29,6 +29,18 @@ from .layout import (T_N, T_D, T_QOFF, T_T, T_B, T_EQ, T_M, T_WS, T_EVMAX, T_TMA
 # in one call with the same operations, in the same order, as the tile loop below (_tile_q8): their reference.
 LOG2E = 1.4426950408889634
 _LIM = 1 << 28
+# step_q8's range: max|q_h| x max|k| x sqrt(head_dim), which bounds every logit |q_h . k| / sqrt(head_dim). The
+# query's int8 step (amax / 254) and the int8 codes with a power-of-two step that f32, i4 and i2 rows are
+# converted to (up to amax / 64) move a logit by at most about this bound / 85. Within Q8_RANGE the integer step
+# held, against softmax over the rows KVCache.read returns with the float query (tests/device/test_fuzz_kivi.py,
+# 40 seeds, 18,621 heads within it; issue 46): a cosine >= 0.9966 wherever the output is >= 0.1 of its values'
+# magnitude (an output that cancels to a small average of them has a noisy direction), an error <= 4.3 % of
+# max|v| everywhere.
+# Up to 64 the cosine fell to 0.979 (head_dim 2); at 128-181 to 0.98, at 1,024 to 0.5, and at magnitudes of
+# 1,000 (issue 46's rows) to 0.32 and below: the error reaches whole nats and moves the softmax's winner, like
+# llama.cpp's int8 query. Beyond it step_q8 refuses (ValueError) before it touches anything; the float step has
+# no such limit (kvedge.model.llama takes it for that layer).
+Q8_RANGE = 32
 
 
 def _exp2_table():
@@ -114,6 +126,12 @@ class Attention(FloatAttention):
             # tiered cache's per-head running states and accumulators (kernels_vhead.att_cold_i8)
             self.aux = [None, self.exp2, self.iacc, self.geo, None, None, None, None, None, None, None]
             self.lam = int(LOG2E / math.sqrt(D) * 16384 + 0.5)
+            # Q8_RANGE as a bound on the product of the query's and the keys' f16 scales, 128 * sq * 128 * sk *
+            # sqrt(D) <= Q8_RANGE, held as rmant * 2**(rexp - 50) (rounded down): _in_range compares the f16
+            # mantissas' product against it with ints only (no float, no allocation on the step's path)
+            m, e = math.frexp(Q8_RANGE / (128.0 * 128.0 * math.sqrt(D)))
+            self.rmant = int(m * (1 << 21))
+            self.rexp = e - 21 + 50
 
     def check_step_q8(self, layer, qc, qs, out_q, out_exp, scores=None):
         """step_q8()'s checks of everything but the slots. Allocates nothing once warm (see _sized)."""
@@ -122,6 +140,53 @@ class Attention(FloatAttention):
         self.cache._check_layer(layer)
         self._check_q8(qc, qs, out_q, out_exp)
         self._check_scores(scores)
+
+    def q8_fits(self, layer, qs):
+        """Whether step_q8 takes this query (f16 scale bits qs per query head) in `layer`: for every head,
+        128 * its scale x 128 * the largest K scale written to the layer since reset() x sqrt(head_dim), a bound on
+        max|q_h| x max|k| x sqrt(head_dim), is within Q8_RANGE. Ints only: no allocation. (A caller holding the
+        float query takes step() otherwise: kvedge.model.llama.)"""
+        if not self.int_ok:
+            return False
+        kb = self.cache.kbits[layer]
+        for h in range(self.heads):
+            if not self._in_range(qs[h], kb):
+                return False
+        return True
+
+    def _range_error(self, layer, qs):
+        kb = self.cache.kbits[layer]
+        for h in range(self.heads):
+            if not self._in_range(qs[h], kb):
+                return ValueError("layer %d, query head %d: |q| x |k| x sqrt(head_dim) may reach %.4g, beyond the "
+                                  "integer step's range (%d), where an int8 step of q or k moves the softmax's "
+                                  "winner: use step() with the float query" % (
+                                      layer, h, 128 * quant.f16_value(qs[h]) * 128 * quant.f16_value(kb)
+                                      * math.sqrt(self.D), Q8_RANGE))
+
+    def _in_range(self, qb, kb):
+        """Whether 128 * sq * 128 * sk * sqrt(D) <= Q8_RANGE for f16 scale bits qb, kb (finite, >= 0): ints only."""
+        eq = qb >> 10
+        mq = qb & 1023
+        if eq:
+            mq += 1024
+        else:
+            eq = 1
+        ek = kb >> 10
+        mk = kb & 1023
+        if ek:
+            mk += 1024
+        else:
+            ek = 1
+        p = mq * mk  # < 2**22; sq * sk = p * 2**(eq + ek - 50)
+        if p == 0:
+            return True
+        s = self.rexp - eq - ek
+        if s >= 2:  # rmant >= 2**20: the bound is >= 2**22 > p
+            return True
+        if s >= 0:
+            return p <= self.rmant << s
+        return p <= self.rmant >> -s
 
     # ---- integer path ----
     # Slots are visited in three passes (the online softmax does not care about order): 0 = f32 prefix rows,
@@ -244,9 +309,14 @@ class Attention(FloatAttention):
     def step_q8(self, layer, qc, qs, out_q, out_exp, scores=None, slots=None, nslots=-1):
         """Integer attention for i8, i4 and i2 caches: qc int8 query codes (heads*head_dim, array('b')), qs f16
         scale bits per query head; writes out_q (array('i'), heads*head_dim) and out_exp (per head) so that
-        the output is out_q * 2**out_exp. Allocates nothing once warm; all ints stay within +-2**30."""
+        the output is out_q * 2**out_exp. Allocates nothing once warm; all ints stay within +-2**30.
+        Refuses (ValueError) a query beyond Q8_RANGE in this layer (q8_fits): the float step() has no such
+        limit. q8_step() is the same step without that check or the others, for callers whose int8 query is
+        exact (the integer forward passes) or that pin the fixed-point arithmetic at any scale."""
         self.check_step_q8(layer, qc, qs, out_q, out_exp, scores)
         self._check_slots(slots, nslots)
+        if not self.q8_fits(layer, qs):  # beyond Q8_RANGE: refused before anything moves
+            raise self._range_error(layer, qs)
         self.q8_step(layer, qc, qs, out_q, out_exp, scores, slots, nslots)
 
     def q8_step(self, layer, qc, qs, out_q, out_exp, scores, slots, nslots, span=-1):

@@ -106,6 +106,13 @@ class KVCache:
             self._low = kivi
         self.res_lo = zeros("i", L)  # KIVI: first f32 residual token (s = pos - P), per layer
         self.res_hi = zeros("i", L)  # KIVI: one past the newest token written, per layer
+        # per layer, the largest K scale written since reset(), as f16 bits (an i8 row's own; a float row's is
+        # that of an i8 row of its values, amax / 127 rounded up): 128 times its value bounds every |k| the
+        # layer has held, which the integer attention's range check reads (kvedge.attention, Q8_RANGE).
+        # Evicted rows are not forgotten: conservative, and nothing to rescan. Only caches the integer path
+        # reads (i8, i4, i2) keep it.
+        self.kbits = zeros("H", L)
+        self._kmax = cfg.dtype == I8 or self.lowbit
         self.group_live = zeros("H", self.NG)  # i4 KIVI: live tokens per group (for used_bytes)
         self._f32 = "<%df" % D
         # largest |value| a row may hold: float32 range, what an i8 row's f16 scale covers, the f16 range
@@ -143,6 +150,7 @@ class KVCache:
         for i in range(self.L):
             self.res_lo[i] = 0
             self.res_hi[i] = 0
+            self.kbits[i] = 0
         for i in range(self.NG):
             self.group_live[i] = 0
         self.n_seen = 0
@@ -370,6 +378,8 @@ class KVCache:
         self._check_layer(layer)
         self._check_current()
         self._check_rows(k, v)
+        if self._kmax:
+            self._note_k(layer, k)
         slot = self.cur_slot
         dt = self.cfg.dtype
         if slot < self.P:
@@ -392,6 +402,17 @@ class KVCache:
                     self._put_i8(off, self.scale_at(layer, kv, h, b), x, h * self.D)
                 else:  # i4 without residual: per-row asymmetric for K and V
                     self._low.put_row(self, off, self.scale_at(layer, kv, h, b), x, h * self.D)
+
+    def _note_k(self, layer, k):
+        """kbits[layer] raised to the i8 scale bits of k's largest |value| (k checked: within I8_MAX)."""
+        amax = 0.0
+        for i in range(self.H * self.D):
+            e = abs(k[i])
+            if e > amax:
+                amax = e
+        sb = quant.i8_scale_bits(amax)
+        if sb > self.kbits[layer]:
+            self.kbits[layer] = sb
 
     def _put_q8(self, layer, kv, b, cs, co, sc, so):
         """Row b of (layer, kv) of every KV head: int8 codes cs[co + h*D ...], f16 scale bits sc[so + h]."""

@@ -60,6 +60,10 @@ def write_q8_at(self, layer, codes, scales, slot=-1, p=None, store=None):
         sv = scales[vs + i]
         if sk < 0 or sk > top or sv < 0 or sv > top:
             check.codes("scales", scales, len(scales), 0, top)
+    kb = self.kbits  # the layer's largest K scale (the integer attention's range check), once all are checked
+    for i in range(self.H):
+        if scales[ks + i] > kb[layer]:
+            kb[layer] = scales[ks + i]
     b = cs - self.P
     i = layer * 2 * self.H
     p[lay.S_KROW] = self.bases[i] + b * self.prow
@@ -93,6 +97,13 @@ def attend_q8(self, layer, qc, qs, oq, oe, span=-1):
     if type(layer) is not int or layer < 0 or layer >= self.L:
         self._check_layer(layer)
     self.att.q8_step(layer, qc, qs, oq, oe, self.scores, None, -1, self.span if span < 0 else span)
+
+
+def q8_fits(self, layer, qs):
+    """Whether attend_q8 takes a query of f16 scale bits qs in `layer` (its attention's range,
+    kvedge.attention.Q8_RANGE; an attention without one takes every query)."""
+    fits = getattr(self.att, "q8_fits", None)
+    return True if fits is None else fits(layer, qs)
 
 
 def store_q8(self, layer, codes, scales, slot=-1):

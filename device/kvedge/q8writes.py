@@ -46,6 +46,10 @@ def check_write_q8(self, layer, k_codes, k_scales, v_codes, v_scales):
 
 def _write_q8(self, layer, k_codes, k_scales, v_codes, v_scales):
     b = self.cur_slot - self.P
+    kb = self.kbits
+    for h in range(self.H):  # the layer's largest K scale (the integer attention's range check)
+        if k_scales[h] > kb[layer]:
+            kb[layer] = k_scales[h]
     self._put_q8(layer, K, b, k_codes, 0, k_scales, 0)
     self._put_q8(layer, V, b, v_codes, 0, v_scales, 0)
 

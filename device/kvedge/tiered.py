@@ -424,6 +424,9 @@ class TieredCache:
         """This token's rows as int8 codes from the buffers bind_q8() set up, through write_q8's checks."""
         self.write_q8(layer, self._kc, self._ks, self._vc, self._vs)
 
+    def q8_fits(self, layer, qs):
+        return True  # step_q8 takes every query (its cold blocks are i8 or i4 KIVI rows)
+
     def attend(self, layer, q, out):
         self.step(layer, q, out)
 

@@ -79,7 +79,7 @@ def test_scores_report_probabilities():
     n = 32
     qc, qs, oq, oe = zeros("b", n), zeros("H", 4), zeros("i", n), zeros("i", 4)
     quantize_query(q, qc, qs, 4)
-    att.step_q8(0, qc, qs, oq, oe, scores=si)
+    att.q8_step(0, qc, qs, oq, oe, si, None, -1)  # the core: these rows run past step_q8's Q8_RANGE
     # each query head's probabilities sum to 1 (Q16), so four heads sum to 4
     assert abs(sum(sf) - 4 * 65536) <= 4 * len(live)
     assert abs(sum(si) - 4 * 65536) <= 4 * 65536 // 200

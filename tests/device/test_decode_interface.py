@@ -54,6 +54,10 @@ class Relay:
         self._count("bind_q8")
         self._c.bind_q8(p, kc, vc, ks, vs, codes, scales, q_store, qc, qs, oq, oe)
 
+    def q8_fits(self, layer, qs):
+        self._count("q8_fits")
+        return self._c.q8_fits(layer, qs)
+
     def bind_query(self, qc, qs, oq, oe):
         self._count("bind_query")
         self._c.bind_query(qc, qs, oq, oe)

@@ -25,7 +25,7 @@ def _int_vs_numpy(cache, q, heads, tile=8):
     qc, qs = array("b", bytes(heads * D)), array("H", bytes(2 * heads))
     quantize_query(qa, qc, qs, heads)
     oq, oe = array("i", bytes(4 * heads * D)), array("i", bytes(4 * heads))
-    Attention(cache, tile).step_q8(0, qc, qs, oq, oe)
+    Attention(cache, tile).q8_step(0, qc, qs, oq, oe, None, None, -1)  # the core: past step_q8's Q8_RANGE too
     out = array("f", bytes(4 * heads * D))
     dequantize_output(oq, oe, out, heads)
     live = array("i", bytes(4 * cfg.slots))

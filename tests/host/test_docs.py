@@ -245,8 +245,8 @@ NOT_RUN = {
 # after it). Absolute "/kv_cold..." paths (the board's flash) become files in the scratch folder.
 _Q8 = ("from array import array\n"
        "kc, vc = array('b', range(-16, 16)), array('b', range(16, -16, -1))  # KV heads x head_dim int8 codes\n"
-       "ks, vs = array('H', [0x2C00] * 4), array('H', [0x2C00] * 4)          # f16 scale bits per KV head\n"
-       "qc, qs = array('b', [3] * 64), array('H', [0x2C00] * 8)             # the query: heads x head_dim\n"
+       "ks, vs = array('H', [0x2400] * 4), array('H', [0x2400] * 4)          # f16 scale bits per KV head\n"
+       "qc, qs = array('b', [3] * 64), array('H', [0x2400] * 8)             # the query (within step_q8's Q8_RANGE)\n"
        "out_q, out_exp = array('i', [0] * 64), array('i', [0] * 8)\n")
 _FLOATS = ("from array import array\nfrom kvedge.config import CacheConfig\n"
            "ks = [array('f', [0.5] * 32) for layer in range(5)]   # this token's K (and V) in every layer\n"

@@ -39,8 +39,9 @@ def _traced_step(att, qc, qs, oq, oe, layers, scores):
     sys.settrace(tracer)
     try:
         for layer in range(layers):
-            att.step_q8(layer, qc, qs, oq, oe)
-            att.step_q8(layer, qc, qs, oq, oe, scores)  # and the per-slot probabilities H2O accumulates
+            # the core (q8_step): these rows run far past step_q8's Q8_RANGE, where it refuses
+            att.q8_step(layer, qc, qs, oq, oe, None, None, -1)
+            att.q8_step(layer, qc, qs, oq, oe, scores, None, -1)  # and the per-slot probabilities H2O accumulates
     finally:
         sys.settrace(None)
     return bad

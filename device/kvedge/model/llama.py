@@ -322,14 +322,16 @@ class Llama:
     # ---- pieces of the forward pass ----
 
     def _attend(self, layer, q, out):
-        # The one seam between the model and the cache's attention (its decode interface: kvedge.caches).
+        # The one seam between the model and the cache's attention (its decode interface: kvedge.caches). A query
+        # beyond the integer step's range in this layer (q8_fits: kvedge.attention.Q8_RANGE) takes the float step.
         if self.int_attention:
             h = self.cfg.n_heads
             self._qquery(q, self.qc, self.qs, h)
-            self.cache.attend_q8(layer, self.qc, self.qs, self.oq, self.oe)
-            self._dqout(self.oq, self.oe, out, h)
-        else:
-            self.cache.attend(layer, q, out)
+            if self.cache.q8_fits(layer, self.qs):
+                self.cache.attend_q8(layer, self.qc, self.qs, self.oq, self.oe)
+                self._dqout(self.oq, self.oe, out, h)
+                return
+        self.cache.attend(layer, q, out)
 
     def _mv(self, mat, x, out):
         mat.mv(self.k, x, self.xq, self.xs, self.acc, out)
