@@ -16,7 +16,7 @@ for p in (os.path.join(ROOT, "device"), os.path.join(HERE, "device"), os.path.jo
     if p not in sys.path:
         sys.path.insert(0, p)
 
-ORDER = ("cpython", "unix", "wasm", "m3", "m3-py", "m0", "m7", "circuitpython")
+ORDER = ("cpython", "unix", "wasm", "m3", "m3-py", "m0", "m7", "xt", "circuitpython")
 PROPERTY = "kvedge_device"  # (runtime, passed, failed, skipped, note) of one device test file on one runtime
 _counts = {}                # runtime -> {"passed", "failed", "skipped", "files", "note", "missing"}
 

@@ -2,7 +2,8 @@
 32-bit wasm port, the emulated Cortex-M3 board at the rp2040 heap (the package as armv6m .mpy, and as source),
 the emulated Cortex-M0 at the rp2040 heap (armv6m .mpy on an Armv6-M core: a Thumb-2 instruction faults there), the
 single-precision Cortex-M7 at the rp2350 heap (armv7emsp .mpy on a core with the DSP extension and a float32 FPU:
-the RP2350's stand-in) and real CircuitPython (its limits emulated on the unix port where the binary is absent);
+the RP2350's stand-in), the emulated Xtensa lx106 at the esp32 heap (xtensa .mpy, call0, no FPU, unaligned
+32-bit accesses fault: the ESP32s' stand-in) and real CircuitPython (its limits emulated on the unix port where the binary is absent);
 the emulated M55 runs the DSP files (test_dsp_kernels). One test per runtime and file, each file in a fresh interpreter; a
 failure on any runtime fails this run. A runtime that cannot run here is skipped with the reason, which the closing summary repeats."""
 import json
@@ -11,7 +12,7 @@ import pytest
 
 from kvedge_host.boards import runtimes
 
-RUNTIMES = ("unix", "wasm", "m3", "m3-py", "m0", "m7", "circuitpython")
+RUNTIMES = ("unix", "wasm", "m3", "m3-py", "m0", "m7", "xt", "circuitpython")
 FILES = runtimes.test_files()
 PROPERTY = "kvedge_device"  # read by tests/conftest.py for the per-runtime summary
 
@@ -28,7 +29,7 @@ def runners():
 
 @pytest.mark.parametrize("runtime,name", [(r, f) for r in RUNTIMES for f in FILES])
 def test_device_file_on(runtime, name, runners, request):
-    board = runtimes.default_board(runtime)  # rp2040's heap; the M7 stands for the rp2350
+    board = runtimes.default_board(runtime)  # rp2040's heap; the M7 stands for the rp2350, the lx106 the esp32
     note = runtimes.describe(runtime, board)
     why = runtimes.missing(runtime, board)
     if why:
@@ -41,7 +42,7 @@ def test_device_file_on(runtime, name, runners, request):
     request.node.user_properties.append((PROPERTY, json.dumps(
         {"runtime": runtime, "passed": res["passed"], "failed": res["failed"], "skipped": res["skipped"],
          "skips": [ln.split(": ", 1)[1] if ": " in ln else ln for ln in res["lines"] if ln.startswith("SKIP ")],
-         "note": note if runtime in ("circuitpython", "m3", "m3-py", "m0", "m7") else ""})))
+         "note": note if runtime in ("circuitpython", "m3", "m3-py", "m0", "m7", "xt") else ""})))
     detail = "\n".join(res["lines"][-80:])
     assert res["failed"] == 0, "%s %s: %d failed\n%s" % (runtime, name, res["failed"], detail)
     assert res["passed"] + res["skipped"] > 0, "%s %s: no test ran\n%s" % (runtime, name, detail)

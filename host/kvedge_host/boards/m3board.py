@@ -59,11 +59,17 @@ class Layout:
     options after -machine; romfs_addr/romfs_max: the ROMFS slot; disk_addr: the RAM disk (disk_blocks of
     DISK_BLOCK bytes, zero at power-on, outside the heap); marches: the -march values its firmware loads, the
     first the default; rom_mount: session code that mounts the ROMFS at /rom when the firmware does not;
-    psram_bytes: the size of a RAM that a host file can back (disk_image), 0 when the machine has none."""
+    psram_bytes: the size of a RAM that a host file can back (disk_image), 0 when the machine has none;
+    qemu: the qemu binary and the Debian package that has it; fault: what the firmware prints on a CPU
+    exception; disk_script: the board script of its RAM disk (sent as DISK_NAME); stands_for: the profile
+    -march values whose code it runs in its own -march's place (the ESP32s' xtensawin on the lx106)."""
 
     def __init__(self, key, cpu, machine, firmware_env, firmware_sub, image, romfs_addr, romfs_max, disk_addr,
-                 marches, image_name, qemu_args=(), rom_mount="", psram_bytes=0, disk_blocks=DISK_BLOCKS):
+                 marches, image_name, qemu_args=(), rom_mount="", psram_bytes=0, disk_blocks=DISK_BLOCKS,
+                 qemu=("qemu-system-arm", "qemu-system-arm"), fault=None, disk_script=None, stands_for=()):
         self.key, self.cpu, self.machine, self.image_name = key, cpu, machine, image_name
+        self.qemu, self.fault = qemu, fault or FAULT
+        self.disk_script, self.stands_for = disk_script or DISK_NAME, tuple(stands_for)
         self.firmware_env, self.firmware_sub, self.image = firmware_env, firmware_sub, re.compile(image)
         self.romfs_addr, self.romfs_max, self.disk_addr = romfs_addr, romfs_max, disk_addr
         self.marches, self.qemu_args, self.psram_bytes = tuple(marches), list(qemu_args), psram_bytes
@@ -120,7 +126,17 @@ def _psram_m3(heap):
 M3P4, M3P8 = _psram_m3(0x400000), _psram_m3(0x800000)
 PSRAM_LAYOUTS = (M3P4, M3P8)
 M3_FAMILY = (M3,) + PSRAM_LAYOUTS  # one machine (mps2-an385), its images with the heap in SRAM or in PSRAM
-LAYOUTS = {"m3": M3, "m0": M0, "m7": M7, "m55": M55, "m3-psram4": M3P4, "m3-psram8": M3P8}
+# the Xtensa lx106 (qemu-system-xtensa lx60-nommu: call0 ABI, no FPU, loads xtensa .mpy; the ESP32s' stand-in,
+# whose xtensawin code it cannot load): code, heap and stack from 0x60000000; the firmware mounts the ROMFS
+# partition at 0x50100000 (4 MiB) at /rom; the RAM disk in the unused sysram at 0x61000000. A CPU exception (an
+# unaligned 32-bit access from viper) prints FATAL and qemu exits. -semihosting ends qemu on exit().
+XT_FAULT = "FATAL: Xtensa"
+XT = Layout("xt", "Xtensa lx106", "lx60-nommu", "KVEDGE_XT_FIRMWARE", "micropython-xtensa",
+            r"^firmware-lx106-heap(\d+)\.elf$", romfs_addr=0x50100000, romfs_max=0x400000, disk_addr=0x61000000,
+            marches=("xtensa",), image_name="firmware-lx106-heapN.elf", qemu_args=["-cpu", "lx106"],
+            qemu=("qemu-system-xtensa", "qemu-system-misc"), fault=XT_FAULT, disk_script="_xtdisk",
+            stands_for=("xtensawin",))
+LAYOUTS = {"m3": M3, "m0": M0, "m7": M7, "m55": M55, "m3-psram4": M3P4, "m3-psram8": M3P8, "xt": XT}
 
 # the Cortex-M3's figures under their old names
 FIRMWARE_ENV = M3.firmware_env
@@ -137,7 +153,8 @@ _IMAGE = M3.image
 def disk_module(layout=None):
     """The RAM disk's board-side code for this machine's disk address."""
     layout = layout or M3
-    return board_scripts.source(DISK_NAME, const=True, ADDR=layout.disk_addr, BS=DISK_BLOCK, N=layout.disk_blocks)
+    return board_scripts.source(layout.disk_script, const=True, ADDR=layout.disk_addr, BS=DISK_BLOCK,
+                                N=layout.disk_blocks)
 
 
 DISK_MODULE = disk_module(M3)
@@ -168,25 +185,27 @@ class M3Fault(M3Error):
 
 
 _FAULT_PC = re.compile(r"R15:\s*([0-9A-Fa-f]{8})")
+_XT_PC = re.compile(r"EPC1\s+0x([0-9A-Fa-f]{8})")
 
 
-def fault_report(text):
-    """(faulted, pc) from what a board printed: faulted when the firmware's HardFault report is complete (its
-    register dump ends with xPSR), pc the faulting PC (R15) or None."""
-    i = text.find(FAULT)
-    if i < 0 or "xPSR:" not in text[i:]:
+def fault_report(text, fault=FAULT):
+    """(faulted, pc) from what a board printed: faulted when the firmware's fault report is complete (an Arm
+    HardFault's register dump ends with xPSR, an Xtensa FATAL's with PS), pc the faulting PC (R15, EPC1) or None."""
+    i = text.find(fault)
+    end, pc = ("xPSR:", _FAULT_PC) if fault == FAULT else ("PS ", _XT_PC)
+    if i < 0 or end not in text[i:]:
         return False, None
-    m = _FAULT_PC.search(text, i)
+    m = pc.search(text, i)
     return True, (int(m.group(1), 16) if m else None)
 
 
-def run_watched(cmd, timeout, quiet=FAULT_QUIET):
+def run_watched(cmd, timeout, quiet=FAULT_QUIET, fault=FAULT):
     """Run `cmd` (mpremote talking to a board) reading its output as it comes.
 
     Returns (status, output, returncode): "done" when it exited; "fault" when the firmware reported a
     HardFault and then printed nothing more for `quiet` seconds (the board hangs: mpremote would wait for ever),
     or when the time-out came after such a report; "timeout" when `timeout` seconds passed without one. The
-    command is killed unless it exited."""
+    command is killed unless it exited. fault: the firmware's fault report's first words (Layout.fault)."""
     p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     buf = bytearray()
     start = last = time.monotonic()
@@ -199,7 +218,7 @@ def run_watched(cmd, timeout, quiet=FAULT_QUIET):
                 status = "fault"
                 break
             if now - start >= timeout:
-                status = "fault" if fault_report(buf.decode("utf-8", "replace"))[0] else "timeout"
+                status = "fault" if fault_report(buf.decode("utf-8", "replace"), fault)[0] else "timeout"
                 break
             r, _, _ = select.select([p.stdout], [], [], 0.2)
             if not r:
@@ -210,8 +229,8 @@ def run_watched(cmd, timeout, quiet=FAULT_QUIET):
                 break
             buf += chunk
             last = time.monotonic()
-            if not faulted and FAULT.encode() in buf:
-                faulted = fault_report(buf.decode("utf-8", "replace"))[0]
+            if not faulted and fault.encode() in buf:
+                faulted = fault_report(buf.decode("utf-8", "replace"), fault)[0]
     finally:
         if status != "done" and p.poll() is None:
             p.kill()
@@ -260,11 +279,12 @@ def firmware_for(heap, layout=None):
                     % (layout.cpu, heap, folder, ", ".join(str(h) for h in sorted(imgs))))
 
 
-def qemu_exe():
-    exe = shutil.which("qemu-system-arm")
+def qemu_exe(layout=None):
+    name, package = (layout or M3).qemu
+    exe = shutil.which(name)
     if not exe:
-        raise M3Missing("qemu-system-arm is not installed (Debian: apt-get install qemu-system-arm; "
-                        "tools/setup.sh installs it when run as root)")
+        raise M3Missing("%s is not installed (Debian: apt-get install %s; tools/setup.sh installs it when run as "
+                        "root)" % (name, package))
     return exe
 
 
@@ -278,7 +298,7 @@ def missing(board=None, heap=None, layout=None):
     """None when the emulated machine (default the Cortex-M3) can run with this profile's (or this) heap, else
     the reason."""
     try:
-        qemu_exe()
+        qemu_exe(layout)
         firmware_for(heap_of(board, heap), layout)
         mpremote_exe()
     except (M3Missing, DeployError) as e:
@@ -542,7 +562,7 @@ class M3Board:
     def command(self):
         lay = self.layout
         machine = lay.machine + (",memory-backend=psram" if self.disk_image else "")
-        cmd = [qemu_exe(), "-machine", machine] + lay.qemu_args + [
+        cmd = [qemu_exe(lay), "-machine", machine] + lay.qemu_args + [
             "-nographic", "-monitor", "null", "-semihosting", "-serial", "pty", "-kernel", self.firmware]
         if self.disk_image:  # qemu maps the file: every guest write is in it, whenever qemu dies
             cmd += ["-object", "memory-backend-file,id=psram,size=%d,mem-path=%s,share=on"
@@ -631,19 +651,27 @@ class M3Board:
         self._continue()
         cmd = [mpremote_exe(), "connect", self.port] + (["resume"] if resume else []) + [
             "exec", (self.layout.mount if mount else "") + code]
-        status, out, rc = run_watched(cmd, timeout)
+        status, out, rc = run_watched(cmd, timeout, fault=self.layout.fault)
         if status == "done" and rc == 0:
             return out
+        if status == "done" and fault_report(out, self.layout.fault)[0]:
+            status = "fault"  # the Xtensa board reports a CPU exception and qemu exits: mpremote loses its port
         if status == "done":
             last = [ln for ln in out.strip().splitlines() if ln.strip()]
             msg = "mpremote failed on %s (exit %d): %s" % (self.port, rc, last[-1] if last else "no output")
             raise M3Error(msg, msg + "\n" + out[-4000:])
         self.restart()
         if status == "fault":
-            _, pc = fault_report(out)
-            msg = ("HardFault on the emulated %s (qemu %s) at PC=%s: the board hung after its fault report "
-                   "(no output for %ds; board restarted)"
-                   % (self.layout.cpu, self.layout.machine, "0x%08X" % pc if pc is not None else "?", FAULT_QUIET))
+            _, pc = fault_report(out, self.layout.fault)
+            if self.layout.fault != FAULT:
+                msg = ("CPU exception on the emulated %s (qemu %s) at PC=%s: the firmware reported it and qemu "
+                       "exited (board restarted)" % (self.layout.cpu, self.layout.machine,
+                                                    "0x%08X" % pc if pc is not None else "?"))
+            else:
+                msg = ("HardFault on the emulated %s (qemu %s) at PC=%s: the board hung after its fault report "
+                       "(no output for %ds; board restarted)"
+                       % (self.layout.cpu, self.layout.machine, "0x%08X" % pc if pc is not None else "?",
+                          FAULT_QUIET))
             raise M3Fault(msg, out[-4000:], pc)
         msg = "timed out after %ds (board restarted)" % timeout
         raise M3Error(msg, "mpremote timed out after %ds on %s\n%s" % (timeout, self.port, out[-2000:]))

@@ -3,7 +3,8 @@ Node.js, MicroPython on an emulated Cortex-M3 board (qemu; `m3` = the package as
 `m3-py` = as source), on an emulated Cortex-M0 (`m0`: qemu's microbit machine, Armv6-M, the package as armv6m
 .mpy: the RP2040's instruction set, where a Thumb-2 instruction faults), on an emulated Cortex-M7 (`m7`:
 mps2-an500, single-precision, armv7emsp .mpy, the RP2350's stand-in) and Cortex-M55 (`m55`: mps3-an547, armv7emdp),
-both with the DSP instructions and the RP2350's heap, and real CircuitPython (a 32-bit unix
+both with the DSP instructions and the RP2350's heap, on an emulated Xtensa lx106 (`xt`: qemu's lx60-nommu, call0,
+no FPU, the package as xtensa .mpy at the esp32 profile's heap: the ESP32s' stand-in), and real CircuitPython (a 32-bit unix
 build; where it is absent, `circuitpython` is the unix port with CircuitPython's limits emulated). The device
 package and tests are made importable the same way a board sees them."""
 import os
@@ -16,11 +17,11 @@ import tempfile
 from .. import profiles
 from ..paths import DEVICE, ROOT, SHARED_RUNTIMES, TESTS_DEVICE, TOOLS, WASM, venv_tool
 
-RUNTIMES = ("cpython", "unix", "wasm", "m3", "m3-py", "m0", "m7", "m55", "circuitpython")
+RUNTIMES = ("cpython", "unix", "wasm", "m3", "m3-py", "m0", "m7", "m55", "xt", "circuitpython")
 # runtime -> how the package is deployed on the emulated board
-M3 = {"m3": "mpy", "m3-py": "py", "m0": "mpy", "m7": "mpy", "m55": "mpy"}
+M3 = {"m3": "mpy", "m3-py": "py", "m0": "mpy", "m7": "mpy", "m55": "mpy", "xt": "mpy"}
 # the board profile a runtime stands for when none is named (its firmware is built at that profile's heap)
-BOARD_OF = {"m7": "rp2350", "m55": "rp2350"}
+BOARD_OF = {"m7": "rp2350", "m55": "rp2350", "xt": "esp32"}
 
 
 def default_board(runtime):
