@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Run the device test suite (tests/device) on one runtime and print "N passed, N failed, N skipped".
 
-  tools/mprun.py --runtime unix|wasm|m3|m3-py|m0|m7|m55|circuitpython|cpython [--board rp2040] [-k FILTER] [-v]
+  tools/mprun.py --runtime unix|wasm|m3|m3-py|m0|m7|m55|xt|circuitpython|cpython [--board rp2040] [-k FILTER] [-v]
 
 unix: the MicroPython unix port with the heap capped to the board profile; wasm: the 32-bit port on Node.js;
 circuitpython: the unix port with CircuitPython's limits emulated (plain kernels, no heap_lock, no mem_info).

@@ -101,6 +101,8 @@ SMALLER = {
         (".venv/bin/python tools/mprun.py --runtime m0 -k test_budget_layers", "one file (as above)"),
     ".venv/bin/python tools/mprun.py --runtime m7":
         (".venv/bin/python tools/mprun.py --runtime m7 -k test_budget_layers", "one file (as above)"),
+    ".venv/bin/python tools/mprun.py --runtime xt":
+        (".venv/bin/python tools/mprun.py --runtime xt -k test_budget_layers", "one file (as above)"),
     ".venv/bin/python tools/mprun.py --runtime m55 -k dsp":
         (".venv/bin/python tools/mprun.py --runtime m55 -k dsp", "as shown (one file)"),
     ".venv/bin/python tools/mprun.py --runtime circuitpython":

@@ -24,6 +24,21 @@ M3 = {"m3": "mpy", "m3-py": "py", "m0": "mpy", "m7": "mpy", "m55": "mpy", "xt": 
 BOARD_OF = {"m7": "rp2350", "m55": "rp2350", "xt": "esp32"}
 
 
+# device test files a runtime runs on its machine's larger-heap image, because a test in them needs more heap than
+# the board it stands for has: runtime -> {file: (heap bytes, why)}. The rest of the suite runs at the board's heap.
+_ESP32_SHORT = ("the esp32's 102,400 bytes hold the package's imports and the test's reference beside only "
+                "small blocks (MemoryError at %s)")
+LARGER_HEAP = {"xt": {
+    "test_attention.py": (215040, _ESP32_SHORT % "a 514-byte table"),
+    "test_cache.py": (215040, _ESP32_SHORT % "a 24,320-byte arena"),
+}}
+
+
+def larger_heap(runtime, f):
+    """(heap, why) when `runtime` runs device test file `f` on a larger-heap image than its board's, else None."""
+    return LARGER_HEAP.get(runtime, {}).get(f)
+
+
 def default_board(runtime):
     return BOARD_OF.get(runtime, "rp2040")
 
@@ -202,6 +217,7 @@ class Files:
         self.heap = heap or heap_for(board)
         self.emulate_cp = runtime == "circuitpython" and not circuitpython_bin()
         self._m3 = None
+        self._boards = {}  # heap -> the emulated board with that image (LARGER_HEAP adds a second one)
         self._tmp = None
 
     def code(self, f, only):
@@ -214,7 +230,8 @@ class Files:
             return _run_cpython(code, timeout)
         if self.runtime in M3:
             from . import m3board
-            board = self._board()
+            larger = larger_heap(self.runtime, f) if self.heap == heap_for(self.board) else None
+            board = self._board(larger[0] if larger else None)
             try:
                 return 0, board.exec(code, timeout=timeout)
             except m3board.M3Fault as e:   # the runner's output, then the fault named in the last line
@@ -231,22 +248,28 @@ class Files:
         finally:
             shutil.rmtree(cwd, ignore_errors=True)
 
-    def _board(self):
+    def _board(self, heap=None):
         from . import m3board
-        if self._m3 is None or not self._m3.alive():
+        heap = heap or self.heap
+        b = self._boards.get(heap)
+        if b is None or not b.alive():
             lay = layout_of(self.runtime)
-            why = m3board.missing(self.board, self.heap, lay)
+            why = m3board.missing(self.board, heap, lay)
             if why:
                 raise RuntimeMissing(why)
             if self._tmp is None:
                 self._tmp = tempfile.mkdtemp(prefix="kvedge-m3suite-")
                 self._image = suite_romfs(os.path.join(self._tmp, "suite.img"), M3[self.runtime] == "mpy",
                                           m3board.march_for(self.board, lay), lay)
-            self._m3 = m3board.M3Board(self.board, heap=self.heap, romfs=self._image, layout=lay)
-            self._m3.start()
-        return self._m3
+            b = self._boards[heap] = m3board.M3Board(self.board, heap=heap, romfs=self._image, layout=lay)
+            b.start()
+        self._m3 = b
+        return b
 
     def close(self):
+        for b in self._boards.values():
+            b.stop()
+        self._boards = {}
         if self._m3 is not None:
             self._m3.stop()
             self._m3 = None
