@@ -17,7 +17,8 @@ FILES = runtimes.test_files()
 # The Xtensa stand-in runs these files here: qemu's lx106 runs the suite several times slower than the Cortex-M0
 # (software floats, a slower qemu target; on a loaded 2-core machine test_cache.py alone took 575 s), so all of it
 # would take tools/test past its 45 minutes. tools/mprun.py --runtime xt runs every file.
-XT_FILES = ("test_budget.py", "test_budget_layers.py", "test_clock.py", "test_attention_fused.py")
+XT_FILES = ("test_budget.py", "test_budget_layers.py", "test_clock.py", "test_attention_fused.py", "test_intkernels.py",
+            "test_intpath_kinds.py", "test_intpath_tables.py", "test_kernel_select.py", "test_kivi_fit.py")
 PARAMS = [(r, f) for r in RUNTIMES for f in FILES if r != "xt" or f in XT_FILES]
 PROPERTY = "kvedge_device"  # read by tests/conftest.py for the per-runtime summary
 

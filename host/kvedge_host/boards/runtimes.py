@@ -31,6 +31,8 @@ _ESP32_SHORT = ("the esp32's 102,400 bytes hold the package's imports and the te
 LARGER_HEAP = {"xt": {
     "test_attention.py": (215040, _ESP32_SHORT % "a 514-byte table"),
     "test_cache.py": (215040, _ESP32_SHORT % "a 24,320-byte arena"),
+    "test_intkernels.py": (215040, _ESP32_SHORT % "a 4,096-byte row buffer"),
+    "test_intpath_kinds.py": (215040, _ESP32_SHORT % "96 bytes, importing"),
 }}
 
 
