@@ -19,7 +19,7 @@ from kvedge_host.boards import runtimes  # noqa: E402
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runtime", choices=runtimes.RUNTIMES, default="unix")
-    ap.add_argument("--board", default=None, help="board profile (its heap): default rp2040, rp2350 on m7/m55")
+    ap.add_argument("--board", default=None, help="board profile (its heap): default rp2040, rp2350 on m7/m55, esp32 on xt")
     ap.add_argument("-k", dest="filter", action="append", help="only test files whose name contains this")
     ap.add_argument("-t", dest="tests", action="append", help="only test functions with this name")
     ap.add_argument("-v", action="store_true", help="echo every line")
