@@ -40,12 +40,15 @@ def test_device_file_on(runtime, name, runners, request):
     if runtime == "xt":
         note += "; %d of %d files here (XT_FILES), all: tools/mprun.py --runtime xt" % (len(XT_FILES), len(FILES))
     why = runtimes.missing(runtime, board)
+    larger = runtimes.larger_heap(runtime, name)  # a file that cannot fit the board's heap, and why
+    if larger and not why:  # its larger-heap image must be here too
+        from kvedge_host.boards import m3board
+        why = m3board.missing(board, larger[0], runtimes.layout_of(runtime))
     if why:
         request.node.user_properties.append((PROPERTY, json.dumps({"runtime": runtime, "missing": why})))
         pytest.skip("%s: %s" % (runtime, why))
     if runtime not in runners:
         runners[runtime] = runtimes.Files(runtime, board)
-    larger = runtimes.larger_heap(runtime, name)  # a file that cannot fit the board's heap, and why
     rc, out = runners[runtime].run(name)
     res = runtimes.parse(out, rc, name, {"passed": 0, "failed": 0, "skipped": 0, "lines": []})
     request.node.user_properties.append((PROPERTY, json.dumps(
