@@ -31,8 +31,14 @@ _ESP32_SHORT = ("the esp32's 102,400 bytes hold the package's imports and the te
 LARGER_HEAP = {"xt": {
     "test_attention.py": (215040, _ESP32_SHORT % "a 514-byte table"),
     "test_cache.py": (215040, _ESP32_SHORT % "a 24,320-byte arena"),
+    "test_attention_int_kivi.py": (215040, _ESP32_SHORT % "899 bytes"),
     "test_intkernels.py": (215040, _ESP32_SHORT % "a 4,096-byte row buffer"),
+    "test_intpath.py": (215040, _ESP32_SHORT % "971 bytes"),
     "test_intpath_kinds.py": (215040, _ESP32_SHORT % "96 bytes, importing"),
+    "test_intpath_lock.py": (215040, _ESP32_SHORT % "899 bytes"),
+    "test_model_auto.py": (215040, _ESP32_SHORT % "64 bytes, importing"),
+    "test_model_parts.py": (215040, _ESP32_SHORT % "an 8,000-byte weight buffer"),
+    "test_model_tiered.py": (215040, _ESP32_SHORT % "516 bytes"),
 }}
 
 
