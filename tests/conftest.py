@@ -16,14 +16,14 @@ for p in (os.path.join(ROOT, "device"), os.path.join(HERE, "device"), os.path.jo
     if p not in sys.path:
         sys.path.insert(0, p)
 
-ORDER = ("cpython", "unix", "wasm", "m3", "m3-py", "m0", "m7", "circuitpython")
+ORDER = ("cpython", "unix", "wasm", "m3", "m3-py", "m0", "m7", "xt", "circuitpython")
 PROPERTY = "kvedge_device"  # (runtime, passed, failed, skipped, note) of one device test file on one runtime
 _counts = {}                # runtime -> {"passed", "failed", "skipped", "files", "note", "missing"}
 
 
 def _row(runtime):
     return _counts.setdefault(runtime, {"passed": 0, "failed": 0, "skipped": 0, "files": 0, "note": "",
-                                        "missing": "", "skips": {}})
+                                        "missing": "", "skips": {}, "larger": []})
 
 
 def _skip_reason(report):
@@ -77,6 +77,7 @@ def pytest_runtest_logreport(report):
                 row[k] += d[k]
             for why in d.get("skips", ()):
                 row["skips"][why] = row["skips"].get(why, 0) + 1
+            row["larger"].extend(d.get("larger", ()))
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -94,3 +95,5 @@ def pytest_terminal_summary(terminalreporter):
             name, r["passed"], r["failed"], r["skipped"], ("  (%s)" % r["note"]) if r["note"] else ""))
         for line in skip_lines(r["skips"]):
             tr.write_line(line)
+        for line in sorted(r["larger"]):  # files run on a larger-heap image than the board's (runtimes.LARGER_HEAP)
+            tr.write_line("    ran %s" % line)

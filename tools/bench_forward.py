@@ -2,7 +2,7 @@
 """The forward passes of a llama2.c model, per pass and kernel kind: speed at a given context, heap bytes
 allocated per token, and (unix) llama2.c's own C run.c on the same model in the same run.
 
-  tools/bench_forward.py [--runtime unix|m3|m0|m7|m55|circuitpython] [--model M] [--forward int float ulab]
+  tools/bench_forward.py [--runtime unix|m3|m0|m7|m55|xt|circuitpython] [--model M] [--forward int float ulab]
                          [--kernels asm viper native plain] [--context 256] [--tokens 8] [--llama2c PATH]
                          [--macs] [--board rp2040] [--heap BYTES] [--rom] [--cache K=V,...] [--unlocked]
                          [--tier block=B,cold=DTYPE,blocks=C]
@@ -27,10 +27,15 @@ Runtimes:
   adds each int8 kernel alone in instructions per multiply-accumulate (matvecs of the model's shapes, attention
   at head_dim 64).
 - m0: the same on the emulated Cortex-M0 (qemu microbit, Armv6-M, armv6m .mpy, the rp2040's 215,040-byte heap:
-  the RP2040's stand-in; the model's weights fit only with --rom, a cache only with --cache).
+  the RP2040's stand-in). The model's weights fit only read in place, so --rom is the default there, and the
+  cache is a window of 92 positions and 4 sinks (max_tokens=96) unless --cache says otherwise: 512 slots alone
+  would take 204,800 bytes, and a cache of --context + --tokens slots does not fit either.
 - m7, m55: the same on the emulated Cortex-M7 (mps2-an500, armv7emsp, 2 MiB; the RP2350's stand-in) and
   Cortex-M55 (mps3-an547, armv7emdp, 460,800 bytes): cores with the DSP instructions, where the asm kernels'
   matrix-vector product is kvedge.qkernels_dsp's (SMLAD).
+- xt: the same on the emulated Xtensa lx106 (qemu lx60-nommu, call0, no FPU, xtensa .mpy, 2 MiB: the ESP32s'
+  stand-in; no asm kernels there, so viper by default; the plain kernels' hundreds of millions of instructions a
+  token take hours of qemu: name them with --kernels plain).
 - circuitpython: the real CircuitPython 10 binary with ulab (../shared/runtimes/circuitpython-unix32): tokens/s
   of the ulab pass against the plain kernels' passes, in one run (their ratio printed)."""
 import argparse
@@ -47,7 +52,7 @@ sys.path[:0] = [os.path.join(ROOT, "host"), os.path.join(ROOT, "device")]
 from kvedge import kernels  # noqa: E402
 from kvedge_host.boards import runtimes  # noqa: E402
 
-EMULATED = ("m3", "m0", "m7", "m55")  # kvedge_host.boards.m3board's machines with the Cortex-M3's instruction counting
+EMULATED = ("m3", "m0", "m7", "m55", "xt")  # kvedge_host.boards.m3board's machines with the Cortex-M3's instruction counting
 from kvedge_host.paths import DEVICE, SHARED_MODELS, SHARED_RUNTIMES  # noqa: E402
 
 DEVICE_CODE = r"""
@@ -193,6 +198,7 @@ print("MACS step_q8(checked) 8h/2kv/d64x256 %%d %%d" %% (ticks_diff(ticks_us(), 
 M3_TOKEN = {"asm": 8000000, "viper": 15000000, "plain": 150000000}  # instructions per token, int pass, ctx 256
 M3_TOKEN_15M = {"asm": 100000000}  # issue 24's, a stories15M-shaped model with int4 weights from ROMFS, 256 tokens
 M3_MAC = {"asm": 6.0, "viper": 30.0}  # instructions per MAC of the int8 kernels
+M0_CACHE = "max_tokens=96,window=92,sinks=4"  # what fits the rp2040's heap beside the model's buffers (benchmarks.md)
 WEIGHTS_FILE = "model.q.bin"  # the converted weights, on the host and in ROMFS
 M3_MAC4 = {"asm": 7.0}  # of the int4 kernel (q_mv4, armv6m code: issue 24)
 UNIX_TOK_S = 300.0  # tokens/s at context 256 (int pass, viper)
@@ -319,8 +325,8 @@ def main(argv=None):
     ap.add_argument("--tier", metavar="block=B,cold=DTYPE,blocks=C", help="a tiered cache: --cache is its ring "
                     "(max_tokens=S+W,window=W,sinks=S), older tokens in C blocks of B on the board's flash, as "
                     "`kvedge plan` writes it (e.g. block=16,cold=i8,blocks=27)")
-    ap.add_argument("--cache", default="max_tokens=512", metavar="K=V,...", help="the i8 cache's CacheConfig "
-                    "fields (default max_tokens=512; e.g. max_tokens=96,window=92,sinks=4)")
+    ap.add_argument("--cache", metavar="K=V,...", help="the i8 cache's CacheConfig "
+                    "fields (default max_tokens=512; on m0 max_tokens=96,window=92,sinks=4)")
     ap.add_argument("--unlocked", action="store_true", help="also each integer-pass row with the steps' heap "
                     "lock off (what it saves: MicroPython's heap-allocated frames)")
     ap.add_argument("--json", action="store_true")
@@ -331,9 +337,13 @@ def main(argv=None):
     cp = a.runtime == "circuitpython"
     forwards = a.forward or (["ulab", "int", "float"] if cp else ["auto", "int"])
     m3 = a.runtime in EMULATED
-    kinds = a.kernels or (["plain"] if cp else (["asm", "viper", "plain"] if m3 else ["viper"]))
-    heap = a.heap or {"unix": 64 << 20, "m3": 2097152, "m0": 215040, "m7": 2097152, "m55": 460800,
+    kinds = a.kernels or (["plain"] if cp else (["asm", "viper", "plain"] if m3 and a.runtime != "xt" else ["viper"]))
+    heap = a.heap or {"unix": 64 << 20, "m3": 2097152, "m0": 215040, "m7": 2097152, "m55": 460800, "xt": 2097152,
                       "circuitpython": 4 << 20}[a.runtime]
+    if a.runtime == "m0" and heap == 215040:
+        a.rom = True  # the RP2040 reads its weights in place from flash: 215,040 bytes of heap do not hold them
+    if a.cache is None:
+        a.cache = M0_CACHE if a.runtime == "m0" and heap == 215040 else "max_tokens=512"
     from kvedge_host.boards.m3board import LAYOUTS
     lay = machine(a.runtime, heap) if a.runtime in LAYOUTS else None
     # the machine's own -march (the M3 runs armv7m: its firmware loads armv6m..armv7em)

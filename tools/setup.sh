@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Idempotent set-up from nothing: .venv with the pinned Python packages and kvedge (editable), the
 # MicroPython wasm port from npm (exact version, package-lock.json), and Debian's qemu-system-arm for the
-# emulated Cortex-M3 board (installed when missing and we are root; otherwise those runtimes are skipped, and
-# tools/test says why). Re-runs only what changed.
+# emulated Arm boards and qemu-system-misc (qemu-system-xtensa) for the emulated Xtensa board (installed when
+# missing and we are root; otherwise those runtimes are skipped, and tools/test says why). Re-runs only what changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -19,15 +19,21 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || [ ! -d tools/wasm/node_module
   (cd tools/wasm && npm ci --silent --no-audit --no-fund)
   echo "$want" > "$stamp"
 fi
-if ! command -v qemu-system-arm >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "setup: installing qemu-system-arm (the emulated Cortex-M3 board)" >&2
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y -qq --no-install-recommends qemu-system-arm >/dev/null 2>&1 \
-      || { apt-get update -qq && apt-get install -y -qq --no-install-recommends qemu-system-arm >/dev/null; } \
-      || echo "setup: could not install qemu-system-arm: the m3 runtimes will be skipped" >&2
-  else
-    echo "setup: qemu-system-arm is missing (as root: apt-get install qemu-system-arm): the m3 runtimes" \
-         "will be skipped" >&2
+for q in "qemu-system-arm qemu-system-arm the emulated Arm boards: the m3, m0 and m7" \
+         "qemu-system-xtensa qemu-system-misc the emulated Xtensa board: the xt"; do
+  set -- $q
+  exe=$1 pkg=$2
+  shift 2
+  what=$*
+  if ! command -v "$exe" >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+      echo "setup: installing $pkg ($what runtimes)" >&2
+      export DEBIAN_FRONTEND=noninteractive
+      apt-get install -y -qq --no-install-recommends "$pkg" >/dev/null 2>&1 \
+        || { apt-get update -qq && apt-get install -y -qq --no-install-recommends "$pkg" >/dev/null; } \
+        || echo "setup: could not install $pkg: $what runtimes will be skipped" >&2
+    else
+      echo "setup: $exe is missing (as root: apt-get install $pkg): $what runtimes will be skipped" >&2
+    fi
   fi
-fi
+done

@@ -101,6 +101,8 @@ SMALLER = {
         (".venv/bin/python tools/mprun.py --runtime m0 -k test_budget_layers", "one file (as above)"),
     ".venv/bin/python tools/mprun.py --runtime m7":
         (".venv/bin/python tools/mprun.py --runtime m7 -k test_budget_layers", "one file (as above)"),
+    ".venv/bin/python tools/mprun.py --runtime xt":
+        (".venv/bin/python tools/mprun.py --runtime xt -k test_budget_layers", "one file (as above)"),
     ".venv/bin/python tools/mprun.py --runtime m55 -k dsp":
         (".venv/bin/python tools/mprun.py --runtime m55 -k dsp", "as shown (one file)"),
     ".venv/bin/python tools/mprun.py --runtime circuitpython":
@@ -199,6 +201,11 @@ NOT_RUN = {
         "a benchmark (figures in docs/benchmarks.md), as the line above",
     ".venv/bin/python tools/bench_forward.py --runtime m7 --heap 460800 --rom --forward auto --kernels asm viper":
         "a benchmark (figures in docs/benchmarks.md): tests/host/test_runtimes.py runs the device suite on the M7",
+    ".venv/bin/python tools/bench_forward.py --runtime xt --forward int --macs":
+        "a benchmark (figures in docs/benchmarks.md): tests/host/test_runtimes.py runs device files on the Xtensa "
+        "stand-in",
+    ".venv/bin/python tools/bench_forward.py --runtime m0 --kernels asm --forward int --macs":
+        "a benchmark (figures in docs/benchmarks.md), as the line above",
     ".venv/bin/python tools/bench_prefill.py --runtime m3 --chunks 1 8 16 --heap 2097152":
         "a benchmark (figures in docs/benchmarks.md, ~30 s of emulated board): tests/device/test_intpath_prefill.py "
         "holds the chunks' bits on every runtime",

@@ -2,7 +2,8 @@
 32-bit wasm port, the emulated Cortex-M3 board at the rp2040 heap (the package as armv6m .mpy, and as source),
 the emulated Cortex-M0 at the rp2040 heap (armv6m .mpy on an Armv6-M core: a Thumb-2 instruction faults there), the
 single-precision Cortex-M7 at the rp2350 heap (armv7emsp .mpy on a core with the DSP extension and a float32 FPU:
-the RP2350's stand-in) and real CircuitPython (its limits emulated on the unix port where the binary is absent);
+the RP2350's stand-in), the emulated Xtensa lx106 at the esp32 heap (xtensa .mpy, call0, no FPU, unaligned
+32-bit accesses fault: the ESP32s' stand-in; the files in XT_FILES) and real CircuitPython (its limits emulated on the unix port where the binary is absent);
 the emulated M55 runs the DSP files (test_dsp_kernels). One test per runtime and file, each file in a fresh interpreter; a
 failure on any runtime fails this run. A runtime that cannot run here is skipped with the reason, which the closing summary repeats."""
 import json
@@ -11,8 +12,14 @@ import pytest
 
 from kvedge_host.boards import runtimes
 
-RUNTIMES = ("unix", "wasm", "m3", "m3-py", "m0", "m7", "circuitpython")
+RUNTIMES = ("unix", "wasm", "m3", "m3-py", "m0", "m7", "xt", "circuitpython")
 FILES = runtimes.test_files()
+# The Xtensa stand-in runs these files here: qemu's lx106 runs the suite several times slower than the Cortex-M0
+# (software floats, a slower qemu target; on a loaded 2-core machine test_cache.py alone took 575 s), so all of it
+# would take tools/test past its 45 minutes. tools/mprun.py --runtime xt runs every file.
+XT_FILES = ("test_budget.py", "test_budget_layers.py", "test_clock.py", "test_attention_fused.py", "test_intkernels.py",
+            "test_intpath_kinds.py", "test_intpath_tables.py", "test_kernel_select.py", "test_kivi_fit.py")
+PARAMS = [(r, f) for r in RUNTIMES for f in FILES if r != "xt" or f in XT_FILES]
 PROPERTY = "kvedge_device"  # read by tests/conftest.py for the per-runtime summary
 
 
@@ -26,11 +33,17 @@ def runners():
         r.close()
 
 
-@pytest.mark.parametrize("runtime,name", [(r, f) for r in RUNTIMES for f in FILES])
+@pytest.mark.parametrize("runtime,name", PARAMS)
 def test_device_file_on(runtime, name, runners, request):
-    board = runtimes.default_board(runtime)  # rp2040's heap; the M7 stands for the rp2350
+    board = runtimes.default_board(runtime)  # rp2040's heap; the M7 stands for the rp2350, the lx106 the esp32
     note = runtimes.describe(runtime, board)
+    if runtime == "xt":
+        note += "; %d of %d files here (XT_FILES), all: tools/mprun.py --runtime xt" % (len(XT_FILES), len(FILES))
     why = runtimes.missing(runtime, board)
+    larger = runtimes.larger_heap(runtime, name)  # a file that cannot fit the board's heap, and why
+    if larger and not why:  # its larger-heap image must be here too
+        from kvedge_host.boards import m3board
+        why = m3board.missing(board, larger[0], runtimes.layout_of(runtime))
     if why:
         request.node.user_properties.append((PROPERTY, json.dumps({"runtime": runtime, "missing": why})))
         pytest.skip("%s: %s" % (runtime, why))
@@ -41,7 +54,8 @@ def test_device_file_on(runtime, name, runners, request):
     request.node.user_properties.append((PROPERTY, json.dumps(
         {"runtime": runtime, "passed": res["passed"], "failed": res["failed"], "skipped": res["skipped"],
          "skips": [ln.split(": ", 1)[1] if ": " in ln else ln for ln in res["lines"] if ln.startswith("SKIP ")],
-         "note": note if runtime in ("circuitpython", "m3", "m3-py", "m0", "m7") else ""})))
+         "note": note if runtime in ("circuitpython", "m3", "m3-py", "m0", "m7", "xt") else "",
+         "larger": ["%s on the %s-byte image: %s" % (name, format(larger[0], ","), larger[1])] if larger else []})))
     detail = "\n".join(res["lines"][-80:])
     assert res["failed"] == 0, "%s %s: %d failed\n%s" % (runtime, name, res["failed"], detail)
     assert res["passed"] + res["skipped"] > 0, "%s %s: no test ran\n%s" % (runtime, name, detail)

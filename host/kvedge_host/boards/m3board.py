@@ -47,11 +47,11 @@ from .deploy import mpremote, mpremote_exe
 # the parts, under the names callers have always used (m3board.missing, m3board.build_disk, ...)
 from .m3machines import (DISK_ADDR, DISK_BLOCK, DISK_BLOCKS, DISK_MODULE, DISK_NAME, FIRMWARE_ENV,  # noqa: F401
                          LAYOUTS, M0, M0_ROMFS_ADDR, M3, M3_FAMILY, M3P4, M3P8, M55, M7, MACHINE, MARCHES, MOUNT,
-                         PSRAM_BYTES, PSRAM_LAYOUTS, ROMFS_ADDR, ROMFS_MAX, Layout, disk_module)
+                         PSRAM_BYTES, PSRAM_LAYOUTS, ROMFS_ADDR, ROMFS_MAX, XT, Layout, disk_module)
 from .m3firmware import (ROM_SHARE, M3Missing, firmware_dir, firmware_for, firmware_images,  # noqa: F401
                          heap_of, in_rom, layout_for, m3_heap, m3_images, march_for, missing, psram_layout, qemu_exe,
                          rom_fits)
-from .m3faults import FAULT, FAULT_QUIET, M3Error, M3Fault, fault_report, run_watched  # noqa: F401
+from .m3faults import FAULT, FAULT_QUIET, XT_FAULT, M3Error, M3Fault, fault_report, run_watched  # noqa: F401
 from .m3images import (build_disk, build_romfs, compile_to, read_disk, stage, stage_package,  # noqa: F401
                        tree_files, write_disk_module)
 from .deploy import DeployError  # noqa: F401
@@ -91,7 +91,7 @@ class M3Board:
     def command(self):
         lay = self.layout
         machine = lay.machine + (",memory-backend=psram" if self.disk_image else "")
-        cmd = [qemu_exe(), "-machine", machine] + lay.qemu_args + [
+        cmd = [qemu_exe(lay), "-machine", machine] + lay.qemu_args + [
             "-nographic", "-monitor", "null", "-semihosting", "-serial", "pty", "-kernel", self.firmware]
         if self.disk_image:  # qemu maps the file: every guest write is in it, whenever qemu dies
             cmd += ["-object", "memory-backend-file,id=psram,size=%d,mem-path=%s,share=on"
@@ -180,19 +180,25 @@ class M3Board:
         self._continue()
         cmd = [mpremote_exe(), "connect", self.port] + (["resume"] if resume else []) + [
             "exec", (self.layout.mount if mount else "") + code]
-        status, out, rc = run_watched(cmd, timeout)
+        status, out, rc = run_watched(cmd, timeout, fault=self.layout.fault)
         if status == "done" and rc == 0:
             return out
+        if status == "done" and fault_report(out, self.layout.fault)[0]:
+            status = "fault"  # the Xtensa board reports a CPU exception and qemu exits: mpremote loses its port
         if status == "done":
             last = [ln for ln in out.strip().splitlines() if ln.strip()]
             msg = "mpremote failed on %s (exit %d): %s" % (self.port, rc, last[-1] if last else "no output")
             raise M3Error(msg, msg + "\n" + out[-4000:])
         self.restart()
         if status == "fault":
-            _, pc = fault_report(out)
-            msg = ("HardFault on the emulated %s (qemu %s) at PC=%s: the board hung after its fault report "
-                   "(no output for %ds; board restarted)"
-                   % (self.layout.cpu, self.layout.machine, "0x%08X" % pc if pc is not None else "?", FAULT_QUIET))
+            _, pc = fault_report(out, self.layout.fault)
+            at = "0x%08X" % pc if pc is not None else "?"
+            if self.layout.fault != FAULT:
+                msg = ("CPU exception on the emulated %s (qemu %s) at PC=%s: the firmware reported it and qemu "
+                       "exited (board restarted)" % (self.layout.cpu, self.layout.machine, at))
+            else:
+                msg = ("HardFault on the emulated %s (qemu %s) at PC=%s: the board hung after its fault report "
+                       "(no output for %ds; board restarted)" % (self.layout.cpu, self.layout.machine, at, FAULT_QUIET))
             raise M3Fault(msg, out[-4000:], pc)
         msg = "timed out after %ds (board restarted)" % timeout
         raise M3Error(msg, "mpremote timed out after %ds on %s\n%s" % (timeout, self.port, out[-2000:]))

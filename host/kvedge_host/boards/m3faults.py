@@ -28,26 +28,29 @@ class M3Fault(M3Error):
         self.pc = pc
 
 
+XT_FAULT = "FATAL: Xtensa"  # what the Xtensa firmware prints on a CPU exception (then qemu exits)
 _FAULT_PC = re.compile(r"R15:\s*([0-9A-Fa-f]{8})")
+_XT_PC = re.compile(r"EPC1\s+0x([0-9A-Fa-f]{8})")
 
 
-def fault_report(text):
-    """(faulted, pc) from what a board printed: faulted when the firmware's HardFault report is complete (its
-    register dump ends with xPSR), pc the faulting PC (R15) or None."""
-    i = text.find(FAULT)
-    if i < 0 or "xPSR:" not in text[i:]:
+def fault_report(text, fault=FAULT):
+    """(faulted, pc) from what a board printed: faulted when the firmware's fault report is complete (an Arm
+    HardFault's register dump ends with xPSR, an Xtensa FATAL's with PS), pc the faulting PC (R15, EPC1) or None."""
+    i = text.find(fault)
+    end, pc = ("xPSR:", _FAULT_PC) if fault == FAULT else ("PS ", _XT_PC)
+    if i < 0 or end not in text[i:]:
         return False, None
-    m = _FAULT_PC.search(text, i)
+    m = pc.search(text, i)
     return True, (int(m.group(1), 16) if m else None)
 
 
-def run_watched(cmd, timeout, quiet=FAULT_QUIET):
+def run_watched(cmd, timeout, quiet=FAULT_QUIET, fault=FAULT):
     """Run `cmd` (mpremote talking to a board) reading its output as it comes.
 
     Returns (status, output, returncode): "done" when it exited; "fault" when the firmware reported a
     HardFault and then printed nothing more for `quiet` seconds (the board hangs: mpremote would wait for ever),
     or when the time-out came after such a report; "timeout" when `timeout` seconds passed without one. The
-    command is killed unless it exited."""
+    command is killed unless it exited. fault: the firmware's fault report's first words (Layout.fault)."""
     p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     buf = bytearray()
     start = last = time.monotonic()
@@ -60,7 +63,7 @@ def run_watched(cmd, timeout, quiet=FAULT_QUIET):
                 status = "fault"
                 break
             if now - start >= timeout:
-                status = "fault" if fault_report(buf.decode("utf-8", "replace"))[0] else "timeout"
+                status = "fault" if fault_report(buf.decode("utf-8", "replace"), fault)[0] else "timeout"
                 break
             r, _, _ = select.select([p.stdout], [], [], 0.2)
             if not r:
@@ -71,8 +74,8 @@ def run_watched(cmd, timeout, quiet=FAULT_QUIET):
                 break
             buf += chunk
             last = time.monotonic()
-            if not faulted and FAULT.encode() in buf:
-                faulted = fault_report(buf.decode("utf-8", "replace"))[0]
+            if not faulted and fault.encode() in buf:
+                faulted = fault_report(buf.decode("utf-8", "replace"), fault)[0]
     finally:
         if status != "done" and p.poll() is None:
             p.kill()

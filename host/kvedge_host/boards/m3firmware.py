@@ -56,11 +56,12 @@ def firmware_for(heap, layout=None):
                     % (layout.cpu, heap, folder, ", ".join(str(h) for h in sorted(imgs))))
 
 
-def qemu_exe():
-    exe = shutil.which("qemu-system-arm")
+def qemu_exe(layout=None):
+    name, package = (layout or M3).qemu
+    exe = shutil.which(name)
     if not exe:
-        raise M3Missing("qemu-system-arm is not installed (Debian: apt-get install qemu-system-arm; "
-                        "tools/setup.sh installs it when run as root)")
+        raise M3Missing("%s is not installed (Debian: apt-get install %s; tools/setup.sh installs it when run as "
+                        "root)" % (name, package))
     return exe
 
 
@@ -74,7 +75,7 @@ def missing(board=None, heap=None, layout=None):
     """None when the emulated machine (default the Cortex-M3) can run with this profile's (or this) heap, else
     the reason."""
     try:
-        qemu_exe()
+        qemu_exe(layout)
         firmware_for(heap_of(board, heap), layout)
         mpremote_exe()
     except (M3Missing, DeployError) as e:

@@ -6,6 +6,7 @@ and geometry). The board itself: kvedge_host.boards.m3board."""
 import re
 
 from . import board_scripts
+from .m3faults import FAULT, XT_FAULT
 
 DISK_BLOCK = 4096            # a flash sector, as littlefs is used on rp2 and esp32 boards
 DISK_BLOCKS = 3072           # 12 MiB
@@ -19,11 +20,17 @@ class Layout:
     options after -machine; romfs_addr/romfs_max: the ROMFS slot; disk_addr: the RAM disk (disk_blocks of
     DISK_BLOCK bytes, zero at power-on, outside the heap); marches: the -march values its firmware loads, the
     first the default; rom_mount: session code that mounts the ROMFS at /rom when the firmware does not;
-    psram_bytes: the size of a RAM that a host file can back (disk_image), 0 when the machine has none."""
+    psram_bytes: the size of a RAM that a host file can back (disk_image), 0 when the machine has none;
+    qemu: the qemu binary and the Debian package that has it; fault: what the firmware prints on a CPU
+    exception; disk_script: the board script of its RAM disk (sent as DISK_NAME); stands_for: the profile
+    -march values whose code it runs in its own -march's place (the ESP32s' xtensawin on the lx106)."""
 
     def __init__(self, key, cpu, machine, firmware_env, firmware_sub, image, romfs_addr, romfs_max, disk_addr,
-                 marches, image_name, qemu_args=(), rom_mount="", psram_bytes=0, disk_blocks=DISK_BLOCKS):
+                 marches, image_name, qemu_args=(), rom_mount="", psram_bytes=0, disk_blocks=DISK_BLOCKS,
+                 qemu=("qemu-system-arm", "qemu-system-arm"), fault=None, disk_script=None, stands_for=()):
         self.key, self.cpu, self.machine, self.image_name = key, cpu, machine, image_name
+        self.qemu, self.fault = qemu, fault or FAULT
+        self.disk_script, self.stands_for = disk_script or DISK_NAME, tuple(stands_for)
         self.firmware_env, self.firmware_sub, self.image = firmware_env, firmware_sub, re.compile(image)
         self.romfs_addr, self.romfs_max, self.disk_addr = romfs_addr, romfs_max, disk_addr
         self.marches, self.qemu_args, self.psram_bytes = tuple(marches), list(qemu_args), psram_bytes
@@ -80,7 +87,16 @@ def _psram_m3(heap):
 M3P4, M3P8 = _psram_m3(0x400000), _psram_m3(0x800000)
 PSRAM_LAYOUTS = (M3P4, M3P8)
 M3_FAMILY = (M3,) + PSRAM_LAYOUTS  # one machine (mps2-an385), its images with the heap in SRAM or in PSRAM
-LAYOUTS = {"m3": M3, "m0": M0, "m7": M7, "m55": M55, "m3-psram4": M3P4, "m3-psram8": M3P8}
+# the Xtensa lx106 (qemu-system-xtensa lx60-nommu: call0 ABI, no FPU, loads xtensa .mpy; the ESP32s' stand-in,
+# whose xtensawin code it cannot load): code, heap and stack from 0x60000000; the firmware mounts the ROMFS
+# partition at 0x50100000 (4 MiB) at /rom; the RAM disk in the unused sysram at 0x61000000. A CPU exception (an
+# unaligned 32-bit access from viper) prints FATAL and qemu exits. -semihosting ends qemu on exit().
+XT = Layout("xt", "Xtensa lx106", "lx60-nommu", "KVEDGE_XT_FIRMWARE", "micropython-xtensa",
+            r"^firmware-lx106-heap(\d+)\.elf$", romfs_addr=0x50100000, romfs_max=0x400000, disk_addr=0x61000000,
+            marches=("xtensa",), image_name="firmware-lx106-heapN.elf", qemu_args=["-cpu", "lx106"],
+            qemu=("qemu-system-xtensa", "qemu-system-misc"), fault=XT_FAULT, disk_script="_xtdisk",
+            stands_for=("xtensawin",))
+LAYOUTS = {"m3": M3, "m0": M0, "m7": M7, "m55": M55, "m3-psram4": M3P4, "m3-psram8": M3P8, "xt": XT}
 
 # the Cortex-M3's figures under their old names
 FIRMWARE_ENV = M3.firmware_env
@@ -97,7 +113,8 @@ _IMAGE = M3.image
 def disk_module(layout=None):
     """The RAM disk's board-side code for this machine's disk address."""
     layout = layout or M3
-    return board_scripts.source(DISK_NAME, const=True, ADDR=layout.disk_addr, BS=DISK_BLOCK, N=layout.disk_blocks)
+    return board_scripts.source(layout.disk_script, const=True, ADDR=layout.disk_addr, BS=DISK_BLOCK,
+                                N=layout.disk_blocks)
 
 
 DISK_MODULE = disk_module(M3)

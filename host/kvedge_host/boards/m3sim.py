@@ -148,7 +148,7 @@ class M3Sim:
         if os.path.exists(self._qmp_path):
             os.unlink(self._qmp_path)
         lay = self.layout
-        cmd = [m3board.qemu_exe(), "-machine", lay.machine] + lay.qemu_args + ["-nographic", "-monitor", "null",
+        cmd = [m3board.qemu_exe(lay), "-machine", lay.machine] + lay.qemu_args + ["-nographic", "-monitor", "null",
                "-qmp", "unix:%s,server=on,wait=off" % self._qmp_path, "-semihosting", "-serial", "pty",
                "-kernel", self.firmware, "-icount", "shift=0",
                "-device", "loader,file=%s,addr=0x%x,force-raw=on" % (self._romfs, lay.romfs_addr),

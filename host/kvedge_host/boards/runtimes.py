@@ -3,7 +3,8 @@ Node.js, MicroPython on an emulated Cortex-M3 board (qemu; `m3` = the package as
 `m3-py` = as source), on an emulated Cortex-M0 (`m0`: qemu's microbit machine, Armv6-M, the package as armv6m
 .mpy: the RP2040's instruction set, where a Thumb-2 instruction faults), on an emulated Cortex-M7 (`m7`:
 mps2-an500, single-precision, armv7emsp .mpy, the RP2350's stand-in) and Cortex-M55 (`m55`: mps3-an547, armv7emdp),
-both with the DSP instructions and the RP2350's heap, and real CircuitPython (a 32-bit unix
+both with the DSP instructions and the RP2350's heap, on an emulated Xtensa lx106 (`xt`: qemu's lx60-nommu, call0,
+no FPU, the package as xtensa .mpy at the esp32 profile's heap: the ESP32s' stand-in), and real CircuitPython (a 32-bit unix
 build; where it is absent, `circuitpython` is the unix port with CircuitPython's limits emulated). The device
 package and tests are made importable the same way a board sees them."""
 import os
@@ -16,11 +17,34 @@ import tempfile
 from .. import profiles
 from ..paths import DEVICE, ROOT, SHARED_RUNTIMES, TESTS_DEVICE, TOOLS, WASM, venv_tool
 
-RUNTIMES = ("cpython", "unix", "wasm", "m3", "m3-py", "m0", "m7", "m55", "circuitpython")
+RUNTIMES = ("cpython", "unix", "wasm", "m3", "m3-py", "m0", "m7", "m55", "xt", "circuitpython")
 # runtime -> how the package is deployed on the emulated board
-M3 = {"m3": "mpy", "m3-py": "py", "m0": "mpy", "m7": "mpy", "m55": "mpy"}
+M3 = {"m3": "mpy", "m3-py": "py", "m0": "mpy", "m7": "mpy", "m55": "mpy", "xt": "mpy"}
 # the board profile a runtime stands for when none is named (its firmware is built at that profile's heap)
-BOARD_OF = {"m7": "rp2350", "m55": "rp2350"}
+BOARD_OF = {"m7": "rp2350", "m55": "rp2350", "xt": "esp32"}
+
+
+# device test files a runtime runs on its machine's larger-heap image, because a test in them needs more heap than
+# the board it stands for has: runtime -> {file: (heap bytes, why)}. The rest of the suite runs at the board's heap.
+_ESP32_SHORT = ("the esp32's 102,400 bytes hold the package's imports and the test's reference beside only "
+                "small blocks (MemoryError at %s)")
+LARGER_HEAP = {"xt": {
+    "test_attention.py": (215040, _ESP32_SHORT % "a 514-byte table"),
+    "test_cache.py": (215040, _ESP32_SHORT % "a 24,320-byte arena"),
+    "test_attention_int_kivi.py": (215040, _ESP32_SHORT % "899 bytes"),
+    "test_intkernels.py": (215040, _ESP32_SHORT % "a 4,096-byte row buffer"),
+    "test_intpath.py": (215040, _ESP32_SHORT % "971 bytes"),
+    "test_intpath_kinds.py": (215040, _ESP32_SHORT % "96 bytes, importing"),
+    "test_intpath_lock.py": (215040, _ESP32_SHORT % "899 bytes"),
+    "test_model_auto.py": (215040, _ESP32_SHORT % "64 bytes, importing"),
+    "test_model_parts.py": (215040, _ESP32_SHORT % "an 8,000-byte weight buffer"),
+    "test_model_tiered.py": (215040, _ESP32_SHORT % "516 bytes"),
+}}
+
+
+def larger_heap(runtime, f):
+    """(heap, why) when `runtime` runs device test file `f` on a larger-heap image than its board's, else None."""
+    return LARGER_HEAP.get(runtime, {}).get(f)
 
 
 def default_board(runtime):
@@ -201,6 +225,7 @@ class Files:
         self.heap = heap or heap_for(board)
         self.emulate_cp = runtime == "circuitpython" and not circuitpython_bin()
         self._m3 = None
+        self._boards = {}  # heap -> the emulated board with that image (LARGER_HEAP adds a second one)
         self._tmp = None
 
     def code(self, f, only):
@@ -213,7 +238,8 @@ class Files:
             return _run_cpython(code, timeout)
         if self.runtime in M3:
             from . import m3board
-            board = self._board()
+            larger = larger_heap(self.runtime, f) if self.heap == heap_for(self.board) else None
+            board = self._board(larger[0] if larger else None)
             try:
                 return 0, board.exec(code, timeout=timeout)
             except m3board.M3Fault as e:   # the runner's output, then the fault named in the last line
@@ -230,22 +256,28 @@ class Files:
         finally:
             shutil.rmtree(cwd, ignore_errors=True)
 
-    def _board(self):
+    def _board(self, heap=None):
         from . import m3board
-        if self._m3 is None or not self._m3.alive():
+        heap = heap or self.heap
+        b = self._boards.get(heap)
+        if b is None or not b.alive():
             lay = layout_of(self.runtime)
-            why = m3board.missing(self.board, self.heap, lay)
+            why = m3board.missing(self.board, heap, lay)
             if why:
                 raise RuntimeMissing(why)
             if self._tmp is None:
                 self._tmp = tempfile.mkdtemp(prefix="kvedge-m3suite-")
                 self._image = suite_romfs(os.path.join(self._tmp, "suite.img"), M3[self.runtime] == "mpy",
                                           m3board.march_for(self.board, lay), lay)
-            self._m3 = m3board.M3Board(self.board, heap=self.heap, romfs=self._image, layout=lay)
-            self._m3.start()
-        return self._m3
+            b = self._boards[heap] = m3board.M3Board(self.board, heap=heap, romfs=self._image, layout=lay)
+            b.start()
+        self._m3 = b
+        return b
 
     def close(self):
+        for b in self._boards.values():
+            b.stop()
+        self._boards = {}
         if self._m3 is not None:
             self._m3.stop()
             self._m3 = None
