@@ -214,10 +214,23 @@ def _qshort(cd):
     q = cd.get("quality")
     m = (q or {}).get("metrics", {})
     k = next((k for k in ("kl", "ppl", "top1") if k in m), None)
-    qs = ("%s %.2g" % (k, m[k])) if k else "-"
+    qs = ("%s %s%.2g" % (k, _bound(q, k), m[k])) if k else "-"
     if q and (q.get("estimated") or q.get("uncertain")):
         qs += " ~"
     return qs
+
+
+# a figure measured at another size that only bounds this one's: the KL/perplexity of fewer tokens kept is at
+# least that row's ("lower": >), of more tokens at most ("upper": <)
+_BOUND = {"lower": ">", "upper": "<"}
+
+
+def _bound(q, metric):
+    """'>' or '<' before a figure that bounds this configuration's cost (top-1 agreement the other way), or ''."""
+    b = (q or {}).get("bound")
+    if metric == "top1" and b:
+        b = "upper" if b == "lower" else "lower"
+    return _BOUND.get(b, "")
 
 
 def _one_line(i, cd, width):
@@ -340,14 +353,13 @@ def print_plan(spec, tgt, r, chosen, top, verbose=False):
     for i, cd in enumerate(cands[:top], 1):
         q = cd.get("quality")
         if wide:
-            qs = ", ".join("%s %.4g" % kv for kv in sorted(q["metrics"].items())) if q else "-"
+            qs = ", ".join("%s %s%.4g" % (k, _bound(q, k), v)
+                           for k, v in sorted(q["metrics"].items())) if q else "-"
             if q and q.get("tokens") and q["tokens"] != cd["tokens_kept"]:
                 qs += " (at %d)" % q["tokens"]
         else:  # the figure it ranks by (mean KL first)
-            m = (q or {}).get("metrics", {})
-            k = next((k for k in ("kl", "ppl", "top1") if k in m), None)
-            qs = ("%s %.2g" % (k, m[k])) if k else "-"
-        if q and (q.get("estimated") or q.get("uncertain")):
+            qs = _qshort(cd)
+        if wide and q and (q.get("estimated") or q.get("uncertain")):
             qs += " ~"
         sizes = ("{:,}".format(cd["kv_bytes"]), "{:,}".format(cd["total_bytes"]),
                  "{:,}".format(cd["headroom_bytes"])) if wide else ("{:,}".format(cd["total_bytes"]),)
