@@ -495,6 +495,9 @@ class Planner:
             # the integer pass's runtime: only what that pass runs (other caches are planned on the float pass's
             # runtime, whose footprint is theirs)
             found = [c for c in found if c["forward"] == passes.INT]
+        if self.weights_dtype in passes.INT_ONLY_WEIGHTS:
+            # weights only the integer pass reads (int4): a plan on another pass could not run them
+            found = [c for c in found if c["forward"] == passes.INT]
         seen = set()
         unique = []
         for c in found:
