@@ -24,6 +24,11 @@ def cache_models():
     return os.path.join(os.path.abspath(base), "kvedge", "models")
 
 
+# the tokenizers `kvedge fetch` downloads, by the vocabulary each holds (the planner counts the one a model's
+# vocabulary takes when it finds no other)
+TOKENIZER_VOCAB = {"tok512.bin": 512, "tokenizer.bin": 32000}
+
+
 def model_file(name):
     """Where a real model file (stories260K.bin, tok512.bin, stories15M.bin, tokenizer.bin) is: ../shared/models
     when it holds it, else the cache `kvedge fetch` fills when that does, else the ../shared/models path (which the

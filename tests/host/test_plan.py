@@ -295,7 +295,11 @@ def test_table_output(capsys, stories, tmp_path):
     out = str(tmp_path / "d.json")
     assert cli.main(["plan", "--model", stories, "--board", "rp2350", "--weights-dtype", "i8", "--out", out]) == 0
     text = capsys.readouterr().out
-    for s in ("over the heap", "feasible configurations", "chosen #1", "kv cache", "device config written"):
+    for s in ("over the heap", "plan #1, ", "  KV cache ", "device config written"):
+        assert s in text, s
+    assert cli.main(["plan", "--model", stories, "--board", "rp2350", "--weights-dtype", "i8", "--verbose"]) == 0
+    text = capsys.readouterr().out
+    for s in ("over the heap", "feasible configurations", "chosen #1", "kv cache"):
         assert s in text, s
 
 

@@ -1,8 +1,9 @@
 """The issue's flow on the emulated rp2040: `kvedge plan --board rp2040` from the profile's stored footprint, then
 `kvedge generate --port --plan --prompt ...` with the stats stream. A plan made without `--tokenizer` left the
 tokenizer's heap out of its account and the run died of a MemoryError on the board (in the prompt's encoding, or
-later in the stats stream); now the host refuses it before anything is deployed, naming the field, and the plan
-made with the tokenizer counted runs to the end; `kvedge demo --plan` runs such a plan too. The package and the files are on the board's flash image before
+later in the stats stream); the host refuses such a plan before anything is deployed, naming the field, and since
+issue 44 a plan made without `--tokenizer` counts one (the fetch cache's for the model's vocabulary, else the
+largest of it), so the plan as typed runs to the end; `kvedge demo --plan` runs such a plan too. The package and the files are on the board's flash image before
 it starts (as test_port_m3 does), so the deploy only checks them."""
 import json
 import os
@@ -44,16 +45,21 @@ def test_plan_then_generate_port_on_the_emulated_rp2040(tmp_path):
         preload(str(tmp_path / "flash"), deployment("rp2040", build, True, extra=[model, tok],
                                                     march=m3board.march_for("rp2040")))
     with M3Sim("rp2040", fs=str(tmp_path / "flash")) as vb:
-        p = kvedge(*base)
+        p = kvedge(*base)  # no --tokenizer, none beside the model: the plan counts one of the model's vocabulary
         assert p.returncode == 0, p.stderr
-        p = kvedge(*(gen + ["--port", vb.port]), timeout=600)
-        lines = p.stderr.strip().splitlines()
-        assert p.returncode == 2 and len(lines) == 1, p.stdout[-500:] + p.stderr[-1500:]
+        doc = json.load(open(plan))
+        assert doc["runtime"]["tokenizer_bytes"] > 0, doc["runtime"]
+        # a plan that counted no tokenizer (as one made before issue 44 did) is refused before the board is touched
+        old = str(tmp_path / "old.json")
+        json.dump(dict(doc, runtime=dict(doc["runtime"], tokenizer_bytes=0)), open(old, "w"))
+        q = kvedge(*(gen[:gen.index("--plan") + 1] + [old] + gen[gen.index("--plan") + 2:] + ["--port", vb.port]),
+                   timeout=600)
+        lines = q.stderr.strip().splitlines()
+        assert q.returncode == 2 and len(lines) == 1, q.stdout[-500:] + q.stderr[-1500:]
         assert lines[0].startswith("kvedge generate: error: %s: runtime.tokenizer_bytes: the plan counted 0 bytes"
-                                   % plan), lines
-        assert "deployed" not in p.stderr and p.stdout == ""  # refused before the board was touched
-        p = kvedge(*(base + ["--tokenizer", tok]))
-        assert p.returncode == 0, p.stderr
+                                   % old), lines
+        assert "deployed" not in q.stderr and q.stdout == ""
+        # the plan as typed runs
         p = kvedge(*(gen + ["--port", vb.port]), timeout=900)
     assert p.returncode == 0, p.stdout[-1500:] + p.stderr[-2000:]
     assert "Error" not in p.stdout and "Traceback" not in p.stdout, p.stdout[-1500:]

@@ -20,7 +20,7 @@ import sys
 import tempfile
 
 from ..errors import UserError
-from ..paths import cache_models
+from ..paths import TOKENIZER_VOCAB, cache_models
 
 TINYLLAMAS = "karpathy/tinyllamas"
 LLAMA2_TOKENIZER = "TinyLlama/TinyLlama-1.1B-Chat-v1.0"  # tokenizer.model: Llama 2's 32,000-token sentencepiece
@@ -42,7 +42,6 @@ MODELS = {
     "stories42M": ("stories42M.bin", "tokenizer.bin"),
     "stories110M": ("stories110M.bin", "tokenizer.bin"),
 }
-TOKENIZER_VOCAB = {"tok512.bin": 512, "tokenizer.bin": 32000}
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 

@@ -206,8 +206,7 @@ def _board_plan(args, tok, prompt, out):
     say = (lambda m: print("generate: " + m, file=sys.stderr, flush=True))
     wdtype = read_config(args.model)[1]
     forward = args.forward or "auto"
-    doc = planrun.plan_for(name, args.model, tok, out, prompt=prompt, stats=True, log=say, weights_dtype=wdtype,
-                           forward=forward, kernels=args.kernels)
+    doc, wdtype = _fit_weights(args, name, tok, out, prompt, say, wdtype, forward)
     rt = doc.get("runtime") or {}
     say("plan (%s --out plan.json): %s, %s pass, %s kernels, weights %s; %s bytes of a %s-byte heap%s" % (
         planrun.plan_command(args.model, name, doc, None, prompt, wdtype, forward, args.kernels), doc["strategy"],
@@ -219,6 +218,52 @@ def _board_plan(args, tok, prompt, out):
         say("the integer pass (several times fewer instructions a token) needs int8 weights: kvedge convert %s "
             "--weights-dtype i8 -o %s" % (args.model, os.path.splitext(os.path.basename(args.model))[0] + ".i8.bin"))
     return out
+
+
+def _fit_weights(args, name, tok, out, prompt, say, wdtype, forward):
+    """(plan document, weights dtype): the plan for the checkpoint's own weights when it keeps the whole context;
+    else, for an f32 checkpoint, the int8 or int4 weights whose plan keeps more (as `kvedge plan` without
+    --weights-dtype chooses), the checkpoint converted beside the plan (args.model then names the converted
+    file). Refused, as planrun.plan_for refuses, when no format gives a plan."""
+    from ..boards import planrun
+    refused = None
+    try:
+        doc = planrun.plan_for(name, args.model, tok, out, prompt=prompt, stats=True, log=say, weights_dtype=wdtype,
+                               forward=forward, kernels=args.kernels)
+    except UserError as e:
+        doc, refused = None, e
+    if wdtype != "f32" or (doc is not None and doc["tokens_kept"] >= doc["context"]):
+        if doc is None:
+            raise refused
+        return doc, wdtype
+    best = None  # (dtype, its plan) keeping more tokens than the checkpoint's own weights
+    kept = doc["tokens_kept"] if doc is not None else -1
+    for d in ("i8", "i4"):
+        try:
+            other = planrun.plan_for(name, args.model, tok, None, prompt=prompt, stats=True, weights_dtype=d,
+                                     forward=forward, kernels=args.kernels)
+        except UserError:
+            continue
+        if other["tokens_kept"] > kept:
+            best, kept = (d, other), other["tokens_kept"]
+            if kept >= other["context"]:
+                break
+    if best is None:
+        if doc is None:
+            raise refused
+        return doc, wdtype
+    d, doc_d = best
+    from .cmd_demo import convert
+    conv = os.path.join(os.path.dirname(out), os.path.splitext(os.path.basename(args.model))[0] + ".%s.bin" % d)
+    convert(args.model, conv, d)
+    with open(out, "w") as f:
+        json.dump(doc_d, f, indent=2)
+        f.write("\n")
+    say("the f32 weights %s on %s; %s weights keep %d: converted (kvedge convert %s --weights-dtype %s -o %s)" % (
+        "fit nothing" if doc is None else "keep %d of %d tokens" % (doc["tokens_kept"], doc["context"]), name,
+        {"i8": "int8", "i4": "int4"}[d], doc_d["tokens_kept"], args.model, d, os.path.basename(conv)))
+    args.model, args.wdtype = conv, d
+    return doc_d, d
 
 
 def _run(args, tok, cfg, prompt):

@@ -189,12 +189,126 @@ def _print_runtime(c, r):
                 highlight=False, markup=False)
 
 
+ALTERNATIVES = 3  # configurations after the chosen one on the first screen
+
+
+def _n(x):
+    return format(x, ",")
+
+
+PLACE_SHORT = {"heap": "RAM", "flash": "fl", "rom": "ROM"}  # where the weights are, in the one-line form
+
+
+def _short_strategy(s):
+    """A strategy's name in fewer characters, for one line at 80 columns (the full name: --verbose, --json)."""
+    import re
+    s = re.sub(r"(\w+) hot ring (\d+) \+ (\d+) sinks, older (\d+) tokens (\w+) on flash", r"\1 ring \2+\3 sinks, \4 \5 fl",
+               s)
+    for a, b in ((", keep all ", ", all "), ("context cut to ", "cut to "), (", align 0", " a0"),
+                 (" + f32 prefix ", " + f32 pfx "), (" heavy + ", "h+"), (" recent)", "r)")):
+        s = s.replace(a, b)
+    return s
+
+
+def _qshort(cd):
+    q = cd.get("quality")
+    m = (q or {}).get("metrics", {})
+    k = next((k for k in ("kl", "ppl", "top1") if k in m), None)
+    qs = ("%s %s%.2g" % (k, _bound(q, k), m[k])) if k else "-"
+    if q and (q.get("estimated") or q.get("uncertain")):
+        qs += " ~"
+    return qs
+
+
+# a figure measured at another size that only bounds this one's: the KL/perplexity of fewer tokens kept is at
+# least that row's ("lower": >), of more tokens at most ("upper": <)
+_BOUND = {"lower": ">", "upper": "<"}
+
+
+def _bound(q, metric):
+    """'>' or '<' before a figure that bounds this configuration's cost (top-1 agreement the other way), or ''."""
+    b = (q or {}).get("bound")
+    if metric == "top1" and b:
+        b = "upper" if b == "lower" else "lower"
+    return _BOUND.get(b, "")
+
+
+def _one_line(i, cd, width):
+    """A configuration on one line: rank, tokens kept, total bytes, quality, speed and pass, weights, strategy
+    (cut to fit `width`, marked with ~ at the cut)."""
+    t, fw = _speed(cd)
+    head = "%2d %5s %9s %-11s %-9s %-3s " % (i, _n(cd["tokens_kept"]), _n(cd["total_bytes"]), _qshort(cd),
+                                           t + " " + fw, PLACE_SHORT.get(cd["weights"]["place"], "?"))
+    name = _short_strategy(cd["strategy"])
+    room = max(8, width - len(head))
+    if len(name) > room:
+        name = name[:room - 1] + "~"
+    return head + name
+
+
+def account_lines(r, cd):
+    """The chosen plan's account, a part a line: weights, cache, activations, runtime, and what is left."""
+    w = cd["weights"]
+    where = {"heap": ", in RAM", "flash": ", %s on flash, read row by row" % _n(w["bytes"]),
+             "rom": ", %s in ROMFS, read in place" % _n(w["bytes"])}[w["place"]]
+    tier = cd.get("tier") or {}
+    cache = cd["kv_bytes"] * cd["batch"] + cd["h2o_score_bytes"] * cd["batch"] + \
+        (tier.get("staging_bytes", 0) + tier.get("tables_bytes", 0)) * cd["batch"]
+    rt = r.get("runtime") or {}
+    runtime = "measured: %s kernels, %s pass" % (rt["kernels"], cd["forward"]) if rt.get("source") == \
+        "measured" else "a flat allowance"
+    limit = cd["total_bytes"] + cd["headroom_bytes"] - cd.get("margin_bytes", 0)
+    return ["  %-12s %11s  %s%s" % ("weights", _n(w["heap_bytes"]), w["dtype"], where),
+            "  %-12s %11s  %s%s" % ("KV cache", _n(cache), cd["cache"]["dtype"],
+                                    (", older tokens on flash (%s bytes)" % _n(tier["flash_bytes"])) if tier else ""),
+            "  %-12s %11s" % ("activations", _n(cd["activation_bytes"])),
+            "  %-12s %11s  %s" % ("runtime", _n(cd["workspace_bytes"]), runtime),
+            "  %-12s %11s  of %s a plan may use; margin %s kept free" % (
+                "total", _n(cd["total_bytes"]), _n(limit), _n(cd.get("margin_bytes", 0)))]
+
+
+def print_first_screen(spec, tgt, r, chosen, c):
+    """The answer on one screen: the verdict, the chosen plan's account, the next ALTERNATIVES configurations a
+    line each (at the console's width), and where the rest is."""
+    for line in planner.verdict(r):
+        c.print(line, highlight=False, markup=False, soft_wrap=True)
+    cands = r["configurations"]
+    if not cands:
+        return
+    c.print("plan #%d, %s on %s (heap %s), bytes:" % (r["chosen"], spec.name, tgt["name"], _n(tgt["heap_bytes"])),
+            highlight=False, markup=False)
+    for line in account_lines(r, chosen):
+        c.print(line, highlight=False, markup=False, soft_wrap=True)
+    others = [(i, cd) for i, cd in enumerate(cands, 1) if cd is not chosen][:ALTERNATIVES]
+    if others:
+        c.print(" # %5s %9s %-11s %-9s %-3s %s" % ("kept", "total", "quality", "tok/s", "wts", "strategy (next "
+                                                                                           "best)"),
+                highlight=False, markup=False)
+        for i, cd in others:
+            c.print(_one_line(i, cd, c.width), highlight=False, markup=False, soft_wrap=True)
+    more = len(cands) - 1 - len(others)
+    c.print("(%sthe full table and every setting tried: --verbose; all: --json)" % (
+        "%d more; " % more if more > 0 else ""), highlight=False, markup=False)
+
+
 def print_plan(spec, tgt, r, chosen, top, verbose=False):
     from rich import box
     from rich.console import Console
     from rich.table import Table
     c = Console()
     req = r["requested"]
+    if not verbose and r["configurations"]:  # the answer first; nothing fitting keeps the account below
+        print_first_screen(spec, tgt, r, chosen, c)
+        if not req["fits"]:
+            tried = [t for t in r["trace"][1:] if "total_bytes" in t or "at any setting" in t["result"]]
+            c.print("requested %s: needs %s, over the heap by %s; %d settings of the strategies tried (--verbose "
+                    "lists them)" % (req["strategy"], _b(req["total_bytes"]), _b(-req["headroom_bytes"]), len(tried)),
+                    highlight=False, markup=False)
+        if r.get("out"):
+            c.print("device config written to %s" % r["out"], highlight=False)
+        for n in r["notes"]:
+            c.print(n if n.startswith("warning: ") else "note: " + n, highlight=False, markup=False)
+        return
     for line in planner.verdict(r):  # the verdict and its reason first; the account and the search follow
         c.print(line, highlight=False, markup=False, soft_wrap=True)
     c.print("[bold]%s[/bold] on [bold]%s[/bold] (heap %s), context %d, batch %d, align %d"
@@ -239,14 +353,13 @@ def print_plan(spec, tgt, r, chosen, top, verbose=False):
     for i, cd in enumerate(cands[:top], 1):
         q = cd.get("quality")
         if wide:
-            qs = ", ".join("%s %.4g" % kv for kv in sorted(q["metrics"].items())) if q else "-"
+            qs = ", ".join("%s %s%.4g" % (k, _bound(q, k), v)
+                           for k, v in sorted(q["metrics"].items())) if q else "-"
             if q and q.get("tokens") and q["tokens"] != cd["tokens_kept"]:
                 qs += " (at %d)" % q["tokens"]
         else:  # the figure it ranks by (mean KL first)
-            m = (q or {}).get("metrics", {})
-            k = next((k for k in ("kl", "ppl", "top1") if k in m), None)
-            qs = ("%s %.2g" % (k, m[k])) if k else "-"
-        if q and (q.get("estimated") or q.get("uncertain")):
+            qs = _qshort(cd)
+        if wide and q and (q.get("estimated") or q.get("uncertain")):
             qs += " ~"
         sizes = ("{:,}".format(cd["kv_bytes"]), "{:,}".format(cd["total_bytes"]),
                  "{:,}".format(cd["headroom_bytes"])) if wide else ("{:,}".format(cd["total_bytes"]),)

@@ -495,6 +495,9 @@ class Planner:
             # the integer pass's runtime: only what that pass runs (other caches are planned on the float pass's
             # runtime, whose footprint is theirs)
             found = [c for c in found if c["forward"] == passes.INT]
+        if self.weights_dtype in passes.INT_ONLY_WEIGHTS:
+            # weights only the integer pass reads (int4): a plan on another pass could not run them
+            found = [c for c in found if c["forward"] == passes.INT]
         seen = set()
         unique = []
         for c in found:
@@ -706,30 +709,52 @@ def runtimes(tgt, kernels="auto", margin=None, workspace=None, stats=True, promp
     return out
 
 
+def reserved_tokenizer_bytes(vocab, encode=True):
+    """The most a tokenizer of `vocab` tokens keeps (kvedge.model.pieces.FileTokenizer.nbytes with 4-byte
+    offsets, the wide file's): what a plan reserves when it knows no tokenizer file."""
+    return 4 * (vocab + 1) + ((2 if vocab <= 65535 else 4) * vocab if encode else 0) + 512
+
+
+def _fetched_tokenizer(spec):
+    """The tokenizer `kvedge fetch` keeps (or ../shared/models holds) for this model's vocabulary, or None."""
+    import os
+    from ..paths import TOKENIZER_VOCAB, model_file
+    for name, vocab in sorted(TOKENIZER_VOCAB.items()):
+        if vocab == spec.vocab:
+            p = model_file(name)
+            if os.path.isfile(p):
+                return p
+    return None
+
+
 def tokenizer_for(spec, model=None, tokenizer=None, prompt=True):
-    """(bytes the runner's tokenizer keeps, its path, whether a prompt is encoded) or (0, None, False):
-    `tokenizer`, else tok512.bin or tokenizer.bin beside a llama2.c .bin model when its size fits the model's
-    vocabulary. The tokenizer stays in its file (kvedge.model.tokenizer.FileTokenizer); encoding a prompt sorts
+    """(bytes the runner's tokenizer keeps, its path, whether a prompt is encoded, where it was found): `tokenizer`
+    ("given"), else tok512.bin or tokenizer.bin beside a llama2.c .bin model when its size fits the model's
+    vocabulary ("beside the model"), else the one `kvedge fetch` keeps for the model's vocabulary ("the fetch
+    cache"); when none is known, the largest a tokenizer of its vocabulary keeps is reserved (path None,
+    "reserved"). The tokenizer stays in its file (kvedge.model.tokenizer.FileTokenizer); encoding a prompt sorts
     its ids once (2 bytes a token), which prompt=False leaves out."""
     import os
     from kvedge.model.tokenizer import FileTokenizer as Tokenizer
     encode = bool(prompt)
     path = tokenizer
     if path is None:
-        if not (model and model.endswith(".bin") and os.path.isfile(model)):
-            return 0, None, encode
-        for name in ("tok512.bin", "tokenizer.bin"):
-            p = os.path.join(os.path.dirname(os.path.abspath(model)), name)
-            if os.path.isfile(p) and os.path.getsize(p) >= 4 + 8 * spec.vocab:
-                return Tokenizer.nbytes(p, spec.vocab, encode), p, encode
-        return 0, None, encode
+        if model and model.endswith(".bin") and os.path.isfile(model):
+            for name in ("tok512.bin", "tokenizer.bin"):
+                p = os.path.join(os.path.dirname(os.path.abspath(model)), name)
+                if os.path.isfile(p) and os.path.getsize(p) >= 4 + 8 * spec.vocab:
+                    return Tokenizer.nbytes(p, spec.vocab, encode), p, encode, "beside the model"
+        p = _fetched_tokenizer(spec)
+        if p is not None and os.path.getsize(p) >= 4 + 8 * spec.vocab:
+            return Tokenizer.nbytes(p, spec.vocab, encode), p, encode, "the fetch cache"
+        return reserved_tokenizer_bytes(spec.vocab, encode), None, encode, "reserved"
     try:
         size = os.path.getsize(path)
     except OSError as e:
         raise UserError("%s: cannot read: %s" % (path, e.strerror or e))
     if size < 4 + 8 * spec.vocab:
         raise UserError("%s: %d bytes is too short for a tokenizer of %d tokens" % (path, size, spec.vocab))
-    return Tokenizer.nbytes(path, spec.vocab, encode), path, encode
+    return Tokenizer.nbytes(path, spec.vocab, encode), path, encode, "given"
 
 
 def runtime_info(rt, prof, tokenizer):
@@ -745,7 +770,7 @@ def runtime_info(rt, prof, tokenizer):
             "floats_bytes": rt.floats,
             "largest_block_bytes": rt.largest, "margin_bytes": rt.margin, "stats": rt.telemetry > 0,
             "tokenizer_bytes": tokenizer[0],
-            "tokenizer": tokenizer[1], "prompt": tokenizer[2], "command": src.get("command"),
+            "tokenizer": tokenizer[1], "tokenizer_from": tokenizer[3], "prompt": tokenizer[2], "command": src.get("command"),
             "firmware": src.get("firmware"), "date": src.get("date")}
 
 
@@ -807,10 +832,135 @@ class Plan:
         return bool(self.result["configurations"])
 
 
+# the weight formats the device runs (kvedge.model: f32 rows, int8 rows, int4 rows), best quality first: the ones a
+# plan without --weights-dtype searches beside the source's own
+WEIGHT_SEARCH = (budget.F32, budget.I8, budget.I4)
+WEIGHT_NAMES = {budget.F32: "f32", budget.F16: "f16", budget.I8: "int8", budget.I4: "int4"}
+
+
+def weight_formats(spec):
+    """The formats a plan without --weights-dtype tries, in order: the source's own, then each of WEIGHT_SEARCH
+    that takes fewer bytes a parameter (a checkpoint is converted down, never up)."""
+    src = spec.weights_dtype
+    own = account.weights(spec, src)[0] if src in budget.WEIGHT_DTYPES else None
+    out = [None]
+    for d in WEIGHT_SEARCH:
+        if d != src and (own is None or account.weights(spec, d)[0] < own):
+            out.append(d)
+    return out
+
+
 def plan(spec, context, tgt, kv_dtype="f32", weights_dtype=None, align=64, batch=1, weights_in="auto",
          tiered=True, kernels="auto", margin=None, workspace=None, model=None, tokenizer=None, stats=True,
          prompt=True, quality=None, objective=DEFAULT_OBJECTIVE, min_tokens_per_s=None, kind=None, pick=1,
-         flash_tier=False, forward="auto", suggest=True):
+         flash_tier=False, forward="auto", suggest=True, fit_weights=True):
+    """plan_one() for the weights as given; without weights_dtype (and fit_weights) the weights are fitted too:
+    the source's own format when it keeps the whole context, else the format of WEIGHT_SEARCH (smaller than the
+    source's) whose plan keeps the most tokens, the better-quality format on a tie (result["weights_fit"] says
+    what each format came to and why one was chosen). When nothing fits, result["nearest"] names the nearest
+    thing that would: another weight format (when the weights were pinned), then a board."""
+    args = dict(kv_dtype=kv_dtype, align=align, batch=batch, weights_in=weights_in, tiered=tiered, kernels=kernels,
+                margin=margin, workspace=workspace, model=model, tokenizer=tokenizer, stats=stats, prompt=prompt,
+                quality=quality, objective=objective, min_tokens_per_s=min_tokens_per_s, kind=kind, pick=pick,
+                flash_tier=flash_tier, forward=forward)
+    search = weights_dtype is None and fit_weights and weights_in != "rom"
+    formats = weight_formats(spec) if search else [weights_dtype]
+    tried = []
+    best = last = refused = None
+    for d in formats:
+        try:
+            p = plan_one(spec, context, tgt, weights_dtype=d, suggest=False, **args)
+        except NothingFits as e:
+            refused = e
+            tried.append({"dtype": d or spec.weights_dtype, "tokens_kept": 0, "strategy": None})
+            continue
+        c = p.chosen
+        tried.append({"dtype": d or spec.weights_dtype, "tokens_kept": c["tokens_kept"] if c else 0,
+                      "strategy": c["strategy"] if c else None})
+        last = p
+        if c is not None and (best is None or min(c["tokens_kept"], context) > min(best.chosen["tokens_kept"],
+                                                                                   context)):
+            best = p
+        if c is not None and c["tokens_kept"] >= context:
+            break  # the whole context at the best weights that keep it
+    p = best or last  # nothing fits: the smallest weights tried are the nearest miss
+    if p is None:
+        raise refused
+    r = p.result
+    if search:
+        chosen = r["requested"]["weights"].get("dtype")
+        src = spec.weights_dtype
+        d = src if chosen == "file" else chosen
+        fit = {"searched": [t["dtype"] for t in tried], "tried": tried, "dtype": d, "source": src,
+               "converted": d != src}
+        if p.chosen is not None and d != src:
+            said = []
+            for t in tried:
+                if t["dtype"] == d:
+                    break
+                said.append("%s weights %s" % (WEIGHT_NAMES.get(t["dtype"], t["dtype"]), (
+                    "keep %s of %s tokens (%s)" % (format(t["tokens_kept"], ","), format(context, ","), t["strategy"])
+                    if t["tokens_kept"] else "fit nothing")))
+            fit["why"] = ", ".join(said)
+            if model:
+                import os
+                base = os.path.splitext(os.path.basename(model))[0]
+                fit["convert"] = "kvedge convert %s --weights-dtype %s -o %s" % (
+                    model, d, os.path.join(os.path.dirname(model), "%s.%s.bin" % (base, d)))
+        r["weights_fit"] = fit
+    if p.chosen is None:
+        r["nearest"] = nearest(spec, context, tgt, weights_dtype, formats, args)
+        if suggest and not r["nearest"]:
+            r["fits_instead"] = fits_instead(spec, context, tgt, workspace)
+    return p
+
+
+def nearest(spec, context, tgt, weights_dtype, tried, args):
+    """What would fit when nothing does, nearest first: (a smaller context is no help: every strategy was sized
+    down to a one-token cache) another weight format than the pinned one, else another board (the one keeping
+    the most of the context, the smallest heap on a tie). None when neither does."""
+    if weights_dtype is not None:
+        for d in WEIGHT_SEARCH:
+            if d in tried:
+                continue
+            try:
+                p = plan_one(spec, context, tgt, weights_dtype=d, suggest=False, **args)
+            except (NothingFits, UserError):
+                continue
+            if p.chosen is not None:
+                return {"what": "weights", "dtype": d, "strategy": p.chosen["strategy"],
+                        "tokens_kept": p.chosen["tokens_kept"]}
+    if tgt.get("profile") is None or args.get("workspace") is not None:
+        return None
+    found = []
+    for name in profiles.names():
+        if name == tgt["name"]:
+            continue
+        other = account.target(name)
+        b = dict(args, kernels="auto", margin=None, forward="auto")
+        for d in ([weights_dtype] + [w for w in WEIGHT_SEARCH if w != weights_dtype] if weights_dtype is not None
+                  else weight_formats(spec)):
+            room = max(other["heap_bytes"], profiles.flash_fs_bytes(other["profile"]) or 0)
+            if account.weights(spec, d)[0] > room:
+                continue  # the weights alone are more than the board's flash and heap: no plan to make
+            try:
+                p = plan_one(spec, context, other, weights_dtype=d, suggest=False, **b)
+            except (NothingFits, UserError):
+                continue
+            if p.chosen is not None:
+                found.append((-min(p.chosen["tokens_kept"], context), other["heap_bytes"], name, d, p.chosen))
+                break
+    if not found:
+        return None
+    _, _, name, d, c = min(found, key=lambda x: x[:2])
+    return {"what": "board", "board": name, "dtype": d or spec.weights_dtype, "strategy": c["strategy"],
+            "tokens_kept": c["tokens_kept"]}
+
+
+def plan_one(spec, context, tgt, kv_dtype="f32", weights_dtype=None, align=64, batch=1, weights_in="auto",
+             tiered=True, kernels="auto", margin=None, workspace=None, model=None, tokenizer=None, stats=True,
+             prompt=True, quality=None, objective=DEFAULT_OBJECTIVE, min_tokens_per_s=None, kind=None, pick=1,
+             flash_tier=False, forward="auto", suggest=True):
     """Plan `spec` (models.load) at `context` tokens on `tgt` (account.target; inputs() makes all three).
 
     kv_dtype: the requested cache to start from; weights_dtype: their storage (None: the source's); align: row
@@ -837,7 +987,7 @@ def plan(spec, context, tgt, kv_dtype="f32", weights_dtype=None, align=64, batch
         # measured, and no kernel kind ran even the tiny model: a flat allowance would promise a heap that is not there
         raise NothingFits("nothing fits %s: with no kernel kind did the runtime run even the project's tiny model on "
                           "the emulated board (kvedge footprint --board %s)" % (tgt["name"], tgt["name"]))
-    tok = tokenizer_for(spec, model, tokenizer, prompt) if rts else (0, None, False)
+    tok = tokenizer_for(spec, model, tokenizer, prompt) if rts else (0, None, False, None)
     plans = []
     other_kind = None
     for rt in rts or [None]:
@@ -872,8 +1022,10 @@ def plan(spec, context, tgt, kv_dtype="f32", weights_dtype=None, align=64, batch
                           ranked[pick - 1] if ranked and pick <= len(ranked) else None)
     notes += _tier_notes(ranked[pick - 1] if ranked and pick <= len(ranked) else None, ranked)
     notes += _more_tokens_notes(rt, plans, ranked[pick - 1] if ranked and pick <= len(ranked) else None)
-    if rt is not None and tok[1] is None:
-        notes.append("no tokenizer counted (--tokenizer): the runner loads one beside the model")
+    if rt is not None and tok[3] == "reserved":
+        notes.append("no tokenizer known (--tokenizer, one beside the model, or the fetch cache's): %s bytes "
+                     "reserved, the most a tokenizer of %s tokens keeps" % (format(tok[0], ","),
+                                                                          format(spec.vocab, ",")))
     if kv_dtype in budget.LOWBIT and pl.baseline.get("cache"):  # the requested cache, keep-all, as the device sizes it
         c = pl.baseline["cache"]
         windows = [c.get("window", 0)] * spec.layers
@@ -927,7 +1079,7 @@ def fits_instead(spec, context, tgt, workspace=None):
     for _, name, other in sorted(found, key=lambda x: -x[0]):
         ctx = min(context, other.context or context)
         try:
-            p = plan(other, ctx, tgt, kv_dtype=budget.I8, weights_dtype=budget.I8, align=0, workspace=workspace,
+            p = plan_one(other, ctx, tgt, kv_dtype=budget.I8, weights_dtype=budget.I8, align=0, workspace=workspace,
                      quality=False, suggest=False)
         except UserError:
             continue
@@ -946,14 +1098,24 @@ def verdict(result):
     if ranked:
         c = ranked[(result.get("chosen") or 1) - 1]
         speed = (", %.3g tokens/s" % c["tokens_per_s"]) if c.get("tokens_per_s") else ""
-        first = "verdict: fits %s: %s, %s of %s tokens kept (%s pass%s)" % (
-            board, c["strategy"], format(c["tokens_kept"], ","), format(result["context"], ","), c["forward"], speed)
+        wf = result.get("weights_fit") or {}
+        conv = " with %s weights" % WEIGHT_NAMES.get(wf["dtype"], wf["dtype"]) if wf.get("converted") else ""
+        first = "verdict: fits %s%s: %s, %s of %s tokens kept (%s pass%s)" % (
+            board, conv, c["strategy"], format(c["tokens_kept"], ","), format(result["context"], ","), c["forward"],
+            speed)
         if c["tokens_kept"] >= result["context"]:
-            return first, "the whole context fits: %s of the %s bytes a plan may use" % (
+            second = "the whole context fits: %s of the %s bytes a plan may use" % (
                 format(c["total_bytes"], ","), format(c["total_bytes"] + c["headroom_bytes"] - c.get(
                     "margin_bytes", 0), ","))
-        return first, "the context does not fit whole: the heap leaves the cache %s bytes (%s); a context of " \
-            "%s or less keeps every token" % (format(c["kv_bytes"], ","), c["kind"], format(c["tokens_kept"], ","))
+        else:
+            second = "the context does not fit whole: the heap leaves the cache %s bytes (%s); a context of " \
+                "%s or less keeps every token" % (format(c["kv_bytes"], ","), c["kind"],
+                                                  format(c["tokens_kept"], ","))
+        if not conv:
+            return first, second
+        return first, second, "weights: %s, chosen because %s%s" % (
+            WEIGHT_NAMES.get(wf["dtype"], wf["dtype"]), wf.get("why", "they keep the most tokens"),
+            ("; convert first: " + wf["convert"]) if wf.get("convert") else " (--weights-dtype pins a format)")
     kr = result.get("kind_refused")
     if kr:  # --kind: that kind fits at no setting, though others do; the board is not what rules it out
         lim = format(kr["limit"], ",")
@@ -994,6 +1156,15 @@ def verdict(result):
                                                                                  format(flash, ",")))
     if over > 0:
         want.append("%s bytes less RAM at its smallest (a smaller vocabulary, dim or hidden_dim)" % format(over, ","))
+    near = result.get("nearest")
+    if near:
+        tokens = "%s of %s tokens kept" % (format(near["tokens_kept"], ","), format(result["context"], ","))
+        if near["what"] == "weights":
+            return first, "what would fit: %s weights (--weights-dtype %s): %s, %s" % (
+                WEIGHT_NAMES.get(near["dtype"], near["dtype"]), near["dtype"], near["strategy"], tokens)
+        return first, "what would fit: another board, %s, with %s weights (--board %s --weights-dtype %s): %s, %s" % (
+            near["board"], WEIGHT_NAMES.get(near["dtype"], near["dtype"]), near["board"], near["dtype"],
+            near["strategy"], tokens)
     alt = result.get("fits_instead")
     example = ("; for example --preset %s --weights-dtype i8 --context %d fits (%s)" % (
         alt["preset"], alt["context"], alt["strategy"])) if alt else ""

@@ -118,6 +118,8 @@ def load_quality(path):
                 raise UserError("%s: row %s: %s" % (path, validate.show(label), e))
         elif kind == "h2o" and isinstance(cfg.get("max_tokens"), int) and cfg["max_tokens"] > 0:
             q["tokens"] = cfg["max_tokens"]  # the slots H2O kept
+        elif kind == "keep" and isinstance(cfg.get("max_tokens"), int) and cfg["max_tokens"] > 0:
+            q["length"] = cfg["max_tokens"]  # the tokens it measured over (the full cache keeps them all)
         if dtype in budget.LOWBIT and isinstance(cfg.get("residual"), int):
             q["residual"] = cfg["residual"]
         if kind == "tiered":
@@ -149,8 +151,8 @@ def _short(row):
 
 def match_quality(table, cand):
     """The measured row for a candidate, or None. Same kind and dtype first (KIVI: the same residual); an
-    eviction strategy (H2O, sinks + window, window) takes the row measured at the most tokens it keeps too (the
-    cost of keeping fewer tokens bounds its own), else the smallest measured size (uncertain), and a row
+    eviction strategy (H2O, sinks + window, window) takes what its rows at other sizes tell of its own
+    (_by_size: the row at its size, else interpolated between two sizes, else a bound), and a row
     measured in another dtype still tells its cost (the row's label says what was measured); a tiered cache
     takes the tiered row of its cold dtype measured with the largest ring not above its own (else the smallest),
     moved to its ring dtype like an eviction row when needed; the full f32 cache is the reference (cost 0)."""
@@ -164,7 +166,7 @@ def match_quality(table, cand):
     if kind in ("h2o", "sinks", "window"):
         rows = [row for row in table if row["kind"] == kind and row["dtype"] == dtype] or \
             [row for row in table if row["kind"] == kind]
-        row = _by_size(rows, cand["tokens_kept"])
+        row = _by_size(rows, cand["tokens_kept"], table)
         if row is None:
             return None
         return row if row["dtype"] == dtype else _other_dtype(table, row, dtype)
@@ -201,17 +203,55 @@ def _tiered_row(table, cand):
     return row
 
 
-def _by_size(rows, tokens):
-    """The row measured at the most tokens <= `tokens`; else the one at the fewest, marked uncertain and "fewer"
-    (the candidate keeps fewer tokens than any measured row: its cost is at least that row's, how much more is
-    unknown, so it ranks after every candidate whose row bounds its cost)."""
-    sized = [r for r in rows if r.get("tokens")]
+def _by_size(rows, tokens, table=None):
+    """What the rows measured at other sizes tell of a cache keeping `tokens`: the row measured at that size; else,
+    between two measured sizes, each figure interpolated linearly in the tokens kept ("interpolated": the two
+    sizes, estimated); above the largest size, interpolated towards the full cache of the same dtype at the length
+    the table was measured over (nothing is evicted from there on), or, without that length, the largest row's
+    figure as a bound from above ("bound": "upper", uncertain); below the smallest size, the smallest row's figure
+    as a bound from below ("bound": "lower", uncertain and "fewer": it ranks after every candidate whose row bounds
+    its cost). A figure measured at one size is never shown as another size's."""
+    sized = sorted((r for r in rows if r.get("tokens")), key=lambda r: r["tokens"])
     if not sized:
         return rows[0] if rows else None
-    below = [r for r in sized if r["tokens"] <= tokens]
-    if below:
-        return max(below, key=lambda r: r["tokens"])
-    return dict(min(sized, key=lambda r: r["tokens"]), uncertain=True, fewer=True)
+    same = [r for r in sized if r["tokens"] == tokens]
+    if same:
+        return same[0]
+    below = [r for r in sized if r["tokens"] < tokens]
+    above = [r for r in sized if r["tokens"] > tokens]
+    if below and above:
+        return _between(below[-1], above[0], tokens)
+    if not below:
+        return dict(above[0], uncertain=True, fewer=True, bound="lower")
+    a = below[-1]
+    full = _full_cache(table, a["dtype"]) if table is not None else None
+    if full is not None and full.get("length") and full["length"] > a["tokens"]:
+        if tokens >= full["length"]:
+            return dict(full, label="%s: keeps the %d tokens measured, as the full %s cache" % (
+                a["label"], full["length"], a["dtype"]), kind=a["kind"], tokens=tokens, estimated=True)
+        return _between(a, dict(full, tokens=full["length"]), tokens)
+    return dict(a, uncertain=True, bound="upper")
+
+
+def _between(a, b, tokens):
+    """Row a (measured at fewer tokens) and b (at more), each common figure interpolated at `tokens`."""
+    f = (tokens - a["tokens"]) / float(b["tokens"] - a["tokens"])
+    m = {k: a["metrics"][k] + f * (b["metrics"][k] - a["metrics"][k]) for k in a["metrics"] if k in b["metrics"]}
+    q = {"label": "interpolated between %s (at %d) and %s (at %d)" % (a["label"], a["tokens"], b["label"],
+                                                                       b["tokens"]),
+         "kind": a["kind"], "dtype": a["dtype"], "metrics": m, "tokens": tokens, "estimated": True,
+         "interpolated": [a["tokens"], b["tokens"]]}
+    for k in ("residual",):
+        if k in a:
+            q[k] = a[k]
+    return q
+
+
+def _full_cache(table, dtype):
+    for row in table:
+        if row["kind"] == "keep" and row["dtype"] == dtype:
+            return row
+    return None
 
 
 def _keep_kl(table, dtype):
@@ -229,10 +269,13 @@ def _other_dtype(table, row, dtype):
         kl = max(0.0, row["metrics"]["kl"] + a - b)
         q = {"label": "%s, moved to %s by the full-cache KL difference" % (row["label"], dtype),
              "kind": row["kind"], "dtype": dtype, "metrics": {"kl": kl}, "estimated": True}
-        if "tokens" in row:
-            q["tokens"] = row["tokens"]
+        for k in ("tokens", "interpolated", "bound"):
+            if k in row:
+                q[k] = row[k]
         if row.get("fewer"):
             q["fewer"] = q["uncertain"] = True
+        if row.get("uncertain"):
+            q["uncertain"] = True
         return q
     return dict(row, uncertain=True)
 
