@@ -41,14 +41,6 @@ _LIM = 1 << 28
 # llama.cpp's int8 query. Beyond it step_q8 refuses (ValueError) before it touches anything; the float step has
 # no such limit (kvedge.model.llama takes it for that layer).
 Q8_RANGE = 32
-_range = [None]  # kvedge.q8range once q8_fits loaded it (an import allocates: once, not per step)
-
-
-def _q8range():
-    if _range[0] is None:
-        from . import q8range
-        _range[0] = q8range
-    return _range[0]
 
 
 def _exp2_table():
@@ -134,7 +126,12 @@ class Attention(FloatAttention):
             # tiered cache's per-head running states and accumulators (kernels_vhead.att_cold_i8)
             self.aux = [None, self.exp2, self.iacc, self.geo, None, None, None, None, None, None, None]
             self.lam = int(LOG2E / math.sqrt(D) * 16384 + 0.5)
-            self.rmant = self.rexp = None  # Q8_RANGE as ints (kvedge.q8range.fits sets them on a first call)
+            # Q8_RANGE as a bound on the product of the query's and the keys' f16 scales, 128 * sq * 128 * sk *
+            # sqrt(D) <= Q8_RANGE, held as rmant * 2**(rexp - 50) (rounded down): _in_range compares the f16
+            # mantissas' product against it with ints only (no float, no allocation on the step's path)
+            m, e = math.frexp(Q8_RANGE / (128.0 * 128.0 * math.sqrt(D)))
+            self.rmant = int(m * (1 << 21))
+            self.rexp = e - 21 + 50
 
     def check_step_q8(self, layer, qc, qs, out_q, out_exp, scores=None):
         """step_q8()'s checks of everything but the slots. Allocates nothing once warm (see _sized)."""
@@ -145,11 +142,51 @@ class Attention(FloatAttention):
         self._check_scores(scores)
 
     def q8_fits(self, layer, qs):
-        """Whether step_q8 takes this query (f16 scale bits qs per query head) in `layer`: within Q8_RANGE
-        (kvedge.q8range, loaded once, on a first call: the integer pass never asks)."""
+        """Whether step_q8 takes this query (f16 scale bits qs per query head) in `layer`: for every head,
+        128 * its scale x 128 * the largest K scale written to the layer since reset() x sqrt(head_dim), a bound on
+        max|q_h| x max|k| x sqrt(head_dim), is within Q8_RANGE. Ints only: no allocation. (A caller holding the
+        float query takes step() otherwise: kvedge.model.llama.)"""
         if not self.int_ok:
             return False
-        return _q8range().fits(self, layer, qs, Q8_RANGE)
+        kb = self.cache.kbits[layer]
+        for h in range(self.heads):
+            if not self._in_range(qs[h], kb):
+                return False
+        return True
+
+    def _range_error(self, layer, qs):
+        kb = self.cache.kbits[layer]
+        for h in range(self.heads):
+            if not self._in_range(qs[h], kb):
+                return ValueError("layer %d, query head %d: |q| x |k| x sqrt(head_dim) may reach %.4g, beyond the "
+                                  "integer step's range (%d), where an int8 step of q or k moves the softmax's "
+                                  "winner: use step() with the float query" % (
+                                      layer, h, 128 * quant.f16_value(qs[h]) * 128 * quant.f16_value(kb)
+                                      * math.sqrt(self.D), Q8_RANGE))
+
+    def _in_range(self, qb, kb):
+        """Whether 128 * sq * 128 * sk * sqrt(D) <= Q8_RANGE for f16 scale bits qb, kb (finite, >= 0): ints only."""
+        eq = qb >> 10
+        mq = qb & 1023
+        if eq:
+            mq += 1024
+        else:
+            eq = 1
+        ek = kb >> 10
+        mk = kb & 1023
+        if ek:
+            mk += 1024
+        else:
+            ek = 1
+        p = mq * mk  # < 2**22; sq * sk = p * 2**(eq + ek - 50)
+        if p == 0:
+            return True
+        s = self.rexp - eq - ek
+        if s >= 2:  # rmant >= 2**20: the bound is >= 2**22 > p
+            return True
+        if s >= 0:
+            return p <= self.rmant << s
+        return p <= self.rmant >> -s
 
     # ---- integer path ----
     # Slots are visited in three passes (the online softmax does not care about order): 0 = f32 prefix rows,
@@ -279,7 +316,7 @@ class Attention(FloatAttention):
         self.check_step_q8(layer, qc, qs, out_q, out_exp, scores)
         self._check_slots(slots, nslots)
         if not self.q8_fits(layer, qs):  # beyond Q8_RANGE: refused before anything moves
-            raise _q8range().error(self, layer, qs, Q8_RANGE)
+            raise self._range_error(layer, qs)
         self.q8_step(layer, qc, qs, out_q, out_exp, scores, slots, nslots)
 
     def q8_step(self, layer, qc, qs, out_q, out_exp, scores, slots, nslots, span=-1):

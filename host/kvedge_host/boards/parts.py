@@ -25,7 +25,7 @@ PARTS = {
     "kernels-xtensa": ("the Xtensa inline-assembler kernels (call0 Xtensa chips: the ESP8266)", ("kernels",),
                        tuple(p[len("kvedge/"):-len(".py")] for p in deploy.XTENSA_ONLY)),
     "attention": ("tiled online-softmax attention on the cache: float and integer paths", ("core", "kernels"),
-                  ("floatatt", "attention", "cacheq8", "q8rows", "q8prefix", "q8range", "caches")),
+                  ("floatatt", "attention", "cacheq8", "q8rows", "q8prefix", "caches")),
     "evict": ("heavy-hitter (H2O) eviction", ("core",), ("evict",)),
     "stream": ("token streaming into the cache", ("core",), ("stream",)),
     "telemetry": ("the stats stream a host monitors over serial", ("core",), ("telemetry",)),
