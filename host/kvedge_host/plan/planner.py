@@ -936,7 +936,10 @@ def nearest(spec, context, tgt, weights_dtype, tried, args):
     for name in profiles.names():
         if name == tgt["name"]:
             continue
-        other = account.target(name)
+        try:
+            other = account.target(name)
+        except (UserError, profiles.BoardError):
+            continue  # a profile that does not load is no suggestion (the board asked for loaded whole)
         b = dict(args, kernels="auto", margin=None, forward="auto")
         for d in ([weights_dtype] + [w for w in WEIGHT_SEARCH if w != weights_dtype] if weights_dtype is not None
                   else weight_formats(spec)):
