@@ -269,6 +269,8 @@ STANDINS = {
          " '--board', 'rp2040', '--weights-dtype', 'i8', '--top', '3', '--out',"
          " 'kvedge_plan.json'],"
          " check=True, capture_output=True)\n",
+         "from kvedge.config import CacheConfig\n"
+         "doc = json.load(open('kvedge_plan.json'))\n"
          "tiered = type(cache).__name__ == 'TieredCache'  # a tiered plan's ring, staging block and tables\n"
          "want = doc['tier']['ram_bytes'] if tiered else CacheConfig.from_dict(doc['cache']).nbytes()\n"
          "assert cache.stats()['total_bytes'] == want > 0, (cache.stats(), want)\n"),
