@@ -206,6 +206,12 @@ NOT_RUN = {
         "stand-in",
     ".venv/bin/python tools/bench_forward.py --runtime m0 --kernels asm --forward int --macs":
         "a benchmark (figures in docs/benchmarks.md), as the line above",
+    ".venv/bin/python tools/bench_xtensa.py":
+        "a benchmark of the Xtensa stand-in (figures in docs/benchmarks.md): tests/device/test_intkernels.py checks "
+        "every kernel kind bit for bit",
+    ".venv/bin/python tools/bench_xtensa.py --no-asm": "a benchmark (figures in docs/benchmarks.md), as the line above",
+    ".venv/bin/python tools/bench_xtensa.py --tokens-only --profile":
+        "a benchmark (figures in docs/benchmarks.md), as the line above",
     ".venv/bin/python tools/bench_prefill.py --runtime m3 --chunks 1 8 16 --heap 2097152":
         "a benchmark (figures in docs/benchmarks.md, ~30 s of emulated board): tests/device/test_intpath_prefill.py "
         "holds the chunks' bits on every runtime",
