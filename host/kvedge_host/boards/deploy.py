@@ -32,6 +32,20 @@ def mpy_cross_exe():
     return exe
 
 
+# The package's .mpy files carry no source-line table: a board keeps a module's bytecode in its heap, and the
+# table was 3,121 of the float pass's 46,426 bytes of .mpy (mpy-cross -march=armv7m, its 16 modules, 2026-12-06);
+# kvedge's errors say what and where in their messages. Other files (tests, board scripts) keep their lines.
+PACKAGE_FLAGS = ("-X", "no-source-lines")
+
+
+def mpy_cross_cmd(src, dst, board_name, march=None):
+    """The mpy-cross command that compiles `src` into `dst` as the board's `board_name` (its name in
+    tracebacks) for `march` (None: bytecode only): every compile of the package goes through here."""
+    flags = PACKAGE_FLAGS if ("/" + board_name.replace("\\", "/")).startswith(("/kvedge/", "/lib/kvedge/")) else ()
+    return [mpy_cross_exe()] + (["-march=" + march] if march else []) + list(flags) + [
+        "-s", board_name, "-o", dst, src]
+
+
 def mpremote(port, args, resume=True, timeout=300):
     """Run `mpremote connect PORT [resume] ARGS...`; returns its output, raises DeployError on failure.
 
@@ -189,17 +203,12 @@ def for_arch(sources, march):
 def compile_mpy(sources, march, build_dir):
     """Compile each source with `mpy-cross -march=ARCH` (viper/native functions become machine code for that
     chip); returns [(host .mpy path, board .mpy path)]."""
-    exe = mpy_cross_exe()
     out = []
     for src, remote in sources:
         rmpy = remote[:-3] + ".mpy"
         dst = os.path.join(build_dir, rmpy)
         os.makedirs(os.path.dirname(dst), exist_ok=True)
-        cmd = [exe, "-o", dst, "-s", remote]
-        if march:
-            cmd.insert(1, "-march=" + march)
-        cmd.append(src)
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        p = subprocess.run(mpy_cross_cmd(src, dst, remote, march), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         if p.returncode:
             raise DeployError("mpy-cross -march=%s failed on %s: %s" % (march, remote, p.stdout.decode().strip()))
         out.append((dst, rmpy))

@@ -5,7 +5,7 @@ import shutil
 import subprocess
 import tempfile
 
-from .deploy import DeployError, mpy_cross_exe
+from .deploy import DeployError, mpy_cross_cmd
 from .m3firmware import M3Missing
 from .m3machines import DISK_BLOCK, DISK_BLOCKS, DISK_NAME, M3, disk_module
 
@@ -13,8 +13,7 @@ from .m3machines import DISK_BLOCK, DISK_BLOCKS, DISK_NAME, M3, disk_module
 def compile_to(src, dst, board_name, march=None):
     """mpy-cross one file; `board_name` is its name on the board (in tracebacks)."""
     os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
-    cmd = [mpy_cross_exe()] + (["-march=" + march] if march else []) + ["-s", board_name, "-o", dst, src]
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    p = subprocess.run(mpy_cross_cmd(src, dst, board_name, march), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     if p.returncode:
         raise DeployError("mpy-cross -march=%s failed on %s: %s" % (march, board_name, p.stdout.decode().strip()))
 
@@ -97,7 +96,7 @@ def build_disk(image, files, march=None, mpy=False, work=None, layout=None):
                 if tmp is None:
                     tmp = tempfile.mkdtemp(prefix="kvedge-mpy-", dir=work)
                 out = os.path.join(tmp, "%d.mpy" % len(os.listdir(tmp)))
-                compile_to(src, out, dst.rsplit("/", 1)[-1], march)
+                compile_to(src, out, dst.lstrip("/"), march)
                 src, dst = out, dst[:-3] + ".mpy"
             folder = dst.rsplit("/", 1)[0]
             if folder:
