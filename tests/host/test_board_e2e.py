@@ -64,12 +64,13 @@ def test_kvedge_test_runs_device_files_on_the_virtual_rp2040():
     args = []
     for name in E2E_FILES:
         args += ["-k", name]
-    p = kvedge("test", "--sim", "rp2040", "--mpy", *args, timeout=1200)
+    p = kvedge("test", "--sim", "rp2040", "--mpy", "-v", *args, timeout=1200)
     lines = p.stdout.strip().splitlines()
     passed, failed, skipped = (int(x.split()[0]) for x in lines[-1].split(", "))
     assert p.returncode == 0 and failed == 0 and passed > 0, p.stdout[-6000:] + p.stderr
-    for name in E2E_FILES:  # each file ran (a per-file line names it)
-        assert any(ln.startswith(name) for ln in lines), (name, p.stdout[-3000:])
+    for name in E2E_FILES:  # each file's tests ran and passed (-v: a PASS line per test)
+        assert any(ln.startswith("PASS %s::" % name[:-3]) for ln in lines), (name, p.stdout[-3000:])
+    assert passed == sum(ln.startswith("PASS ") for ln in lines), p.stdout[-3000:]
 
 
 def test_kvedge_test_on_a_port_with_mpy(tmp_path):
