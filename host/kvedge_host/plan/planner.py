@@ -1068,15 +1068,31 @@ def plan_one(spec, context, tgt, kv_dtype="f32", weights_dtype=None, align=64, b
     return Plan(spec, tgt, result, chosen, doc)
 
 
+_FITS_INSTEAD = {}  # (the planned model's shape, context, board, workspace) -> fits_instead's answer
+
+
 def fits_instead(spec, context, tgt, workspace=None):
     """The largest built-in model (models.PRESETS, by parameters) that fits this board with int8 weights and an
     int8 cache at this context (or its own, when shorter): {"preset", "context", "strategy", "tokens_kept"}; None
-    when none does."""
+    when none does. Plans up to a dozen presets: remembered per process for what it depends on (a process that
+    plans many models for one board, as the CLI fuzzer does, asks again and again)."""
+    presets = [(name, models.preset(name)) for name in models.PRESETS]
+    own = [name for name, o in presets if (o.dim, o.layers, o.vocab) == (spec.dim, spec.layers, spec.vocab)]
+    longest = max([o.context or 0 for _, o in presets] + [0])
+    if all(o.context for _, o in presets):
+        context = min(context, longest)  # a longer context plans every preset at its own: the same answer
+    key = (tuple(own), context, workspace, json.dumps(tgt, sort_keys=True, default=repr))
+    if key not in _FITS_INSTEAD:
+        if len(_FITS_INSTEAD) > 256:
+            _FITS_INSTEAD.clear()
+        _FITS_INSTEAD[key] = _fits_instead([(n, o) for n, o in presets if n not in own], context, tgt, workspace)
+    found = _FITS_INSTEAD[key]
+    return dict(found) if found else found
+
+
+def _fits_instead(presets, context, tgt, workspace):
     found = []
-    for name in models.PRESETS:
-        other = models.preset(name)
-        if (other.dim, other.layers, other.vocab) == (spec.dim, spec.layers, spec.vocab):
-            continue  # the model being planned
+    for name, other in presets:  # the model being planned left out
         n = account.params(other)
         found.append((n["embedding"] + n["matrices"] + n["norms"] + n["classifier"], name, other))
     for _, name, other in sorted(found, key=lambda x: -x[0]):
