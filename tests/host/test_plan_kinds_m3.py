@@ -1,7 +1,8 @@
 """The plan is what runs (issue 21's first acceptance point): for stories260K (i8 weights) on the rp2040 profile
 and at the esp32's heap, at contexts 512 and 1024, every kind `kvedge plan --kind K` emits either runs through
 `kvedge demo --plan` on the emulated Cortex-M3 at the profile's heap, or is refused by `kvedge plan` (exit 1, its
-verdict line naming the kind), never skipped.
+verdict line naming the kind), never skipped. (At 1024 a kind whose cache does not grow with the context plans the
+same cache as at 512, which the planner alone checks; the tier, whose cold store grows, runs at both.)
 
 A run's board reports the pass, kind and layout it built (its stats line, which must be the plan's), its peak
 heap stays within the plan's total, and its greedy tokens equal an independent run of the same plan:
@@ -112,8 +113,31 @@ def _run(model, board, kind, cold, context, tmp_path_factory):
     return _RUNS[key]
 
 
-@pytest.mark.parametrize("context", CONTEXTS)
-@pytest.mark.parametrize("board,kind,cold", RUNS)
+# Runs on the board: every kind at the first context; at the longer one only the tier, whose plan grows with it
+# (its cold store). Another kind's plan at the longer context is the same cache, and the same run for these steps
+# (fewer than either context): test_a_longer_context_plans_the_same_cache checks that, with the planner alone.
+BOARD_RUNS = [(b, k, c, ctx) for (b, k, c) in RUNS for ctx in CONTEXTS if ctx == CONTEXTS[0] or k == "tiered"]
+# what a plan may say differently at another context, for a cache that does not grow with it: the context itself,
+# the speed estimate (longer contexts cost more a token), a window's max_tokens (the context: its ring is window +
+# sinks)
+_CONTEXT_KEYS = ("context", "speed", "tokens_per_s", "instructions_per_token")
+
+
+@pytest.mark.parametrize("board,kind,cold", [r for r in RUNS if r[1] != "tiered"])
+def test_a_longer_context_plans_the_same_cache(board, kind, cold, model, tmp_path):
+    docs = []
+    for context in CONTEXTS:
+        d = tmp_path / str(context)
+        d.mkdir()
+        _, doc = _made(model, board, kind, cold, context, str(d))
+        doc = {k: v for k, v in doc.items() if k not in _CONTEXT_KEYS}
+        if kind in ("window", "sinks"):
+            doc["cache"] = dict(doc["cache"], max_tokens=None)
+        docs.append(doc)
+    assert docs[0] == docs[1], (board, kind)
+
+
+@pytest.mark.parametrize("board,kind,cold,context", BOARD_RUNS)
 def test_each_plan_kind_runs_on_the_emulated_board_as_planned(board, kind, cold, context, model, tmp_path_factory):
     plan, doc, steps, out = _run(model, board, kind, cold, context, tmp_path_factory)
     assert doc["board"] == board and (doc["context"] < context if kind == "shorter" else doc["context"] == context)
@@ -146,8 +170,7 @@ def test_each_plan_kind_runs_on_the_emulated_board_as_planned(board, kind, cold,
     assert text == ref, (text, ref)
 
 
-@pytest.mark.parametrize("context", CONTEXTS)
-@pytest.mark.parametrize("board,kind,cold", RUNS)
+@pytest.mark.parametrize("board,kind,cold,context", BOARD_RUNS)
 def test_each_plan_kind_peaks_within_its_plan(board, kind, cold, context, model, tmp_path_factory):
     _, doc, _, out = _run(model, board, kind, cold, context, tmp_path_factory)
     m = re.search(r"measured peak ([\d,]+) bytes, plan ([\d,]+) bytes", out)
