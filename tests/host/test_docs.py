@@ -144,8 +144,9 @@ ELSEWHERE = {
          "the same demo (its own work folder), its plan, peak and greedy text checked"),
     "kvedge fetch": ("tests/host/test_fetch.py", "test_a_good_download_lands_in_the_cache_and_generate_finds_it",
                      "downloads from the Hub: run against a stand-in of the Hub on 127.0.0.1, never the network"),
-    "kvedge test --sim rp2040": ("tests/host/test_board_e2e.py", "test_device_suite_passes_on_the_virtual_rp2040",
-                                 "the whole device suite on a virtual rp2040 (minutes)"),
+    "kvedge test --sim rp2040 --mpy -k test_budget.py":
+        ("tests/host/test_board_e2e.py", "test_kvedge_test_runs_device_files_on_the_virtual_rp2040",
+         "device files on a virtual rp2040"),
     "kvedge demo --board rp2040 --plain --steps 6 --stats-ms 100":
         ("tests/host/test_demo_boards.py", "test_the_demo_runs_its_plan_on_every_board_profile",
          "the demo on every profile's emulated board, peak heap against the plan", {"rp2040": "profiles.names()"}),
