@@ -1,6 +1,6 @@
 """Boards in the loop, end to end, on virtual boards: deploy, a workload filling a windowed cache streams its
 stats, the monitor logs them to CSV (last row == the board's final stats, no sample lost or repeated), and the
-whole device suite runs on the virtual board through `kvedge test`."""
+device files run on the virtual rp2040 through `kvedge test`."""
 import csv
 import json
 import os
