@@ -51,7 +51,8 @@ def _files(tmp_path):
 
 def _machine_code(src):
     lines = open(src, encoding="utf-8").read().splitlines()
-    return any(ln.strip().startswith("@micropython." + e) for ln in lines for e in ("viper", "native", "asm_thumb"))
+    return any(ln.strip().startswith("@micropython." + e) for ln in lines
+               for e in ("viper", "native", "asm_thumb", "asm_xtensa"))
 
 
 def _sources():
@@ -88,7 +89,8 @@ def test_deploy_lays_out_the_drive_and_rewrites_only_changes(tmp_path):
             assert (d / rel).read_bytes() == f.read(), rel
     have = sorted(os.path.relpath(os.path.join(r, n), d / "lib" / "kvedge")
                   for r, _, ns in os.walk(d / "lib" / "kvedge") for n in ns)
-    assert len(have) == len(src) and not any(k in h for k in ("viper", "asm", "native", "vhead", "vcold", "dsp") for h in have)
+    assert len(have) == len(src) and not any(k in h for k in ("viper", "asm", "native", "vhead", "vcold", "dsp", "xtensa")
+                                             for h in have)
     assert (d / "kvedge_plan.json").read_bytes() == open(plan, "rb").read()
     assert (d / "tiny.bin").read_bytes() == open(w, "rb").read()
     assert (d / "tok512.bin").read_bytes() == open(t, "rb").read()
