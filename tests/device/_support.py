@@ -7,6 +7,11 @@ except ImportError:
     micropython = None
 
 
+# On a microcontroller, real or emulated (20-50x slower than a desktop port), the slowest cases run lean: the same
+# checks over fewer tokens or settings. CPython and the unix and wasm ports run them whole.
+ON_BOARD = sys.implementation.name != "cpython" and sys.platform not in ("linux", "darwin", "win32", "webassembly")
+
+
 class Skip(Exception):
     pass
 

@@ -10,7 +10,7 @@ from kvedge.compat import zeros
 from kvedge.config import CacheConfig
 from kvedge.errors import BudgetError, ColdStoreError
 from kvedge.tiered import TieredCache
-from _support import Rng, need, raises, message
+from _support import ON_BOARD, Rng, need, raises, message
 from _tieredref import (PATH, case, cfg_of, cosine, exact_rows, feed, live_positions, query, reference, rel_err, remove,
                         size, stored_rows, token)
 
@@ -255,6 +255,9 @@ def _gc_frees():
     return a >= 0 and mem_alloc() - a < 2000
 
 
+LONG = 480 if ON_BOARD else 1200  # tokens of the long stream (ON_BOARD: lean)
+
+
 def test_long_stream_keeps_ram_flat_and_the_store_bounded():
     need("fs")
     from kvedge.compat import mem_alloc
@@ -269,7 +272,7 @@ def test_long_stream_keeps_ram_flat_and_the_store_bounded():
         r = Rng(4)
         flash = tc.size["flash"]
         marks = []
-        for t in range(1200):
+        for t in range(LONG):
             tc.start_token()
             for i in range(n):
                 kc[i] = r.randint(-127, 127)
@@ -280,13 +283,13 @@ def test_long_stream_keeps_ram_flat_and_the_store_bounded():
             else:
                 tc.write_q8(0, kc, ks, vc, vs)
             tc.step_q8(0, qc, qs, oq, oe)
-            if t % 200 == 199:
+            if t % (LONG // 6) == LONG // 6 - 1:
                 gc.collect()
                 marks.append(mem_alloc())
                 assert tc.stats()["tokens_cached"] <= tc.size["tokens"] and size() <= flash
         st = tc.stats()
-        assert st["tokens_seen"] == 1200 and st["cold_tokens"] == 32 and st["cold_drops"] == (1200 - 18 + 7) // 8 - 4
-        assert st["demoted"] == 8 * ((1200 - 18 + 7) // 8)  # a block leaves at tokens 18, 26, 34, ...
+        assert st["tokens_seen"] == LONG and st["cold_tokens"] == 32 and st["cold_drops"] == (LONG - 18 + 7) // 8 - 4
+        assert st["demoted"] == 8 * ((LONG - 18 + 7) // 8)  # a block leaves at tokens 18, 26, 34, ...
         if _gc_frees():
             assert max(marks[1:]) - marks[1] <= 64, marks  # flat once warm (a stale stack word may hold 32 bytes)
     finally:
