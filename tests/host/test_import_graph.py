@@ -146,3 +146,33 @@ if __name__ == "__main__":
         for c in found:
             print("  " + " <-> ".join(c) + ("   (allowed)" if frozenset(c) in ALLOWED else ""))
     sys.exit(0)
+
+
+def test_source_files_reach_every_module():
+    """tools/test compiles the package from source on an emulated board (the m3-py runtime) for the device files
+    tests/host/test_runtimes.py calls SOURCE_FILES: through their imports (lazy ones counted, and the test helpers'
+    too) they reach every module of the package but the kernels of other chips (Thumb-2-, DSP- and Xtensa-only:
+    the M3 cannot load them from source all) and the ulab pass's kernels. The test helpers are modules here too."""
+    from kvedge_host.boards.deploy import DSP_ONLY, THUMB_ONLY, XTENSA_ONLY
+    import test_runtimes
+    dev = os.path.join(ROOT, "tests", "device")
+    known = modules("kvedge")
+    g = graph("kvedge")
+    helpers = {n[:-3]: os.path.join(dev, n) for n in os.listdir(dev) if n.endswith(".py")}
+    every = dict(known, **helpers)
+    for name, path in helpers.items():
+        with open(path, encoding="utf-8") as f:
+            g[name] = arrows(name, f.read(), every)
+    seen, todo = set(), [f[:-3] for f in test_runtimes.SOURCE_FILES]
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo.extend(g.get(m, ()))
+    other_chips = {p[:-3].replace("/", ".") for p in THUMB_ONLY + DSP_ONLY + XTENSA_ONLY}
+    # the kernel modules are loaded by name (kvedge.kernels and the passes' loaders): the files that load every
+    # kind a core has, as the board's own probe picks them
+    by_name = {m for m in known if m.split(".")[-1].split("_")[0] in ("kernels", "qkernels", "q4kernels", "fkernels")}
+    assert {"test_kernel_select.py", "test_intkernels.py", "test_w4kinds.py"} <= set(test_runtimes.SOURCE_FILES)
+    missing = sorted(set(known) - seen - other_chips - by_name)
+    assert missing == [], "no SOURCE_FILES file reaches %s" % missing

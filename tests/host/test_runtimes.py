@@ -3,9 +3,11 @@
 the emulated Cortex-M0 at the rp2040 heap (armv6m .mpy on an Armv6-M core: a Thumb-2 instruction faults there), the
 single-precision Cortex-M7 at the rp2350 heap (armv7emsp .mpy on a core with the DSP extension and a float32 FPU:
 the RP2350's stand-in), the emulated Xtensa lx106 at the esp32 heap (xtensa .mpy, call0, no FPU, unaligned
-32-bit accesses fault: the ESP32s' stand-in; the files in XT_FILES) and real CircuitPython (its limits emulated on the unix port where the binary is absent);
-the emulated M55 runs the DSP files (test_dsp_kernels). One test per runtime and file, each file in a fresh interpreter; a
-failure on any runtime fails this run. A runtime that cannot run here is skipped with the reason, which the closing summary repeats."""
+32-bit accesses fault: the ESP32s' stand-in) and real CircuitPython (its limits emulated on the unix port where the
+binary is absent); the emulated M55 runs the DSP files (test_dsp_kernels). One test per runtime and file, each file
+in a fresh interpreter; a failure on any runtime fails this run. Every file runs on CPython, unix, wasm, the M0 and
+CircuitPython; the other emulated cores run the files that are theirs to test (runs_on). A runtime that cannot run
+here is skipped with the reason, which the closing summary repeats."""
 import json
 
 import pytest
@@ -19,7 +21,37 @@ FILES = runtimes.test_files()
 # would take tools/test past its 45 minutes. tools/mprun.py --runtime xt runs every file.
 XT_FILES = ("test_budget.py", "test_budget_layers.py", "test_clock.py", "test_attention_fused.py", "test_intkernels.py",
             "test_intpath_kinds.py", "test_intpath_tables.py", "test_kernel_select.py", "test_kivi_fit.py")
-PARAMS = [(r, f) for r in RUNTIMES for f in FILES if r != "xt" or f in XT_FILES]
+# Every file runs on CPython, the unix and wasm ports, CircuitPython and the Cortex-M0 (the RP2040's stand-in:
+# Thumb-1, the smallest heap of a profile). A file takes 1-5 minutes on an emulated core and tools/test has two
+# cores, so the other emulated cores run what is theirs to test:
+# - the Cortex-M3 and M7 (Thumb-2: the asm kernels; the M7's DSP kernels and float32 FPU): every file but the
+#   cache's own bookkeeping (LOGIC_FILES: positions, tiers, pools, streams, their fuzzers and soak), which runs
+#   the same bytecode on every Arm core and no code of the core's own;
+# - m3-py (the package as source, compiled on the board): SOURCE_FILES, which import every module of the package
+#   (tests/host/test_import_graph.py checks it) and run a model of each pass, a tier and a pool.
+LOGIC_FILES = ("test_cache.py", "test_evict.py", "test_findings.py", "test_findings_durable.py",
+               "test_findings_tiered.py", "test_fuzz_cache.py", "test_fuzz_h2o.py", "test_fuzz_plandoc.py",
+               "test_fuzz_pool.py", "test_fuzz_stream.py", "test_fuzz_tiered.py", "test_paged.py", "test_soak.py",
+               "test_stream.py", "test_tier.py", "test_tiered_store.py")
+SOURCE_FILES = ("test_budget.py", "test_clock.py", "test_compat.py", "test_evict.py", "test_intpath.py",
+                "test_kernel_select.py", "test_model_generate.py", "test_model_run.py", "test_model_tiered.py",
+                "test_paged.py", "test_plandoc_model.py", "test_stream.py", "test_telemetry.py", "test_tier.py",
+                "test_ulabpath.py", "test_w4model.py", "test_decode_interface.py",
+                "test_intkernels.py", "test_w4kinds.py", "test_w4convert.py", "test_qkernels_dsp.py")
+
+
+def runs_on(runtime, name):
+    """Whether tools/test runs device file `name` on `runtime` (tools/mprun.py runs any file anywhere)."""
+    if runtime == "xt":
+        return name in XT_FILES
+    if runtime in ("m3", "m7"):
+        return name not in LOGIC_FILES
+    if runtime == "m3-py":
+        return name in SOURCE_FILES
+    return True
+
+
+PARAMS = [(r, f) for r in RUNTIMES for f in FILES if runs_on(r, f)]
 PROPERTY = "kvedge_device"  # read by tests/conftest.py for the per-runtime summary
 
 
@@ -37,8 +69,10 @@ def runners():
 def test_device_file_on(runtime, name, runners, request):
     board = runtimes.default_board(runtime)  # rp2040's heap; the M7 stands for the rp2350, the lx106 the esp32
     note = runtimes.describe(runtime, board)
-    if runtime == "xt":
-        note += "; %d of %d files here (XT_FILES), all: tools/mprun.py --runtime xt" % (len(XT_FILES), len(FILES))
+    here = sum(runs_on(runtime, f) for f in FILES)
+    if here < len(FILES):
+        note += "; %d of %d files here (tests/host/test_runtimes.py says which), all: tools/mprun.py --runtime %s" % (
+            here, len(FILES), runtime)
     why = runtimes.missing(runtime, board)
     larger = runtimes.larger_heap(runtime, name)  # a file that cannot fit the board's heap, and why
     if larger and not why:  # its larger-heap image must be here too
