@@ -18,12 +18,11 @@ import subprocess
 import sys
 import tempfile
 
-import numpy as np
-
 from kvedge import budget
 
+# numpy (and kvedge_host.ref.numref) are imported inside the functions that compare: every kvedge command builds
+# this module's parser, and numpy took 0.35 s of each command's start-up
 from ..boards import board_scripts
-from ..ref import numref
 from ..paths import DEVICE
 
 RUNTIMES = ("cpython", "unix", "wasm")
@@ -224,6 +223,7 @@ def parse_output(rc, text):
 def case_inputs(c):
     """The case's inputs exactly as the device drew them: K, V (tokens, kv_heads, D) of the queried layer,
     and q (heads, D), float64."""
+    import numpy as np
     from ..boards.board_scripts import check_device
     H, KVH, D, L = c["heads"], c["kv_heads"], c["head_dim"], c["layers"]
     g = check_device.Gen(c["seed"])
@@ -246,6 +246,8 @@ def case_inputs(c):
 
 def reference(c, wrong_mapping=False):
     """{"exact": attention over the true inputs, "f16": over half-rounded K/V} for the live positions."""
+    import numpy as np
+    from ..ref import numref
     K, V, q = case_inputs(c)
     if "tier" in c:
         t = c["tier"]
@@ -264,6 +266,7 @@ def reference(c, wrong_mapping=False):
 
 
 def _decode(rec, c):
+    import numpy as np
     H, D = c["heads"], c["head_dim"]
     if rec["path"] == "float":
         return np.frombuffer(bytes.fromhex(rec["out"]), "<f4").astype(np.float64).reshape(H, D)
@@ -273,6 +276,7 @@ def _decode(rec, c):
 
 def compare(c, rec, ref, first_int=None):
     """One result row: the case's criterion applied to the device output `rec` against `ref`."""
+    from ..ref import numref
     out = _decode(rec, c)
     exact = ref["exact"]
     dt = c["dtype"]
@@ -369,6 +373,7 @@ def model_tokens(vocab, n, seed):
 
 def check_model(runtime, path, positions, kv_dtype, seed=1):
     """Rows comparing the device forward pass on `runtime` with kvedge_host.ref.llama_ref at every position."""
+    import numpy as np
     from ..ref import llama_ref
     from ..errors import UserError
     if not os.path.isfile(path):
