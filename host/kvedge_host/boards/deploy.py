@@ -46,6 +46,14 @@ def mpy_cross_cmd(src, dst, board_name, march=None):
         "-s", board_name, "-o", dst, src]
 
 
+def compile_one(src, dst, board_name, march=None):
+    """mpy-cross `src` into `dst` (mpy_cross_cmd); raises DeployError with mpy-cross's message."""
+    os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
+    p = subprocess.run(mpy_cross_cmd(src, dst, board_name, march), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    if p.returncode:
+        raise DeployError("mpy-cross -march=%s failed on %s: %s" % (march, board_name, p.stdout.decode().strip()))
+
+
 def mpremote(port, args, resume=True, timeout=300):
     """Run `mpremote connect PORT [resume] ARGS...`; returns its output, raises DeployError on failure.
 
@@ -207,10 +215,7 @@ def compile_mpy(sources, march, build_dir):
     for src, remote in sources:
         rmpy = remote[:-3] + ".mpy"
         dst = os.path.join(build_dir, rmpy)
-        os.makedirs(os.path.dirname(dst), exist_ok=True)
-        p = subprocess.run(mpy_cross_cmd(src, dst, remote, march), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        if p.returncode:
-            raise DeployError("mpy-cross -march=%s failed on %s: %s" % (march, remote, p.stdout.decode().strip()))
+        compile_one(src, dst, remote, march)
         out.append((dst, rmpy))
     return out
 

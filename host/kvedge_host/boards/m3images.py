@@ -2,20 +2,11 @@
 -march), its RAM disk as a littlefs2 image loaded into guest RAM, and its ROMFS image (kvedge_host.boards.romfs)."""
 import os
 import shutil
-import subprocess
 import tempfile
 
-from .deploy import DeployError, mpy_cross_cmd
+from .deploy import DeployError, compile_one as compile_to  # noqa: F401 (compile_to: m3board's name for it)
 from .m3firmware import M3Missing
 from .m3machines import DISK_BLOCK, DISK_BLOCKS, DISK_NAME, M3, disk_module
-
-
-def compile_to(src, dst, board_name, march=None):
-    """mpy-cross one file; `board_name` is its name on the board (in tracebacks)."""
-    os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
-    p = subprocess.run(mpy_cross_cmd(src, dst, board_name, march), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    if p.returncode:
-        raise DeployError("mpy-cross -march=%s failed on %s: %s" % (march, board_name, p.stdout.decode().strip()))
 
 
 def stage(folder, pairs, march=None, mpy=True):

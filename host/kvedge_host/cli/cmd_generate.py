@@ -476,22 +476,11 @@ def _split_stats(text):
 
 def _compile_mpy(dest):
     """The device package compiled with mpy-cross for the x86-64 unix port, in dest; returns dest."""
-    import subprocess
-    from ..boards.deploy import THUMB_ONLY, XTENSA_ONLY, DeployError, mpy_cross_cmd
-    for root, _, files in os.walk(os.path.join(DEVICE, "kvedge")):
-        rel = os.path.relpath(root, DEVICE)
-        os.makedirs(os.path.join(dest, rel), exist_ok=True)
-        for f in files:
-            if f.endswith(".py") and (rel + "/" + f).replace(os.sep, "/") not in THUMB_ONLY + XTENSA_ONLY:
-                out = os.path.join(dest, rel, f[:-3] + ".mpy")
-                try:
-                    cmd = mpy_cross_cmd(os.path.join(root, f), out, (rel + "/" + f).replace(os.sep, "/"), "x64")
-                except DeployError as e:
-                    raise UserError(str(e))
-                p = subprocess.run(cmd,
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-                if p.returncode:
-                    raise UserError("mpy-cross %s: %s" % (f, p.stdout.decode().strip()))
+    from ..boards.deploy import DeployError, compile_mpy, device_sources, for_arch
+    try:
+        compile_mpy(for_arch(device_sources(), "x64"), "x64", dest)
+    except DeployError as e:
+        raise UserError(str(e))
     return dest
 
 

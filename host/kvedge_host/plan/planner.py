@@ -1068,7 +1068,7 @@ def plan_one(spec, context, tgt, kv_dtype="f32", weights_dtype=None, align=64, b
     return Plan(spec, tgt, result, chosen, doc)
 
 
-_FITS_INSTEAD = {}  # (the planned model's shape, context, board, workspace) -> fits_instead's answer
+_FITS_INSTEAD = {}  # (the presets left out, context, board, workspace) -> fits_instead's answer
 
 
 def fits_instead(spec, context, tgt, workspace=None):
