@@ -32,7 +32,7 @@ Runtimes:
   would take 204,800 bytes, and a cache of --context + --tokens slots does not fit either.
 - m7, m55: the same on the emulated Cortex-M7 (mps2-an500, armv7emsp, 2 MiB; the RP2350's stand-in) and
   Cortex-M55 (mps3-an547, armv7emdp, 460,800 bytes): cores with the DSP instructions, where the asm kernels'
-  matrix-vector product is kvedge.qkernels_dsp's (SMLAD).
+  matrix-vector product is kvedge.kernels.q8_dsp_thumb's (SMLAD).
 - xt: the same on the emulated Xtensa lx106 (qemu lx60-nommu, call0, no FPU, xtensa .mpy, 2 MiB: the ESP32s'
   stand-in; no asm kernels there, so viper by default; the plain kernels' hundreds of millions of instructions a
   token take hours of qemu: name them with --kernels plain).

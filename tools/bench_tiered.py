@@ -12,7 +12,7 @@ token's attention (step_q8 over the 5 layers) is timed, and the slope over the c
 per cold token (flash reads included). For comparison: the same step over an i8 KVCache holding the tokens in RAM
 (its slope is the in-RAM cost per cached token). The integer attention is measured twice: "int-tiles" as the
 float pass runs it over an i8 ring (a tile loop), "int" as the integer pass does (its fused drivers loaded:
-kvedge.model.run's att_preload, the cold blocks' fold kvedge.kernels_vcold). The demotion cost is the time of the start_token() that moves a
+kvedge.model.run's att_preload, the cold blocks' fold kvedge.kernels.viper_tier). The demotion cost is the time of the start_token() that moves a
 block to flash (re-quantize, append, flush, commit), spread over the block's tokens. --float adds the float path
 (f32 ring). --save (m3 only) writes the figures to host/kvedge_host/plan/tiered_cost.py, where `kvedge plan` reads
 them."""

@@ -73,8 +73,8 @@ print("LOCKED", r, "locked steps", m.intp.locked_steps)
 """
 
 NO_ASM = """
-import kvedge.qkernels_xtensa
-kvedge.qkernels_xtensa.OK = False
+import kvedge.kernels.q8_asm_xtensa
+kvedge.kernels.q8_asm_xtensa.OK = False
 """
 
 PROFILE_CODE = r"""
@@ -279,7 +279,7 @@ def main():
     ap.add_argument("--tokens-only", action="store_true")
     ap.add_argument("--profile", action="store_true", help="also the token's cost per part")
     ap.add_argument("--no-asm", action="store_true", help="the viper q_mv (as on a port without asm_xtensa, "
-                    "e.g. an ESP32's): kvedge.qkernels_xtensa refused before the kernels load")
+                    "e.g. an ESP32's): kvedge.kernels.q8_asm_xtensa refused before the kernels load")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="kvedge-xt-") as tmp:
         stage(tmp, a.march)

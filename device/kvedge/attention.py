@@ -17,15 +17,15 @@
 import math
 
 from . import check, kernels, quant
-kernels.bind_att()  # the att_* kernels' tile indexes (kvedge.layout): the integer attention is loading
+kernels.bind_att()  # the att_* kernels' tile indexes (kvedge.kernels.words): the integer attention is loading
 from .compat import zeros
 from .floatatt import FloatAttention, MAX_TILE, SCORE_CAP, SCORE_STEP, _float_array  # noqa: F401 (its names)
 from .sizes import I2, I4, I8
-from .layout import (T_N, T_D, T_QOFF, T_T, T_B, T_EQ, T_M, T_WS, T_EVMAX, T_TMAX, T_EVT, T_HDR, T_KIVI, T_LSUM,
+from .kernels.words import (T_N, T_D, T_QOFF, T_T, T_B, T_EQ, T_M, T_WS, T_EVMAX, T_TMAX, T_EVT, T_HDR, T_KIVI, T_LSUM,
                      T_SH, T_CORR, T_QBITS, R_KROW, R_KSC, R_U, R_VROW, R_VSC, R_SLOT, R_RUNS, G_KROW, G_PITCH, G_P, G_J, G_N, G_LISTED, G_END, LG_WORDS)
 
-# geo (kvedge.layout G_*): att_fill_i8's geometry, one query head's running state and scratch of the fused kernels
-# (kernels_viper/asm: att_head_i8 and their drivers att_step_i8, att_rows_i8), which run every tile of a head
+# geo (kvedge.kernels.words G_*): att_fill_i8's geometry, one query head's running state and scratch of the fused kernels
+# (kernels.viper/asm: att_head_i8 and their drivers att_step_i8, att_rows_i8), which run every tile of a head
 # in one call with the same operations, in the same order, as the tile loop below (_tile_q8): their reference.
 LOG2E = 1.4426950408889634
 _LIM = 1 << 28
@@ -123,7 +123,7 @@ class Attention(FloatAttention):
             self.exp2 = _exp2_table()
             # the fused kernels' other buffers (for any kind: self.k may be swapped after construction): slots,
             # exp2, acc, geo, then qs, out_q, out_exp and the head and division kernels of a layer step, then a
-            # tiered cache's per-head running states and accumulators (kernels_vhead.att_cold_i8)
+            # tiered cache's per-head running states and accumulators (kernels.viper_head.att_cold_i8)
             self.aux = [None, self.exp2, self.iacc, self.geo, None, None, None, None, None, None, None]
             self.lam = int(LOG2E / math.sqrt(D) * 16384 + 0.5)
             # Q8_RANGE as a bound on the product of the query's and the keys' f16 scales, 128 * sq * 128 * sk *

@@ -120,7 +120,7 @@ class KVCache:
         self.int_ok = cfg.dtype in INT_CODES and D <= 256  # its rows can go through the integer attention
         self._scratch = zeros("f", max(D, G) if self.kivi else D)  # one row (KIVI: or a group's key channel)
         self.policy = None
-        self._lay = None  # kvedge.layout, once q8_store_block() set up a block
+        self._lay = None  # kvedge.kernels.words, once q8_store_block() set up a block
         self._q8codes = self._q8scales = 0
         self.att = None  # the decode interface's attention (attach())
         self.scores = None

@@ -8,12 +8,12 @@ from .sizes import I8, K, V
 
 
 def q8_store_block(self, p, kc, vc, ks, vs, ncodes, nscales):
-    """Set up p (array('i') of kvedge.layout.S_WORDS) for write_q8_at(): a caller's codes buffer of ncodes
+    """Set up p (array('i') of kvedge.kernels.words.S_WORDS) for write_q8_at(): a caller's codes buffer of ncodes
     holds K's codes of every KV head from index kc and V's from vc (kv_heads * head_dim each), its scales
     buffer of nscales the f16 scale bits from ks and vs (kv_heads each). Checked here, once."""
     if self.cfg.dtype != I8:
         raise TypeError("write_q8_at needs an i8 cache, this one is %s" % self.cfg.dtype)
-    from . import layout as lay  # the integer path's: loaded when a caller sets up a block, not by every cache
+    from .kernels import words as lay  # the integer path's: loaded when a caller sets up a block, not by every cache
     check.out("p", p, lay.S_WORDS, -(1 << 30))
     n = self.H * self.D
     for at in (kc, vc, ks, vs, ncodes, nscales):
@@ -121,7 +121,7 @@ def store_q8(self, layer, codes, scales, slot=-1):
 
 def bind_q8(self, p, kc, vc, ks, vs, codes, scales, q_store, qc, qs, oq, oe):
     """The integer pass's buffers, checked once: its codes and scales (K's codes from index kc, V's from vc; their
-    scales from ks and vs) go through p (array('i') of kvedge.layout.S_WORDS) and the kernel q_store; the query's
+    scales from ks and vs) go through p (array('i') of kvedge.kernels.words.S_WORDS) and the kernel q_store; the query's
     codes qc and scales qs and the output oq, oe are attend_q8()'s. Loads what the steps will call (they may run
     heap-locked)."""
     self.q8_store_block(p, kc, vc, ks, vs, len(codes), len(scales))

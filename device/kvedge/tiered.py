@@ -29,21 +29,21 @@ from .compat import float_array, zeros
 from .config import CacheConfig
 from .tierconf import check as check_tier
 from .errors import BudgetError
-from .layout import G_P, G_J, G_N, G_LISTED
+from .kernels.words import G_P, G_J, G_N, G_LISTED
 from .model.passes import INT_COLD  # cold dtypes attended on the integer path (loaded by tierconf)
 from . import quant
 from . import kernels as _kernels
 
-_vcold = []  # kvedge.kernels_vcold once fold_kernels() loaded it
+_vcold = []  # kvedge.kernels.viper_tier once fold_kernels() loaded it
 
 
 def fold_kernels():
-    """kernels_vcold (viper: a tier's i8 blocks folded into every query head in one call) where viper runs, else
+    """viper_tier (viper: a tier's i8 blocks folded into every query head in one call) where viper runs, else
     None; loaded once (an import allocates), by the integer pass at start-up, and counted in kvedge footprint's
     tiered_int_* figures."""
-    if not _vcold and _kernels.arch() > 0:
-        from . import kernels_vcold
-        _vcold.append(kernels_vcold)
+    if not _vcold and _kernels.runs_here("viper"):
+        from .kernels import viper_tier
+        _vcold.append(viper_tier)
     return _vcold[0] if _vcold else None
 
 
@@ -484,7 +484,7 @@ class TieredCache:
         ok = False
         try:
             # where the integer pass's fused drivers are loaded, and both tiers hold plain i8 rows: every query head
-            # in one call a cold block, then the ring (kernels_vcold.att_fold_i8); else a head at a time
+            # in one call a cold block, then the ring (viper_tier.att_fold_i8); else a head at a time
             v = _fused(att.k) if att.fused and self.cold == I8 and r.cfg.dtype == I8 and not r.P else None
             if v is not None:
                 if cs.adler is not v.adler:

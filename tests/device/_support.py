@@ -193,7 +193,7 @@ def tmp_path(name):
 
 
 def preload_floats():
-    """Load the float kernels the viper and asm kinds take on first use (kvedge.fkernels_native) now, on a collected
+    """Load the float kernels the viper and asm kinds take on first use (kvedge.kernels.f32_native) now, on a collected
     heap, as kvedge.model.run does for a run that needs them: a test file that calls them reaches them early."""
     import gc
     from kvedge import kernels
@@ -206,7 +206,7 @@ def preload_floats():
 def preload_kernels(kinds, fold=False):
     """Load each kernel kind's integer-pass kernels (and the attention kernels it loads beside them) now, on a
     collected heap: the model tests switch kinds later, when a board-sized heap has no large block left. fold: also
-    a tiered cache's fold of i8 cold blocks (kvedge.kernels_vcold, which kvedge.tiered loads on its first step)."""
+    a tiered cache's fold of i8 cold blocks (kvedge.kernels.viper_tier, which kvedge.tiered loads on its first step)."""
     import gc
     from kvedge import kernels
     from kvedge.model import intpath
@@ -218,7 +218,7 @@ def preload_kernels(kinds, fold=False):
             k.att_preload(k)
         if fold and hasattr(k, "att_preload"):
             try:  # a tiered cache's fold beside the fused drivers (kvedge.tiered loads it on its first step)
-                import kvedge.kernels_vcold  # noqa: F401
+                import kvedge.kernels.viper_tier  # noqa: F401
             except (ImportError, SyntaxError, NameError, AttributeError, TypeError):
                 pass
         gc.collect()

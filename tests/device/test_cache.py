@@ -498,12 +498,12 @@ def _q8_at_cycle(c, codes, scales, p, store, n):
 
 
 def test_write_q8_at_stores_what_write_q8_stores_and_refuses_first():
-    from kvedge import qkernels_plain
-    from kvedge.layout import S_WORDS
+    from kvedge.kernels import q8_plain
+    from kvedge.kernels.words import S_WORDS
     rng = Rng(41)
     cfg = CacheConfig(3, 4, 2, 8, 9, "i8", window=6, sinks=1, align=16)  # padded rows, a ring that wraps
     q, kvd = 4 * 8, 2 * 8
-    for store in (None, qkernels_plain.q_store):
+    for store in (None, q8_plain.q_store):
         ref = KVCache(cfg)
         c = KVCacheQ8(cfg)
         p = array("i", [0] * S_WORDS)
@@ -539,14 +539,14 @@ def test_write_q8_at_stores_what_write_q8_stores_and_refuses_first():
 
 def test_write_q8_at_allocates_nothing():
     need("heap_lock")
-    from kvedge import qkernels_plain
-    from kvedge.layout import S_WORDS
+    from kvedge.kernels import q8_plain
+    from kvedge.kernels.words import S_WORDS
     c = KVCacheQ8(CacheConfig(2, 4, 2, 8, 40, "i8", window=16, sinks=4))
     p = array("i", [0] * S_WORDS)
     codes = array("b", [(i * 7) % 255 - 127 for i in range(32 + 32)])
     scales = array("H", [0x2C00 + i for i in range(8)])
     c.q8_store_block(p, 32, 48, 4, 6, len(codes), len(scales))
-    for store in (None, qkernels_plain.q_store):
+    for store in (None, q8_plain.q_store):
         _q8_at_cycle(c, codes, scales, p, store, 30)  # warm: the ring has wrapped
         under_heap_lock(_q8_at_cycle, c, codes, scales, p, store, 20)
     out = array("b", [0] * 8)

@@ -6,7 +6,7 @@ from array import array
 
 from _support import Rng
 from kvedge import kernels, quant
-from kvedge.layout import VMAX, P_HDR
+from kvedge.kernels.words import VMAX, P_HDR
 from kvedge.model import intpath
 
 
@@ -38,12 +38,12 @@ def _same_every_kind(name, make, check=None):
 
 
 def _kernel(k, qk, name):
-    """Kernel `name` of the q_* module k of kind qk. Where qkernels_dsp's q_quant and q_mv replaced asm's own
+    """Kernel `name` of the q_* module k of kind qk. Where kernels.q8_dsp_thumb's q_quant and q_mv replaced asm's own
     (its q_quant packs the codes for its q_mv: tested composed in test_qkernels_dsp), the plain ones stand in:
     asm's Thumb pair is tested on the cores without DSP instructions."""
-    if qk == "asm" and name in ("q_quant", "q_mv") and "kvedge.qkernels_dsp" in sys.modules:
-        from kvedge import qkernels_plain
-        return getattr(qkernels_plain, name)
+    if qk == "asm" and name in ("q_quant", "q_mv") and "kvedge.kernels.q8_dsp_thumb" in sys.modules:
+        from kvedge.kernels import q8_plain
+        return getattr(q8_plain, name)
     return getattr(k, name)
 
 

@@ -7,13 +7,13 @@ from kvedge import kernels
 
 def _forget_kinds():
     for kind in kernels.ALLOWED:
-        sys.modules.pop("kvedge.kernels_" + kind, None)
+        sys.modules.pop(kernels.module_name("", kind), None)
     kernels._current = None
     kernels._kind = None
 
 
 def _kinds_loaded():
-    return sorted(k for k in kernels.ALLOWED if "kvedge.kernels_" + k in sys.modules)
+    return sorted(k for k in kernels.ALLOWED if kernels.module_name("", k) in sys.modules)
 
 
 def test_auto_imports_only_what_the_kind_it_picks_needs():
@@ -23,7 +23,7 @@ def test_auto_imports_only_what_the_kind_it_picks_needs():
         kernels.select()
         chosen, loaded = kernels.kind(), _kinds_loaded()
         _forget_kinds()
-        __import__("kvedge.kernels_" + chosen)   # the reference: that kind's module alone (viper uses native's
+        __import__(kernels.module_name("", chosen))   # the reference: that kind's module alone (viper uses native's
         assert loaded == _kinds_loaded(), (chosen, loaded)   # float loops) and nothing else
     finally:
         kernels.select(before)

@@ -1,13 +1,14 @@
-# The DSP kernels of the integer forward pass (kvedge.qkernels_dsp: UXTB16 and SMLAD by raw encodings) against
-# the plain ones (kvedge.qkernels_plain, the reference arithmetic): q_quant then q_mv give the same out values,
+# The DSP kernels of the integer forward pass (kvedge.kernels.q8_dsp_thumb: UXTB16 and SMLAD by raw encodings) against
+# the plain ones (kvedge.kernels.q8_plain, the reference arithmetic): q_quant then q_mv give the same out values,
 # the same largest |out| and the same P_SX, for every column count's tail (cols % 32, % 4), row offsets, weight
-# offsets, shifts both ways (saturating) and adding into out. Runs only where kvedge.cpuid.has_dsp() finds the
+# offsets, shifts both ways (saturating) and adding into out. Runs only where kvedge.kernels.cpuid.has_dsp() finds the
 # instructions in the core (the emulated Cortex-M7 and M55: tests/host/test_dsp_kernels.py); elsewhere the
 # probe must say no (an M3 or M0 core would take a HardFault on them).
 import sys
 from array import array
-from kvedge import cpuid, kernels
-from kvedge.layout import P_WO, P_ROWS, P_COLS, P_XM, P_OS, P_ADD, P_RO, P_SX, P_HDR
+from kvedge import kernels
+from kvedge.kernels import cpuid
+from kvedge.kernels.words import P_WO, P_ROWS, P_COLS, P_XM, P_OS, P_ADD, P_RO, P_SX, P_HDR
 from _support import skip
 from _fuzzkit import Lcg
 
@@ -24,14 +25,14 @@ def test_the_asm_kernels_take_the_dsp_product_exactly_where_the_core_has_it():
     if not kernels.thumb():
         skip("no inline assembler here")
     try:
-        from kvedge import qkernels_asm
+        from kvedge.kernels import q8_asm_thumb
     except ImportError:
         skip("no asm kernels deployed here")
     if cpuid.has_dsp():
-        from kvedge import qkernels_dsp
-        assert qkernels_asm.q_mv is qkernels_dsp.q_mv and qkernels_asm.q_quant is qkernels_dsp.q_quant
+        from kvedge.kernels import q8_dsp_thumb
+        assert q8_asm_thumb.q_mv is q8_dsp_thumb.q_mv and q8_asm_thumb.q_quant is q8_dsp_thumb.q_quant
     else:
-        assert "kvedge.qkernels_dsp" not in sys.modules  # absent, or refused and not kept
+        assert "kvedge.kernels.q8_dsp_thumb" not in sys.modules  # absent, or refused and not kept
 
 
 def _case(rng, q, rows, cols, ro, wo, os, add):
@@ -61,8 +62,8 @@ def _case(rng, q, rows, cols, ro, wo, os, add):
 
 def test_dsp_q_quant_and_q_mv_equal_the_plain_kernels():
     if not cpuid.has_dsp():
-        skip("no DSP instructions on this core (kvedge.cpuid.has_dsp())")
-    from kvedge import qkernels_dsp as dsp, qkernels_plain as plain
+        skip("no DSP instructions on this core (kvedge.kernels.cpuid.has_dsp())")
+    from kvedge.kernels import q8_dsp_thumb as dsp, q8_plain as plain
     n = 0
     for cols in (1, 2, 3, 4, 5, 7, 8, 16, 31, 32, 33, 36, 63, 64, 65, 100, 172):
         for rows, ro, wo, os, add in ((1, 0, 0, 0, 0), (3, 2, 5, -3, 1), (5, 0, 3, 4, 0), (2, 1, 0, -40, 1)):

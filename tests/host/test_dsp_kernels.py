@@ -1,4 +1,4 @@
-"""The DSP kernels (kvedge.qkernels_dsp) on the two emulated cores that have the DSP instructions, both at the
+"""The DSP kernels (kvedge.kernels.q8_dsp_thumb) on the two emulated cores that have the DSP instructions, both at the
 rp2350 heap: the single-precision Cortex-M7 (mps2-an500, armv7emsp .mpy: the RP2350's stand-in) and the
 Cortex-M55 (mps3-an547, armv7emdp .mpy). On each: the DSP kernels against the plain ones, every kernel kind's q_*
 kernels against written-out arithmetic, and the integer pass bit-identical across kinds (asm's matrix product
@@ -31,7 +31,7 @@ def test_dsp_files_on(runtime, name):
 @pytest.mark.parametrize("runtime", sorted(CORES))
 def test_the_core_is_the_one_its_runtime_names_and_has_dsp(runtime):
     _need(runtime)
-    rc, out = runtimes.run_code(runtime, "import sys\nfrom kvedge import cpuid\n"
+    rc, out = runtimes.run_code(runtime, "import sys\nfrom kvedge.kernels import cpuid as cpuid\n"
                                 "print(sys.implementation._machine, cpuid.has_dsp())\n",
                                 heap=runtimes.heap_for("rp2350"), paths=[runtimes.DEVICE])
     assert rc == 0 and "%s True" % CORES[runtime] in out, out

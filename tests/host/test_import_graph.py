@@ -170,9 +170,11 @@ def test_source_files_reach_every_module():
             seen.add(m)
             todo.extend(g.get(m, ()))
     other_chips = {p[:-3].replace("/", ".") for p in THUMB_ONLY + DSP_ONLY + XTENSA_ONLY}
-    # the kernel modules are loaded by name (kvedge.kernels and the passes' loaders): the files that load every
+    # the kinds' kernel modules are loaded by name (kvedge.kernels.first and select): the files that load every
     # kind a core has, as the board's own probe picks them
-    by_name = {m for m in known if m.split(".")[-1].split("_")[0] in ("kernels", "qkernels", "q4kernels", "fkernels")}
+    kinds = ("plain", "native", "viper")
+    by_name = {"kvedge.kernels." + r + k for r in ("", "q8_", "q4_") for k in kinds} | {"kvedge.kernels.f32_native"}
+    assert by_name <= set(known), sorted(by_name - set(known))
     assert {"test_kernel_select.py", "test_intkernels.py", "test_w4kinds.py"} <= set(test_runtimes.SOURCE_FILES)
     missing = sorted(set(known) - seen - other_chips - by_name)
     assert missing == [], "no SOURCE_FILES file reaches %s" % missing

@@ -33,7 +33,7 @@ def _traced_step(att, qc, qs, oq, oe, layers, scores):
         return local
 
     def tracer(frame, event, arg):
-        if frame.f_code.co_filename.endswith(("kernels_plain.py", "attention.py")):
+        if frame.f_code.co_filename.endswith(("kernels/plain.py", "attention.py")):
             return local
         return None
     sys.settrace(tracer)

@@ -1,4 +1,4 @@
-"""kernels_native.py is generated from kernels_plain.py (tools/gen_native_kernels.py): they must agree."""
+"""kernels/native.py is generated from kernels/plain.py (tools/gen_native_kernels.py): they must agree."""
 import subprocess
 import sys
 
@@ -7,5 +7,5 @@ from kvedge_host.paths import TOOLS
 
 def test_native_kernels_are_the_plain_ones_regenerated():
     p = subprocess.run([sys.executable, TOOLS + "/gen_native_kernels.py", "--check"])
-    assert p.returncode == 0, "device/kvedge/kernels_native.py is stale: run tools/gen_native_kernels.py"
+    assert p.returncode == 0, "device/kvedge/kernels/native.py is stale: run tools/gen_native_kernels.py"
 

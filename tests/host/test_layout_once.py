@@ -2,7 +2,7 @@
 row pitches it derives offsets from (.DATA, .META, .VMETA, .PRE, .RES, .prow, .frow, ._rowidx); the others read
 the cache's accessors (base, row_at, scale_at, prefix_at, residual_at, row_pitch, f32_pitch) or have it fill the
 kernels' blocks (head_geo, layer_geo, point_tile, q8_store_block, write_q8_at, runs). And the index of every word of
-those blocks is one const() name in kvedge/layout.py, assigned nowhere else."""
+those blocks is one const() name in kvedge/kernels/words.py, assigned nowhere else."""
 import ast
 import os
 
@@ -10,7 +10,7 @@ from kvedge_host.paths import DEVICE
 
 PKG = os.path.join(DEVICE, "kvedge")
 OWNERS = ("cache.py", "q8rows.py", "q8writes.py")  # the cache, and its int8-code writes (KVCacheQ8's and its stubs' code)
-LAYOUT = "layout.py"
+LAYOUT = os.path.join("kernels", "words.py")
 FIELDS = ("DATA", "META", "VMETA", "PRE", "RES", "prow", "frow", "_rowidx")
 
 
@@ -57,7 +57,7 @@ def test_the_search_finds_a_planted_offset_and_passes_the_accessors():
     assert layout_reads(owner), "the owner reads its own fields: the search must see them"
 
 
-def test_every_block_index_is_one_const_name_in_layout():
+def test_every_block_index_is_one_const_name_in_words():
     mods = dict(_modules())
     tree = ast.parse(mods[LAYOUT])
     names = []
@@ -71,5 +71,5 @@ def test_every_block_index_is_one_const_name_in_layout():
     for rel, src in mods.items():
         if rel != LAYOUT:
             again += ["device/kvedge/%s: %s" % (rel, n) for n in sorted(assigned_names(src) & set(names))]
-    assert not again, "block indexes assigned outside kvedge/layout.py:\n" + "\n".join(again)
+    assert not again, "block indexes assigned outside kvedge/kernels/words.py:\n" + "\n".join(again)
     assert assigned_names("P_HDR = const(8)\nT_N, T_D = 0, 1\ngeo[G_P] = 0\n") == {"P_HDR", "T_N", "T_D"}

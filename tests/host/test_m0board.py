@@ -105,7 +105,7 @@ def test_the_package_runs_as_armv6m_mpy_from_flash_with_a_ram_disk():
     code = ("import gc, sys, os\n"
             "print('KV', sys.implementation._machine, (sys.implementation._mpy >> 10) & 0x3f)\n"
             "import kvedge.kernels as k\nprint('KV', k.kind(), k.__file__)\n"
-            "from array import array\nimport kvedge.kernels_plain as p, kvedge.kernels_viper as v\n"
+            "from array import array\nimport kvedge.kernels.plain as p, kvedge.kernels.viper as v\n"
             "x = array('b', [(i * 37) % 255 - 127 for i in range(64)])\n"
             "print('KV', p.dot_i8(x, 0, x, 0, 64), v.dot_i8(x, 0, x, 0, 64))\n"
             "with open('f.bin', 'wb') as f:\n    f.write(bytes(range(200)))\n"

@@ -49,7 +49,7 @@ def test_code_runs_on_the_rp2040_heap_with_the_package_from_rom():
         "print('KV', sys.implementation.name, sys.maxsize, gc.mem_free() + gc.mem_alloc())\n"
         "print('KV', 1.0 + 1e-8 == 1.0)\n"                             # float32
         "import kvedge.kernels as k\nprint('KV', k.kind(), k.__file__)\n"
-        "from array import array\nimport kvedge.kernels_viper as v, kvedge.kernels_plain as p\n"
+        "from array import array\nimport kvedge.kernels.viper as v, kvedge.kernels.plain as p\n"
         "a = array('b', [(i * 37) % 255 - 127 for i in range(64)])\n"
         "print('KV', v.dot_i8(a, 0, a, 0, 64), p.dot_i8(a, 0, a, 0, 64))\n",
         board="rp2040")

@@ -91,7 +91,7 @@ def test_deploy_against_it_checks_on_the_board_and_sends_only_what_differs(tmp_p
         assert p.returncode == 0, p.stdout + p.stderr
         assert p.stdout.strip().splitlines()[-1].endswith(": 1 sent, %d unchanged, 0 removed" % (n - 1)), p.stdout
         assert "sent      kvedge/errors.mpy" in p.stdout
-        code = ("import kvedge, kvedge.kernels as k\nfrom array import array\nimport kvedge.kernels_viper as v\n"
+        code = ("import kvedge, kvedge.kernels as k\nfrom array import array\nimport kvedge.kernels.viper as v\n"
                 "a = array('b', [(i * 37) % 255 - 127 for i in range(64)])\n"
                 "print(kvedge.__version__, k.kind(), v.dot_i8(a, 0, a, 0, 64))")
         ref = sum(((i * 37) % 255 - 127) ** 2 for i in range(64))

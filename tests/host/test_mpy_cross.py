@@ -112,7 +112,7 @@ def test_asm_modules_are_thumb_1_and_only_for_arm(tmp_path):
         assert subprocess.run([exe, "-march=xtensawin", "-o", str(tmp_path / "b.mpy"), src],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT).returncode != 0, rel
     names = [r for _, r in for_arch(device_sources(), "xtensawin")]
-    assert not set(THUMB_ONLY) & set(names) and "kvedge/kernels_viper.py" in names
+    assert not set(THUMB_ONLY) & set(names) and "kvedge/kernels/viper.py" in names
     assert set(THUMB_ONLY) - set(DSP_ONLY) <= {r for _, r in for_arch(device_sources(), "armv6m")}
     # the DSP kernels only where the core can be Armv7E-M (the probe still decides on the board)
     for march, has in (("armv6m", False), ("armv7m", False), ("armv7em", True), ("armv7emsp", True),

@@ -131,7 +131,7 @@ def test_circuitpython_board_commands_on_real_circuitpython(tmp_path):
         for line in cmds[:3]:
             p = _kvedge(_argv(line, vb.port, subs), str(tmp_path))
             assert p.returncode == 0, line + "\n" + p.stdout[-2000:] + p.stderr[-2000:]
-        assert not (drive / "lib" / "kvedge" / "kernels_viper.py").exists()
+        assert not (drive / "lib" / "kvedge" / "kernels" / "viper.py").exists()
         vb.reset()  # CircuitPython restarts code.py when its drive changes
         stats = str(tmp_path / "stats.csv")
         mon = _argv(cmds[3], vb.port, subs) + ["--csv", stats, "--duration", "600"]

@@ -33,7 +33,7 @@ def test_images_and_the_reason_when_there_are_none(tmp_path, monkeypatch):
 
 def test_an_xtensa_board_gets_no_thumb_module_and_its_disk_code_compiles(tmp_path):
     names = [r for _, r in for_arch(device_sources(), "xtensa")]
-    assert not set(THUMB_ONLY) & set(names) and "kvedge/kernels_viper.py" in names
+    assert not set(THUMB_ONLY) & set(names) and "kvedge/kernels/viper.py" in names
     assert m3board.march_for("esp32", XT) == "xtensa"
     src = tmp_path / "_m3disk.py"
     src.write_text(m3board.disk_module(XT))

@@ -3,8 +3,9 @@
 # per matrix its f16 group scales, then two nibble codes a byte) read where it lies, in RAM, in place from ROMFS,
 # or streamed a chunk at a time, and multiplied by the kernels' q_mv4. Kept out of intpath: a board running int8
 # weights does not compile it (intpath's Weights imports it for an int4 file).
+from kvedge import kernels
 from kvedge.compat import zeros
-from kvedge.layout import VMAX, P_WO, P_ROWS, P_COLS, P_XM, P_OS, P_ADD, P_RO, P_HDR, P4_SO, P4_EG, P4_HDR
+from kvedge.kernels.words import VMAX, P_WO, P_ROWS, P_COLS, P_XM, P_OS, P_ADD, P_RO, P_HDR, P4_SO, P4_EG, P4_HDR
 from kvedge.model.header import CheckpointError
 from kvedge.model import intpath
 from kvedge.model.intpath import _collect, _read
@@ -12,19 +13,10 @@ from kvedge.w4sizes import scale_bytes as i4_scale_bytes, matrix_bytes as i4_mat
 
 
 def kernels4():
-    """The q_mv4 module (kvedge.q4kernels_<kind>) of the q_* kernels' kind (kvedge.model.intpath.qkernels), or
-    the next kind's that loads here: the same bits from every kind."""
-    from kvedge.model.intpath import QKINDS, qkernels
-    kinds = QKINDS[QKINDS.index(qkernels()[1]):]
-    for q in kinds:
-        try:
-            mod = __import__("kvedge.q4kernels_" + q)
-        except (ImportError, SyntaxError, NameError, AttributeError, TypeError):
-            continue
-        mod = getattr(mod, "q4kernels_" + q)
-        if mod.OK:
-            return mod
-    raise ValueError("no q_mv4 kernel loads here")
+    """The q_mv4 module (kvedge.kernels.q4_<kind>) of the q_* kernels' kind (kvedge.model.intpath.qkernels), or
+    the next kind's that loads here (kvedge.kernels.first): the same bits from every kind."""
+    from kvedge.model.intpath import qkernels
+    return kernels.first("q4_", qkernels()[1])[0]
 
 
 def layout(cfg):
@@ -170,11 +162,11 @@ class Forward(intpath.Forward):
         cfg = model.cfg
         self.xq = zeros("i", xq_codes(cfg))
         self.k4 = kernels4()
-        # the matvec inputs' quantizer: the kernels', except where qkernels_dsp's packs them for its own q_mv
+        # the matvec inputs' quantizer: the kernels', except where kernels.q8_dsp_thumb's packs them for its own q_mv
         self.kq = self.k
-        if "kvedge.qkernels_dsp" in sys.modules and qkernels()[1] == "asm":
-            from kvedge import qkernels_viper
-            self.kq = qkernels_viper
+        if "kvedge.kernels.q8_dsp_thumb" in sys.modules and qkernels()[1] == "asm":
+            from kvedge.kernels import q8_viper
+            self.kq = q8_viper
         self.cd = code_max4(cfg.dim)
         self.ch = code_max4(cfg.hidden_dim)
 

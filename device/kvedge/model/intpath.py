@@ -31,7 +31,7 @@ from kvedge.compat import zeros, IS_MICROPYTHON, micropython
 from kvedge.model.header import i8_layout, file_size, CheckpointError, alloc
 from kvedge import kernels
 
-from kvedge.layout import P_WO, P_ROWS, P_COLS, P_XM, P_OS, P_ADD, P_RO, P_HDR, S_WORDS
+from kvedge.kernels.words import P_WO, P_ROWS, P_COLS, P_XM, P_OS, P_ADD, P_RO, P_HDR, S_WORDS
 
 RES_EXP = -16  # residual stream in Q16: |x| < 8192 with steps of 1.5e-5
 MAX_COLS = 32768  # sum(u * x) with u <= 255, |x| <= 127 stays within 2**30
@@ -58,25 +58,10 @@ def _collect():
         gc.collect()
 
 
-QKINDS = kernels.KINDS
-
-
 def qkernels():
-    """(module, kind) of the q_* kernels for the selected attention kernels' kind (kvedge.kernels): that kind's
-    qkernels_<kind>, or the next kind's that loads here (asm's matrix product is qkernels_dsp's on a core with
-    the DSP instructions)."""
-    k = kernels.kind()
-    for q in QKINDS[QKINDS.index(k):]:
-        if q == "asm" and not kernels.thumb():
-            continue
-        try:
-            mod = __import__("kvedge.qkernels_" + q)
-        except (ImportError, SyntaxError, NameError, AttributeError, TypeError):
-            continue
-        mod = getattr(mod, "qkernels_" + q)
-        if mod.OK:
-            return mod, q
-    raise ValueError("no q_* kernels load here")
+    """(module, kind) of the q_* kernels for the selected attention kernels' kind: kvedge.kernels.first's rule
+    (asm's matrix product is kernels.q8_dsp_thumb's on a core with the DSP instructions)."""
+    return kernels.first("q8_", kernels.kind())
 
 
 def bitlen(a):
@@ -427,7 +412,7 @@ class Forward:
         d, h, kvd, hd = cfg.dim, cfg.hidden_dim, cfg.kv_dim, cfg.head_dim
         self.d, self.h, self.kvd, self.hd = d, h, kvd, hd
         self.nq = d + 2 * kvd
-        widest = max(d, h, 4)  # xq: qkernels_dsp packs n codes in 8 + 2n bytes
+        widest = max(d, h, 4)  # xq: kernels.q8_dsp_thumb packs n codes in 8 + 2n bytes
         self.x = zeros("i", d)  # residual
         self.z = zeros("i", max(2 * h, self.nq, d))  # matvec outputs: qkv, h1|h3, attention output
         self.xq = zeros("i", widest)  # int8 codes of a matvec input

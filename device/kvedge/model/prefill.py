@@ -13,7 +13,7 @@ import sys
 from kvedge.cache import POS_LIMIT
 from kvedge.compat import zeros, micropython
 from kvedge.model.intpath import RES_EXP, bitlen
-from kvedge.layout import P_WO, P_ROWS, P_XM, P_OS, P_ADD, P_RO
+from kvedge.kernels.words import P_WO, P_ROWS, P_XM, P_OS, P_ADD, P_RO
 
 WORD = 8 if sys.maxsize > 0x7FFFFFFF else 4  # bytes of a pointer here
 # this module's code on a 32-bit board, loaded only by a run with chunks: 3,472 bytes as armv7m .mpy on the

@@ -176,21 +176,27 @@ def device_sources(pkg=DEVICE_PKG):
     return out
 
 
-# Modules of @micropython.asm_thumb code compile only for Arm's Thumb architectures; elsewhere they are not
-# sent at all (kvedge.kernels falls back to the viper kernels when they are missing).
+# A kernel module written in one chip's instruction set says so in its name (kvedge/kernels/*_thumb.py: Arm's
+# Thumb, *_dsp_thumb.py: Armv7E-M's DSP instructions too, *_xtensa.py: call0 Xtensa): only boards of that
+# architecture get it (elsewhere kvedge.kernels falls back to the viper kernels when it is missing).
+def _named(suffix):
+    d = os.path.join(DEVICE_PKG, "kernels")
+    return tuple("kvedge/kernels/" + n for n in sorted(os.listdir(d)) if n.endswith(suffix))
+
+
 # (kvedge_host.boards.parts' "kernels-arm" part is these modules)
-THUMB_ONLY = ("kvedge/kernels_asm.py", "kvedge/qkernels_asm.py", "kvedge/qkernels_dsp.py", "kvedge/q4kernels_asm.py")
+THUMB_ONLY = _named("_thumb.py")
 THUMB_ARCHS = ("armv6m", "armv7m", "armv7em", "armv7emsp", "armv7emdp")
 
 
 # The DSP kernels go only to Armv7E-M boards: elsewhere they could never run, and a core that has no DSP
 # instructions though its firmware is armv7em (the emulated Cortex-M3) loads the module only to refuse it.
-DSP_ONLY = ("kvedge/qkernels_dsp.py",)
+DSP_ONLY = _named("_dsp_thumb.py")
 DSP_ARCHS = ("armv7em", "armv7emsp", "armv7emdp")
 
 # @micropython.asm_xtensa code: the call0 Xtensa architecture only (the ESP8266, the lx106 stand-in); windowed
-# ESP32 ports have no inline assembler, and kvedge.qkernels_viper probes before it imports the module
-XTENSA_ONLY = ("kvedge/qkernels_xtensa.py",)
+# ESP32 ports have no inline assembler, and kvedge.kernels.q8_viper probes before it imports the module
+XTENSA_ONLY = _named("_xtensa.py")
 XTENSA_ARCHS = ("xtensa",)
 
 

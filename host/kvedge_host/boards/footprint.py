@@ -68,7 +68,8 @@ def modules_for(kind):
 def int_modules(kind):
     """The integer pass's run (kvedge.model.passes.FAST_KERNELS: where it is the fastest pass): the shared
     modules with `kind` kernels, then its q_* kernels and kvedge.model.intpath (never the float weight loader)."""
-    return _shared(kind) + ("kvedge.qkernels_" + kind, "kvedge.model.intpath")
+    from kvedge.kernels import module_name
+    return _shared(kind) + (module_name("q8_", kind), "kvedge.model.intpath")
 
 
 def runs(kinds):
@@ -80,12 +81,12 @@ def runs(kinds):
 
 # what only some runs load: H2O eviction, the stats stream, encoding a prompt
 OPTIONAL = {"evict": "kvedge.evict", "telemetry": "kvedge.telemetry", "encode": "kvedge.model.bpe",
-            "tiered": "kvedge.tiered", "fold": "kvedge.kernels_vcold", "floats": "kvedge.fkernels_native"}
+            "tiered": "kvedge.tiered", "fold": "kvedge.kernels.viper_tier", "floats": "kvedge.kernels.f32_native"}
 # imported after the first run (less heap at the run's peak): the encoder, the tier and its fold (viper: skipped
 # where it does not compile), the float kernels the viper and asm kinds load on first use (an integer-pass run
 # loads them for a cache with f32 rows: a prefix, KIVI's residual); the tiered cache's modules may not fit a small
 # board beside the runner: then they get no figure, and the planner offers no tiered plan there
-LATE = ("kvedge.model.bpe", "kvedge.tiered", "kvedge.kernels_vcold", "kvedge.fkernels_native")
+LATE = ("kvedge.model.bpe", "kvedge.tiered", "kvedge.kernels.viper_tier", "kvedge.kernels.f32_native")
 TINY = {"steps": 12, "h2o": 12, "max_tokens": 16}  # the first run: every path of a generation, a few tokens
 MODEL, TOKENIZER = "fp_tiny.bin", "fp_tok.bin"
 
@@ -342,7 +343,7 @@ def figures(res):
         fp["runtime_" + kind] = runtime_bytes(r)
         fp["loop_" + kind] = loop_bytes(r)
         if OPTIONAL["tiered"] in r["optional"]:
-            # the integer pass's tier also loads its cold blocks' fold (TieredCache.load_fold: kernels_vcold)
+            # the integer pass's tier also loads its cold blocks' fold (TieredCache.load_fold: kernels.viper_tier)
             fold = r["optional"].get(OPTIONAL["fold"], 0) if kind.startswith(INT) else 0
             fp["tiered_" + kind] = r["optional"][OPTIONAL["tiered"]] + fold
         if kind.startswith(INT) and OPTIONAL["floats"] in r["optional"]:
@@ -375,9 +376,9 @@ def _what(key):
         return {"runtime": "the runner's modules as .mpy with %s kernels and the integer forward pass (its q_* "
                            "kernels, kvedge.model.intpath), each imported after gc.collect(), plus what a first "
                            "generation on that pass leaves behind" % kind,
-                "tiered": "importing kvedge.tiered and kvedge.kernels_vcold (its cold blocks' fold) after the runner's "
+                "tiered": "importing kvedge.tiered and kvedge.kernels.viper_tier (its cold blocks' fold) after the runner's "
                           "modules and a first run of the integer pass with %s kernels" % kind,
-                "floats": "importing kvedge.fkernels_native (the float kernels %s kernels load on first use: the "
+                "floats": "importing kvedge.kernels.f32_native (the float kernels %s kernels load on first use: the "
                           "integer pass for a cache with f32 rows) after a first run of the integer pass" % kind,
                 "loop": "the integer pass's generation loop peak heap (%s kernels) beyond its formula-sized parts"
                         % kind}[part]

@@ -16,10 +16,10 @@ PARTS = {
              ("__init__", "errors", "sizes", "config", "compat", "check", "quant", "budget", "tiersizes", "cache", "q8writes", "kivi",
               "w4sizes")),
     "kernels": ("the kernel selector and the plain, native and viper kernels", ("core",),
-                ("kernels", "kernels_plain", "kernels_native", "fkernels_native", "kernels_viper",
-                 "kernels_vhead", "layout",
-                 "qkernels_plain", "qkernels_native", "qkernels_viper", "q4kernels_plain",
-                 "q4kernels_native", "q4kernels_viper", "cpuid")),
+                ("kernels/__init__", "kernels/plain", "kernels/native", "kernels/f32_native", "kernels/viper",
+                 "kernels/viper_head", "kernels/words",
+                 "kernels/q8_plain", "kernels/q8_native", "kernels/q8_viper", "kernels/q4_plain",
+                 "kernels/q4_native", "kernels/q4_viper", "kernels/cpuid")),
     "kernels-arm": ("the Thumb inline-assembler kernels (Arm chips only; DSP ones for Armv7E-M cores)", ("kernels",),
                     tuple(p[len("kvedge/"):-len(".py")] for p in deploy.THUMB_ONLY)),
     "kernels-xtensa": ("the Xtensa inline-assembler kernels (call0 Xtensa chips: the ESP8266)", ("kernels",),
@@ -33,7 +33,7 @@ PARTS = {
     "rules": ("the rules a plan and a run are checked by: which forward pass runs a model, a tier's fields",
               ("kernels",), ("model/__init__", "model/passes", "tierconf")),
     "tier": ("the flash tier: a tiered cache (hot ring, cold blocks on flash) and the pool's cold tier",
-             ("core", "attention", "pool", "rules"), ("coldstore", "tiered", "tier", "kernels_vcold")),
+             ("core", "attention", "pool", "rules"), ("coldstore", "tiered", "tier", "kernels/viper_tier")),
     "model": ("the llama2.c-style model runner on the cache (checkpoints, forward passes, tokenizer, sampler, plans)",
               ("core", "kernels", "attention", "rules"),
               ("model/bpe", "model/checkpoint", "model/convert", "model/convert4", "model/f32file", "model/header", "model/int4rows",
@@ -43,7 +43,7 @@ PARTS = {
 }
 # what a part loads only when a run asks for it (or its port has it): the model runner: H2O eviction, the stats
 # stream, a tier; the attention's cache builder: a tier (kvedge.caches); the kernels: the Xtensa inline
-# assembler's (kvedge.qkernels_viper probes for them)
+# assembler's (kvedge.kernels.q8_viper probes for them)
 OPTIONAL = {"model": ("evict", "telemetry", "tier", "kernels-arm"), "attention": ("tier",),
             "kernels": ("kernels-xtensa",)}
 

@@ -225,7 +225,7 @@ def int_measured(prof):
 
 def loads_floats(kv, forward):
     """Whether a run of this pass on a cache of these plan fields loads the float kernels the viper and asm kinds
-    take on their first call (kvedge.kernels_viper's stubs, kvedge.fkernels_native): the float pass (mv_*), or f32
+    take on their first call (kvedge.kernels.viper's stubs, kvedge.kernels.f32_native): the float pass (mv_*), or f32
     rows the integer attention converts (att_conv_f32: a prefix, KIVI's residual of an i4/i2 cache). The float
     pass's measured footprint holds them; the integer pass's does not (footprint floats_int_*)."""
     return forward == "float" or bool(kv.get("prefix")) or kv.get("dtype") in budget.LOWBIT

@@ -72,7 +72,7 @@ def _main(kind, modules, optional, late, model, tokenizer, steps, h2o, max_token
             print('KVFP toolarge %s' % name)
             continue
         except (ImportError, SyntaxError, NameError, AttributeError, TypeError):
-            continue  # a module this port cannot compile (kvedge.kernels_vcold is viper)
+            continue  # a module this port cannot compile (kvedge.kernels.viper_tier is viper)
         print('KVFP optional %s %d' % (name, _a() - a))
     # what a stats stream's object keeps, and what an open file costs (measured after the run: its garbage is
     # gone, and nothing measured here can hide in what the run leaves)

@@ -1,4 +1,4 @@
-# @micropython.viper kernels: raw-pointer loops on machine words. Same results as kernels_plain.
+# @micropython.viper kernels: raw-pointer loops on machine words. Same results as kernels.plain.
 # Viper ints are machine words that wrap silently: callers keep every sum within +-2**30.
 import micropython
 
@@ -25,7 +25,7 @@ def dot_i8(a, ia: int, b, ib: int, n: int) -> int:
 
 # ---- matrix-vector products of the model (mv_*) ----
 # The float kernels (mv_f32, mv_scale, mv_quant, mv_rmsnorm, mv_swiglu, mv_add; att_conv_f32 below) are the
-# native ones of kvedge.fkernels_native (viper has no float pointers), loaded the first time one is called
+# native ones of kvedge.kernels.f32_native (viper has no float pointers), loaded the first time one is called
 # (the stubs at the end): the integer pass never calls them, and on the rp2040 their ~6 KB of code is the cache's.
 # The int8 one is viper.
 
@@ -50,7 +50,7 @@ def mv_i8(w, wo: int, x, acc, ao: int, rows: int, cols: int):
         r += 1
 
 
-# ---- attention tiles over the i8 cache: same arithmetic as kernels_plain.att_* (see there) ----
+# ---- attention tiles over the i8 cache: same arithmetic as kernels.plain.att_* (see there) ----
 # ptr32 loads are zero-extended on 64-bit ports: values that may be negative are sign-extended by hand
 # (or-ing in -2**31 sets the high bits on 64-bit words and changes nothing on 32-bit ones). The constants
 # are built at run time: a literal 1 << 31 is not a small int on 32-bit boards and would not compile.
@@ -66,7 +66,7 @@ def att_scores_i8(arena, q, tile) -> int:
     T = int(tl[3])
     B = int(tl[4])
     eq = int(tl[5])
-    sat = (1 << 29) - 1  # kernels_plain.SAT
+    sat = (1 << 29) - 1  # kernels.plain.SAT
     tmax = 0 - sat
     evt = 0
     # sext(x) = (x ^ 128) - 128: sum (X-128)(Y-128) = sum XY - 128 sum X - 128 sum Y + 2**14 D with X, Y the
@@ -333,7 +333,7 @@ def att_fill_i8(slots, tile, geo) -> int:
 
 @micropython.viper
 def att_conv_i4(arena, tile, scratch, conv) -> int:
-    """kernels_plain.att_conv_i4 (see there) on raw pointers: i4/i2 rows -> int8 codes and power-of-two scales."""
+    """kernels.plain.att_conv_i4 (see there) on raw pointers: i4/i2 rows -> int8 codes and power-of-two scales."""
     a = ptr8(arena)  # noqa: F821
     tl = ptr32(tile)  # noqa: F821
     sc = ptr8(scratch)  # noqa: F821
@@ -463,30 +463,30 @@ def att_conv_i4(arena, tile, scratch, conv) -> int:
 
 
 # The fused kernels of the integer attention (a head's every tile, a layer's every head) and their drivers are a
-# module of their own (kernels_vhead): their code costs heap a board running the float path does not spare, so
+# module of their own (kernels.viper_head): their code costs heap a board running the float path does not spare, so
 # it is loaded on request only. Llama(forward="int") asks at start-up; until then kvedge.attention finds no
 # att_step_i8 / att_rows_i8 in the kernel module and runs its own tile loop (the same integers, more Python).
 def att_preload(mod):
-    """Load kernels_vhead and give kernel module `mod` (this one, or the asm one) its drivers."""
-    import kvedge.kernels_vhead as vh
+    """Load kernels.viper_head and give kernel module `mod` (this one, or the asm one) its drivers."""
+    import kvedge.kernels.viper_head as vh
     mod.att_step_i8 = vh.att_step_i8
     mod.att_rows_i8 = vh.att_rows_i8
     return vh
 
 
-# ---- the float kernels: stubs that load kvedge.fkernels_native and put its kernels in their place ----
+# ---- the float kernels: stubs that load kvedge.kernels.f32_native and put its kernels in their place ----
 FLOAT = ("mv_f32", "mv_scale", "mv_quant", "mv_rmsnorm", "mv_swiglu", "mv_add", "att_conv_f32")
 
 
 def load_floats():
-    """kvedge.fkernels_native, its float kernels put in place of the stubs below, in this module and in the asm
+    """kvedge.kernels.f32_native, its float kernels put in place of the stubs below, in this module and in the asm
     kind's (the first call of a stub: the float pass's first token, the integer attention's first f32 row),
-    bound to the tile's indexes when kvedge.layout is loaded (a float-only run never loads it)."""
+    bound to the tile's indexes when kvedge.kernels.words is loaded (a float-only run never loads it)."""
     import sys
-    fk = __import__("kvedge.fkernels_native").fkernels_native
-    if "kvedge.layout" in sys.modules:
+    fk = __import__("kvedge.kernels.f32_native").kernels.f32_native
+    if "kvedge.kernels.words" in sys.modules:
         fk.att_bind()
-    for name in ("kvedge.kernels_viper", "kvedge.kernels_asm"):
+    for name in ("kvedge.kernels.viper", "kvedge.kernels.asm_thumb"):
         m = sys.modules.get(name)
         if m is not None:
             for n in FLOAT:
@@ -498,7 +498,7 @@ def att_bind():
     """(kvedge.kernels.bind_att) the float kernels' tile indexes, if they are loaded (load_floats binds them when
     they load later)."""
     import sys
-    fk = sys.modules.get("kvedge.fkernels_native")
+    fk = sys.modules.get("kvedge.kernels.f32_native")
     if fk is not None:
         fk.att_bind()
 

@@ -1,12 +1,12 @@
 # A tiered cache's integer attention a layer at a time: every query head over each cold i8 block, then over the
 # ring, in one call each (kvedge.tiered loads it where the integer pass's fused drivers are loaded; elsewhere, and
 # on CPython and CircuitPython, it folds a head at a time: the same integers). A module of its own, so that a run
-# without a tier holds none of its code. The head kernel it calls is the kind's own (kernels_asm.att_head_i8, or
-# kernels_vhead's).
+# without a tier holds none of its code. The head kernel it calls is the kind's own (kernels.asm_thumb.att_head_i8, or
+# kernels.viper_head's).
 import micropython
 
-from kvedge.kernels_vhead import att_head_i8 as _vhead_head  # loaded with the fused drivers (att_preload)
-from kvedge.layout import T_KIVI, G_P, G_N, G_LISTED, G_END, LG_HEADS, LG_GROUP, LG_KROW, LG_LAM, LG_MODE
+from kvedge.kernels.viper_head import att_head_i8 as _vhead_head  # loaded with the fused drivers (att_preload)
+from kvedge.kernels.words import T_KIVI, G_P, G_N, G_LISTED, G_END, LG_HEADS, LG_GROUP, LG_KROW, LG_LAM, LG_MODE
 
 
 FRESH = 1  # att_heads_i8's modes (geo at LG_MODE): start every head afresh (state and accumulator zero) ...
@@ -142,7 +142,7 @@ def att_tier_i8(tc, layer, qc, qs, out_q, out_exp):
     """kvedge.tiered.TieredCache.step_q8 where both tiers hold plain i8 rows: each cold block read from flash into
     the staging block and folded into every query head (the first afresh: the staging block's geometry is set up
     once, each block is one kernel call), then the ring, which finishes every head into out_q and out_exp, with the
-    kind's head kernel (kernels_asm's own, or kernels_vhead's). Allocates nothing."""
+    kind's head kernel (kernels.asm_thumb's own, or kernels.viper_head's). Allocates nothing."""
     att = tc.att
     head = getattr(att.k, "att_head_i8", None) or _vhead_head
     cs = tc.store

@@ -1,8 +1,8 @@
 # q_mv, q_quant and q_mv4 for Xtensa cores whose MicroPython has the inline assembler (@micropython.asm_xtensa:
 # the ESP8266 port and the lx106 stand-in; an ESP32's MicroPython has none by default, and there this module does
-# not load). kvedge.qkernels_viper takes its q_mv and q_quant from here on a call0 Xtensa port (its probe),
-# kvedge.q4kernels_viper its q_mv4 (int4 rows); the other q_* kernels stay viper. Same arithmetic as
-# kvedge.qkernels_plain and q4kernels_plain, bit for bit, in 32-bit words as the viper ones. q_mv:
+# not load). kvedge.kernels.q8_viper takes its q_mv and q_quant from here on a call0 Xtensa port (its probe),
+# kvedge.kernels.q4_viper its q_mv4 (int4 rows); the other q_* kernels stay viper. Same arithmetic as
+# kvedge.kernels.q8_plain and kernels.q4_plain, bit for bit, in 32-bit words as the viper ones. q_mv:
 # 128 * sum(x) into p[7]; per row the dot product sum(u * x) of offset-binary bytes u and int32 codes x, eight
 # products a loop step (l8ui, l32i, mull, add: four instructions a product) and the row's last cols % 8 one at a
 # time, started at -128 * sum(x); then the two 15-bit mantissa products, the shift by (sw & 255) + os (right,
@@ -20,7 +20,7 @@ OK = True
 
 @micropython.asm_xtensa
 def q_mv(a2, a3, a4, a5):
-    # a2: the weights' buffer, a3: the codes (int32), a4: out (int32), a5: p (kvedge.layout's q_mv block)
+    # a2: the weights' buffer, a3: the codes (int32), a4: out (int32), a5: p (kvedge.kernels.words's q_mv block)
     l32i(a6, a5, 8)  # cols
     slli(a7, a6, 2)
     add(a7, a7, a3)  # the codes' end
@@ -206,7 +206,7 @@ def q_mv(a2, a3, a4, a5):
 
 @micropython.asm_xtensa
 def q_mv4(a2, a3, a4, a5):
-    # int4 rows (kvedge.q4kernels_plain.q_mv4): a2 the weights' buffer (codes and f16 scales), a3 the codes x
+    # int4 rows (kvedge.kernels.q4_plain.q_mv4): a2 the weights' buffer (codes and f16 scales), a3 the codes x
     # (int32), a4 out, a5 p. A group (16 bytes, 32 products) a loop step, unrolled; the row's x pointer goes back
     # by the groups' 128 bytes each (a3, x's base, is freed for a temporary)
     l32i(a10, a5, 28)
@@ -532,7 +532,7 @@ def q_mv4(a2, a3, a4, a5):
 
 @micropython.asm_xtensa
 def q_quant(a2, a3, a4, a5):
-    # qkernels_plain.q_quant: codes[i] = sign(z) * min(((|z| >> s) * R + 2**(K-1)) >> K, C) (s < 0: a left
+    # kernels.q8_plain.q_quant: codes[i] = sign(z) * min(((|z| >> s) * R + 2**(K-1)) >> K, C) (s < 0: a left
     # shift), a2 z, a3 codes (int32), a4 n, a5 p = [s, R, K, C]
     l32i(a6, a5, 0)  # s
     l32i(a7, a5, 4)  # R

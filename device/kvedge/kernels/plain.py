@@ -89,15 +89,15 @@ def mv_add(x, y, n):
 
 
 # ---- attention tiles over the i8 cache (att_*) ----
-# The tile is an array('i'): a header (kvedge.layout's T_* indexes) then runs of T entries (R_*): K row
+# The tile is an array('i'): a header (kvedge.kernels.words's T_* indexes) then runs of T entries (R_*): K row
 # offsets, K scale offsets, scores U (log2 units, Q16), V row offsets, V scale offsets, weights, slots.
 # Arena bytes are unsigned: (b ^ 128) - 128 sign-extends an int8. f16 scale bits give mantissa m and
 # exponent e with value m * 2**(e - 25) (subnormals: m = fraction, e = 1).
-# The tile's word indexes (kvedge.layout's T_*) become this module's globals when the integer attention loads
-# (att_bind, called by kvedge.kernels.bind_att): a float-only run never loads kvedge.layout (2,960 bytes of heap).
+# The tile's word indexes (kvedge.kernels.words's T_*) become this module's globals when the integer attention loads
+# (att_bind, called by kvedge.kernels.bind_att): a float-only run never loads kvedge.kernels.words (2,960 bytes of heap).
 def att_bind():
     global T_N, T_D, T_QOFF, T_T, T_B, T_EQ, T_M, T_WS, T_EVMAX, T_TMAX, T_EVT, T_KIVI, T_LSUM, T_SH, T_CORR, T_QBITS, T_HDR
-    from kvedge.layout import (T_N, T_D, T_QOFF, T_T, T_B, T_EQ, T_M, T_WS, T_EVMAX, T_TMAX, T_EVT, T_KIVI, T_LSUM, T_SH, T_CORR, T_QBITS, T_HDR)  # noqa: F401
+    from kvedge.kernels.words import (T_N, T_D, T_QOFF, T_T, T_B, T_EQ, T_M, T_WS, T_EVMAX, T_TMAX, T_EVT, T_KIVI, T_LSUM, T_SH, T_CORR, T_QBITS, T_HDR)  # noqa: F401
 
 
 SAT = (1 << 29) - 1  # |U| <= SAT: a difference of two scores (M - U) stays below 2**30, a small int

@@ -1,5 +1,5 @@
 # @micropython.viper q_mv4: the integer pass's matrix-vector product over int4 rows, same arithmetic as
-# q4kernels_plain (see there; the register notes of qkernels_viper hold here too). Loaded only for int4 weights.
+# kernels.q4_plain (see there; the register notes of kernels.q8_viper hold here too). Loaded only for int4 weights.
 import micropython
 
 OK = True
@@ -7,7 +7,7 @@ OK = True
 
 @micropython.viper
 def q_mv4(w: ptr8, x: ptr32, out: ptr32, p: ptr32) -> int:  # noqa: F821
-    # int4 rows (qkernels_plain.q_mv4): w walks the codes, x the input, a group (16 bytes, 32 products) a step;
+    # int4 rows (kernels.q8_plain.q_mv4): w walks the codes, x the input, a group (16 bytes, 32 products) a step;
     # each group's sum is fixed modulo 2**32 (x read through ptr32 is zero-extended on 64-bit ports)
     sb = 1
     sb <<= 31
@@ -95,11 +95,11 @@ def q_mv4(w: ptr8, x: ptr32, out: ptr32, p: ptr32) -> int:  # noqa: F821
 
 
 def _xtensa():
-    from kvedge.qkernels_viper import xtensa_kernel
+    from kvedge.kernels.q8_viper import xtensa_kernel
     return xtensa_kernel("q_mv4")
 
 
-_f = _xtensa()  # the inline assembler's on a call0 Xtensa port (kvedge.qkernels_xtensa)
+_f = _xtensa()  # the inline assembler's on a call0 Xtensa port (kvedge.kernels.q8_asm_xtensa)
 if _f is not None:
     q_mv4 = _f  # noqa: F811
 del _f

@@ -10,7 +10,7 @@
 # tile, geo, accumulator and exp2 table and are restored on return. geo (kvedge.attention): the geometry
 # (words 0-8), the head's running state (9-13), this kernel's scratch (14-23), the query as ints (24-).
 import micropython
-from kvedge.kernels_viper import *  # noqa: F401,F403
+from kvedge.kernels.viper import *  # noqa: F401,F403
 
 OK = True
 
@@ -293,7 +293,7 @@ def att_head_i8(r0, r1, r2, r3):
     label(USATV)
     mov(r5, 1)
     lsl(r5, r5, 29)
-    sub(r5, r5, 1)  # SAT = 2**29 - 1 (kernels_plain.SAT)
+    sub(r5, r5, 1)  # SAT = 2**29 - 1 (kernels.plain.SAT)
     label(USAT)
     mov(r3, 1)
     lsl(r3, r3, 29)

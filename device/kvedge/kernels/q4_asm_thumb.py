@@ -1,5 +1,5 @@
-# @micropython.asm_thumb q_mv4: the integer pass's matrix-vector product over int4 rows (q4kernels_plain has the
-# arithmetic), Thumb-1 only like qkernels_asm (the RP2040's Cortex-M0+). Loaded only for int4 weights
+# @micropython.asm_thumb q_mv4: the integer pass's matrix-vector product over int4 rows (kernels.q4_plain has the
+# arithmetic), Thumb-1 only like kernels.q8_asm_thumb (the RP2040's Cortex-M0+). Loaded only for int4 weights
 # (kvedge.model.int4rows.kernels4), so an int8 run's heap holds none of its code.
 import micropython
 
@@ -8,7 +8,7 @@ OK = True
 
 @micropython.asm_thumb
 def q_mv4(r0, r1, r2, r3):
-    # int4 rows (qkernels_plain.q_mv4): r0 w, r1 x (int32 codes), r2 out (int32), r3 p (q_mv4's block: P_WO..P_RO,
+    # int4 rows (kernels.q8_plain.q_mv4): r0 w, r1 x (int32 codes), r2 out (int32), r3 p (q_mv4's block: P_WO..P_RO,
     # P4_SO 7, P4_EG 8). A group (16 bytes of codes: 32 products) a step, one 32-bit load per 8 nibbles, each
     # nibble sign-extended in place (lsl to the top, asr 28). The codes are read a word at a time: w + p[0] must be
     # a multiple of 4 (the file's codes offsets are; w is a bytearray, whose data MicroPython allocates

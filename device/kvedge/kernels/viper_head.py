@@ -1,9 +1,9 @@
-# The integer attention's hot path, loaded on request (kernels_viper.att_preload): viper kernels for one query
+# The integer attention's hot path, loaded on request (kernels.viper.att_preload): viper kernels for one query
 # head's every tile (att_head_i8) and a layer's every head (att_layer_i8), and the Python drivers kvedge.attention
 # calls through its kernel module (att_step_i8, att_rows_i8). The asm kind brings its own att_head_i8.
 import micropython
 
-from kvedge.layout import T_KIVI, G_P, G_N, G_LISTED, G_M, G_END, LG_HEADS, LG_GROUP, LG_KROW, LG_LAM
+from kvedge.kernels.words import T_KIVI, G_P, G_N, G_LISTED, G_M, G_END, LG_HEADS, LG_GROUP, LG_KROW, LG_LAM
 
 
 @micropython.viper
@@ -36,7 +36,7 @@ def att_head_i8(arena: ptr8, q: ptr32, tile, aux) -> int:  # noqa: F821
     qo = int(tl[2])
     B = int(tl[4])
     eq = int(tl[5])
-    sat = (1 << 29) - 1  # kernels_plain.SAT
+    sat = (1 << 29) - 1  # kernels.plain.SAT
     base = int(a)
     kbase = int(gg[0]) + base
     vbase = int(gg[1]) + base
@@ -321,7 +321,7 @@ def att_head_i8(arena: ptr8, q: ptr32, tile, aux) -> int:  # noqa: F821
 
 @micropython.viper
 def att_layer_i8(arena, q, tile, aux) -> int:
-    """Every query head of one layer (kernels_viper.att_step_i8 sets it up): per head its KV head's geometry, its
+    """Every query head of one layer (kernels.viper.att_step_i8 sets it up): per head its KV head's geometry, its
     query's scale (f16 bits qs[h] as mantissa and exponent), a fresh running state, one att_head_i8 (aux[7]: the
     kind's own) and one att_div_q10 (aux[8]) into out_q, and out_exp[h]. The layer's bases are in geo from 24 + D
     (heads, group, K/V row bases, K/V scale bases, per-KV-head strides, lam). Returns 0, or -1 - h when head h
@@ -373,7 +373,7 @@ def att_layer_i8(arena, q, tile, aux) -> int:
 
 
 # ---- the Python drivers of att_head_i8 (kvedge.attention calls them through its kernel module, so the kind's own
-# att_head_i8 runs: att.k). geo: kvedge.layout's G_* words; the running state crosses at G_M. ----
+# att_head_i8 runs: att.k). geo: kvedge.kernels.words's G_* words; the running state crosses at G_M. ----
 
 def att_rows_i8(att, arena, qc, slots):
     """attention.q8_rows' i8 case: every tile in one att_head_i8 call; the running state crosses through geo.

@@ -1,6 +1,6 @@
 # The integer forward pass's matrix-vector product for cores with Armv7E-M's DSP instructions (the RP2350's
-# Cortex-M33, M4, M7, M55): kvedge.qkernels_asm takes this module's q_quant and q_mv in place of its own where
-# the module loads, which is only where kvedge.cpuid.has_dsp() finds the instructions in the core's ID registers
+# Cortex-M33, M4, M7, M55): kvedge.kernels.q8_asm_thumb takes this module's q_quant and q_mv in place of its own where
+# the module loads, which is only where kvedge.kernels.cpuid.has_dsp() finds the instructions in the core's ID registers
 # (on an M0+ or M3 they are undefined instructions: a HardFault). deploy sends it only to armv7em, armv7emsp and
 # armv7emdp boards, compiled as their .mpy (mpy-cross -march=armv7emsp for the RP2350). MicroPython's inline
 # assembler has no DSP mnemonics; each is its Thumb-2 encoding in data(2, hw1, hw2):
@@ -11,16 +11,16 @@
 # input's format is private to this module (q_quant writes it, q_mv reads it; nothing else reads xq):
 #   word 0: 128 * sum(codes) (q_mv's offset-binary correction, P_SX), word 1: n, then per group of four codes
 #   (c0, c2), (c1, c3) as 16-bit pairs, then the n % 4 last codes as 16-bit values: 8 + 2n bytes of the 4n
-#   of xq. Same integers as qkernels_plain (tested bit-identical on the emulated Cortex-M7 and M55).
+#   of xq. Same integers as kernels.q8_plain (tested bit-identical on the emulated Cortex-M7 and M55).
 import micropython
-from kvedge.cpuid import has_dsp
+from kvedge.kernels.cpuid import has_dsp
 
 if not has_dsp():  # before anything is defined: on another core the module is not kept
-    raise ImportError("no DSP instructions on this core (kvedge.cpuid)")
+    raise ImportError("no DSP instructions on this core (kvedge.kernels.cpuid)")
 
 @micropython.viper
 def q_quant(z: ptr32, codes, n: int, p: ptr32) -> int:  # noqa: F821
-    """qkernels_viper.q_quant's codes, packed for q_mv (the layout above)."""
+    """kernels.q8_viper.q_quant's codes, packed for q_mv (the layout above)."""
     hw = ptr16(codes)  # noqa: F821
     wd = ptr32(codes)  # noqa: F821
     sb = 1
@@ -62,7 +62,7 @@ def q_quant(z: ptr32, codes, n: int, p: ptr32) -> int:  # noqa: F821
 @micropython.asm_thumb
 def q_mv(r0, r1, r2, r3):
     # r0 w (offset-binary rows), r1 x (packed by q_quant), r2 out (int32), r3 p (parameter block, P_* of
-    # qkernels_plain); kept in high registers: r8 p, r9 the out pointer, r10 x's pairs, r11 rows left, r12 the
+    # kernels.q8_plain); kept in high registers: r8 p, r9 the out pointer, r10 x's pairs, r11 rows left, r12 the
     # row word pointer; r7 the largest |out| written (the return value)
     mov(r4, r8)
     mov(r5, r9)

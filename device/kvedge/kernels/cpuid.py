@@ -1,5 +1,5 @@
 # What the core is, read from its own ID registers (never assumed from the firmware's .mpy arch: the emulated
-# Cortex-M3's firmware reports armv7em). Imported only by kvedge.qkernels_dsp, so a run that cannot use the DSP
+# Cortex-M3's firmware reports armv7em). Imported only by kvedge.kernels.q8_dsp_thumb, so a run that cannot use the DSP
 # kernels never loads it.
 from kvedge.kernels import arch
 

@@ -1,4 +1,4 @@
-# @micropython.viper kernels of the integer forward pass: same arithmetic as qkernels_plain (see there).
+# @micropython.viper kernels of the integer forward pass: same arithmetic as kernels.q8_plain (see there).
 import micropython
 
 OK = True
@@ -487,13 +487,13 @@ def q_store(arena: ptr8, codes: ptr8, scales: ptr16, p: ptr32) -> int:  # noqa: 
 
 
 def xtensa_kernel(name):
-    """Kernel `name` (q_mv, q_quant, q_mv4) of kvedge.qkernels_xtensa, the inline assembler's, on a call0 Xtensa
+    """Kernel `name` (q_mv, q_quant, q_mv4) of kvedge.kernels.q8_asm_xtensa, the inline assembler's, on a call0 Xtensa
     port that has it; else None. Probed, never assumed: only there does that module compile and load."""
     from kvedge.kernels import arch
     if arch() != 9:  # xtensa (call0: the ESP8266, the lx106 stand-in); xtensawin ports have no asm_xtensa
         return None
     try:
-        mod = __import__("kvedge.qkernels_xtensa").qkernels_xtensa
+        mod = __import__("kvedge.kernels.q8_asm_xtensa").kernels.q8_asm_xtensa
     except (ImportError, SyntaxError, NameError, AttributeError, TypeError, ValueError):
         return None
     return getattr(mod, name, None) if mod.OK else None

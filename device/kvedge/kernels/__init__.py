@@ -6,11 +6,20 @@
 # call select("plain"); on ports with os.getenv, KVEDGE_KERNELS=plain does the same.
 # All kinds implement the same functions with the same results (integer kernels are bit-exact).
 # asm: @micropython.asm_thumb (Arm ports with the inline assembler; Thumb-1 code, so the RP2040 runs it too).
+#
+# The modules, one per role and kind: ROLE + KIND, KIND's name with the instruction set it is written in where it
+# is one chip's (asm_thumb: Arm only; q8_dsp_thumb: Armv7E-M only; q8_asm_xtensa: call0 Xtensa only):
+#   ""   the float pass's matrix-vector kernels and the integer attention's (plain, native, viper, asm_thumb)
+#   q8_  the integer pass's int8 matrix-vector product and its helpers
+#   q4_  the integer pass's int4 rows
+# and the kinds' shared parts: f32_native (the float kernels viper and asm load), viper_head (the integer
+# attention's fused drivers), viper_tier (a tier's cold blocks folded in one call), words (the blocks' word
+# indexes), cpuid (the core's DSP instructions). One rule (first) picks a role's module: the kind asked for, or
+# the next in KINDS that loads here.
 KINDS = ("asm", "viper", "native", "plain")  # every kind, fastest first: the one list of them
 FAST = ("asm", "viper")  # the kinds whose integer paths (attention, the int pass) beat the float ones
 ALLOWED = list(KINDS)
-_MODULES = {"asm": "kvedge.kernels_asm", "viper": "kvedge.kernels_viper", "native": "kvedge.kernels_native",
-            "plain": "kvedge.kernels_plain"}
+_SUFFIX = {"asm": "asm_thumb"}  # a kind's module name where it is not the kind's own
 _current = None
 _kind = None
 
@@ -36,21 +45,43 @@ def thumb():
     return 3 <= arch() <= 8  # Arm Thumb code: the inline assembler can run here
 
 
-def _load(kind):
-    # kinds this port cannot compile are not imported at all: the failed compile of a large module would cost
-    # a parse's worth of heap (and a MemoryError there is not a SyntaxError)
-    if (kind == "asm" and not thumb()) or (kind in ("viper", "native") and arch() == 0):
+def runs_here(kind):
+    """Whether this port can run a kind's code at all: asm needs Thumb, viper and native need machine code. Kinds
+    that cannot are not imported: the failed compile of a large module would cost a parse's worth of heap (and a
+    MemoryError there is not a SyntaxError)."""
+    return not ((kind == "asm" and not thumb()) or (kind in ("viper", "native") and arch() <= 0))
+
+
+def module_name(role, kind):
+    """The module of `role`'s kernels ("" the kind's own, "q8_", "q4_") of `kind`: kvedge.kernels.ROLE + KIND."""
+    return "kvedge.kernels." + role + _SUFFIX.get(kind, kind)
+
+
+def _import(role, kind):
+    """The module ROLE + KIND (see above) if this port runs it and it loads and says OK, else None."""
+    if not runs_here(kind):
         return None
-    name = _MODULES[kind]
+    sub = role + _SUFFIX.get(kind, kind)
     try:
-        mod = __import__(name)
+        mod = getattr(__import__("kvedge.kernels." + sub).kernels, sub)
     except (ImportError, SyntaxError, NameError, AttributeError, TypeError):
         return None
-    for part in name.split(".")[1:]:
-        mod = getattr(mod, part)
-    if not mod.OK:
-        return None
-    if _bound[0] and hasattr(mod, "att_bind"):
+    return mod if mod.OK else None
+
+
+def first(role, kind):
+    """(module, kind) of `role`'s kernels ("q8_", "q4_") for `kind`, or of the next kind in KINDS that loads here:
+    every kind gives the same bits."""
+    for k in KINDS[KINDS.index(kind):]:
+        mod = _import(role, k)
+        if mod is not None:
+            return mod, k
+    raise ValueError("no %skernels load here" % role)
+
+
+def _load(kind):
+    mod = _import("", kind)
+    if mod is not None and _bound[0] and hasattr(mod, "att_bind"):
         mod.att_bind()
     return mod
 
@@ -59,13 +90,13 @@ _bound = [False]
 
 
 def bind_att():
-    """Give the kernel modules the tile's word indexes (kvedge.layout) their att_* kernels read, now and for any
+    """Give the kernel modules the tile's word indexes (kvedge.kernels.words) their att_* kernels read, now and for any
     kind loaded later: kvedge.attention calls it when the integer attention loads. A float-only run never does,
-    and never loads kvedge.layout (2,960 bytes of a board's heap, measured on the emulated ESP32 heap)."""
+    and never loads kvedge.kernels.words (2,960 bytes of a board's heap, measured on the emulated ESP32 heap)."""
     import sys
     _bound[0] = True
-    for name in _MODULES.values():
-        mod = sys.modules.get(name)
+    for kind in KINDS:
+        mod = sys.modules.get(module_name("", kind))
         if mod is not None and hasattr(mod, "att_bind"):
             mod.att_bind()
 
@@ -73,7 +104,7 @@ def bind_att():
 def available():
     """Kinds that load on this runtime and are allowed."""
     allowed = _env_allowed() or ALLOWED
-    return [k for k in allowed if k in _MODULES and _load(k) is not None]
+    return [k for k in allowed if k in KINDS and _load(k) is not None]
 
 
 def select(kind="auto"):
@@ -82,7 +113,7 @@ def select(kind="auto"):
     global _current, _kind
     kinds = (_env_allowed() or ALLOWED) if kind == "auto" else [kind]
     for k in kinds:
-        mod = _load(k) if k in _MODULES else None
+        mod = _load(k) if k in KINDS else None
         if mod is not None:
             _current, _kind = mod, k
             return mod

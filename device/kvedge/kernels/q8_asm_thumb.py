@@ -1,14 +1,14 @@
 # @micropython.asm_thumb kernels of the integer forward pass: the matrix-vector product over int8 rows (most of
-# a token's multiply-accumulates; int4 rows: q4kernels_asm) and the weights' sign flip, in Thumb-1 instructions
+# a token's multiply-accumulates; int4 rows: kernels.q4_asm_thumb) and the weights' sign flip, in Thumb-1 instructions
 # only (the RP2040's Cortex-M0+ has nothing else: no movw, no register-offset loads, no wide branches, no
 # it-blocks, no sdiv), so the armv6m .mpy runs on every Cortex-M MicroPython port with the inline assembler. Same
-# arithmetic as qkernels_plain (see there); the other q_* kernels come from qkernels_viper.
+# arithmetic as kernels.q8_plain (see there); the other q_* kernels come from kernels.q8_viper.
 #
 # Calling convention of @micropython.asm_thumb: up to four arguments in r0-r3 (a buffer arrives as the address
 # of its data, an int as its value); r4-r7 are saved by the function's own prologue; r8-r12 must be restored
 # by the code (saved here through the low registers on the stack).
 import micropython
-from kvedge.qkernels_viper import (q_quant, q_normgain, q_rope, q_angles, q_swiglu, q_heads, q_align,  # noqa: F401
+from kvedge.kernels.q8_viper import (q_quant, q_normgain, q_rope, q_angles, q_swiglu, q_heads, q_align,  # noqa: F401
                                    q_embed, q_argmax, q_store)
 
 OK = True
@@ -16,7 +16,7 @@ OK = True
 
 @micropython.asm_thumb
 def q_mv(r0, r1, r2, r3):
-    # r0 w (offset-binary rows), r1 x (int32 codes), r2 out (int32), r3 p (parameter block, P_* of qkernels_plain)
+    # r0 w (offset-binary rows), r1 x (int32 codes), r2 out (int32), r3 p (parameter block, P_* of kernels.q8_plain)
     # kept in high registers: r8 p, r9 the out pointer, r10 x, r11 rows left, r12 the row word pointer; r7 the
     # largest |out| written (the return value)
     mov(r4, r8)
@@ -327,10 +327,10 @@ def q_xor80(r0, r1):
     mov(r0, 0)
 
 
-# On a core with Armv7E-M's DSP instructions the matrix-vector product is qkernels_dsp's, with its q_quant that
+# On a core with Armv7E-M's DSP instructions the matrix-vector product is kernels.q8_dsp_thumb's, with its q_quant that
 # packs the input for it; that module is absent, or refuses to load, everywhere else. (No new names here: each
 # one would cost every run of this module on an RP2040.)
 try:
-    from kvedge.qkernels_dsp import q_quant, q_mv  # noqa: F811
+    from kvedge.kernels.q8_dsp_thumb import q_quant, q_mv  # noqa: F811
 except ImportError:
     pass

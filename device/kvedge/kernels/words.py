@@ -2,7 +2,7 @@
 # offsets in them (it owns the arena's layout), kvedge.attention and kvedge.model.intpath the rest; the plain and
 # native kernels import these names, the viper and asm kernels (which cannot read another module's constants at
 # compile time) use the same numbers as literals, and the tests hold every kind bit-identical to the plain one.
-from .compat import const
+from kvedge.compat import const
 
 # ---- the attention tile (array('i') of T_HDR + 7 * T words): a header, then seven runs of T entries ----
 T_N = const(0)  # entries in this tile
@@ -46,7 +46,7 @@ G_N = const(7)  # slots scanned, or entries listed
 G_LISTED = const(8)  # 1: the slots are a list of G_N entries, 0: slot_pos scanned (free slots hold -1)
 G_M = const(9)  # the running state: Attention.q8_save/q8_load at G_M (M, lsum, ws, evmax, first)
 G_END = const(24)  # the fused kernels' scratch ends here; the query follows (D words), then the layer's bases
-# the layer's bases, from G_END + D (kernels_vhead.att_step_i8): KVCache.layer_geo fills LG_KROW..LG_SSTEP
+# the layer's bases, from G_END + D (kernels.viper_head.att_step_i8): KVCache.layer_geo fills LG_KROW..LG_SSTEP
 LG_HEADS = const(0)
 LG_GROUP = const(1)
 LG_KROW = const(2)  # K row 0 of KV head 0 of the layer; KV head h at + h * LG_HSTEP
@@ -56,7 +56,7 @@ _LG_VSC = const(5)
 _LG_HSTEP = const(6)
 _LG_SSTEP = const(7)
 LG_LAM = const(8)
-LG_MODE = const(9)  # kernels_vcold.att_heads_i8: 1 start each head afresh, 2 finish each head (its output)
+LG_MODE = const(9)  # kernels.viper_tier.att_heads_i8: 1 start each head afresh, 2 finish each head (its output)
 LG_WORDS = const(10)
 
 # ---- q_mv's parameter block (array('i') of P_HDR + rows words: then one scale word per row) ----
