@@ -59,6 +59,9 @@ DEVICE_CODE = r"""
 import gc
 from array import array
 from time import ticks_diff, ticks_us
+if %(no_asm)r:  # as on an ESP32 (windowed Xtensa, no inline assembler): the asm_xtensa kernels refused
+    import kvedge.kernels.q8_asm_xtensa
+    kvedge.kernels.q8_asm_xtensa.OK = False
 from kvedge import kernels
 kernels.select(%(kernels)r)
 from kvedge.model.llama import Llama
@@ -329,6 +332,8 @@ def main(argv=None):
                     "fields (default max_tokens=512; on m0 max_tokens=96,window=92,sinks=4)")
     ap.add_argument("--unlocked", action="store_true", help="also each integer-pass row with the steps' heap "
                     "lock off (what it saves: MicroPython's heap-allocated frames)")
+    ap.add_argument("--no-asm", action="store_true", help="xt: the viper q_mv, as on a port without asm_xtensa "
+                    "(an ESP32's): kvedge.kernels.q8_asm_xtensa refused before the kernels load")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     if not os.path.exists(a.model):
@@ -385,7 +390,8 @@ def main(argv=None):
                 for unlocked in ((False, True) if a.unlocked and fw in ("auto", "int") else (False,)):
                     code = DEVICE_CODE % {"kernels": kind, "forward": fw, "model": i8, "context": a.context,
                                           "tokens": a.tokens, "repeat": a.repeat, "kv": kv,
-                                          "stream": "rom" if a.rom else False, "unlocked": unlocked, "tier": tier}
+                                          "stream": "rom" if a.rom else False, "unlocked": unlocked, "tier": tier,
+                                          "no_asm": a.no_asm}
                     out += run_device(a.runtime, code, tmp, heap, a.march, a.board)
                 for line in out.splitlines():
                     if line.startswith("BENCH "):

@@ -24,7 +24,7 @@ class BoardError(validate.InputError):
 
 # the figures every profile must cite (a dict-valued figure is cited per key: fast_memory.bytes, .kind)
 FIGURES = ("sram_bytes", "heap_bytes", "fast_memory", "slow_memory", "flash_bytes", "flash_fs_bytes", "mpy_march",
-           "float", "small_int_bits", "workspace_bytes", "footprint", "clock_hz")
+           "float", "small_int_bits", "workspace_bytes", "footprint", "clock_hz", "read_bytes_per_s")
 # kvedge's own allowances: cited, but by a note rather than a public source
 OWN_FIGURES = ("workspace_bytes",)
 FLOATS = ("single", "double", "single30")
@@ -120,6 +120,15 @@ def _check_fields(path, prof):
     if hz is not None and (isinstance(hz, bool) or not isinstance(hz, int) or not 10 ** 6 <= hz <= 10 ** 10):
         raise BoardError("%s: clock_hz is %s, expected a whole number of Hz from 1e6 to 1e10 (or null)"
                          % (path, validate.show(hz)))
+    rates = prof.get("read_bytes_per_s")  # peak read rates of the board's memories (a plan's memory bound)
+    if rates is not None:
+        if not isinstance(rates, dict) or not set(rates) <= {"flash", "psram"}:
+            raise BoardError("%s: read_bytes_per_s is %s, expected an object with \"flash\" and/or \"psram\""
+                             % (path, validate.show(rates)))
+        for k, v in rates.items():
+            if isinstance(v, bool) or not isinstance(v, int) or not 10 ** 5 <= v <= 10 ** 10:
+                raise BoardError("%s: read_bytes_per_s.%s is %s, expected a whole number of bytes/s from 1e5 to "
+                                 "1e10" % (path, k, validate.show(v)))
     _memory(path, "fast_memory", prof["fast_memory"], optional=False)
     _memory(path, "slow_memory", prof.get("slow_memory"), optional=True)
     if not isinstance(prof["mpy_march"], str) or not re.match(r"^[a-z0-9]+$", prof["mpy_march"]):

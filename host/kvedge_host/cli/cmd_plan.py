@@ -264,7 +264,21 @@ def account_lines(r, cd):
             "  %-12s %11s" % ("activations", _n(cd["activation_bytes"])),
             "  %-12s %11s  %s" % ("runtime", _n(cd["workspace_bytes"]), runtime),
             "  %-12s %11s  of %s a plan may use; margin %s kept free" % (
-                "total", _n(cd["total_bytes"]), _n(limit), _n(cd.get("margin_bytes", 0)))]
+                "total", _n(cd["total_bytes"]), _n(limit), _n(cd.get("margin_bytes", 0)))] + speed_line(cd)
+
+
+def _rate(x):
+    return "-" if not x else ("%.2g" % x) if x < 100 else _n(int(round(x)))
+
+
+def speed_line(cd):
+    """The speed's two bounds, the slower one the plan's tokens/s (kvedge_host.plan.planspeed)."""
+    sp = cd.get("speed") or {}
+    if not cd.get("tokens_per_s") or not sp.get("bound"):
+        return []
+    return ["  %-12s %11s  %s-bound: compute %s/s (%s), memory %s/s" % (
+        "speed", "%s tok/s" % _rate(cd["tokens_per_s"]), sp["bound"], _rate(sp.get("compute_tokens_per_s")),
+        (sp.get("core") or {}).get("core", "?").split(" (")[0], _rate(sp.get("memory_tokens_per_s")))]
 
 
 def print_first_screen(spec, tgt, r, chosen, c):

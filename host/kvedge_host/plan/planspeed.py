@@ -1,17 +1,19 @@
 """Speed in the plan: which forward pass a configuration runs on its board (kvedge.model.passes.choose, the device's
-own rule), with which kernel kind, and what a token costs: the mean over positions 0..context-1 of the
-instructions the emulated Cortex-M3 counted for that pass, kernel kind and cache layout (forward_cost.py, written
-by tools/bench_plan_speed.py --save; a tiered cache adds its cold tokens from tiered_cost.py), and tokens/s at the
-profile's clock.
-
-The figures are instruction counts of a Cortex-M3; a board's own core differs (an RP2040's Cortex-M0+ has no
-32-bit multiply-accumulate in one instruction, an ESP32's Xtensa LX6 is not an Arm at all): tokens/s is the
-clock over the M3's count, a proxy that orders configurations and boards rather than a promise. Where a figure was
-not measured (another kernel kind, cache dtype or layout, weights read from flash, another model's shape) the
-nearest measured row stands in, rounded to two significant digits and marked "estimated" with what it is from."""
+own rule), with which kernel kind, and what a token costs, bounded two ways:
+- compute: the mean over positions 0..context-1 of the instructions the emulated Cortex-M3 counted for that pass,
+  kernel kind and cache layout (forward_cost.py, written by tools/bench_plan_speed.py --save; a tiered cache adds
+  its cold tokens from tiered_cost.py), times the board's own core against the M3 (cores.py: the same run on the
+  chip's stand-in), at the profile's clock, one instruction a cycle;
+- memory: the bytes a token reads from each memory (the weights once, the cache's attended rows, a tier's cold
+  blocks; where the plan's placement puts them) over that memory's read rate (the profile's read_bytes_per_s, with
+  its source; internal SRAM one 32-bit word a cycle).
+tokens/s is the slower bound's, and the plan says which bound holds. Every figure says what it is: an estimate
+from instruction counts of a stand-in and peak interface rates, which order configurations and boards; where a
+figure was not measured (another kernel kind, cache dtype or layout, another model's shape) the nearest measured
+row stands in, rounded to two significant digits and marked "estimated" with what it is from."""
 from kvedge.model import passes
 
-from . import account
+from . import account, cores
 
 # the cache layout a plan kind runs (what the benchmark measured: slots 0..n-1, a ring with sinks, H2O)
 LAYOUT = {"keep": "keep", "prefix": "keep", "shorter": "keep", "window": "ring", "sinks": "ring", "h2o": "h2o",
@@ -175,19 +177,89 @@ def cost(c, spec, wdtype, kernels, forward, table=None, tier_cost=None):
     return out
 
 
+def read_rates(prof):
+    """{memory: (bytes/s, what it is)} of a profile: flash and PSRAM from its read_bytes_per_s (cited in its
+    sources), internal SRAM one 32-bit word a cycle at its clock."""
+    hz, _ = clock(prof)
+    out = {}
+    if hz:
+        out["sram"] = (4 * hz, "one 32-bit word a cycle at %g MHz" % (hz / 1e6))
+    for mem, n in sorted(((prof or {}).get("read_bytes_per_s") or {}).items()):
+        src = next((s for s in (prof or {}).get("sources", []) if s.get("figure") == "read_bytes_per_s." + mem), {})
+        out[mem] = (n, src.get("source") or "the profile's read_bytes_per_s")
+    return out
+
+
+def _memory_of(where):
+    return "flash" if where.startswith("flash") else "psram" if where.startswith("slow") else "sram"
+
+
+def traffic(c):
+    """{memory: bytes read a token, mean over positions 0..context-1}: the weights once, the attended rows of the
+    cache (or of a tier's hot ring) and a tier's cold blocks, from where the plan's placement puts them."""
+    C = max(1, c["context"])
+    tier = c.get("tier") or {}
+    slots = c["cache"]["window"] + c["cache"]["sinks"] if tier else c["tokens_kept"]
+    if c["kind"] == "h2o":
+        slots = c["policy"]["budget"]
+    slots = max(1, slots)
+    out = {}
+    for p in c.get("placement") or ():
+        name = p["array"]
+        if name == "weights":
+            n = p["bytes"]
+        elif name in ("kv cache", "kv hot ring"):
+            n = p["bytes"] * _sum_min(C, slots) / float(C * slots)
+        elif name == "cold KV store" and tier.get("cold_tokens"):
+            cold = [min(q + 1, slots + tier["cold_tokens"]) - slots for q in range(C)]
+            n = p["bytes"] / float(tier["cold_tokens"]) * sum(x for x in cold if x > 0) / float(C)
+        else:
+            continue  # activations, tables, buffers: small and in internal SRAM
+        m = _memory_of(p["where"])
+        out[m] = out.get(m, 0) + int(round(n))
+    return out
+
+
 def annotate(c, spec, wdtype, kernels, prof, table=None):
-    """Add "forward", "kernels", "instructions_per_token" (None when not measured), "tokens_per_s" (at the
-    profile's clock; None without one) and "speed" (what the figure is, where it came from) to candidate c."""
+    """Add "forward", "kernels", "instructions_per_token" (this board's core: None when not measured),
+    "tokens_per_s" (the slower of compute and memory; None without a clock) and "speed" (both bounds, which one
+    holds, what each figure is and where it came from) to candidate c."""
     fw = c.get("forward") or forward_for(c, wdtype, kernels, prof)  # the planner's, when it sized the plan for one
     k = cost(c, spec, wdtype, kernels, fw, table, (c.get("tier") or {}).get("cost"))
     hz, src = clock(prof)
+    core = cores.for_profile(prof, kernels)
     c["forward"] = fw
     c["kernels"] = kernels
-    c["instructions_per_token"] = k["instructions_per_token"] if k else None
-    t = hz / float(k["instructions_per_token"]) if (k and hz) else None
-    c["tokens_per_s"] = None if t is None else float("%.2g" % t) if k["estimated"] else round(t, 3)
-    c["speed"] = dict(k or {"estimated": True, "from": "not measured"}, clock_hz=hz, clock_source=src,
-                      proxy="instructions of the emulated Cortex-M3 at one a cycle" + (
-                          "; the ESP32's Xtensa is not an Arm: the M3's count is a proxy"
-                          if str((prof or {}).get("chip", "")).startswith("esp32") else ""))
+    n = k["instructions_per_token"] * core["factor"] if k else None
+    estimated = bool(k and (k["estimated"] or core["factor"] != 1.0))
+    c["instructions_per_token"] = None if n is None else _sig2(n) if estimated else int(round(n))
+    compute_s = n / float(hz) if (n and hz) else None
+    rates = read_rates(prof)
+    reads = traffic(c)
+    memory_s = sum(b / float(rates[m][0]) for m, b in reads.items() if m in rates) if hz else None
+    unknown = sorted(m for m in reads if m not in rates)
+    slower = max(compute_s or 0.0, memory_s or 0.0)
+    t = 1.0 / slower if (compute_s and slower) else None
+    c["tokens_per_s"] = None if t is None else float("%.2g" % t) if estimated else round(t, 3)
+    bound = None if t is None else ("memory" if (memory_s or 0.0) > compute_s else "compute")
+    base = dict(k or {"estimated": True, "from": "not measured"})
+    if "instructions_per_token" in base:  # the Cortex-M3's count, before the board's core
+        base["m3_instructions_per_token"] = base.pop("instructions_per_token")
+    if k and core["factor"] != 1.0:
+        base["from"] = "; ".join([x for x in (base.get("from"),) if x] + [
+            "the Cortex-M3's count x %.3g, %s (%s) against the M3 on one run" % (
+                core["factor"], core["core"].split(" (")[0], core["stands_for"])] + (
+            [core["note"]] if core.get("note") else []))
+    c["speed"] = dict(base, clock_hz=hz, clock_source=src,
+                      bound=bound, core=core,
+                      compute_tokens_per_s=float("%.3g" % (1.0 / compute_s)) if compute_s else None,
+                      memory_tokens_per_s=float("%.3g" % (1.0 / memory_s)) if memory_s else None,
+                      reads_per_token=reads, read_rates={m: {"bytes_per_s": r[0], "source": r[1]}
+                                                         for m, r in rates.items() if m in reads},
+                      proxy="instructions of the board's stand-in core (%s) at one a cycle; memory at peak "
+                            "read rates: an estimate that orders configurations and boards" % core["core"])
+    if k:
+        c["speed"]["estimated"] = estimated
+    if unknown:
+        c["speed"]["memory_unknown"] = "no read rate for %s in the profile" % ", ".join(unknown)
     return c
