@@ -115,7 +115,7 @@ def test_the_package_runs_as_armv6m_mpy_from_flash_with_a_ram_disk():
     lines = [ln.split()[1:] for ln in out.splitlines() if ln.startswith("KV ")]
     ref = sum(((i * 37) % 255 - 127) ** 2 for i in range(64))
     assert lines[0] == ["microbit", "with", "nRF51", "4"]                     # arch 4 = armv6m
-    assert lines[1] == ["asm", "/rom/kvedge/kernels.mpy"]
+    assert lines[1] == ["asm", "/rom/kvedge/kernels/__init__.mpy"]
     assert lines[2] == [str(ref), str(ref)]
     assert lines[3] == ["/", str(sum(range(200)))]
     assert 215040 - 8192 <= int(lines[4][0]) < 215040                        # the rp2040 heap

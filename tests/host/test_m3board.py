@@ -58,7 +58,7 @@ def test_code_runs_on_the_rp2040_heap_with_the_package_from_rom():
     assert name == "micropython" and int(maxsize) == 2 ** 31 - 1
     assert heap - 8192 <= int(usable) < heap                # the GC's tables come out of the heap
     assert lines[1] == ["True"]
-    assert lines[2] == ["asm", "/rom/kvedge/kernels.mpy"]  # the inline assembler's kind first; armv6m, in place
+    assert lines[2] == ["asm", "/rom/kvedge/kernels/__init__.mpy"]  # the inline assembler's kind first; armv6m, in place
     ref = sum(((i * 37) % 255 - 127) ** 2 for i in range(64))
     assert lines[3] == [str(ref), str(ref)]
 

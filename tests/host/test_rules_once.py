@@ -11,8 +11,8 @@ from kvedge_host.boards import deploy
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RULES = {  # the rule's value, and where its one literal lives
-    "kernel kinds": (kernels.KINDS, "device/kvedge/kernels.py"),
-    "fast kernel kinds": (kernels.FAST, "device/kvedge/kernels.py"),
+    "kernel kinds": (kernels.KINDS, "device/kvedge/kernels/__init__.py"),
+    "fast kernel kinds": (kernels.FAST, "device/kvedge/kernels/__init__.py"),
     "cache dtypes": (sizes.CACHE_DTYPES, None),  # written with the names F32..I2 in device/kvedge/sizes.py
     "integer-code dtypes": (sizes.INT_CODES, None),
     "Arm -march values": (deploy.THUMB_ARCHS, "host/kvedge_host/boards/deploy.py"),
