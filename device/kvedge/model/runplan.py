@@ -23,8 +23,8 @@ def doc_args(doc):
     cache fields; the checkpoint gives the shape), h2o (H2O's token budget, 0 without H2O), stream (where the
     weights live: heap False, flash True, rom "rom"), tier (None, or a tiered plan's block, cold_dtype,
     cold_blocks, at_cap, cold_align), forward (the plan's pass; UNNAMED, the float pass it was counted for, when
-    it names none) and, when the plan reads prompts in chunks, prefill (else main()'s default, one token at a
-    time)."""
+    it names none), kv_bytes (the arena main() allocates before it imports anything) and, when the plan reads
+    prompts in chunks, prefill (else main()'s default, one token at a time)."""
     from kvedge.model.plandoc import tier_of
     kv = {}
     for k in doc["cache"]:
@@ -32,7 +32,10 @@ def doc_args(doc):
             kv[k] = doc["cache"][k]
     pol = doc.get("policy") or {}
     out = {"kv": kv, "h2o": pol.get("budget", 0) if pol.get("kind") == "h2o" else 0,
-           "stream": _STREAM[doc["weights"]["place"]], "tier": tier_of(doc), "forward": doc.get("forward") or UNNAMED}
+           "stream": _STREAM[doc["weights"]["place"]], "tier": tier_of(doc), "forward": doc.get("forward") or UNNAMED,
+           # the cache's arena (a tier's ring) allocated first, while the heap is one free block: a plan of one
+           # sequence; a batch's caches are allocated by the pool
+           "kv_bytes": doc["kv_bytes"] if doc.get("batch", 1) == 1 else 0}
     if (doc.get("prefill") or 1) != 1:
         out["prefill"] = doc["prefill"]
     return out

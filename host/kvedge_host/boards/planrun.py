@@ -25,8 +25,7 @@ def runner_args(doc, steps, stats_ms=0, prompt="", temperature=0.0, seed=1):
     h2o, tier = kw["h2o"], kw.pop("tier")
     if tier:
         kw["tier"] = tier
-    kw.update(prompt=prompt, steps=steps, temperature=temperature, seed=seed, stats_ms=stats_ms, peak=True,
-              kv_bytes=doc["kv_bytes"] if doc.get("batch", 1) == 1 else 0)
+    kw.update(prompt=prompt, steps=steps, temperature=temperature, seed=seed, stats_ms=stats_ms, peak=True)
     if rt.get("source") == "measured":
         if stats_ms and not rt.get("stats", True):
             raise ValueError("the plan counted no stats stream (kvedge plan --no-stats): run with stats_ms=0")
