@@ -33,12 +33,21 @@ def doc_args(doc):
     pol = doc.get("policy") or {}
     out = {"kv": kv, "h2o": pol.get("budget", 0) if pol.get("kind") == "h2o" else 0,
            "stream": _STREAM[doc["weights"]["place"]], "tier": tier_of(doc), "forward": doc.get("forward") or UNNAMED,
-           # the cache's arena (a tier's ring) allocated first, while the heap is one free block: a plan of one
-           # sequence; a batch's caches are allocated by the pool
-           "kv_bytes": doc["kv_bytes"] if doc.get("batch", 1) == 1 else 0}
+           "kv_bytes": _arena_bytes(doc)}
     if (doc.get("prefill") or 1) != 1:
         out["prefill"] = doc["prefill"]
     return out
+
+
+def _arena_bytes(doc):
+    """The arena main() allocates first, while the heap is one free block: the plan's kv_bytes when it is the
+    cache's own (a tier's ring) and the plan runs one sequence (a batch's caches come from the pool); else 0 (the
+    cache allocates its arena itself, after the imports)."""
+    n = doc.get("kv_bytes")
+    if doc.get("batch", 1) != 1 or not n:
+        return 0
+    from kvedge.config import CacheConfig
+    return n if CacheConfig.from_dict(doc["cache"]).nbytes() == n else 0
 
 
 def plan_args(doc, model=None, tokenizer=None, heap=None):
