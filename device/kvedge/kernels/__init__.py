@@ -61,9 +61,9 @@ def _import(role, kind):
     """The module ROLE + KIND (see above) if this port runs it and it loads and says OK, else None."""
     if not runs_here(kind):
         return None
-    sub = role + _SUFFIX.get(kind, kind)
+    name = module_name(role, kind)
     try:
-        mod = getattr(__import__("kvedge.kernels." + sub).kernels, sub)
+        mod = getattr(__import__(name).kernels, name[len("kvedge.kernels."):])
     except (ImportError, SyntaxError, NameError, AttributeError, TypeError):
         return None
     return mod if mod.OK else None

@@ -34,7 +34,7 @@ def quantize_row(src, n, codes, co):
 
 def _convert(src_path, dst_path, cfg, head, mat, row):
     """The tensors of a llama2.c file in kvedge's order into dst: mat(f, out, rows, cols) writes a matrix read
-    from f's position, vectors are copied (through `row`)."""
+    at f's position, vectors are copied (through `row`)."""
     lay = f32_layout(cfg)
     widest = len(row)
     mrow = memoryview(row)
