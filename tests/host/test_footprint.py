@@ -108,6 +108,17 @@ def test_the_integer_pass_is_measured_with_the_kinds_it_is_fastest_on_and_planne
         account.Runtime(prof, "viper", forward="int")
 
 
+def test_the_boot_figure_holds_a_runner_call_that_allocates_the_plans_arena_first():
+    # a plan's run passes its arena to main() (kvedge.model.runplan); the boot figure is measured with a call as
+    # long as a plan's, so the sample plan is read by the same rule (it once lacked the cache's shape, and every
+    # footprint measurement stopped in CacheConfig.from_dict)
+    from kvedge.config import CacheConfig
+    cache = footprint.SAMPLE_PLAN["cache"]
+    assert CacheConfig.from_dict(cache).nbytes() == footprint.SAMPLE_PLAN["kv_bytes"]
+    code = footprint.boot_code()
+    assert "kv_bytes=%d" % footprint.SAMPLE_PLAN["kv_bytes"] in code and "budget=" in code
+
+
 def test_record_writes_cited_figures_that_load(tmp_path, monkeypatch):
     folder = tmp_path / "boards"
     shutil.copytree(os.path.dirname(profiles.__file__).replace("host/kvedge_host", "boards"), folder)

@@ -99,8 +99,11 @@ BOOT = board_scripts.source("kvfp_boot")  # heap allocated after boot, and the u
 # The runner's call (kvedge_host.boards.planrun.runner_code) stays in the heap as long as the run lasts (its bytecode,
 # keyword names and values): on the emulated board it took 880 bytes more than BOOT alone, the whole gap between
 # the board's peak and a plan that left it out. Boot is measured with such a call in a branch that never runs.
-SAMPLE_PLAN = {"cache": {"max_tokens": 9999, "dtype": "i8", "window": 0, "sinks": 0, "align": 0, "group": 32,
-                         "residual": 0, "prefix": 0}, "weights": {"place": "flash"}, "kv_bytes": 999999,
+# a plan's cache has its model's shape, and kv_bytes is that cache's arena (kvedge.model.runplan reads both): the
+# sample's arena has seven digits, as a board's plan's does at most
+SAMPLE_PLAN = {"cache": {"layers": 5, "heads": 8, "kv_heads": 4, "head_dim": 8, "max_tokens": 9999, "dtype": "i8",
+                         "window": 0, "sinks": 0, "align": 0, "group": 32, "residual": 0, "prefix": 0},
+               "weights": {"place": "flash"}, "kv_bytes": 3999600,
                "policy": {"kind": "h2o", "budget": 9999, "recent": 9999},
                "runtime": {"source": "measured", "kernels": "native", "tile": 32, "prompt": False,
                            "usable_heap": 9999999, "margin_bytes": 99999, "boot_bytes": 9999, "code_bytes": 99999,
