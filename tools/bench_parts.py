@@ -224,13 +224,13 @@ def main(argv=None):
     nn = steps.get("_norm", (0, 0))[1]
     q_in_norm = q / nq * nn if nq else 0  # _norm calls _quant once: those calls are in both figures (per call ~)
     python = [
-        ("_mv's Python (q_mv, q_xor80 off)", per(steps, "_mv") - per(kern, "q_mv") - per(kern, "q_xor80")),
+        ("_mv's Python (q_mv off)", per(steps, "_mv") - per(kern, "q_mv")),
         ("_quant's Python (q_quant off; ~)", q - per(kern, "q_quant")),
         ("_norm's Python (q_normgain and its _quant off; ~)", per(steps, "_norm") - per(kern, "q_normgain")
          - q_in_norm),
     ]
     inside = per(steps, "_mv") + per(steps, "_norm") + q - q_in_norm + per(steps, att)
-    direct = sum(per(kern, n) for n in kern if n not in ("q_mv", "q_xor80", "q_quant", "q_normgain", att))
+    direct = sum(per(kern, n) for n in kern if n not in ("q_mv", "q_quant", "q_normgain", att))
     python.append(("forward()'s own Python (the layer loop, argmax's call)", total - inside - direct))
     if a.json:
         print(json.dumps({"total": total, "kernels": {n: {"per_token": v[0], "calls": v[1]} for n, v in

@@ -116,7 +116,6 @@ px = P()
 for i, nm in enumerate(NAMES[:11]):
     f = getattr(K, nm)
     setattr(px, nm, wrap2(f, i) if nm == "q_argmax" else wrap4(f, i))
-px.q_xor80 = K.q_xor80
 att = m.att
 f9 = att.q8_step
 

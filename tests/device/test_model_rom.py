@@ -12,6 +12,7 @@ from _model_support import RefAttention, skip, tmp_path  # noqa: E402
 from kvedge import compat, kernels  # noqa: E402
 from kvedge.model import checkpoint, header, romweights, tiny  # noqa: E402
 from kvedge.model.llama import Llama  # noqa: E402
+from kvedge.model import intpath  # noqa: E402,F401  (compiled while the heap is in one piece, as kernels.get() below)
 
 _FILES = {}
 MOUNT = "/kvrom"
@@ -153,3 +154,38 @@ def test_file_on_a_plain_filesystem_is_streamed():
     assert m.w.stream is True
     assert m.plan["weights"] == header.resident_bytes(m.cfg, "i8", True)
     m.close()
+
+
+def _int_logits(path, stream, kind):
+    old = kernels.kind()
+    kernels.select(kind)
+    try:
+        m = Llama(path, kv={"align": 0, "max_tokens": 8, "dtype": "i8"}, forward="int", stream=stream)
+        w = m.w
+        held = (w.stream, w._rom is not None, hasattr(m.intp, "wbuf"))
+        out = [list(m.forward(t)) for t in TOKENS]
+        m.close()
+    finally:
+        kernels.select(old)
+    return out, held
+
+
+def test_the_integer_pass_reads_rows_in_place_and_gives_the_logits_of_rows_in_ram():
+    # the integer pass's kernels take the file's int8 rows as they lie: from the mapped file nothing is copied (no
+    # chunk buffer), and every kernel kind gives the logits of the same rows read into RAM and of them streamed
+    import sys
+    kinds = kernels.available()
+    if sys.implementation.name == "micropython" and sys.maxsize > (1 << 31):
+        kinds = [kernels.kind()]  # the 64-bit unix port at the rp2040's heap holds one kind's modules and models
+    for kind in kinds:
+        img = _mount(0)
+        try:
+            rom, held = _int_logits(MOUNT + "/m.bin", "rom", kind)
+            streamed, sheld = _int_logits(MOUNT + "/m.bin", True, kind)
+        finally:
+            _umount()
+            del img
+        gc.collect()
+        ram, rheld = _int_logits(_i8(), False, kind)
+        assert held == (False, True, False) and sheld == (True, False, True) and rheld == (False, False, False)
+        assert rom == ram and streamed == ram, kind

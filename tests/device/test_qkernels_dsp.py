@@ -1,6 +1,6 @@
-# The DSP kernels of the integer forward pass (kvedge.kernels.q8_dsp_thumb: UXTB16 and SMLAD by raw encodings) against
-# the plain ones (kvedge.kernels.q8_plain, the reference arithmetic): q_quant then q_mv give the same out values,
-# the same largest |out| and the same P_SX, for every column count's tail (cols % 32, % 4), row offsets, weight
+# The DSP kernels of the integer forward pass (kvedge.kernels.q8_dsp_thumb: SXTB16 and SMLAD by raw encodings) against
+# the plain ones (kvedge.kernels.q8_plain, the reference arithmetic): q_quant then q_mv give the same out values
+# and the same largest |out| over int8 rows (every byte value), for every column count's tail (cols % 32, % 4), row offsets, weight
 # offsets, shifts both ways (saturating) and adding into out. Runs only where kvedge.kernels.cpuid.has_dsp() finds the
 # instructions in the core (the emulated Cortex-M7 and M55: tests/host/test_dsp_kernels.py); elsewhere the
 # probe must say no (an M3 or M0 core would take a HardFault on them).
@@ -8,7 +8,7 @@ import sys
 from array import array
 from kvedge import kernels
 from kvedge.kernels import cpuid
-from kvedge.kernels.words import P_WO, P_ROWS, P_COLS, P_XM, P_OS, P_ADD, P_RO, P_SX, P_HDR
+from kvedge.kernels.words import P_WO, P_ROWS, P_COLS, P_XM, P_OS, P_ADD, P_RO, P_HDR
 from _support import skip
 from _fuzzkit import Lcg
 
@@ -57,7 +57,7 @@ def _case(rng, q, rows, cols, ro, wo, os, add):
         p[P_HDR + r] = ((16384 + rng.below(16384)) << 8) | rng.below(12)
     out = array("i", [rng.below(1 << 20) - (1 << 19) for _ in range(ro + rows)])
     big = q.q_mv(w, codes, out, p)
-    return list(out), big, p[P_SX]
+    return list(out), big
 
 
 def test_dsp_q_quant_and_q_mv_equal_the_plain_kernels():

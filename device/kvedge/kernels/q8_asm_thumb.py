@@ -1,6 +1,6 @@
 # @micropython.asm_thumb kernels of the integer forward pass: the matrix-vector product over int8 rows (most of
-# a token's multiply-accumulates; int4 rows: kernels.q4_asm_thumb) and the weights' sign flip, in Thumb-1 instructions
-# only (the RP2040's Cortex-M0+ has nothing else: no movw, no register-offset loads, no wide branches, no
+# a token's multiply-accumulates; int4 rows: kernels.q4_asm_thumb), in Thumb-1 instructions only
+# (the RP2040's Cortex-M0+ has nothing else: no movw, no register-offset loads, no wide branches, no
 # it-blocks, no sdiv), so the armv6m .mpy runs on every Cortex-M MicroPython port with the inline assembler. Same
 # arithmetic as kernels.q8_plain (see there); the other q_* kernels come from kernels.q8_viper.
 #
@@ -16,7 +16,7 @@ OK = True
 
 @micropython.asm_thumb
 def q_mv(r0, r1, r2, r3):
-    # r0 w (offset-binary rows), r1 x (int32 codes), r2 out (int32), r3 p (parameter block, P_* of kernels.q8_plain)
+    # r0 w (int8 rows), r1 x (int32 codes), r2 out (int32), r3 p (parameter block, P_* of kernels.q8_plain)
     # kept in high registers: r8 p, r9 the out pointer, r10 x, r11 rows left, r12 the row word pointer; r7 the
     # largest |out| written (the return value)
     mov(r4, r8)
@@ -39,22 +39,6 @@ def q_mv(r0, r1, r2, r3):
     mov(r12, r4)  # p + 4 * (P_HDR + ro): the first row's word
     ldr(r4, [r3, 4])
     mov(r11, r4)  # rows
-    # 128 * sum(x[0:cols]) into p[7] (P_SX): the offset-binary rows' correction, once per call
-    ldr(r3, [r3, 8])
-    mov(r2, 0)
-    mov(r5, r1)
-    cmp(r3, 0)
-    beq(SXD)
-    label(SX)
-    ldr(r4, [r5, 0])
-    add(r2, r2, r4)
-    add(r5, 4)
-    sub(r3, 1)
-    bne(SX)
-    label(SXD)
-    lsl(r2, r2, 7)
-    mov(r4, r8)
-    str(r2, [r4, 28])
     mov(r7, 0)
     label(ROW)
     mov(r4, r11)
@@ -72,66 +56,82 @@ def q_mv(r0, r1, r2, r3):
     beq(C4)
     label(L16)
     ldrb(r4, [r0, 0])
+    data(2, 0xB264)  # sxtb r4, r4: the weight as int8
     ldr(r5, [r1, 0])
     mul(r4, r5)
     add(r2, r2, r4)
     ldrb(r4, [r0, 1])
+    data(2, 0xB264)  # sxtb r4, r4: the weight as int8
     ldr(r5, [r1, 4])
     mul(r4, r5)
     add(r2, r2, r4)
     ldrb(r4, [r0, 2])
+    data(2, 0xB264)  # sxtb r4, r4: the weight as int8
     ldr(r5, [r1, 8])
     mul(r4, r5)
     add(r2, r2, r4)
     ldrb(r4, [r0, 3])
+    data(2, 0xB264)  # sxtb r4, r4: the weight as int8
     ldr(r5, [r1, 12])
     mul(r4, r5)
     add(r2, r2, r4)
     ldrb(r4, [r0, 4])
+    data(2, 0xB264)  # sxtb r4, r4: the weight as int8
     ldr(r5, [r1, 16])
     mul(r4, r5)
     add(r2, r2, r4)
     ldrb(r4, [r0, 5])
+    data(2, 0xB264)  # sxtb r4, r4: the weight as int8
     ldr(r5, [r1, 20])
     mul(r4, r5)
     add(r2, r2, r4)
     ldrb(r4, [r0, 6])
+    data(2, 0xB264)  # sxtb r4, r4: the weight as int8
     ldr(r5, [r1, 24])
     mul(r4, r5)
     add(r2, r2, r4)
     ldrb(r4, [r0, 7])
+    data(2, 0xB264)  # sxtb r4, r4: the weight as int8
     ldr(r5, [r1, 28])
     mul(r4, r5)
     add(r2, r2, r4)
     ldrb(r4, [r0, 8])
+    data(2, 0xB264)  # sxtb r4, r4: the weight as int8
     ldr(r5, [r1, 32])
     mul(r4, r5)
     add(r2, r2, r4)
     ldrb(r4, [r0, 9])
+    data(2, 0xB264)  # sxtb r4, r4: the weight as int8
     ldr(r5, [r1, 36])
     mul(r4, r5)
     add(r2, r2, r4)
     ldrb(r4, [r0, 10])
+    data(2, 0xB264)  # sxtb r4, r4: the weight as int8
     ldr(r5, [r1, 40])
     mul(r4, r5)
     add(r2, r2, r4)
     ldrb(r4, [r0, 11])
+    data(2, 0xB264)  # sxtb r4, r4: the weight as int8
     ldr(r5, [r1, 44])
     mul(r4, r5)
     add(r2, r2, r4)
     ldrb(r4, [r0, 12])
+    data(2, 0xB264)  # sxtb r4, r4: the weight as int8
     ldr(r5, [r1, 48])
     mul(r4, r5)
     add(r2, r2, r4)
     ldrb(r4, [r0, 13])
+    data(2, 0xB264)  # sxtb r4, r4: the weight as int8
     ldr(r5, [r1, 52])
     mul(r4, r5)
     add(r2, r2, r4)
     ldrb(r4, [r0, 14])
+    data(2, 0xB264)  # sxtb r4, r4: the weight as int8
     ldr(r5, [r1, 56])
     mul(r4, r5)
     add(r2, r2, r4)
     ldrb(r4, [r0, 15])
+    data(2, 0xB264)  # sxtb r4, r4: the weight as int8
     ldr(r5, [r1, 60])
     mul(r4, r5)
     add(r2, r2, r4)
@@ -146,18 +146,22 @@ def q_mv(r0, r1, r2, r3):
     beq(C1)
     label(L4)
     ldrb(r4, [r0, 0])
+    data(2, 0xB264)  # sxtb r4, r4: the weight as int8
     ldr(r5, [r1, 0])
     mul(r4, r5)
     add(r2, r2, r4)
     ldrb(r4, [r0, 1])
+    data(2, 0xB264)  # sxtb r4, r4: the weight as int8
     ldr(r5, [r1, 4])
     mul(r4, r5)
     add(r2, r2, r4)
     ldrb(r4, [r0, 2])
+    data(2, 0xB264)  # sxtb r4, r4: the weight as int8
     ldr(r5, [r1, 8])
     mul(r4, r5)
     add(r2, r2, r4)
     ldrb(r4, [r0, 3])
+    data(2, 0xB264)  # sxtb r4, r4: the weight as int8
     ldr(r5, [r1, 12])
     mul(r4, r5)
     add(r2, r2, r4)
@@ -171,6 +175,7 @@ def q_mv(r0, r1, r2, r3):
     beq(DQ)
     label(L1)
     ldrb(r4, [r0, 0])
+    data(2, 0xB264)  # sxtb r4, r4: the weight as int8
     ldr(r5, [r1, 0])
     mul(r4, r5)
     add(r2, r2, r4)
@@ -180,9 +185,6 @@ def q_mv(r0, r1, r2, r3):
     bne(L1)
     # the row's value: two floor multiplications by 15-bit mantissas, then the row's shift + os
     label(DQ)
-    mov(r4, r8)
-    ldr(r4, [r4, 28])
-    sub(r2, r2, r4)  # the dot product of the signed codes
     mov(r5, r12)
     ldr(r6, [r5, 0])  # the row's word: mantissa << 8 | shift
     add(r5, 4)
@@ -289,42 +291,6 @@ def q_mv(r0, r1, r2, r3):
     mov(r9, r5)
     mov(r10, r6)
     mov(r11, r7)
-
-
-@micropython.asm_thumb
-def q_xor80(r0, r1):
-    # r0 buf, r1 n: buf[i] ^= 128, four bytes a word when buf is word-aligned (the M0+ faults otherwise)
-    mov(r2, 0x80)
-    lsl(r3, r2, 8)
-    orr(r2, r3)
-    lsl(r3, r2, 16)
-    orr(r2, r3)  # 0x80808080
-    mov(r3, 3)
-    and_(r3, r0)
-    bne(BYTES)
-    lsr(r3, r1, 2)
-    beq(BYTES)
-    label(WORDS)
-    ldr(r4, [r0, 0])
-    eor(r4, r2)
-    str(r4, [r0, 0])
-    add(r0, 4)
-    sub(r3, 1)
-    bne(WORDS)
-    mov(r3, 3)
-    and_(r1, r3)
-    label(BYTES)
-    cmp(r1, 0)
-    beq(DONE)
-    label(B1)
-    ldrb(r4, [r0, 0])
-    eor(r4, r2)
-    strb(r4, [r0, 0])
-    add(r0, 1)
-    sub(r1, 1)
-    bne(B1)
-    label(DONE)
-    mov(r0, 0)
 
 
 # On a core with Armv7E-M's DSP instructions the matrix-vector product is kernels.q8_dsp_thumb's, with its q_quant that

@@ -3,8 +3,9 @@
 # not load). kvedge.kernels.q8_viper takes its q_mv and q_quant from here on a call0 Xtensa port (its probe),
 # kvedge.kernels.q4_viper its q_mv4 (int4 rows); the other q_* kernels stay viper. Same arithmetic as
 # kvedge.kernels.q8_plain and kernels.q4_plain, bit for bit, in 32-bit words as the viper ones. q_mv:
-# 128 * sum(x) into p[7]; per row the dot product sum(u * x) of offset-binary bytes u and int32 codes x, eight
-# products a loop step (l8ui, l32i, mull, add: four instructions a product) and the row's last cols % 8 one at a
+# 128 * sum(x) into p[7]; per row the dot product sum(u * x) of the int8 rows read offset-binary (u = b ^ 128:
+# Xtensa has no signed byte load) and int32 codes x, eight products a loop step (l8ui, xor, l32i, mull, add:
+# five instructions a product) and the row's last cols % 8 one at a
 # time, started at -128 * sum(x); then the two 15-bit mantissa products, the shift by (sw & 255) + os (right,
 # at most 31; left with saturation; beyond -30 saturation), the add, the clamp to +-VMAX and max |out|.
 # Every sum stays within +-2**30 (intpath.code_max bounds the codes). Nothing is allocated.
@@ -103,39 +104,47 @@ def q_mv(a2, a3, a4, a5):
     l32i(a10, a5, 8)
     srli(a11, a10, 3)
     slli(a11, a11, 3)  # cols & ~7
-    sub(a10, a10, a11)  # cols & 7
     add(a13, a2, a11)  # the end of the groups of eight
+    movi(a10, 128)  # int8 bytes to offset-binary, (b ^ 128) = code + 128: no l8si on Xtensa
     j(T8)
     label(EIGHT)
     l8ui(a11, a2, 0)
+    xor(a11, a11, a10)
     l32i(a14, a8, 0)
     mull(a11, a11, a14)
     add(a9, a9, a11)
     l8ui(a11, a2, 1)
+    xor(a11, a11, a10)
     l32i(a14, a8, 4)
     mull(a11, a11, a14)
     add(a9, a9, a11)
     l8ui(a11, a2, 2)
+    xor(a11, a11, a10)
     l32i(a14, a8, 8)
     mull(a11, a11, a14)
     add(a9, a9, a11)
     l8ui(a11, a2, 3)
+    xor(a11, a11, a10)
     l32i(a14, a8, 12)
     mull(a11, a11, a14)
     add(a9, a9, a11)
     l8ui(a11, a2, 4)
+    xor(a11, a11, a10)
     l32i(a14, a8, 16)
     mull(a11, a11, a14)
     add(a9, a9, a11)
     l8ui(a11, a2, 5)
+    xor(a11, a11, a10)
     l32i(a14, a8, 20)
     mull(a11, a11, a14)
     add(a9, a9, a11)
     l8ui(a11, a2, 6)
+    xor(a11, a11, a10)
     l32i(a14, a8, 24)
     mull(a11, a11, a14)
     add(a9, a9, a11)
     l8ui(a11, a2, 7)
+    xor(a11, a11, a10)
     l32i(a14, a8, 28)
     mull(a11, a11, a14)
     add(a9, a9, a11)
@@ -143,10 +152,14 @@ def q_mv(a2, a3, a4, a5):
     addi(a8, a8, 32)
     label(T8)
     bne(a2, a13, EIGHT)
-    add(a13, a2, a10)  # the row's end
+    l32i(a13, a5, 8)
+    movi(a14, 7)
+    and_(a13, a13, a14)  # cols & 7
+    add(a13, a2, a13)  # the row's end
     j(T1)
     label(ONE)
     l8ui(a11, a2, 0)
+    xor(a11, a11, a10)
     l32i(a14, a8, 0)
     mull(a11, a11, a14)
     add(a9, a9, a11)

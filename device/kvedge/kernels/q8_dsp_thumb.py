@@ -4,12 +4,12 @@
 # (on an M0+ or M3 they are undefined instructions: a HardFault). deploy sends it only to armv7em, armv7emsp and
 # armv7emdp boards, compiled as their .mpy (mpy-cross -march=armv7emsp for the RP2350). MicroPython's inline
 # assembler has no DSP mnemonics; each is its Thumb-2 encoding in data(2, hw1, hw2):
-#   UXTB16 Rd, Rm, ROR #r   0xFA3F, 0xF080 | Rd << 8 | (r / 8) << 4 | Rm  (bytes 0 and 2 of Rm ror r, zero-extended)
+#   SXTB16 Rd, Rm, ROR #r   0xFA2F, 0xF080 | Rd << 8 | (r / 8) << 4 | Rm  (bytes 0 and 2 of Rm ror r, sign-extended)
 #   SMLAD Rd, Rn, Rm, Ra    0xFB20 | Rn, Ra << 12 | Rd << 8 | Rm          (Rd = Ra + lo(Rn) lo(Rm) + hi(Rn) hi(Rm))
-# The matrix-vector product takes four offset-binary weights a word (two UXTB16) against the matvec input
+# The matrix-vector product takes four int8 weights a word (two SXTB16) against the matvec input
 # packed as signed 16-bit pairs by this module's q_quant: two SMLADs per four multiply-accumulates. The
 # input's format is private to this module (q_quant writes it, q_mv reads it; nothing else reads xq):
-#   word 0: 128 * sum(codes) (q_mv's offset-binary correction, P_SX), word 1: n, then per group of four codes
+#   word 0: unused (0), word 1: n, then per group of four codes
 #   (c0, c2), (c1, c3) as 16-bit pairs, then the n % 4 last codes as 16-bit values: 8 + 2n bytes of the 4n
 #   of xq. Same integers as kernels.q8_plain (tested bit-identical on the emulated Cortex-M7 and M55).
 import micropython
@@ -31,7 +31,6 @@ def q_quant(z: ptr32, codes, n: int, p: ptr32) -> int:  # noqa: F821
     C = p[3]
     half = 1 << (K - 1)
     n4 = n & (0 - 4)
-    sx = 0
     i = 0
     while i < n:
         v = (z[i] ^ sb) - sb
@@ -47,21 +46,20 @@ def q_quant(z: ptr32, codes, n: int, p: ptr32) -> int:  # noqa: F821
             c = C
         if neg:
             c = 0 - c
-        sx += c
         if i < n4:
             r = i & 3
             hw[4 + (i - r) + ((r & 1) << 1) + (r >> 1)] = c
         else:
             hw[4 + i] = c
         i += 1
-    wd[0] = sx << 7
+    wd[0] = 0
     wd[1] = n
     return 0
 
 
 @micropython.asm_thumb
 def q_mv(r0, r1, r2, r3):
-    # r0 w (offset-binary rows), r1 x (packed by q_quant), r2 out (int32), r3 p (parameter block, P_* of
+    # r0 w (int8 rows), r1 x (packed by q_quant), r2 out (int32), r3 p (parameter block, P_* of
     # kernels.q8_plain); kept in high registers: r8 p, r9 the out pointer, r10 x's pairs, r11 rows left, r12 the
     # row word pointer; r7 the largest |out| written (the return value)
     mov(r4, r8)
@@ -72,8 +70,6 @@ def q_mv(r0, r1, r2, r3):
     mov(r4, r12)
     push({r4})
     mov(r8, r3)
-    ldr(r4, [r1, 0])  # 128 * sum(x): the offset-binary rows' correction
-    str(r4, [r3, 28])  # into p[7] (P_SX), as the other kinds leave it
     add(r1, 8)
     mov(r10, r1)
     ldr(r4, [r3, 0])  # wo
@@ -104,57 +100,57 @@ def q_mv(r0, r1, r2, r3):
     beq(C4)
     label(L32)
     ldr(r4, [r0, 0])
-    data(2, 0xFA3F, 0xF584)  # uxtb16 r5, r4: rows' bytes 0 and 2
-    data(2, 0xFA3F, 0xF494)  # uxtb16 r4, r4, ror #8: bytes 1 and 3
+    data(2, 0xFA2F, 0xF584)  # sxtb16 r5, r4: rows' bytes 0 and 2
+    data(2, 0xFA2F, 0xF494)  # sxtb16 r4, r4, ror #8: bytes 1 and 3
     ldr(r3, [r1, 0])
     data(2, 0xFB25, 0x2203)  # smlad r2, r5, r3, r2
     ldr(r3, [r1, 4])
     data(2, 0xFB24, 0x2203)  # smlad r2, r4, r3, r2
     ldr(r4, [r0, 4])
-    data(2, 0xFA3F, 0xF584)  # uxtb16 r5, r4: rows' bytes 0 and 2
-    data(2, 0xFA3F, 0xF494)  # uxtb16 r4, r4, ror #8: bytes 1 and 3
+    data(2, 0xFA2F, 0xF584)  # sxtb16 r5, r4: rows' bytes 0 and 2
+    data(2, 0xFA2F, 0xF494)  # sxtb16 r4, r4, ror #8: bytes 1 and 3
     ldr(r3, [r1, 8])
     data(2, 0xFB25, 0x2203)  # smlad r2, r5, r3, r2
     ldr(r3, [r1, 12])
     data(2, 0xFB24, 0x2203)  # smlad r2, r4, r3, r2
     ldr(r4, [r0, 8])
-    data(2, 0xFA3F, 0xF584)  # uxtb16 r5, r4: rows' bytes 0 and 2
-    data(2, 0xFA3F, 0xF494)  # uxtb16 r4, r4, ror #8: bytes 1 and 3
+    data(2, 0xFA2F, 0xF584)  # sxtb16 r5, r4: rows' bytes 0 and 2
+    data(2, 0xFA2F, 0xF494)  # sxtb16 r4, r4, ror #8: bytes 1 and 3
     ldr(r3, [r1, 16])
     data(2, 0xFB25, 0x2203)  # smlad r2, r5, r3, r2
     ldr(r3, [r1, 20])
     data(2, 0xFB24, 0x2203)  # smlad r2, r4, r3, r2
     ldr(r4, [r0, 12])
-    data(2, 0xFA3F, 0xF584)  # uxtb16 r5, r4: rows' bytes 0 and 2
-    data(2, 0xFA3F, 0xF494)  # uxtb16 r4, r4, ror #8: bytes 1 and 3
+    data(2, 0xFA2F, 0xF584)  # sxtb16 r5, r4: rows' bytes 0 and 2
+    data(2, 0xFA2F, 0xF494)  # sxtb16 r4, r4, ror #8: bytes 1 and 3
     ldr(r3, [r1, 24])
     data(2, 0xFB25, 0x2203)  # smlad r2, r5, r3, r2
     ldr(r3, [r1, 28])
     data(2, 0xFB24, 0x2203)  # smlad r2, r4, r3, r2
     ldr(r4, [r0, 16])
-    data(2, 0xFA3F, 0xF584)  # uxtb16 r5, r4: rows' bytes 0 and 2
-    data(2, 0xFA3F, 0xF494)  # uxtb16 r4, r4, ror #8: bytes 1 and 3
+    data(2, 0xFA2F, 0xF584)  # sxtb16 r5, r4: rows' bytes 0 and 2
+    data(2, 0xFA2F, 0xF494)  # sxtb16 r4, r4, ror #8: bytes 1 and 3
     ldr(r3, [r1, 32])
     data(2, 0xFB25, 0x2203)  # smlad r2, r5, r3, r2
     ldr(r3, [r1, 36])
     data(2, 0xFB24, 0x2203)  # smlad r2, r4, r3, r2
     ldr(r4, [r0, 20])
-    data(2, 0xFA3F, 0xF584)  # uxtb16 r5, r4: rows' bytes 0 and 2
-    data(2, 0xFA3F, 0xF494)  # uxtb16 r4, r4, ror #8: bytes 1 and 3
+    data(2, 0xFA2F, 0xF584)  # sxtb16 r5, r4: rows' bytes 0 and 2
+    data(2, 0xFA2F, 0xF494)  # sxtb16 r4, r4, ror #8: bytes 1 and 3
     ldr(r3, [r1, 40])
     data(2, 0xFB25, 0x2203)  # smlad r2, r5, r3, r2
     ldr(r3, [r1, 44])
     data(2, 0xFB24, 0x2203)  # smlad r2, r4, r3, r2
     ldr(r4, [r0, 24])
-    data(2, 0xFA3F, 0xF584)  # uxtb16 r5, r4: rows' bytes 0 and 2
-    data(2, 0xFA3F, 0xF494)  # uxtb16 r4, r4, ror #8: bytes 1 and 3
+    data(2, 0xFA2F, 0xF584)  # sxtb16 r5, r4: rows' bytes 0 and 2
+    data(2, 0xFA2F, 0xF494)  # sxtb16 r4, r4, ror #8: bytes 1 and 3
     ldr(r3, [r1, 48])
     data(2, 0xFB25, 0x2203)  # smlad r2, r5, r3, r2
     ldr(r3, [r1, 52])
     data(2, 0xFB24, 0x2203)  # smlad r2, r4, r3, r2
     ldr(r4, [r0, 28])
-    data(2, 0xFA3F, 0xF584)  # uxtb16 r5, r4: rows' bytes 0 and 2
-    data(2, 0xFA3F, 0xF494)  # uxtb16 r4, r4, ror #8: bytes 1 and 3
+    data(2, 0xFA2F, 0xF584)  # sxtb16 r5, r4: rows' bytes 0 and 2
+    data(2, 0xFA2F, 0xF494)  # sxtb16 r4, r4, ror #8: bytes 1 and 3
     ldr(r3, [r1, 56])
     data(2, 0xFB25, 0x2203)  # smlad r2, r5, r3, r2
     ldr(r3, [r1, 60])
@@ -171,8 +167,8 @@ def q_mv(r0, r1, r2, r3):
     beq(C1)
     label(L4)
     ldr(r4, [r0, 0])
-    data(2, 0xFA3F, 0xF584)  # uxtb16 r5, r4: rows' bytes 0 and 2
-    data(2, 0xFA3F, 0xF494)  # uxtb16 r4, r4, ror #8: bytes 1 and 3
+    data(2, 0xFA2F, 0xF584)  # sxtb16 r5, r4: rows' bytes 0 and 2
+    data(2, 0xFA2F, 0xF494)  # sxtb16 r4, r4, ror #8: bytes 1 and 3
     ldr(r3, [r1, 0])
     data(2, 0xFB25, 0x2203)  # smlad r2, r5, r3, r2
     ldr(r3, [r1, 4])
@@ -189,6 +185,7 @@ def q_mv(r0, r1, r2, r3):
     beq(DQ)
     label(L1)
     ldrb(r4, [r0, 0])
+    data(2, 0xB264)  # sxtb r4, r4: the weight as int8
     ldrh(r5, [r1, 0])
     lsl(r5, r5, 16)
     asr(r5, r5, 16)
@@ -199,9 +196,6 @@ def q_mv(r0, r1, r2, r3):
     sub(r6, 1)
     bne(L1)
     label(DQ)
-    mov(r4, r8)
-    ldr(r4, [r4, 28])
-    sub(r2, r2, r4)  # the dot product of the signed codes
     mov(r5, r12)
     ldr(r6, [r5, 0])  # the row's word: mantissa << 8 | shift
     add(r5, 4)

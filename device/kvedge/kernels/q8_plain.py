@@ -3,8 +3,10 @@
 # qkernels_* module of the attention kernels' kind (viper, native, asm, or this one).
 #
 # Vectors are array('i') of ints v standing for v * 2**e (the caller keeps e), |v| <= VMAX; matvec inputs are
-# int8 codes (held in array('i')) standing for c * xm * 2**xe. Weights are offset-binary bytes (code + 128),
-# so a row's dot product is sum(u * x) - 128 * sum(x): no sign fix-up in the inner loop. Every intermediate
+# int8 codes (held in array('i')) standing for c * xm * 2**xe. Weights are int8 rows as the file holds them
+# (two's complement bytes, read where they lie: in RAM, or in place from a mapped ROMFS file); each kind reads
+# them signed its own way (here as offset-binary, (b ^ 128) = code + 128, and sum(u * x) - 128 * sum(x), which
+# is the same integer). Every intermediate
 # stays within +-2**30 (31-bit small ints; 32-bit words in viper/asm) and every shift is at most 31.
 # Scalars that need a division (quantization reciprocals, the norm's rsqrt) are computed by the caller, once
 # per vector, so every kernel kind gives the same bits.
@@ -39,12 +41,13 @@ def q_mv(w, x, out, p):
         e = b + c8
         c = 0
         while b < e:  # eight products a step: a third less bytecode per product than one
-            s += (w[b] * x[c] + w[b + 1] * x[c + 1] + w[b + 2] * x[c + 2] + w[b + 3] * x[c + 3]
-                  + w[b + 4] * x[c + 4] + w[b + 5] * x[c + 5] + w[b + 6] * x[c + 6] + w[b + 7] * x[c + 7])
+            s += ((w[b] ^ 128) * x[c] + (w[b + 1] ^ 128) * x[c + 1] + (w[b + 2] ^ 128) * x[c + 2]
+                  + (w[b + 3] ^ 128) * x[c + 3] + (w[b + 4] ^ 128) * x[c + 4] + (w[b + 5] ^ 128) * x[c + 5]
+                  + (w[b + 6] ^ 128) * x[c + 6] + (w[b + 7] ^ 128) * x[c + 7])
             b += 8
             c += 8
         while c < cols:
-            s += w[b] * x[c]
+            s += (w[b] ^ 128) * x[c]
             b += 1
             c += 1
         s -= sx
@@ -298,14 +301,14 @@ def q_align(oq, oe, n, p):
 
 
 def q_embed(w, x, n, p):
-    """x[i] = (w[wo+i] - 128) * m, shifted right by k (left, saturating, when negative): one offset-binary row
+    """x[i] = w[wo+i] * m (the byte as int8), shifted right by k (left, saturating, when negative): one row
     (wo = p[0], m = p[1], k = p[2]) into the residual's fixed point. Returns max |x[0:n]|."""
     wo = p[0]
     m = p[1]
     k = p[2]
     big = 0
     for i in range(n):
-        t = (w[wo + i] - 128) * m
+        t = ((w[wo + i] ^ 128) - 128) * m
         if k >= 0:
             t >>= k if k < 31 else 31
         elif k > -30:
@@ -330,13 +333,6 @@ def q_argmax(v, n):
             bv = v[i]
             best = i
     return best
-
-
-def q_xor80(buf, n):
-    """buf[i] ^= 128 for i < n: two's complement int8 bytes <-> offset-binary (code + 128), in place."""
-    for i in range(n):
-        buf[i] ^= 128
-    return 0
 
 
 def q_store(arena, codes, scales, p):

@@ -67,7 +67,7 @@ P_XM = const(3)  # input scale mantissa (< 2**15)
 P_OS = const(4)  # extra right shift of every row (negative: left, saturating)
 P_ADD = const(5)  # 1: add into out (the residual connection), 0: store
 P_RO = const(6)  # first row: index into out and into the row words
-P_SX = const(7)  # set by q_mv: 128 * sum(x), the offset-binary rows' correction
+P_SX = const(7)  # q_mv's scratch: kinds that read the int8 rows offset-binary keep 128 * sum(x) there
 P_HDR = const(8)
 # q_mv4's block (int4 rows, kvedge.model.checkpoint's layout): P_WO..P_RO as above, then these; no row words
 P4_SO = const(7)  # byte offset in w of the first row's first f16 group scale (a row's G scales are adjacent)

@@ -8,7 +8,7 @@ from kvedge.compat import zeros
 from kvedge.kernels.words import VMAX, P_WO, P_ROWS, P_COLS, P_XM, P_OS, P_ADD, P_RO, P_HDR, P4_SO, P4_EG, P4_HDR
 from kvedge.model.header import CheckpointError
 from kvedge.model import intpath
-from kvedge.model.intpath import _collect, _read
+from kvedge.model.intpath import _collect, _read, place
 from kvedge.w4sizes import scale_bytes as i4_scale_bytes, matrix_bytes as i4_matrix_bytes
 
 
@@ -23,17 +23,6 @@ def layout(cfg):
     """Byte offsets of an int4 file's tensors (kvedge.model.header.i4_layout)."""
     from kvedge.model.header import i4_layout
     return i4_layout(cfg)
-
-
-def place(wt, f, stream):
-    """Where Weights `wt` reads int4 rows: in place from the mapped file when `stream` is "rom" and the file is
-    mapped (ROMFS: wt._rom set), else streamed (True) or read into RAM (False). Returns whether streamed."""
-    if stream == "rom":
-        from kvedge.model.romweights import map_file
-        views = map_file(f)
-        wt._rom = views[0] if views is not None else None
-        return wt._rom is None
-    return bool(stream)
 
 
 def chunk_bytes_of(cfg):

@@ -8,7 +8,9 @@
 #                     the int32 dot product allows (code_max: 15 bits for dim 64): the int8 weights' kernels
 #                     cost the same, and the activations lose almost nothing (int8 codes lost ~as much as
 #                     the i8 cache and flipped llama2.c's greedy text on stories260K)
-#   weights           offset-binary bytes (code + 128), rows of wq|wk|wv and of w1|w3 fused; per row one word
+#   weights           int8 rows as the file holds them (each kernel kind reads them signed its own way): in RAM
+#                     with the rows of wq|wk|wv and of w1|w3 fused, read in place from a mapped ROMFS file, or
+#                     streamed a chunk at a time; per row one word
 #                     (15-bit mantissa << 8 | shift to the group's largest exponent) from the file's f32 scale;
 #                     int4 files: kvedge.model.int4rows (its Weights and Forward over this module's), the file's
 #                     nibbles and f16 group scales as they lie (in RAM, read in place from ROMFS, or streamed)
@@ -56,6 +58,18 @@ def _collect():
     if IS_MICROPYTHON:
         import gc
         gc.collect()
+
+
+def place(wt, f, stream):
+    """Where Weights `wt` reads its rows: in place from the mapped file when `stream` is "rom" and the file is
+    mapped (ROMFS: wt._rom set to its bytes), else streamed (True) or read into RAM (False). Returns whether
+    streamed."""
+    if stream == "rom":
+        from kvedge.model.romweights import map_file
+        views = map_file(f)
+        wt._rom = views[0] if views is not None else None
+        return wt._rom is None
+    return bool(stream)
 
 
 def qkernels():
@@ -270,8 +284,8 @@ class IntMatrix:
         self.p = zeros("i", P_HDR + rows)
         self.p[P_ROWS] = rows
         self.p[P_COLS] = cols
-        self.codes = None  # in RAM: bytearray rows*cols
-        self.parts = []  # streamed: (file offset of the codes, first row, rows)
+        self.codes = None  # in RAM: bytearray rows*cols; in place: the mapped file (its parts' offsets)
+        self.parts = []  # in place or streamed: (file offset of the codes, first row, rows)
         self.exp = 0
 
     q4 = False  # (int4rows.Int4Matrix: True)
@@ -296,8 +310,9 @@ class IntMatrix:
 
 class Weights:
     """A kvedge int8 file read for the integer path: embedding (= classifier when shared), per layer wqkv, wo,
-    w13, w2, and the norm gains. stream=True leaves the matrices in the file (chunk rows at a time). (int4 files:
-    kvedge.model.int4rows.Weights.)"""
+    w13, w2, and the norm gains. stream=True leaves the matrices in the file (chunk rows at a time); stream="rom"
+    reads them in place where the file is mapped (ROMFS: no copy, no chunk buffer), else streams them. (int4
+    files: kvedge.model.int4rows.Weights.)"""
 
     def __init__(self, path, stream=False, chunk_bytes=0):
         from kvedge.model.header import read_config
@@ -309,10 +324,12 @@ class Weights:
         lay = i8_layout(cfg)
         if file_size(path) < lay["size"]:
             raise CheckpointError("%s: %d bytes, the header needs %d" % (path, file_size(path), lay["size"]))
-        self.cfg, self.stream = cfg, stream
         d, h, kv, L = cfg.dim, cfg.hidden_dim, cfg.kv_dim, cfg.n_layers
         f = open(path, "rb")
         self._file = f
+        self._rom = None
+        stream = place(self, f, stream)
+        self.cfg, self.stream = cfg, stream
         if stream:
             self.scratch = bytearray(chunk_bytes or 16 * (h if h > d else d))
         # one buffer for every group's f32 row scales and every norm's gains, made before anything kept: the
@@ -324,7 +341,7 @@ class Weights:
             self._load(f, lay)
         finally:
             self._sc = None
-            if not stream:
+            if not stream and self._rom is None:
                 f.close()
                 self._file = None
 
@@ -345,6 +362,7 @@ class Weights:
         self.g_final = self._gain(f, lay["rms_final"], d)
 
     def close(self):
+        self._rom = None
         if self._file is not None:
             self._file.close()
             self._file = None
@@ -358,10 +376,11 @@ class Weights:
             n += r
         m = IntMatrix(n, cols)
         at = 0
-        if self.stream:
+        if self.stream or self._rom is not None:
             for o, r in zip(offs, rows):
                 m.parts.append((o + 4 * r, at, r))
                 at += r
+            m.codes = self._rom
         else:
             m.codes = bytearray(n * cols)
             mv = memoryview(m.codes)
@@ -370,7 +389,6 @@ class Weights:
                 f.readinto(mv[at * cols:(at + r) * cols])
                 at += r
             mv = None
-            qkernels()[0].q_xor80(m.codes, n * cols)
         scales = memoryview(self._sc)[:n]
         at = 0
         for o, r in zip(offs, rows):
@@ -510,12 +528,24 @@ class Forward:
         p[P_XM] = self.xm
         p[P_OS] = os
         p[P_ADD] = add
-        if mat.codes is not None:
+        if mat.codes is None:
+            return self._mv_stream(mat, out)
+        parts = mat.parts
+        if not parts:  # in RAM: the fused rows in one buffer
             p[P_WO] = 0
             p[P_RO] = 0
             p[P_ROWS] = mat.rows
             return self.k.q_mv(mat.codes, self.xq, out, p)
-        return self._mv_stream(mat, out)
+        big = 0
+        for j in range(len(parts)):  # in place: each part where the mapped file holds it
+            part = parts[j]
+            p[P_WO] = part[0]
+            p[P_RO] = part[1]
+            p[P_ROWS] = part[2]
+            b = self.k.q_mv(mat.codes, self.xq, out, p)
+            if b > big:
+                big = b
+        return big
 
     def _mv_stream(self, mat, out):
         p = mat.p
@@ -544,7 +574,6 @@ class Forward:
         f = self.w._file
         f.seek(part[0] + r * cols)
         _read(f, self.wbuf, n * cols)
-        self.k.q_xor80(self.wbuf, n * cols)
         p = mat.p
         p[P_RO] = part[1] + r
         p[P_ROWS] = n
@@ -561,12 +590,11 @@ class Forward:
         ip[1] = sw >> 8
         ip[2] = RES_EXP - (emb.exp - 30 - (sw & 255))
         if emb.codes is not None:
-            ip[0] = token * d
+            ip[0] = (emb.parts[0][0] if emb.parts else 0) + token * d
             return k.q_embed(emb.codes, x, d, ip)
         ip[0] = 0
         w._file.seek(emb.parts[0][0] + token * d)
         _read(w._file, self.wbuf, d)
-        k.q_xor80(self.wbuf, d)
         return k.q_embed(self.wbuf, x, d, ip)
 
     # ---- the decode step ----

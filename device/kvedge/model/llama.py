@@ -167,7 +167,8 @@ def check(path, kv=None, budget=None, workspace=0, stream=False, tile=32, policy
         tierconf.check_run(tier, forward, policy)
     if forward != "float":
         _path(forward, wdtype).check(wdtype, ccfg, attention, bool(stream), policy)
-    stream = weights_place(path, stream) if forward == "float" or wdtype == "i4" else bool(stream)
+    # every pass but ulab's reads rows in place where the file is mapped (ROMFS); ulab's copies them to RAM
+    stream = weights_place(path, stream) if forward != "ulab" else bool(stream)
     if policy:
         workspace += 8 * ccfg.slots + 256  # a policy's per-slot scores and accumulators
     p = plan(cfg, wdtype, ccfg, stream, tile, workspace, forward, word, integer, tier)
@@ -219,8 +220,8 @@ class Llama:
             cfg, wdtype = read_config(path)
             forward = resolve_forward(forward, wdtype, cache_config(cfg, kv), tier, stream, policy is not None,
                                       attention)
-        # "rom" only where the file is mapped (the float pass and int4 rows read it in place; check() makes it True
-        # for the passes that stream the others)
+        # "rom" only where the file is mapped (every pass but ulab's reads it in place; check() makes it True for
+        # ulab's)
         stream = weights_place(path, stream)
         cfg, wdtype, ccfg, self.plan = check(path, kv, budget, workspace, stream, tile, policy is not None,
                                              forward, attention, integer_path(kv, int_attention, attention), tier)

@@ -255,7 +255,7 @@ class Prefill:
         if mat.q4:  # int4 rows (kvedge.model.int4rows)
             return mat.prefill(f, p, tv, T, n, res, os0, at, xqs, outs)
         p[P_WO] = 0
-        if mat.codes is not None:
+        if mat.codes is not None and not mat.parts:  # in RAM: the fused rows in one buffer
             p[P_RO] = 0
             p[P_ROWS] = mat.rows
             for t in range(n):
@@ -265,6 +265,18 @@ class Prefill:
             return
         for t in range(n):
             tv[at + t] = 0
+        if mat.codes is not None:  # in place from the mapped file: each part where it lies
+            for part in mat.parts:
+                p[P_WO] = part[0]
+                p[P_RO] = part[1]
+                p[P_ROWS] = part[2]
+                for t in range(n):
+                    p[P_XM] = tv[T + t]
+                    p[P_OS] = os0 - tv[2 * T + t] if res else 0
+                    b = k.q_mv(mat.codes, xqs[t], outs[t], p)
+                    if b > tv[at + t]:
+                        tv[at + t] = b
+            return
         buf = f.wbuf
         for part in mat.parts:  # (file offset, first row, rows), kept since load
             r = 0

@@ -192,10 +192,13 @@ class Planner:
 
     def weights_heap(self, place, fw="float"):
         """Weights held in RAM: all of them, or what the runner keeps when they stay on flash (norms, the row
-        buffer, a chunk's scales: kvedge.model.streambytes.weights_stream_bytes). The integer and ulab passes
-        keep every norm and stream the rows even from a mapped ROMFS file (kvedge.model.llama.check)."""
+        buffer, a chunk's scales: kvedge.model.streambytes.weights_stream_bytes). The integer pass keeps every
+        norm and reads rows in place from a mapped ROMFS file; the ulab pass streams them even from there
+        (kvedge.model.llama.check)."""
         if place == "heap":
             return self.weights_bytes
+        if place == "rom" and fw == passes.INT:  # the norms alone (kvedge.model.header.resident_bytes)
+            return 4 * account.params(self.spec)["norms"]
         if fw != passes.FLOAT:
             return streambytes.weights_stream_bytes(account.params(self.spec), self.spec.dim, self.spec.hidden_dim,
                                                     self._stream_dtype(), norms=True)
@@ -555,7 +558,7 @@ class Planner:
                             "where": "flash, read a chunk of rows at a time",
                             "why": "in RAM they would leave the cache fewer tokens, or not fit"})
                 name, why = "weights streaming", "norms, one chunk of rows and its scales"
-            elif name == "weights" and c["weights"]["place"] == "rom" and c.get("forward") != passes.FLOAT:
+            elif name == "weights" and c["weights"]["place"] == "rom" and c.get("forward") == passes.ULAB:
                 out.append({"array": "weights", "bytes": self.weights_bytes,
                             "where": "flash (ROMFS), read a chunk of rows at a time",
                             "why": "the %s pass streams its rows even from the mapped file" % c["forward"]})
