@@ -23,7 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path[:0] = [HERE, os.path.join(ROOT, "host"), os.path.join(ROOT, "device")]
 
-from bench_forward import run_device  # noqa: E402
+from bench_forward import WEIGHTS_FILE, run_device  # noqa: E402
 from kvedge_host.paths import SHARED_MODELS  # noqa: E402
 
 # (name, forward pass, kernel kind, cache dict for Llama(kv=...), H2O budget or 0); slots decide n(p)
@@ -120,7 +120,7 @@ def measure(runtime, names, positions, model, board, heap, march):
     from kvedge.model.checkpoint import convert_to_i8
     rows = []
     with tempfile.TemporaryDirectory(prefix="kvedge-bench-") as tmp:
-        i8 = os.path.join(tmp, "model.i8.bin")
+        i8 = os.path.join(tmp, WEIGHTS_FILE)  # the name run_device maps into ROMFS
         convert_to_i8(os.path.abspath(model), i8)
         for name, fw, kind, kv, h2o in CONFIGS:
             if names and name not in names:

@@ -73,3 +73,41 @@ def test_dsp_q_quant_and_q_mv_equal_the_plain_kernels():
             assert got == want, (cols, rows, ro, wo, os, add, got, want)
             n += 1
     assert n == 68
+
+
+class _PlainCodesV7M:
+    """kernels.q8_v7m_thumb's q_mv over the plain kernels' codes (it reads them as asm's Thumb-1 q_mv does)."""
+
+    def __init__(self, v7m, plain):
+        self.q_mv = v7m.q_mv
+        self.q_quant = plain.q_quant
+
+
+def test_thumb2_q_mv_equals_the_plain_kernel():
+    # kernels.q8_v7m_thumb (LDRSB.W and MLA by raw encodings): where the core runs Thumb-2 and the board got the
+    # module (deploy sends it to armv7m boards and up), every column tail, row and weight offset, shift and add
+    if not cpuid.has_thumb2():
+        skip("no Thumb-2 on this core (kvedge.kernels.cpuid.has_thumb2())")
+    try:
+        from kvedge.kernels import q8_v7m_thumb
+    except ImportError:
+        skip("kvedge.kernels.q8_v7m_thumb not deployed here (an armv6m package)")
+    from kvedge.kernels import q8_plain as plain
+    got_kind = _PlainCodesV7M(q8_v7m_thumb, plain)
+    n = 0
+    for cols in (1, 2, 3, 4, 5, 15, 16, 17, 20, 31, 32, 33, 64, 100, 172):
+        for rows, ro, wo, os, add in ((1, 0, 0, 0, 0), (3, 2, 5, -3, 1), (5, 0, 3, 4, 0), (2, 1, 0, -40, 1)):
+            seed = 7 + cols * 131 + rows * 7 + ro
+            got = _case(Lcg(seed), got_kind, rows, cols, ro, wo, os, add)
+            want = _case(Lcg(seed), plain, rows, cols, ro, wo, os, add)
+            assert got == want, (cols, rows, ro, wo, os, add, got, want)
+            n += 1
+    assert n == 60
+
+
+def test_the_probe_says_thumb2_exactly_on_armv7m_cores_and_up():
+    m = getattr(sys.implementation, "_machine", "")
+    if "Cortex-M0" in m or "nRF51" in m or kernels.arch() < 3:
+        assert not cpuid.has_thumb2(), m
+    elif "Cortex-M3" in m or "Cortex-M7" in m or "Cortex-M55" in m:
+        assert cpuid.has_thumb2(), m

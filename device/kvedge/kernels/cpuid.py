@@ -1,6 +1,6 @@
 # What the core is, read from its own ID registers (never assumed from the firmware's .mpy arch: the emulated
-# Cortex-M3's firmware reports armv7em). Imported only by kvedge.kernels.q8_dsp_thumb, so a run that cannot use the DSP
-# kernels never loads it.
+# Cortex-M3's firmware reports armv7em). Imported only by kvedge.kernels.q8_dsp_thumb and q8_v7m_thumb, so a run that
+# cannot use their kernels never loads it.
 from kvedge.kernels import arch
 
 
@@ -18,3 +18,16 @@ def has_dsp():
     if (mem32[0xE000ED00] >> 16) & 15 != 15:  # CPUID: Armv7-M / Armv8-M (Armv6-M reads 0xC)
         return False
     return (mem32[0xE000ED6C] >> 4) & 15 >= 3  # ID_ISAR3.SIMD_instrs
+
+
+def has_thumb2():
+    """Whether this core runs Thumb-2 (Armv7-M and v8-M Mainline: the M3, M4, M7, M33, M55; not the M0+): a
+    firmware built for armv7m or later (its own code is Thumb-2, which an Armv6-M core cannot run), confirmed by
+    CPUID's architecture field where the port has machine.mem32."""
+    if not 5 <= arch() <= 8:
+        return False
+    try:
+        from machine import mem32
+    except ImportError:
+        return True
+    return (mem32[0xE000ED00] >> 16) & 15 == 15

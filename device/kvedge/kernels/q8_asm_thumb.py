@@ -52,7 +52,7 @@ def q_mv(r0, r1, r2, r3):
     mov(r2, 0)
     mov(r4, r8)
     ldr(r3, [r4, 8])  # cols
-    lsr(r6, r3, 4)  # 16 products at a time: ldrb, ldr, mul, add each
+    lsr(r6, r3, 4)  # 16 products at a time: ldrb, sxtb, ldr, mul, add each
     beq(C4)
     label(L16)
     ldrb(r4, [r0, 0])
@@ -294,9 +294,13 @@ def q_mv(r0, r1, r2, r3):
 
 
 # On a core with Armv7E-M's DSP instructions the matrix-vector product is kernels.q8_dsp_thumb's, with its q_quant that
-# packs the input for it; that module is absent, or refuses to load, everywhere else. (No new names here: each
-# one would cost every run of this module on an RP2040.)
+# packs the input for it; else on an Armv7-M core (the Cortex-M3) kernels.q8_v7m_thumb's Thumb-2 q_mv. Each module is
+# absent, or refuses to load, everywhere else. (No new names here: each one would cost every run of this module on
+# an RP2040.)
 try:
     from kvedge.kernels.q8_dsp_thumb import q_quant, q_mv  # noqa: F811
 except ImportError:
-    pass
+    try:
+        from kvedge.kernels.q8_v7m_thumb import q_mv  # noqa: F811
+    except ImportError:
+        pass

@@ -177,8 +177,8 @@ def device_sources(pkg=DEVICE_PKG):
 
 
 # A kernel module written in one chip's instruction set says so in its name (kvedge/kernels/*_thumb.py: Arm's
-# Thumb, *_dsp_thumb.py: Armv7E-M's DSP instructions too, *_xtensa.py: call0 Xtensa): only boards of that
-# architecture get it (elsewhere kvedge.kernels falls back to the viper kernels when it is missing).
+# Thumb, *_v7m_thumb.py: Thumb-2, *_dsp_thumb.py: Armv7E-M's DSP instructions too, *_xtensa.py: call0 Xtensa):
+# only boards of that architecture get it (elsewhere kvedge.kernels falls back to the viper kernels when it is missing).
 def _named(suffix):
     d = os.path.join(DEVICE_PKG, "kernels")
     return tuple("kvedge/kernels/" + n for n in sorted(os.listdir(d)) if n.endswith(suffix))
@@ -193,6 +193,9 @@ THUMB_ARCHS = ("armv6m", "armv7m", "armv7em", "armv7emsp", "armv7emdp")
 # instructions though its firmware is armv7em (the emulated Cortex-M3) loads the module only to refuse it.
 DSP_ONLY = _named("_dsp_thumb.py")
 DSP_ARCHS = ("armv7em", "armv7emsp", "armv7emdp")
+# *_v7m_thumb.py: Thumb-2 (Armv7-M and up: the Cortex-M3 and every core with the DSP instructions)
+V7M_ONLY = _named("_v7m_thumb.py")
+V7M_ARCHS = ("armv7m",) + DSP_ARCHS
 
 # @micropython.asm_xtensa code: the call0 Xtensa architecture only (the ESP8266, the lx106 stand-in); windowed
 # ESP32 ports have no inline assembler, and kvedge.kernels.q8_viper probes before it imports the module
@@ -208,6 +211,8 @@ def for_arch(sources, march):
     drop = () if march in THUMB_ARCHS else THUMB_ONLY
     if march not in DSP_ARCHS:
         drop += DSP_ONLY
+    if march not in V7M_ARCHS:
+        drop += V7M_ONLY
     if march not in XTENSA_ARCHS:
         drop += XTENSA_ONLY
     return [(src, remote) for src, remote in sources
