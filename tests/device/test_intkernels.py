@@ -55,6 +55,7 @@ class _Codes:
 
     def __init__(self, k, qk):
         self.q_quant = _kernel(k, qk, "q_quant")
+        self.q_scale = k.q_scale
 
 
 def _floor_shift(v, k):
@@ -119,6 +120,30 @@ def _q_mv_cases(seed, cases):
                 big = max(big, abs(y))
             assert list(out[:ro]) == [7] * ro and r == big
         _same_every_kind("q_mv", make, check, scratch=(3, P_SX))
+
+
+def test_q_scale_is_the_reciprocal_and_the_codes_scale_in_integers():
+    # written out with big ints: s = bitlen(A) - 15, R = ceil(C * 2**K / (A >> s)), K = 28 - (bitlen(C) - 1),
+    # xm = round(2**28 / R) (at most 32767), xe = ez + s - j; A = 0 gives the zero scale
+    rng = Rng(29)
+    cases = [(0, -3, 127), (1, 0, 127), (32767, 5, 32767), (32768, -20, 65535 >> 1), ((1 << 30) - 1, -16, 7)]
+    for _ in range(40):
+        cases.append((rng.randint(1, (1 << 30) - 1), rng.randint(-60, 40), rng.randint(1, 32767)))
+    for A, ez, C in cases:
+        def check(r, a, A=A, ez=ez, C=C):
+            p = list(a[3][:6])
+            if A == 0:
+                assert p == [0, 0, 1, 0, 0, 0]
+                return
+            s = A.bit_length() - 15 if hasattr(A, "bit_length") else p[0]
+            j = C.bit_length() - 1 if hasattr(C, "bit_length") else 28 - p[2]
+            an = A >> s if s >= 0 else A << -s
+            assert (1 << 14) <= an < (1 << 15) and (1 << j) <= C < (1 << (j + 1))  # the two bit lengths
+            R = -(-(C << (28 - j)) // an)
+            assert p[:4] == [s, R, 28 - j, C], (A, C, p)
+            assert p[4] == min(32767, ((1 << 29) // R + 1) >> 1) and p[5] == ez + s - j
+            assert abs(an * R - (C << (28 - j))) < an  # R is the reciprocal, rounded up
+        _same_every_kind("q_scale", lambda A=A, ez=ez, C=C: [A, ez, C, array("i", [9] * 8)], check)
 
 
 def test_q_quant_codes_are_rounded_fractions_of_the_maximum():
@@ -199,6 +224,50 @@ def test_q_rope_and_angles_rotate_like_floats():
             assert abs(out[j] - max(-VMAX, min(VMAX, x))) <= 2 and abs(out[j + 1] - max(-VMAX, min(VMAX, y))) <= 2
 
 
+def _bits(a):
+    n = 0
+    while a >> n:
+        n += 1
+    return n
+
+
+def test_q_normgain_then_q_rnorm_is_rmsnorm():
+    # q_normgain: its own shift from max |x|, the gained values and the sum of squares, written out; q_rnorm: the
+    # codes' scale times 1 / sqrt(sum x^2 + n eps) against floats, for sums that need a left and a right shift
+    rng = Rng(31)
+    n = 24
+    ln = _bits(n)
+    g = [rng.randint(-32767, 32767) for _ in range(n)]
+    for mag in (3, 1 << 14, 1 << 20, (1 << 29) - 1):
+        x = [rng.randint(-mag, mag) for _ in range(n)]
+        A = max(abs(v) for v in x)
+        s = max(0, _bits(A) - 15)
+
+        def check(r, a, x=x, s=s):
+            z = a[2]
+            ss = 0
+            for i in range(n):
+                v = abs(x[i]) >> s
+                ss += (v * v) >> ln
+                assert z[i] == (1 if x[i] >= 0 else -1) * ((v * g[i]) >> 15), i
+            assert list(a[3][:4]) == [n, s, ln, ss] and r == max(abs(v) for v in z)
+        _same_every_kind("q_normgain", lambda x=x, A=A: [array("i", x), array("i", g), array("i", [0] * n),
+                                                       array("i", [n, A, ln, 0])], check)
+    for ss, U, em, ee, xm, xe in ((5000, -20, 16000, -30, 20000, -7), ((1 << 29) + 77, 3, 30000, -40, 16385, 12),
+                                  (1 << 20, -9, 20000, -5, 32767, -30), (0, 0, 0, 0, 20000, 0), (9, 1, 1, 0, 0, 4)):
+        def check_r(r, a, ss=ss, U=U, em=em, ee=ee, xm=xm, xe=xe):
+            got = a[3][4] * 2.0 ** a[3][5]
+            total = ss * 2.0 ** U + em * 2.0 ** ee
+            if total == 0 or xm == 0:
+                assert a[3][4] == 0
+                return
+            want = xm * 2.0 ** xe / math.sqrt(total)
+            # 15-bit steps (isqrt, the reciprocal, the product's renormalization) and the sum's own last bit
+            assert abs(got - want) <= (2e-4 + 1.0 / ss) * want and (1 << 14) <= a[3][4] < (1 << 15), (got, want)
+        _same_every_kind("q_rnorm", lambda ss=ss, U=U, em=em, ee=ee, xm=xm, xe=xe: [
+            ss, U, array("i", [em, ee]), array("i", [0, 0, 0, 0, xm, xe, 0, 0])], check_r)
+
+
 def test_q_swiglu_is_silu_times_gate():
     rng = Rng(25)
     n = 30
@@ -210,11 +279,12 @@ def test_q_swiglu_is_silu_times_gate():
         big = max(abs(v) for v in h)
         s = max(0, intpath.bitlen(big) - 15)
 
-        def make():
-            return [array("i", h), tab, n, array("i", [s, e + s + 12, 0, 0])]
+        def make():  # the kernel takes max |h| and finds its shift s itself (back into p[0])
+            return [array("i", h), tab, n, array("i", [big, e + 12, 0, 0])]
 
         def check(r, a):
             out = a[0]
+            assert a[3][0] == s
             for i in range(n):
                 x = (h[i] >> s) * 2.0 ** (e + s)
                 g = (h[n + i] >> s) * 2.0 ** (e + s)

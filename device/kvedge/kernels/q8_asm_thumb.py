@@ -8,8 +8,8 @@
 # of its data, an int as its value); r4-r7 are saved by the function's own prologue; r8-r12 must be restored
 # by the code (saved here through the low registers on the stack).
 import micropython
-from kvedge.kernels.q8_viper import (q_quant, q_normgain, q_rope, q_angles, q_swiglu, q_heads, q_align,  # noqa: F401
-                                   q_embed, q_argmax, q_store)
+from kvedge.kernels.q8_viper import (q_scale, q_quant, q_normgain, q_rnorm, q_rope, q_angles, q_swiglu,  # noqa: F401
+                                   q_heads, q_align, q_embed, q_argmax, q_store)
 
 OK = True
 

@@ -77,6 +77,94 @@ def q_mv(w, x, out, p):
     return big
 
 
+def _bitlen(a):
+    """Number of bits of 0 <= a < 2**32 (0 for 0): int.bit_length, which MicroPython has not."""
+    n = 0
+    if a >> 16:
+        a >>= 16
+        n = 16
+    if a >> 8:
+        a >>= 8
+        n += 8
+    if a >> 4:
+        a >>= 4
+        n += 4
+    if a >> 2:
+        a >>= 2
+        n += 2
+    if a >> 1:
+        a >>= 1
+        n += 1
+    return n + a
+
+
+def q_scale(A, ez, C, p):
+    """q_quant's parameters for codes within +-C of a vector whose max |z| is A (0 <= A < 2**30) at exponent ez,
+    and the codes' scale: p[0] s, p[1] R, p[2] K, p[3] C; p[4] mantissa xm, p[5] exponent xe, so that
+    z * 2**ez ~ code * xm * 2**xe. c = round(C * z / A) through a reciprocal: R = C * 2**K / A' (rounded up) with
+    A' = A normalized to 15 bits (s = bitlen(A) - 15) and K = 28 - j, j = bitlen(C) - 1, so that |z'| * R <
+    2**30; then z ~ c * 2**K / R = c * xm * 2**-j, xm = 2**28 / R. One call a vector: the divisions are here,
+    never in q_quant's loop."""
+    if A == 0:
+        p[0] = 0
+        p[1] = 0
+        p[2] = 1
+        p[3] = 0
+        p[4] = 0
+        p[5] = 0
+        return 0
+    s = _bitlen(A) - 15
+    An = A >> s if s >= 0 else A << -s
+    j = _bitlen(C) - 1
+    K = 28 - j
+    R = ((C << K) + An - 1) // An  # rounded up: the maximum gets code C exactly
+    p[0] = s
+    p[1] = R
+    p[2] = K
+    p[3] = C
+    xm = ((1 << 29) // R + 1) >> 1
+    p[4] = xm if xm < 32768 else 32767
+    p[5] = ez + s - j
+    return 0
+
+
+def q_rnorm(ss, U, eps, p):
+    """RMSNorm's 1 / sqrt(sum x^2 + n eps) folded into the codes' scale (p[4] mantissa, p[5] exponent, from
+    q_scale): sum x^2 = ss * 2**U (q_normgain's sum), n eps = eps[0] * 2**eps[1]; v = the sum in 30 bits, its
+    integer square root by Newton from above, r = 2**29 / isqrt(v) (at most 32767), xm * r renormalized to 15 bits.
+    A zero sum or scale gives the zero scale (p[4] = 0)."""
+    xm = p[4]
+    k = eps[1] - U  # n * eps in the sum's units
+    if k >= 0:
+        eu = eps[0] << k if k < 14 else (1 << 29)
+    else:
+        eu = eps[0] >> -k if k > -31 else 0
+    v = (ss >> 1) + (eu >> 1)
+    U += 1
+    if U & 1:
+        v >>= 1
+        U += 1
+    if v == 0 or xm == 0:
+        p[4] = 0
+        return 0
+    while v < (1 << 28):
+        v <<= 2
+        U -= 2
+    y = 1 << 15  # floor(sqrt(v)) for 2**28 <= v < 2**30
+    z = (y + v // y) >> 1
+    while z < y:
+        y = z
+        z = (y + v // y) >> 1
+    r = (1 << 29) // y  # 1 / sqrt(sum x^2 + n eps) = r * 2**(-29 - U/2)
+    if r > 32767:
+        r = 32767
+    pr = xm * r
+    b = _bitlen(pr) - 15
+    p[4] = pr >> b
+    p[5] += b - 29 - (U >> 1)
+    return 0
+
+
 def q_quant(z, codes, n, p):
     """Codes of z[0:n] into codes (array('i')): c = sign(z) * (((|z| >> s) * R + 2**(K-1)) >> K), at most C,
     with s = p[0] (negative: a left shift), R = p[1], K = p[2], C = p[3] derived by the caller from max |z|
@@ -100,10 +188,14 @@ def q_quant(z, codes, n, p):
 
 
 def q_normgain(x, g, z, p):
-    """RMSNorm's elementwise half: a = |x| >> s (s = p[1] keeps a < 2**15), z = sign(x) * (a * g >> 15), and
-    p[3] = sum(a * a >> LN) (LN = p[2]) for the caller's rsqrt. n = p[0]. Returns max |z|."""
+    """RMSNorm's elementwise half: a = |x| >> s with s = max(0, bitlen(A) - 15) for A = p[1] = max |x| (a < 2**15;
+    s back into p[1]), z = sign(x) * (a * g >> 15), and p[3] = sum(a * a >> LN) (LN = p[2]) for q_rnorm. n = p[0].
+    Returns max |z|."""
     n = p[0]
-    s = p[1]
+    s = _bitlen(p[1]) - 15
+    if s < 0:
+        s = 0
+    p[1] = s
     ln = p[2]
     ss = 0
     big = 0
@@ -180,10 +272,14 @@ def q_angles(fq, tab, cs, pos):
 
 
 def q_swiglu(h, tab, n, p):
-    """h[i] = silu(a) * b for a = h[i] >> s, b = h[n+i] >> s (s = p[0]); sigmoid from tab (Q15, 385 points
-    k/16 for |k| <= 192, linear interpolation) at a shifted by p[1] to Q8 table steps. Returns max |h[0:n]|."""
-    s = p[0]
-    ks = p[1]
+    """h[i] = silu(a) * b for a = h[i] >> s, b = h[n+i] >> s with s = max(0, bitlen(B) - 15) for B = p[0] =
+    max |h[0:2n]| (s back into p[0]); sigmoid from tab (Q15, 385 points k/16 for |k| <= 192, linear interpolation)
+    at a shifted by p[1] + s to Q8 table steps. Returns max |h[0:n]|."""
+    s = _bitlen(p[0]) - 15
+    if s < 0:
+        s = 0
+    p[0] = s
+    ks = p[1] + s
     big = 0
     lim = 192 << 8
     for i in range(n):

@@ -109,6 +109,127 @@ def q_mv(w: ptr8, x: ptr32, out: ptr32, p: ptr32) -> int:  # noqa: F821
 
 
 @micropython.viper
+def q_scale(A: int, ez: int, C: int, p: ptr32) -> int:  # noqa: F821
+    # kernels.q8_plain.q_scale: the two bit lengths by halving, the divisions native
+    if A == 0:
+        p[0] = 0
+        p[1] = 0
+        p[2] = 1
+        p[3] = 0
+        p[4] = 0
+        p[5] = 0
+        return 0
+    a = A
+    s = 0 - 15
+    if a >> 16:
+        a >>= 16
+        s += 16
+    if a >> 8:
+        a >>= 8
+        s += 8
+    if a >> 4:
+        a >>= 4
+        s += 4
+    if a >> 2:
+        a >>= 2
+        s += 2
+    if a >> 1:
+        a >>= 1
+        s += 1
+    s += a
+    if s >= 0:
+        An = A >> s
+    else:
+        An = A << (0 - s)
+    c = C
+    j = 0 - 1
+    if c >> 8:
+        c >>= 8
+        j += 8
+    if c >> 4:
+        c >>= 4
+        j += 4
+    if c >> 2:
+        c >>= 2
+        j += 2
+    if c >> 1:
+        c >>= 1
+        j += 1
+    j += c
+    K = 28 - j
+    R = ((C << K) + An - 1) // An
+    p[0] = s
+    p[1] = R
+    p[2] = K
+    p[3] = C
+    xm = ((1 << 29) // R + 1) >> 1
+    if xm > 32767:
+        xm = 32767
+    p[4] = xm
+    p[5] = ez + s - j
+    return 0
+
+
+@micropython.viper
+def q_rnorm(ss: int, U: int, eps: ptr32, p: ptr32) -> int:  # noqa: F821
+    # kernels.q8_plain.q_rnorm
+    sb = 1
+    sb <<= 31
+    xm = p[4]
+    k = ((eps[1] ^ sb) - sb) - U
+    em = eps[0]
+    eu = 0
+    if k >= 0:
+        if k < 14:
+            eu = em << k
+        else:
+            eu = 1 << 29
+    elif k > -31:
+        eu = em >> (0 - k)
+    v = (ss >> 1) + (eu >> 1)
+    U += 1
+    if U & 1:
+        v >>= 1
+        U += 1
+    if v == 0 or xm == 0:
+        p[4] = 0
+        return 0
+    while v < (1 << 28):
+        v <<= 2
+        U -= 2
+    y = 1 << 15
+    z = (y + v // y) >> 1
+    while z < y:
+        y = z
+        z = (y + v // y) >> 1
+    r = (1 << 29) // y
+    if r > 32767:
+        r = 32767
+    pr = xm * r
+    a = pr
+    b = 0 - 15
+    if a >> 16:
+        a >>= 16
+        b += 16
+    if a >> 8:
+        a >>= 8
+        b += 8
+    if a >> 4:
+        a >>= 4
+        b += 4
+    if a >> 2:
+        a >>= 2
+        b += 2
+    if a >> 1:
+        a >>= 1
+        b += 1
+    b += a
+    p[4] = pr >> b
+    p[5] = ((p[5] ^ sb) - sb) + b - 29 - (U >> 1)
+    return 0
+
+
+@micropython.viper
 def q_quant(z: ptr32, codes: ptr32, n: int, p: ptr32) -> int:  # noqa: F821
     sb = 1
     sb <<= 31
@@ -142,7 +263,27 @@ def q_normgain(x: ptr32, g: ptr32, z: ptr32, p: ptr32) -> int:  # noqa: F821
     sb = 1
     sb <<= 31
     n = p[0]
-    s = p[1]
+    a = p[1]  # max |x|: s = max(0, bitlen - 15), back into p[1]
+    s = 0 - 15
+    if a >> 16:
+        a >>= 16
+        s += 16
+    if a >> 8:
+        a >>= 8
+        s += 8
+    if a >> 4:
+        a >>= 4
+        s += 4
+    if a >> 2:
+        a >>= 2
+        s += 2
+    if a >> 1:
+        a >>= 1
+        s += 1
+    s += a
+    if s < 0:
+        s = 0
+    p[1] = s
     ln = p[2]
     ss = 0
     big = 0
@@ -235,8 +376,28 @@ def q_angles(fq: ptr32, tab: ptr16, cs: ptr32, pos: int) -> int:  # noqa: F821
 def q_swiglu(h: ptr32, tab: ptr16, n: int, p: ptr32) -> int:  # noqa: F821
     sb = 1
     sb <<= 31
-    s = p[0]
-    ks = (p[1] ^ sb) - sb
+    a = p[0]  # max |h[0:2n]|: s = max(0, bitlen - 15), back into p[0]
+    s = 0 - 15
+    if a >> 16:
+        a >>= 16
+        s += 16
+    if a >> 8:
+        a >>= 8
+        s += 8
+    if a >> 4:
+        a >>= 4
+        s += 4
+    if a >> 2:
+        a >>= 2
+        s += 2
+    if a >> 1:
+        a >>= 1
+        s += 1
+    s += a
+    if s < 0:
+        s = 0
+    p[0] = s
+    ks = ((p[1] ^ sb) - sb) + s
     lim = 192 << 8
     big = 0
     i = 0

@@ -159,11 +159,6 @@ class Forward(intpath.Forward):
         self.cd = code_max4(cfg.dim)
         self.ch = code_max4(cfg.hidden_dim)
 
-    def _quant(self, z, n, A, ez, C):
-        intpath.quantize(self.kq, z, self.xq, n, A, ez, C, self.ip)
-        self.xm = self.ip[4]
-        self.xe = self.ip[5]
-
     def _mv(self, mat, out, os, add):
         p = mat.p
         p[P_XM] = self.xm

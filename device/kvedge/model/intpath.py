@@ -99,16 +99,6 @@ def bitlen(a):
     return n + a
 
 
-def isqrt(v):
-    """floor(sqrt(v)) for 2**28 <= v < 2**30 (Newton from above)."""
-    y = 1 << 15
-    while True:
-        z = (y + v // y) >> 1
-        if z >= y:
-            return y
-        y = z
-
-
 def mantissa(x):
     """(m, e) with x ~ m * 2**e and 2**14 <= m < 2**15 (m = 0 for x = 0); x >= 0, at start-up only."""
     if x <= 0:
@@ -212,33 +202,11 @@ def sigmoid_table():
 
 
 def quantize(k, z, codes, n, A, ez, C, ip):
-    """Codes of z[0:n] (max |z| = A, exponent ez) within +-C into codes (kernel k.q_quant); the scale goes to
-    ip[4] (mantissa xm) and ip[5] (exponent xe): z * 2**ez ~ code * xm * 2**xe.
-
-    c = round(C * z / A) through a reciprocal: R = C * 2**K / A' (rounded up) with A' = A normalized to 15 bits
-    and K = 29 - bitlen(C), so that |z'| * R < 2**30; then z ~ c * 2**K / R = c * xm * 2**-j, xm = 2**28 / R."""
-    if A == 0:
-        ip[0] = 0
-        ip[1] = 0
-        ip[2] = 1
-        ip[3] = 0
-        k.q_quant(z, codes, n, ip)
-        ip[4] = 0
-        ip[5] = 0
-        return
-    s = bitlen(A) - 15
-    An = A >> s if s >= 0 else A << -s
-    j = bitlen(C) - 1
-    K = 28 - j
-    R = ((C << K) + An - 1) // An  # rounded up: the maximum gets code C exactly
-    ip[0] = s
-    ip[1] = R
-    ip[2] = K
-    ip[3] = C
+    """Codes of z[0:n] (max |z| = A, exponent ez) within +-C into codes: the kernels' q_scale (the scalar part,
+    once a vector: the reciprocal and the codes' scale into ip[0:6]) then q_quant (the codes); the scale is
+    ip[4] (mantissa xm) and ip[5] (exponent xe): z * 2**ez ~ code * xm * 2**xe."""
+    k.q_scale(A, ez, C, ip)
     k.q_quant(z, codes, n, ip)
-    xm = ((1 << 29) // R + 1) >> 1
-    ip[4] = xm if xm < 32768 else 32767
-    ip[5] = ez + s - j
 
 
 def code_max(cols):
@@ -427,6 +395,7 @@ class Forward:
         self.m = model
         self.w = w
         self.k = qkernels()[0]
+        self.kq = self.k  # the matvec inputs' quantizer (int4 rows on a DSP core: int4rows.Forward's own)
         d, h, kvd, hd = cfg.dim, cfg.hidden_dim, cfg.kv_dim, cfg.head_dim
         self.d, self.h, self.kvd, self.hd = d, h, kvd, hd
         self.nq = d + 2 * kvd
@@ -463,7 +432,7 @@ class Forward:
         self.cd = code_max(d)  # matvec input codes: as wide as the dot products allow
         self.ch = code_max(h)
         m, e = mantissa(d * EPS)
-        self.epsm, self.epse = m, e
+        self.eps = array("i", [m, e])  # n * eps = eps[0] * 2**eps[1] (q_rnorm)
         self.exp_logits = 0
         self.clean = 0  # steps in a row that left nothing allocated (2: step() locks the heap)
         self.locked_steps = 0
@@ -480,47 +449,32 @@ class Forward:
     # ---- scalar steps ----
 
     def _quant(self, z, n, A, ez, C):
-        quantize(self.k, z, self.xq, n, A, ez, C, self.ip)
-        self.xm = self.ip[4]
-        self.xe = self.ip[5]
+        kq = self.kq
+        ip = self.ip
+        kq.q_scale(A, ez, C, ip)  # quantize(), inlined: a Python call less a vector
+        kq.q_quant(z, self.xq, n, ip)
+        self.xm = ip[4]
+        self.xe = ip[5]
 
     def _norm(self, x, A, g):
-        """RMSNorm of the residual (max |x| = A) with gain g = (mantissas, exponent), quantized into xq."""
-        n = self.d
+        """RMSNorm of the residual (max |x| = A) with gain g = (mantissas, exponent), quantized into xq: the
+        kernels' elementwise half (q_normgain), the codes (q_scale, q_quant) and the rsqrt folded into their scale
+        (q_rnorm). Kernel calls only: each Python call here costs a Cortex-M3 ~500 instructions and more."""
+        k = self.k
+        kq = self.kq
         ip = self.ip
-        s1 = bitlen(A) - 15
-        if s1 < 0:
-            s1 = 0
+        n = self.d
         ip[0] = n
-        ip[1] = s1
+        ip[1] = A
         ip[2] = self.ln
-        Z = self.k.q_normgain(x, g[0], self.z, ip)
-        ss = ip[3]
-        U = 2 * s1 + self.ln + 2 * RES_EXP  # sum x^2 = ss * 2**U
-        k = self.epse - U  # n * eps in the same units
-        if k >= 0:
-            eu = self.epsm << k if k < 14 else (1 << 29)
-        else:
-            eu = self.epsm >> -k if k > -31 else 0
-        v = (ss >> 1) + (eu >> 1)
-        U += 1
-        if U & 1:
-            v >>= 1
-            U += 1
-        self._quant(self.z, n, Z, 15 + s1 + RES_EXP + g[1], self.cd)
-        if v == 0 or self.xm == 0:
-            self.xm = 0
-            return
-        while v < (1 << 28):
-            v <<= 2
-            U -= 2
-        r = (1 << 29) // isqrt(v)  # 1 / sqrt(sum x^2 + n eps) = r * 2**(-29 - U/2)
-        if r > 32767:
-            r = 32767
-        pr = self.xm * r
-        b = bitlen(pr) - 15
-        self.xm = pr >> b
-        self.xe += b - 29 - (U >> 1)
+        Z = k.q_normgain(x, g[0], self.z, ip)
+        s1 = ip[1]
+        ss = ip[3]  # sum x^2 = ss * 2**(2 s1 + ln + 2 RES_EXP)
+        kq.q_scale(Z, 15 + s1 + RES_EXP + g[1], self.cd, ip)
+        kq.q_quant(self.z, self.xq, n, ip)
+        k.q_rnorm(ss, 2 * s1 + self.ln + 2 * RES_EXP, self.eps, ip)
+        self.xm = ip[4]
+        self.xe = ip[5]
 
     def _mv(self, mat, out, os, add):
         """out (=|+=) mat . xq (scale xm, xe); returns max |out| written. Output exponent: mat.exp + xe + os."""
@@ -684,13 +638,10 @@ class Forward:
             mat = w13[l]
             B = self._mv(mat, z, 0, 0)
             e13 = mat.exp + self.xe
-            s = bitlen(B) - 15
-            if s < 0:
-                s = 0
-            ip[0] = s
-            ip[1] = e13 + s + 12  # to Q8 sigmoid-table steps of 1/16
+            ip[0] = B
+            ip[1] = e13 + 12  # to Q8 sigmoid-table steps of 1/16 (q_swiglu adds its shift)
             B = q_swiglu(z, sig, h, ip)
-            self._quant(z, h, B, 2 * (e13 + s), ch)
+            self._quant(z, h, B, 2 * (e13 + ip[0]), ch)
             mat = w2[l]
             A = self._mv(mat, x, RES_EXP - mat.exp - self.xe, 1)
         if m.policy is not None:

@@ -12,7 +12,7 @@ import sys
 
 from kvedge.cache import POS_LIMIT
 from kvedge.compat import zeros, micropython
-from kvedge.model.intpath import RES_EXP, bitlen
+from kvedge.model.intpath import RES_EXP
 from kvedge.kernels.words import P_WO, P_ROWS, P_XM, P_OS, P_ADD, P_RO
 
 WORD = 8 if sys.maxsize > 0x7FFFFFFF else 4  # bytes of a pointer here
@@ -209,14 +209,11 @@ class Prefill:
                 self._mv(mat, zs, n, 0)
                 for t in range(n):
                     e13 = mat.exp + tv[2 * T + t]
-                    s = bitlen(tv[4 * T + t]) - 15
-                    if s < 0:
-                        s = 0
-                    ip[0] = s
-                    ip[1] = e13 + s + 12
+                    ip[0] = tv[4 * T + t]
+                    ip[1] = e13 + 12
                     B = k.q_swiglu(zs[t], sig, h, ip)
                     f.xq = xqs[t]
-                    f._quant(zs[t], h, B, 2 * (e13 + s), f.ch)
+                    f._quant(zs[t], h, B, 2 * (e13 + ip[0]), f.ch)
                     tv[T + t] = f.xm
                     tv[2 * T + t] = f.xe
                 self._mv(w.w2[l], xs, n, 1)
