@@ -152,7 +152,7 @@ def measure(runtime, names, positions, model, board, heap, march):
 
 
 def save(doc):
-    path = os.path.join(ROOT, "host", "kvedge_host", "forward_cost.py")
+    path = os.path.join(ROOT, "host", "kvedge_host", "plan", "forward_cost.py")
     with open(path, "w") as f:
         f.write('"""What a forward pass costs per token on the emulated Cortex-M3 (instructions: a base and a cost per '
                 'cached\ntoken, per pass, kernel kind and cache layout; see tools/bench_plan_speed.py). Written by\n\n'

@@ -261,7 +261,7 @@ def machine(runtime, heap):
     return "qemu %s -icount shift=0, MicroPython %s" % (m3board.MACHINE, os.path.basename(m3board.firmware_for(heap)))
 
 
-COST_MODULE = os.path.join(ROOT, "host", "kvedge_host", "tiered_cost.py")
+COST_MODULE = os.path.join(ROOT, "host", "kvedge_host", "plan", "tiered_cost.py")
 
 
 def save(doc):
