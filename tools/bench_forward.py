@@ -123,7 +123,7 @@ try:
 finally:
     gc.enable()
 avg = 0
-for i in range(C):
+for i in range(%(first)d, C):  # --from: the mean's first position (the steps before it warm up)
     avg += tt[i]
 best = 0
 for i in range(N):
@@ -311,6 +311,8 @@ def main(argv=None):
     ap.add_argument("--kernels", nargs="+", choices=kernels.KINDS)
     ap.add_argument("--context", type=int, default=256)
     ap.add_argument("--tokens", type=int, default=8, help="timed steps at the context (default 8)")
+    ap.add_argument("--from", dest="first", type=int, default=0,
+                    help="the mean's first position (default 0; 5: issue 43's tokens 5 on, after the warm-up)")
     ap.add_argument("--repeat", type=int, default=5, help="rounds (host runtimes): each starts a new sequence and "
                     "times every token alone; each position's best round counts (and run.c's best of 10x as many runs)")
     ap.add_argument("--heap", type=int, default=0, help="heap bytes (m3: 4194304 or 8388608 run the images whose heap "
@@ -336,6 +338,8 @@ def main(argv=None):
                     "(an ESP32's): kvedge.kernels.q8_asm_xtensa refused before the kernels load")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
+    if not 0 <= a.first < a.context:
+        ap.error("--from must be within 0..--context - 1")
     if not os.path.exists(a.model):
         print("bench_forward: %s not found" % a.model, file=sys.stderr)
         return 2
@@ -391,7 +395,7 @@ def main(argv=None):
                     code = DEVICE_CODE % {"kernels": kind, "forward": fw, "model": i8, "context": a.context,
                                           "tokens": a.tokens, "repeat": a.repeat, "kv": kv,
                                           "stream": "rom" if a.rom else False, "unlocked": unlocked, "tier": tier,
-                                          "no_asm": a.no_asm}
+                                          "no_asm": a.no_asm, "first": a.first}
                     out += run_device(a.runtime, code, tmp, heap, a.march, a.board)
                 for line in out.splitlines():
                     if line.startswith("BENCH "):
@@ -401,10 +405,10 @@ def main(argv=None):
                              "tokens": n, "bytes_per_token": alloc}
                         if m3:
                             r["instructions_per_token"] = best * 1000 // n
-                            r["mean_instructions_per_token"] = avg * 1000 // a.context  # positions 0..context-1
+                            r["mean_instructions_per_token"] = avg * 1000 // (a.context - a.first)  # from..ctx-1
                         else:
                             r["tok_s"] = n * 1e6 / best
-                            r["avg_tok_s"] = a.context * 1e6 / avg
+                            r["avg_tok_s"] = (a.context - a.first) * 1e6 / avg
                         rows.append(r)
                         if not a.json:
                             print("  %s pass, %s kernels: %s" % (f, k, (
@@ -433,8 +437,8 @@ def main(argv=None):
         "read in place from ROMFS" if a.rom else "in RAM", a.cache, where, a.tokens,
         a.context))
     if m3:
-        print("| forward pass | kernels | instructions/token | target | mean over positions 0-%d | "
-              "bytes allocated/token | target |" % (a.context - 1))
+        print("| forward pass | kernels | instructions/token | target | mean over positions %d-%d | "
+              "bytes allocated/token | target |" % (a.first, a.context - 1))
         print("|---|---|---:|---|---:|---:|---|")
         targets = token_targets(a.model, a.weights_dtype)
         for r in rows:
@@ -454,8 +458,8 @@ def main(argv=None):
                                                        m["instructions_per_mac"],
                                                        verdict(m["instructions_per_mac"], b) if b else "-"))
         return 0
-    print("| forward pass | kernels | tokens/s at context %d | target | tokens/s over positions 0-%d | "
-          "bytes allocated/token | target |" % (a.context, a.context - 1))
+    print("| forward pass | kernels | tokens/s at context %d | target | tokens/s over positions %d-%d | "
+          "bytes allocated/token | target |" % (a.context, a.first, a.context - 1))
     print("|---|---|---:|---|---:|---:|---|")
     for r in rows:
         t = "-"

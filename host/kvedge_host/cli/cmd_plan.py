@@ -272,27 +272,38 @@ def _rate(x):
 
 
 def speed_line(cd):
-    """The speed's two bounds, the slower one the plan's tokens/s (kvedge_host.plan.planspeed)."""
+    """The speed's two bounds, the slower one first: it is the plan's tokens/s (kvedge_host.plan.planspeed)."""
     sp = cd.get("speed") or {}
     if not cd.get("tokens_per_s") or not sp.get("bound"):
         return []
-    return ["  %-12s %11s  %s-bound: compute %s/s (%s), memory %s/s" % (
-        "speed", "%s tok/s" % _rate(cd["tokens_per_s"]), sp["bound"], _rate(sp.get("compute_tokens_per_s")),
-        (sp.get("core") or {}).get("core", "?").split(" (")[0], _rate(sp.get("memory_tokens_per_s")))]
+    core = (sp.get("core") or {}).get("core", "?").split(" (")[0].split(" with ")[0].split(",")[0]
+    compute = "%s/s on %s" % (_rate(sp.get("compute_tokens_per_s")), core)
+    memory = "%s/s" % _rate(sp.get("memory_tokens_per_s"))
+    both = ("compute-bound: %s; memory %s" % (compute, memory)) if sp["bound"] == "compute" else (
+        "memory-bound: %s; compute %s" % (memory, compute))
+    return ["  %-12s %11s  %s" % ("speed", "%s tok/s" % _rate(cd["tokens_per_s"]), both)]
+
+
+def say(c, line):
+    """A line of the first screen at the console's width: wrapped by words, its continuation indented (a line the
+    terminal wraps breaks the screen's columns)."""
+    import textwrap
+    for part in textwrap.wrap(line, width=max(40, c.width), subsequent_indent="    ", break_long_words=False,
+                              break_on_hyphens=False) or [""]:
+        c.print(part, highlight=False, markup=False, soft_wrap=True)
 
 
 def print_first_screen(spec, tgt, r, chosen, c):
     """The answer on one screen: the verdict, the chosen plan's account, the next ALTERNATIVES configurations a
     line each (at the console's width), and where the rest is."""
     for line in planner.verdict(r):
-        c.print(line, highlight=False, markup=False, soft_wrap=True)
+        say(c, line)
     cands = r["configurations"]
     if not cands:
         return
-    c.print("plan #%d, %s on %s (heap %s), bytes:" % (r["chosen"], spec.name, tgt["name"], _n(tgt["heap_bytes"])),
-            highlight=False, markup=False)
+    say(c, "plan #%d, %s on %s (heap %s), bytes:" % (r["chosen"], spec.name, tgt["name"], _n(tgt["heap_bytes"])))
     for line in account_lines(r, chosen):
-        c.print(line, highlight=False, markup=False, soft_wrap=True)
+        say(c, line)
     others = [(i, cd) for i, cd in enumerate(cands, 1) if cd is not chosen][:ALTERNATIVES]
     if others:
         c.print(" # %5s %9s %-11s %-9s %-3s %s" % ("kept", "total", "quality", "tok/s", "wts", "strategy (next "
@@ -324,7 +335,7 @@ def print_plan(spec, tgt, r, chosen, top, verbose=False):
             c.print(n if n.startswith("warning: ") else "note: " + n, highlight=False, markup=False)
         return
     for line in planner.verdict(r):  # the verdict and its reason first; the account and the search follow
-        c.print(line, highlight=False, markup=False, soft_wrap=True)
+        say(c, line)
     c.print("[bold]%s[/bold] on [bold]%s[/bold] (heap %s), context %d, batch %d, align %d"
             % (spec.name, tgt["name"], _b(tgt["heap_bytes"]), r["context"], r["batch"], r["align"]))
     c.print("%d layers, %d heads, %d KV heads: %s (query head h reads KV head h // %d), head_dim %d"
