@@ -89,7 +89,7 @@ def _check(st, layer):
             big = max(big, abs(ref.out[i]))
         cs = cosine(g, ref.out, lo, hi)
         # an output that cancels to a small average of its values has a noisy direction: its cosine is asked
-        # where it is >= 0.1 of the values' magnitude, its error everywhere (measured: 4.3 % of max|v|, 40 seeds)
+        # where it is >= 0.1 of the values' magnitude, its error everywhere (6 % of max|v|: kvedge.attention.Q8_RANGE)
         assert cs >= 0.99 or big < 0.1 * ref.vmax[h], ("step_q8", st["cfg"], st["seed"], layer, h, cs)
         for i in range(lo, hi):
             assert abs(g[i] - ref.out[i]) <= 0.06 * ref.vmax[h], ("step_q8", st["cfg"], st["seed"], layer, i)
