@@ -169,7 +169,7 @@ def main():
     rng = Lcg(12345)
     q = array("f", bytes(4 * H * D))
     for i in range(H * D):
-        q[i] = (rng.next() % 2001 - 1000) / 8000.0  # |q| x |k| x sqrt(64) within step_q8's Q8_RANGE (32)
+        q[i] = (rng.next() % 2001 - 1000) / 16000.0  # |q| x |k| x sqrt(64) within step_q8's Q8_RANGE (16)
     qc = array("b", bytes(H * D))
     qs = array("H", bytes(2 * H))
     quantize_query(q, qc, qs, H)

@@ -81,12 +81,22 @@ def runs(kinds):
 
 # what only some runs load: H2O eviction, the stats stream, encoding a prompt
 OPTIONAL = {"evict": "kvedge.evict", "telemetry": "kvedge.telemetry", "encode": "kvedge.model.bpe",
-            "tiered": "kvedge.tiered", "fold": "kvedge.kernels.viper_tier", "floats": "kvedge.kernels.f32_native"}
+            "tiered": "kvedge.tiered", "fold": "kvedge.kernels.viper_tier", "floats": "kvedge.kernels.f32_native",
+            "int4": "kvedge.model.int4rows"}
 # imported after the first run (less heap at the run's peak): the encoder, the tier and its fold (viper: skipped
 # where it does not compile), the float kernels the viper and asm kinds load on first use (an integer-pass run
 # loads them for a cache with f32 rows: a prefix, KIVI's residual); the tiered cache's modules may not fit a small
 # board beside the runner: then they get no figure, and the planner offers no tiered plan there
 LATE = ("kvedge.model.bpe", "kvedge.tiered", "kvedge.kernels.viper_tier", "kvedge.kernels.f32_native")
+FLOAT_OPTIONAL = tuple(m for n, m in OPTIONAL.items() if n != "int4")  # a float-pass run measures no int4 rows
+
+
+def late_int(kind):
+    """LATE after an integer-pass run: also int4 rows' reader and the kind's q4 kernels (kvedge.model.int4rows and
+    kernels4()'s module: what a run of int4 weights loads), each imported and measured as the probe does the
+    others (the probe itself unchanged: on the esp32's 100 KB its own size decides what fits)."""
+    from kvedge import kernels
+    return LATE + (OPTIONAL["int4"], kernels.module_name("q4_", kind))
 TINY = {"steps": 12, "h2o": 12, "max_tokens": 16}  # the first run: every path of a generation, a few tokens
 MODEL, TOKENIZER = "fp_tiny.bin", "fp_tok.bin"
 
@@ -228,7 +238,7 @@ def measure_circuitpython(board, log=None):
             return out
         version = run("import sys\nprint('KVFP version', sys.version)")
         boot = parse(run(boot_code()))
-        r = parse(run(RUN % ("plain", modules_for("plain"), tuple(OPTIONAL.values()), LATE, MODEL, TOKENIZER,
+        r = parse(run(RUN % ("plain", modules_for("plain"), FLOAT_OPTIONAL, LATE, MODEL, TOKENIZER,
                              TINY["steps"], TINY["h2o"], TINY["max_tokens"], "float")))
         r["boot"], r["usable"] = boot["boot"], boot["usable"]
         res = {"board": board, "heap_image": heap, "march": "none (.py source)", "kinds": {"plain": r},
@@ -274,8 +284,10 @@ def measure(board, kinds=None, log=None):
             boot = parse(b.exec(boot_code()))
             res["largest"] = parse(b.exec(START))["start_largest"]
             for name, kind, forward, mods in runs(kinds):
-                code = RUN % (kind, mods, tuple(OPTIONAL.values()), LATE, MODEL, TOKENIZER, TINY["steps"],
-                              TINY["h2o"], TINY["max_tokens"], forward)
+                late = late_int(kind) if forward == "int" else LATE
+                optional = FLOAT_OPTIONAL + (late[-2:] if forward == "int" else ())
+                code = RUN % (kind, mods, optional, late, MODEL, TOKENIZER, TINY["steps"], TINY["h2o"],
+                              TINY["max_tokens"], forward)
                 r = parse(b.exec(code, timeout=900))
                 r["boot"], r["usable"] = boot["boot"], boot["usable"]
                 res["kinds"][name] = r
@@ -330,7 +342,7 @@ def figures(res):
     fp = {"heap_image": res["heap_image"], "heap_usable": first["usable"], "boot_bytes": first["boot"],
           "largest_bytes": res["largest"]}
     for name, mod in OPTIONAL.items():
-        if name in ("tiered", "fold", "floats"):
+        if name in ("tiered", "fold", "floats", "int4"):
             continue  # per kernel kind below: with the asm/viper kinds kvedge.attention is already loaded
         got = [r["optional"][mod] + (r.get("telemetry_state", 0) + r.get("telemetry_line", 0)
                                      if name == "telemetry" else 0)
@@ -351,6 +363,9 @@ def figures(res):
             fp["tiered_" + kind] = r["optional"][OPTIONAL["tiered"]] + fold
         if kind.startswith(INT) and OPTIONAL["floats"] in r["optional"]:
             fp["floats_" + kind] = r["optional"][OPTIONAL["floats"]]
+        if kind.startswith(INT) and OPTIONAL["int4"] in r["optional"]:
+            q4 = late_int(kind[len(INT):])[-1]
+            fp["int4_" + kind] = r["optional"][OPTIONAL["int4"]] + r["optional"].get(q4, 0)
     return fp
 
 
@@ -383,6 +398,8 @@ def _what(key):
                           "modules and a first run of the integer pass with %s kernels" % kind,
                 "floats": "importing kvedge.kernels.f32_native (the float kernels %s kernels load on first use: the "
                           "integer pass for a cache with f32 rows) after a first run of the integer pass" % kind,
+                "int4": "importing kvedge.model.int4rows and its q4 kernels (kernels4(): what a run of int4 weights "
+                        "loads beside the int8 pass) after a first run of the integer pass with %s kernels" % kind,
                 "loop": "the integer pass's generation loop peak heap (%s kernels) beyond its formula-sized parts"
                         % kind}[part]
     return {"runtime": "the runner's modules as .mpy with %s kernels (kvedge.kernels.select('%s')), each imported "

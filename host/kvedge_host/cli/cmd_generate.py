@@ -352,6 +352,12 @@ def _plan_kwargs(args):
                         "tokenizer, the loop): plan again with --workspace %d" % (
                             args.plan, doc["total_bytes"], -kw["workspace"], doc["workspace_bytes"] - kw["workspace"]))
     kw = run_args(kw)
+    rk = (doc.get("runtime") or {}).get("kernels")
+    if args.port and args.kernels == "auto" and rk:
+        # the board runs the kernels its plan counted (the profile's measured footprint is theirs): a stand-in
+        # that could run others (the Cortex-M3 for an ESP32's viper) would otherwise take its own best, whose
+        # modules the plan did not count
+        kw["kernel"] = rk
     if args.forward is not None:  # --forward given: it overrides the plan's pass
         kw["forward"] = args.forward
         if args.forward != "int":

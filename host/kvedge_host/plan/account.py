@@ -259,6 +259,8 @@ class Runtime:
         self.tiered = fp.get("tiered_" + key)  # None: not measured (or does not fit): no tiered plan counted on it
         # the float kernels the viper and asm kinds load on first use: the integer pass loads them for f32 rows
         self.floats = fp.get("floats_" + key, 0)
+        # int4 rows' reader and q4 kernels, which a run of int4 weights loads (None: not measured, no int4 plan)
+        self.int4 = fp.get("int4_" + key)
         self.encode = fp.get("encode_bytes", 0)  # kvedge.model.bpe, loaded by a run with a prompt
         self.loop = fp.get("loop_" + key, 0)
         self.file = fp.get("file_bytes", 0)  # one open file (the filesystem's buffers)

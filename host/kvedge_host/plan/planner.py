@@ -159,6 +159,9 @@ class Planner:
         n = account.runner_objects(self.shape, cfg, self.word(), self.tile, self.rt.kind) * self.batch
         if account.loads_floats({"prefix": cfg.prefix, "dtype": cfg.dtype}, self.rt.forward):
             n += self.rt.floats  # (0 on the float pass: its measured code holds them)
+        if self.weights_dtype == budget.I4:
+            # int4 rows' modules (measured: footprint int4_bytes); where they were not measured no int4 plan fits
+            n += self.rt.int4 if self.rt.int4 is not None else self.rt.usable
         if cold is not None:
             n += (self.rt.tiered or 0) + TIERED_FILES * self.rt.file + TIERED_LOOP_BYTES
             if cold == budget.I4:
@@ -760,8 +763,9 @@ def tokenizer_for(spec, model=None, tokenizer=None, prompt=True):
     return Tokenizer.nbytes(path, spec.vocab, encode), path, encode, "given"
 
 
-def runtime_info(rt, prof, tokenizer):
-    """What the plan counted for the runtime, and where the figures come from."""
+def runtime_info(rt, prof, tokenizer, weights_dtype=None):
+    """What the plan counted for the runtime, and where the figures come from (int4_bytes: int4 rows' modules,
+    counted for int4 weights only)."""
     if rt is None:
         return None
     key = account.footprint_key(rt.kind, rt.forward)
@@ -770,7 +774,7 @@ def runtime_info(rt, prof, tokenizer):
             "usable_heap": rt.usable, "boot_bytes": rt.boot, "code_bytes": rt.code,
             "telemetry_bytes": rt.telemetry, "evict_bytes": rt.evict, "encode_bytes": rt.encode, "loop_bytes": rt.loop,
             "file_bytes": rt.file, "layout_bytes": rt.layout, "tiered_bytes": (rt.tiered or 0) + TIERED_FILES * rt.file + TIERED_LOOP_BYTES,
-            "floats_bytes": rt.floats,
+            "floats_bytes": rt.floats, "int4_bytes": (rt.int4 or 0) if weights_dtype == budget.I4 else 0,
             "largest_block_bytes": rt.largest, "margin_bytes": rt.margin, "stats": rt.telemetry > 0,
             "tokenizer_bytes": tokenizer[0],
             "tokenizer": tokenizer[1], "tokenizer_from": tokenizer[3], "prompt": tokenizer[2], "command": src.get("command"),
@@ -1048,7 +1052,7 @@ def plan_one(spec, context, tgt, kv_dtype="f32", weights_dtype=None, align=64, b
               "clock_hz": hz, "clock_source": hz_src,
               "configurations": ranked, "notes": notes,
               "flash_fs_bytes": pl.flash_fs_bytes() if tgt["profile"] else None,
-              "runtime": runtime_info(rt, tgt["profile"], tok) or {"source": "allowance",
+              "runtime": runtime_info(rt, tgt["profile"], tok, pl.weights_dtype) or {"source": "allowance",
                                                                   "workspace_bytes": tgt["workspace_bytes"]},
               "other_kernels": others}
     if not ranked:
@@ -1067,7 +1071,7 @@ def plan_one(spec, context, tgt, kv_dtype="f32", weights_dtype=None, align=64, b
             raise UserError("--pick %d: only %d feasible configurations" % (pick, len(ranked)))
         chosen = ranked[pick - 1]
         result["chosen"] = pick
-        doc = device_config(chosen, spec, tgt, runtime_info(rt, tgt["profile"], tok))
+        doc = device_config(chosen, spec, tgt, runtime_info(rt, tgt["profile"], tok, pl.weights_dtype))
     return Plan(spec, tgt, result, chosen, doc)
 
 
