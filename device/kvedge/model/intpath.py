@@ -438,13 +438,19 @@ class Forward:
         self.locked_steps = 0
         self.xm = 0
         self.xe = 0
-        if w.stream:
-            self.wbuf = w.scratch
+        if w is not None:
+            self.take(w)
         # the cache's step buffers are this object's own, so the cache checks them once here and its steps skip
         # the checks (they cost ~0.4 M instructions a token on a Cortex-M3)
         model.cache.bind_q8(self.sp, d, d + kvd, H, H + KV, self.codes, self.scales, self.k.q_store, self.qc,
                             self.qs, self.oq, self.oe)
         self.pre = None  # kvedge.model.prefill.attach(): prompt tokens a chunk at a time
+
+    def take(self, w):
+        """The weights this pass reads (Weights; made after the pass's buffers: kvedge.model.llama)."""
+        self.w = w
+        if w.stream:
+            self.wbuf = w.scratch
 
     # ---- scalar steps ----
 

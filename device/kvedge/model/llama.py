@@ -257,12 +257,12 @@ class Llama:
         if alt is None:
             self._buffers(cfg, wdtype, stream)
             gc.collect()
-        if alt is None:  # the float pass's loader: the other passes bring their own and never load it
-            from kvedge.model.checkpoint import Weights
-            self.w = Weights(path, stream)
-        else:
-            self.w = alt.Weights(path, stream)
-        gc.collect()
+        # the integer pass's buffers (its logits are its largest: 4 bytes a vocabulary entry) before the weights'
+        # many small objects and their load's garbage: after them, on the emulated rp2040's nearly full heap, no
+        # 2 KB block was left for the logits though the plan's account held
+        early = forward == "int"
+        if not early:
+            self._weights(alt, path, stream)
         self.policy = policy(self.cache) if policy is not None else None
         self.scores = self.policy.scores if self.policy is not None else None
         gc.collect()
@@ -271,6 +271,14 @@ class Llama:
         if want and not runs and int_attention != "auto" and alt is None:
             raise ValueError("the integer attention path needs an i8, i4 or i2 cache and kvedge.attention")
         self.int_attention = runs
+        if early:
+            self.intp = alt.Forward(self, None)
+            gc.collect()
+            self._weights(alt, path, stream)
+            self.intp.take(self.w)
+            self.logits = self.intp.logits
+            self._lockable = HAS_HEAP_LOCK and hasattr(gc, "mem_alloc")
+            return
         if alt is not None:
             self.intp = alt.Forward(self, self.w)
             self.logits = self.intp.logits
@@ -285,6 +293,15 @@ class Llama:
             self.oq = zeros("i", cfg.dim)
             self.oe = zeros("i", cfg.n_heads)
             self.cache.bind_query(self.qc, self.qs, self.oq, self.oe)
+
+    def _weights(self, alt, path, stream):
+        """The weights: the float pass's loader, or the other pass's own (it never loads the float one's)."""
+        if alt is None:
+            from kvedge.model.checkpoint import Weights
+            self.w = Weights(path, stream)
+        else:
+            self.w = alt.Weights(path, stream)
+        gc.collect()
 
     def _buffers(self, cfg, wdtype, stream):
         """The float pass's activations, largest first."""

@@ -89,6 +89,14 @@ def _load(kernel, h2o, stats, encode=False, kv=None, forward="auto", model=None,
         if pre is not None:
             pre(k)
             gc.collect()
+        if model is not None and llama.read_config(model)[1] == "i4":  # int4 rows' reader and q4 kernels
+            from kvedge.model import int4rows
+            int4rows.kernels4()
+            gc.collect()
+        if tier is not None:  # the tier's fold kernels (TieredCache.bind_q8 takes them from here)
+            from kvedge import tiered
+            tiered.fold_kernels()
+            gc.collect()
     return k, forward
 
 
