@@ -49,6 +49,8 @@ LARGER_HEAP = {"xt": {
     "test_model_rom.py": (262144, "64-bit objects at the rp2040's 215,040 bytes: no 4,688-byte block to compile "
                                   "the integer pass beside the test's ROMFS image"),
     "test_intpath.py": (245760, _UNIX64 % "944 bytes, the integer pass's viper kernels beside two models"),
+    "test_model_tiered_auto.py": (245760, _UNIX64 % "144 bytes, importing the integer pass's viper kernels"),
+    "test_model_tiered_kinds.py": (245760, _UNIX64 % "144 bytes, importing the integer pass's viper kernels"),
 }}
 
 
