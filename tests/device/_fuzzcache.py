@@ -142,6 +142,8 @@ def _check_step(st, rng):
         qc, qs = zeros("b", st.hd), zeros("H", cfg.heads)
         oq, oe = zeros("i", st.hd), zeros("i", cfg.heads)
         quantize_query(q, qc, qs, cfg.heads)
+        if not st.att.q8_fits(layer, qs):  # beyond step_q8's range: refused (_refuse_step_q8), the float step holds
+            return
         st.att.step_q8(layer, qc, qs, oq, oe)
         g = zeros("f", st.hd)
         dequantize_output(oq, oe, g, cfg.heads)

@@ -62,9 +62,9 @@ def h2o_valid(fz, st):
         layer = rng.below(cfg.layers)
         q = [rng.real() for _ in range(st.hd)]
         before = sum(pol.scores)
-        if st.att.int_ok and rng.below(2):
-            qc, qs = zeros("b", st.hd), zeros("H", cfg.heads)
-            quantize_query(q, qc, qs, cfg.heads)
+        qc, qs = zeros("b", st.hd), zeros("H", cfg.heads)
+        quantize_query(q, qc, qs, cfg.heads)
+        if st.att.int_ok and rng.below(2) and st.att.q8_fits(layer, qs):  # within step_q8's range
             st.att.step_q8(layer, qc, qs, zeros("i", st.hd), zeros("i", cfg.heads), pol.scores)
         else:
             st.att.step(layer, q, zeros("f", st.hd), pol.scores)
