@@ -263,7 +263,7 @@ def account_lines(r, cd):
                                     (", older tokens on flash (%s bytes)" % _n(tier["flash_bytes"])) if tier else ""),
             "  %-12s %11s" % ("activations", _n(cd["activation_bytes"])),
             "  %-12s %11s  %s" % ("runtime", _n(cd["workspace_bytes"]), runtime),
-            "  %-12s %11s  of %s a plan may use; margin %s kept free" % (
+            "  %-12s %11s  of %s a plan may use (margin %s)" % (
                 "total", _n(cd["total_bytes"]), _n(limit), _n(cd.get("margin_bytes", 0)))] + speed_line(cd)
 
 
@@ -285,9 +285,13 @@ def speed_line(cd):
 
 
 def say(c, line):
-    """A line of the first screen at the console's width: wrapped by words, its continuation indented (a line the
-    terminal wraps breaks the screen's columns)."""
+    """A line of the first screen: at a terminal's width (or COLUMNS') wrapped by words, its continuation indented
+    (a line the terminal wraps breaks the screen's columns); piped elsewhere, whole (a script reads it as a line)."""
+    import os
     import textwrap
+    if not (c.is_terminal or os.environ.get("COLUMNS")):
+        c.print(line, highlight=False, markup=False, soft_wrap=True)
+        return
     for part in textwrap.wrap(line, width=max(40, c.width), subsequent_indent="    ", break_long_words=False,
                               break_on_hyphens=False) or [""]:
         c.print(part, highlight=False, markup=False, soft_wrap=True)
@@ -296,9 +300,10 @@ def say(c, line):
 def print_first_screen(spec, tgt, r, chosen, c):
     """The answer on one screen: the verdict, the chosen plan's account, the next ALTERNATIVES configurations a
     line each (at the console's width), and where the rest is."""
-    for line in planner.verdict(r):
-        say(c, line)
+    verdict = planner.verdict(r)
     cands = r["configurations"]
+    for line in verdict if not cands else verdict[:2]:  # a chosen plan's reasons for its weights follow its table
+        say(c, line)
     if not cands:
         return
     say(c, "plan #%d, %s on %s (heap %s), bytes:" % (r["chosen"], spec.name, tgt["name"], _n(tgt["heap_bytes"])))
@@ -311,6 +316,8 @@ def print_first_screen(spec, tgt, r, chosen, c):
                 highlight=False, markup=False)
         for i, cd in others:
             c.print(_one_line(i, cd, c.width), highlight=False, markup=False, soft_wrap=True)
+    for line in verdict[2:]:  # why these weights (and the conversion to run first)
+        say(c, line)
     more = len(cands) - 1 - len(others)
     c.print("(%sthe full table and every setting tried: --verbose; all: --json)" % (
         "%d more; " % more if more > 0 else ""), highlight=False, markup=False)
