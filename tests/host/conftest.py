@@ -1,4 +1,18 @@
-"""Host tests: the CLI fuzzer's counts in pytest's closing summary."""
+"""Host tests: the CLI fuzzer's counts in pytest's closing summary; COLUMNS as the caller set it."""
+import os
+
+import pytest
+
+# pytest-xdist's workers run with COLUMNS=80 (and LINES=24) in their environment, which `kvedge plan` reads as the
+# width to wrap its first screen at (kvedge_host.cli.cmd_plan.say): a test (and the CLI it starts) sees COLUMNS
+# only where it sets it itself, as under plain pytest
+_COLUMNS = os.environ.get("COLUMNS") if os.environ.get("PYTEST_XDIST_WORKER") is None else None
+
+
+@pytest.fixture(autouse=True)
+def _columns_as_the_caller_set_them(monkeypatch):
+    if _COLUMNS is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
 
 
 def pytest_terminal_summary(terminalreporter):

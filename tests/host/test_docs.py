@@ -211,6 +211,10 @@ NOT_RUN = {
         "a benchmark of the Xtensa stand-in (figures in docs/benchmarks.md): tests/device/test_intkernels.py checks "
         "every kernel kind bit for bit",
     ".venv/bin/python tools/bench_xtensa.py --no-asm": "a benchmark (figures in docs/benchmarks.md), as the line above",
+    ".venv/bin/python tools/bench_forward.py --runtime RT --kernels K --forward auto --rom --cache "
+    "max_tokens=96,window=92,sinks=4 --context 55 --from 5 --tokens 1":
+        "a benchmark per core, RT and K named in the table beside it (figures in docs/benchmarks.md): "
+        "tests/host/test_runtimes.py runs the device files on each of those cores",
     ".venv/bin/python tools/bench_xtensa.py --tokens-only --profile":
         "a benchmark (figures in docs/benchmarks.md), as the line above",
     ".venv/bin/python tools/bench_prefill.py --runtime m3 --chunks 1 8 16 --heap 2097152":
