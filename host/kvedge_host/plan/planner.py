@@ -847,8 +847,11 @@ WEIGHT_NAMES = {budget.F32: "f32", budget.F16: "f16", budget.I8: "int8", budget.
 
 def weight_formats(spec):
     """The formats a plan without --weights-dtype tries, in order: the source's own, then each of WEIGHT_SEARCH
-    that takes fewer bytes a parameter (a checkpoint is converted down, never up)."""
+    that takes fewer bytes a parameter (a checkpoint is converted down, never up; a quantized kvedge file is not
+    converted again: `kvedge convert` reads float checkpoints)."""
     src = spec.weights_dtype
+    if src in (budget.I8, budget.I4):
+        return [None]
     own = account.weights(spec, src)[0] if src in budget.WEIGHT_DTYPES else None
     out = [None]
     for d in WEIGHT_SEARCH:
