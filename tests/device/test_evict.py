@@ -176,7 +176,7 @@ def test_eviction_and_accumulation_allocate_nothing():
     qc, qs, oq, oe = zeros("b", 16), zeros("H", 2), zeros("i", 16), zeros("i", 2)
     for i in range(16):
         qc[i] = rng.randint(-100, 100)
-    qs[0] = qs[1] = 0x2800
+    qs[0] = qs[1] = 0x2400  # 2**-6: |q| x |k| x sqrt(8) <= 14.1, within step_q8's Q8_RANGE (16)
     r = _Q8Run(c, pol, att, kc, vc, ks, vs, qc, qs, oq, oe)
     _q8_tokens(r, 30)
     before = c.evictions

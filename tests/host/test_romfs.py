@@ -61,11 +61,12 @@ def test_plan_places_rom_weights_in_flash_and_counts_one_row(tmp_path):
     from kvedge_host import models
     cfg, _ = read_config(model)
     spec = models.load(model)
-    # the float pass reads rows in place (one row's buffer); the integer pass (the default where it fits) keeps
-    # every norm and streams its rows from the mapped file (kvedge.model.llama.check)
+    # the float pass reads rows in place (one row's buffer); the integer pass (the default where it fits) reads
+    # them in place too and keeps every norm, nothing per row (kvedge.model.header.resident_bytes, "rom")
     held = {"float": budget.weights_row_buffer_bytes(cfg.dim, cfg.hidden_dim, budget.I8),
-            "int": streambytes.weights_stream_bytes(account.params(spec), cfg.dim, cfg.hidden_dim, budget.I8,
-                                                    norms=True)}
+            "int": 4 * account.params(spec)["norms"]}
+    assert held["int"] < streambytes.weights_stream_bytes(account.params(spec), cfg.dim, cfg.hidden_dim, budget.I8,
+                                                          norms=True)  # no chunk of rows, no chunk's scales
     for fw in ("auto", "float"):
         out = kvedge("plan", "--model", model, "--board", "rp2040", "--weights-dtype", "i8", "--weights-in", "rom",
                      "--json", "--forward", fw)
@@ -76,7 +77,6 @@ def test_plan_places_rom_weights_in_flash_and_counts_one_row(tmp_path):
         assert top["weights"]["place"] == "rom"
         assert top["weights"]["heap_bytes"] == held[top["forward"]]
         where = {p["array"]: p["where"] for p in top["placement"]}
-        assert where["weights"] == {"float": "flash (ROMFS), read in place",
-                                    "int": "flash (ROMFS), read a chunk of rows at a time"}[top["forward"]]
+        assert where["weights"] == "flash (ROMFS), read in place"
     bad = kvedge("plan", "--model", model, "--board", "rp2040", "--weights-in", "rom")
     assert bad.returncode == 2 and "--weights-dtype i8" in bad.stderr
