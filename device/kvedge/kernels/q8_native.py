@@ -14,7 +14,7 @@ import micropython
 # per vector, so every kernel kind gives the same bits.
 # q_mv parameter block (array('i')): header, then one word per matrix row: (mantissa << 8) | shift; its
 # indexes, q_store's block and VMAX: kvedge.kernels.words
-from kvedge.kernels.words import (VMAX, P_WO, P_ROWS, P_COLS, P_XM, P_OS, P_ADD, P_RO, P_SX, P_HDR, S_KVH, S_D,  # noqa: F401
+from kvedge.kernels.words import (bitlen, VMAX, P_WO, P_ROWS, P_COLS, P_XM, P_OS, P_ADD, P_RO, P_SX, P_HDR, S_KVH, S_D,  # noqa: F401
                            S_KROW, S_KSC, S_HSTEP, S_SSTEP, S_KC, S_KS)
 OK = True
 
@@ -81,28 +81,6 @@ def q_mv(w, x, out, p):
 
 
 @micropython.native
-def _bitlen(a):
-    """Number of bits of 0 <= a < 2**32 (0 for 0): int.bit_length, which MicroPython has not."""
-    n = 0
-    if a >> 16:
-        a >>= 16
-        n = 16
-    if a >> 8:
-        a >>= 8
-        n += 8
-    if a >> 4:
-        a >>= 4
-        n += 4
-    if a >> 2:
-        a >>= 2
-        n += 2
-    if a >> 1:
-        a >>= 1
-        n += 1
-    return n + a
-
-
-@micropython.native
 def q_scale(A, ez, C, p):
     """q_quant's parameters for codes within +-C of a vector whose max |z| is A (0 <= A < 2**30) at exponent ez,
     and the codes' scale: p[0] s, p[1] R, p[2] K, p[3] C; p[4] mantissa xm, p[5] exponent xe, so that
@@ -118,9 +96,9 @@ def q_scale(A, ez, C, p):
         p[4] = 0
         p[5] = 0
         return 0
-    s = _bitlen(A) - 15
+    s = bitlen(A) - 15
     An = A >> s if s >= 0 else A << -s
-    j = _bitlen(C) - 1
+    j = bitlen(C) - 1
     K = 28 - j
     R = ((C << K) + An - 1) // An  # rounded up: the maximum gets code C exactly
     p[0] = s
@@ -165,7 +143,7 @@ def q_rnorm(ss, U, eps, p):
     if r > 32767:
         r = 32767
     pr = xm * r
-    b = _bitlen(pr) - 15
+    b = bitlen(pr) - 15
     p[4] = pr >> b
     p[5] += b - 29 - (U >> 1)
     return 0
@@ -200,7 +178,7 @@ def q_normgain(x, g, z, p):
     s back into p[1]), z = sign(x) * (a * g >> 15), and p[3] = sum(a * a >> LN) (LN = p[2]) for q_rnorm. n = p[0].
     Returns max |z|."""
     n = p[0]
-    s = _bitlen(p[1]) - 15
+    s = bitlen(p[1]) - 15
     if s < 0:
         s = 0
     p[1] = s
@@ -287,7 +265,7 @@ def q_swiglu(h, tab, n, p):
     """h[i] = silu(a) * b for a = h[i] >> s, b = h[n+i] >> s with s = max(0, bitlen(B) - 15) for B = p[0] =
     max |h[0:2n]| (s back into p[0]); sigmoid from tab (Q15, 385 points k/16 for |k| <= 192, linear interpolation)
     at a shifted by p[1] + s to Q8 table steps. Returns max |h[0:n]|."""
-    s = _bitlen(p[0]) - 15
+    s = bitlen(p[0]) - 15
     if s < 0:
         s = 0
     p[0] = s

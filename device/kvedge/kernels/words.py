@@ -89,3 +89,25 @@ S_VC = const(9)
 S_KS = const(10)  # index of KV head 0's K scale in the scales buffer
 S_VS = const(11)
 S_WORDS = const(12)
+
+
+def bitlen(a):
+    """Number of bits of 0 <= a < 2**32 (0 for 0): int.bit_length, which MicroPython has not (the integer pass's
+    set-up and the plain kernels' scalar steps; viper and asm kernels inline it)."""
+    n = 0
+    if a >> 16:
+        a >>= 16
+        n = 16
+    if a >> 8:
+        a >>= 8
+        n += 8
+    if a >> 4:
+        a >>= 4
+        n += 4
+    if a >> 2:
+        a >>= 2
+        n += 2
+    if a >> 1:
+        a >>= 1
+        n += 1
+    return n + a

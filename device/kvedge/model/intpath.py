@@ -33,7 +33,7 @@ from kvedge.compat import zeros, IS_MICROPYTHON, micropython
 from kvedge.model.header import i8_layout, file_size, CheckpointError, alloc
 from kvedge import kernels
 
-from kvedge.kernels.words import P_WO, P_ROWS, P_COLS, P_XM, P_OS, P_ADD, P_RO, P_HDR, S_WORDS
+from kvedge.kernels.words import bitlen, P_WO, P_ROWS, P_COLS, P_XM, P_OS, P_ADD, P_RO, P_HDR, S_WORDS
 
 RES_EXP = -16  # residual stream in Q16: |x| < 8192 with steps of 1.5e-5
 MAX_COLS = 32768  # sum(u * x) with u <= 255, |x| <= 127 stays within 2**30
@@ -76,27 +76,6 @@ def qkernels():
     """(module, kind) of the q_* kernels for the selected attention kernels' kind: kvedge.kernels.first's rule
     (asm's matrix product is kernels.q8_dsp_thumb's on a core with the DSP instructions)."""
     return kernels.first("q8_", kernels.kind())
-
-
-def bitlen(a):
-    """Number of bits of a >= 0 (0 for 0), without int.bit_length (MicroPython has none)."""
-    n = 0
-    if a >> 16:
-        a >>= 16
-        n = 16
-    if a >> 8:
-        a >>= 8
-        n += 8
-    if a >> 4:
-        a >>= 4
-        n += 4
-    if a >> 2:
-        a >>= 2
-        n += 2
-    if a >> 1:
-        a >>= 1
-        n += 1
-    return n + a
 
 
 def mantissa(x):
