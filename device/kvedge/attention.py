@@ -472,6 +472,13 @@ class Attention(FloatAttention):
         if self.scratch is None:
             self.scratch = bytearray(2 * self.T * self.D + 4 * self.T)
             self.conv = zeros("i", 2 * self.D)
+        if self.mixed:
+            # f32 rows (prefix, KIVI residual) exist: the kinds that load their float kernels on first use
+            # (viper, asm) load them now, at start-up, not at the first f32 row of some later step, when the
+            # heap may be full or locked (the unix port's fuzz of a tier ran out there: 1,792 bytes)
+            load = getattr(self.k, "load_floats", None)
+            if load is not None:
+                load()
 
     def _report_int(self, scores, slots, nslots, nmax, qc, layer, kvh):
         """Adds each token's probability in Q16: 2**((U - M)/2**16) / (lsum * 2**ws)."""
