@@ -73,7 +73,7 @@ if FW == "auto":  # Llama's default arguments: the pass a user gets (kvedge.mode
 else:
     m = Llama(%(model)r, kv=KV, forward=FW, stream=%(stream)r, tier=TIER)
 RAN = m.forward_kind if FW != "auto" else "auto=" + m.forward_kind
-if %(unlocked)r:  # the integer pass's steps never run with the heap locked (kvedge.model.intpath.Forward.step)
+if %(unlocked)r:  # the integer pass's steps never run with the heap locked (kvedge.model.pass_int.Forward.step)
     m._lockable = False
     RAN += "(unlocked)"
 V = m.cfg.vocab_size
@@ -136,13 +136,13 @@ from array import array
 from time import ticks_diff, ticks_us
 from kvedge import kernels
 kernels.select(%(kernels)r)
-from kvedge.model import intpath
-k = intpath.qkernels()[0]
+from kvedge.model import pass_int
+k = pass_int.qkernels()[0]
 for rows, cols in ((128, 64), (344, 64), (64, 172), (512, 64)):
     w = bytearray(rows * cols)
     z = array("i", [(i * 13) %% 255 - 127 for i in range(cols)])
     x = array("i", [0] * cols)
-    intpath.quantize(k, z, x, cols, 127, 0, 127, array("i", [0] * 8))  # x as this kind's q_mv reads it
+    pass_int.quantize(k, z, x, cols, 127, 0, 127, array("i", [0] * 8))  # x as this kind's q_mv reads it
     p = array("i", [0] * (8 + rows))
     p[1] = rows
     p[2] = cols
@@ -153,7 +153,7 @@ for rows, cols in ((128, 64), (344, 64), (64, 172), (512, 64)):
     t0 = ticks_us()
     k.q_mv(w, x, o, p)
     print("MACS q_mv %%dx%%d %%d %%d" %% (rows, cols, ticks_diff(ticks_us(), t0), rows * cols))
-from kvedge.model.int4rows import kernels4
+from kvedge.model.pass_int4 import kernels4
 k4 = kernels4()
 for rows, cols in ((64, 288), (128, 64), (64, 768)):  # int4 rows (checkpoint's layout: f16 scales, then codes)
     g = cols >> 5
@@ -163,7 +163,7 @@ for rows, cols in ((64, 288), (128, 64), (64, 768)):  # int4 rows (checkpoint's 
         w[2 * i + 1] = 0x2C  # f16 scale 2**-4
     for i in range(wo, len(w)):
         w[i] = (i * 37) & 255
-    x = array("i", [(i * 13) %% 255 - 127 for i in range(cols)])  # within int4rows.code_max4(cols)
+    x = array("i", [(i * 13) %% 255 - 127 for i in range(cols)])  # within pass_int4.code_max4(cols)
     p = array("i", [wo, rows, cols, 16000, 0, 0, 0, 0, 11])
     o = array("i", [0] * rows)
     t0 = ticks_us()
@@ -368,7 +368,7 @@ def main(argv=None):
         print("bench_forward: --cache %r: not K=V,... with integer values" % a.cache, file=sys.stderr)
         return 2
     tier = None
-    if a.tier:  # block=B,cold=DTYPE,blocks=C: kvedge.tiered's cold store (--cache: its ring, window and sinks)
+    if a.tier:  # block=B,cold=DTYPE,blocks=C: kvedge.tier.cache's cold store (--cache: its ring, window and sinks)
         try:
             t = dict(item.split("=") for item in a.tier.split(","))
             tier = {"kind": "tiered", "block": int(t.pop("block", 16)), "cold_dtype": t.pop("cold", "i8"),

@@ -82,10 +82,10 @@ def run_one(model, weights, cache, kern, context, tokens, heap, runtime="unix", 
     rc, out = _benchkit.run(runtime, code, heap, [DEVICE, os.path.dirname(model)], timeout=3600)
     for line in out.splitlines():
         if line.startswith("BENCH "):
-            n, us, alloc, kind, intpath = line.split()[1:]
+            n, us, alloc, kind, pass_int = line.split()[1:]
             n, us, alloc = int(n), int(us), int(alloc)
             r = {"weights": weights, "cache": cache, "kernels": kind, "context": context,
-                 "attention": "int" if intpath == "1" else "float", "tok_s": n * 1e6 / us,
+                 "attention": "int" if pass_int == "1" else "float", "tok_s": n * 1e6 / us,
                  "ms_per_token": us / 1000.0 / n, "bytes_per_token": alloc}
             ins = _benchkit.instructions(runtime, us)
             if ins is not None:  # exact on the emulated board: per token, and per weight MAC below

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Where a token's instructions go in the integer forward pass (kvedge.model.intpath), part by part, on the
+"""Where a token's instructions go in the integer forward pass (kvedge.model.pass_int), part by part, on the
 emulated Cortex-M3 (qemu -icount shift=0: exact counts) or a MicroPython port (host microseconds).
 
   .venv/bin/python tools/bench_parts.py [--runtime m3|unix] [--kernels asm] [--context 256] [--tokens 8]
@@ -134,7 +134,7 @@ def nothing(a, b, c, d):
 
 def calibrate(e):
     gc.collect()
-    micropython.heap_lock()  # as the pass's steps run (kvedge.model.intpath.Forward.step): frames on the stack
+    micropython.heap_lock()  # as the pass's steps run (kvedge.model.pass_int.Forward.step): frames on the stack
     on[0] = True
     for i in range(2000):
         e(1, 2, 3, 4)

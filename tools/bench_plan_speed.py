@@ -91,7 +91,7 @@ def attended(kv, h2o, p):
 
 
 # the first steps are left out of the fit: the integer pass runs its steps with the heap locked only once two
-# steps in a row allocated nothing (kvedge.model.intpath.Forward.step), and an unlocked step costs up to several
+# steps in a row allocated nothing (kvedge.model.pass_int.Forward.step), and an unlocked step costs up to several
 # times a locked one (MicroPython's heap-allocated frames): the fit is of the steady state a generation runs in
 WARM = 4
 

@@ -38,9 +38,9 @@ from kvedge.model.llama import Llama
 gc.collect()
 from kvedge import attention
 gc.collect()
-from kvedge.model import intpath, prefill
+from kvedge.model import pass_int, prefill
 gc.collect()
-intpath.qkernels()  # loaded before the model, as kvedge.model.run loads them (not late in a fragmented heap)
+pass_int.qkernels()  # loaded before the model, as kvedge.model.run loads them (not late in a fragmented heap)
 gc.collect()
 m = Llama(%(model)r, kv=%(kv)r, forward="int", stream=%(stream)r)
 prefill.attach(m, %(chunk)d)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What a tiered cache (kvedge.tiered) costs per token: attention over its cold blocks read back from flash, and
+"""What a tiered cache (kvedge.tier.cache) costs per token: attention over its cold blocks read back from flash, and
 the demotion of a block from the hot ring to flash, on the emulated Cortex-M3 board (instructions, exact under
 qemu -icount: 1 us of ticks_us = 1000 instructions; its littlefs RAM disk stands in for flash) or a unix port.
 
@@ -37,7 +37,7 @@ from kvedge import kernels
 from kvedge.attention import Attention, quantize_query
 from kvedge.cache import KVCache
 from kvedge.config import CacheConfig
-from kvedge.tiered import TieredCache
+from kvedge.tier.cache import TieredCache
 
 L, H, KVH, D, S, W, B = %(shape)s
 N = KVH * D

@@ -181,8 +181,8 @@ from array import array
 from time import ticks_diff, ticks_cpu
 from kvedge import kernels
 kernels.select(%(kernels)r)
-from kvedge.model import intpath
-k = intpath.qkernels()[0]
+from kvedge.model import pass_int
+k = pass_int.qkernels()[0]
 print("QK", k.__name__)
 for rows, cols in ((192, 64), (64, 64), (344, 64), (64, 172), (512, 64)):
     w = bytearray(rows * cols)
@@ -190,7 +190,7 @@ for rows, cols in ((192, 64), (64, 64), (344, 64), (64, 172), (512, 64)):
         w[i] = (i * 37 + 11) & 255
     z = array("i", [(i * 13) %% 255 - 127 for i in range(cols)])
     x = array("i", [0] * cols)
-    intpath.quantize(k, z, x, cols, 127, 0, intpath.code_max(cols), array("i", [0] * 8))
+    pass_int.quantize(k, z, x, cols, 127, 0, pass_int.code_max(cols), array("i", [0] * 8))
     p = array("i", [0] * (8 + rows))
     p[1] = rows
     p[2] = cols
@@ -202,7 +202,7 @@ for rows, cols in ((192, 64), (64, 64), (344, 64), (64, 172), (512, 64)):
     t0 = ticks_cpu()
     k.q_mv(w, x, o, p)
     print("MACS q_mv %%dx%%d %%d %%d" %% (rows, cols, ticks_diff(ticks_cpu(), t0), rows * cols))
-from kvedge.model.int4rows import kernels4
+from kvedge.model.pass_int4 import kernels4
 k4 = kernels4()
 print("QK4", k4.__name__)
 for rows, cols in ((64, 288), (128, 64), (64, 768)):  # int4 rows (bench_forward's shapes: f16 scales, then codes)

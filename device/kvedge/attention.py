@@ -388,7 +388,7 @@ class Attention(FloatAttention):
         check.out("out_exp", out_exp, self.heads, -128)
 
     # The integer running state of one query head is M, lsum, ws, evmax, first and iacc[0:D]. step_q8 runs one
-    # head at a time; kvedge.tiered keeps one state per head (q8_save/q8_load, its own iacc per head) so that
+    # head at a time; kvedge.tier.cache keeps one state per head (q8_save/q8_load, its own iacc per head) so that
     # each cold block read from flash is folded into every head before the next block is read.
 
     def q8_head(self, h, qs):

@@ -20,7 +20,7 @@ from kvedge.sizes import *  # noqa: F401,F403 (the formulas a run needs: constan
 from kvedge.sizes import align_up, check_dtype, check_int, kv_bytes, row_bytes  # noqa: F401 (used here)
 from kvedge.sizes import F16, F32, FULL, I4, I8, LOWBIT, META_BYTES, QK, WEIGHT_DTYPES  # noqa: F401
 # the tiered cache's formulas: a module of their own (a tier loads them without the rest of this one)
-from kvedge.tiersizes import TIER_HEADER_BYTES, TIER_TAG_BYTES, cold_record_bytes, tiered_bytes  # noqa: F401
+from kvedge.tier.sizes import TIER_HEADER_BYTES, TIER_TAG_BYTES, cold_record_bytes, tiered_bytes  # noqa: F401
 
 
 def padded_row_bytes(head_dim, dtype, align=64):
@@ -164,13 +164,13 @@ POOL_ENTRY_BYTES = 8  # one log slot's entry: session id (u32, 0 = no record), g
 def pool_tier_bytes(layers, kv_heads, head_dim, block, dtype, align, capacity, slots=None):
     """Exact flash and RAM of kvedge.tier.ColdTier, the cold tier of a PagedPool of `block`-token blocks (window 0,
     prefix 0, i4/i2 with residual 0), holding at most `capacity` records in a log of `slots` (default
-    2 x capacity, at least capacity + 1) blocks per segment (kvedge.coldstore, kind 1), as a dict:
+    2 x capacity, at least capacity + 1) blocks per segment (kvedge.tier.store, kind 1), as a dict:
 
       record   one pool block's bytes verbatim from the arena: per layer, K|V and KV head its B padded rows, then
                their scales (i8: one f16 each; i4/i2: scale and zero); block = record + tag
       header   one header file: the store's 40 bytes + the index (generation, then one entry per log slot)
       flash    the files at most: two headers and two segment files of `slots` blocks each (records are only
-               appended; a record still live when the log comes round to it is appended again, see kvedge.tier)
+               appended; a record still live when the log comes round to it is appended again, see kvedge.tier.spill)
       scratch  the buffer a reopen verifies through and a record is copied forward through: the longest part
       ram      the tier's own buffers: three int arrays of `slots` (session, generation, block index per slot),
                the index and the header packed from it, the tag, the scratch, the part offsets, Adler-32 state"""

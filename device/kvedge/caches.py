@@ -21,7 +21,7 @@ def build(ccfg, tier=None, cold_path=COLD_PATH, tile=32, arena=None, q8=False, b
     (store_q8); arena: the (ring's) arena allocated earlier; budget: BudgetError before allocating when over.
     Its attention is attached by attach() (the caller builds the large buffers in between)."""
     if tier is not None:
-        from .tiered import TieredCache
+        from .tier.cache import TieredCache
         return TieredCache(ccfg, cold_path, tier["block"], tier["cold_dtype"], tier["cold_blocks"],
                            tier.get("at_cap", "drop"), tile, tier.get("cold_align", 0), budget=budget,
                            fresh=fresh, arena=arena, q8=q8)

@@ -39,7 +39,7 @@ class CacheFullError(KVEdgeError):
 
 
 class ColdStoreError(KVEdgeError):
-    """A store on flash (a tiered cache's cold store, a paged pool's cold tier: kvedge.coldstore) cannot be
+    """A store on flash (a tiered cache's cold store, a paged pool's cold tier: kvedge.tier.store) cannot be
     trusted (foreign, another kind or layout, truncated, cut mid-write, damaged): refused whole, never half-read,
     never repaired."""
 

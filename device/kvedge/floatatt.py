@@ -180,7 +180,7 @@ class FloatAttention:
                                    nslots)
 
     # The running state of one query head is (max st[so], sum st[so+1], output acc[ao:ao+D]); it may live in
-    # the caller's arrays, so that rows from several sources (kvedge.tiered: cold blocks, then the hot ring)
+    # the caller's arrays, so that rows from several sources (kvedge.tier.cache: cold blocks, then the hot ring)
     # are folded into one online softmax.
 
     def begin(self, st, so, acc, ao):

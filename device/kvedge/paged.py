@@ -60,7 +60,7 @@ class PagedPool:
         self.S = sessions
         self.MB = session_blocks or nb
         self.on_pressure = on_pressure
-        self.table = zeros("i", sessions * self.MB)  # >= 0: RAM block; -(r + 1): cold record r (kvedge.tier)
+        self.table = zeros("i", sessions * self.MB)  # >= 0: RAM block; -(r + 1): cold record r (kvedge.tier.spill)
         self.sid = zeros("i", sessions)  # session id per handle, 0 = handle free
         self.slen = zeros("i", sessions)  # tokens per session
         self.snb = zeros("i", sessions)  # blocks per session (RAM and cold)

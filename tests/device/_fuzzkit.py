@@ -227,7 +227,7 @@ class Fuzz:
 
 
 def _tier_files(tier):
-    """The bytes of a cold tier's files (kvedge.coldstore: two headers, two segments), flushed first."""
+    """The bytes of a cold tier's files (kvedge.tier.store: two headers, two segments), flushed first."""
     out = b""
     for f in tier.store.segs:
         if f is not None:
@@ -364,7 +364,7 @@ def _live(c):
 
 
 def _remove(path):
-    """The file `path`, or the files of a store named `path` (kvedge.coldstore: PATH.h0, .h1, .s, .0, .1)."""
+    """The file `path`, or the files of a store named `path` (kvedge.tier.store: PATH.h0, .h1, .s, .0, .1)."""
     import os
     for x in ("", ".h0", ".h1", ".s", ".0", ".1"):
         try:

@@ -1,4 +1,4 @@
-# The integer forward pass's test model, shared by test_intpath*.py: a small checkpoint each file writes itself
+# The integer forward pass's test model, shared by test_pass_int*.py: a small checkpoint each file writes itself
 # (f32 and its int8 conversion), the model on it, a digest of a vector. preload() first: it compiles the large
 # modules, each on a collected heap (a 215 KB heap with the package compiled from source fragments otherwise).
 import gc
@@ -15,7 +15,7 @@ def preload(every_kind=False, kinds=None):
     gc.collect()
     from kvedge import attention  # noqa: F401
     gc.collect()
-    from kvedge.model import intpath
+    from kvedge.model import pass_int
     gc.collect()
     from kvedge import cacheq8  # noqa: F401 (the integer pass's cache)
     gc.collect()
@@ -29,7 +29,7 @@ def preload(every_kind=False, kinds=None):
             k = kernels.select(kind)
         except ValueError:  # not on this runtime
             continue
-        intpath.qkernels()
+        pass_int.qkernels()
         gc.collect()
         if hasattr(k, "att_preload"):
             k.att_preload(k)
@@ -44,13 +44,13 @@ def preload4(every_kind=True, kinds=None):
     """Compile q_mv4 (kvedge.q4kernels_*) of the selected kind (every_kind: of every kind this runtime has; kinds:
     of those), on a collected heap."""
     from kvedge import kernels
-    from kvedge.model import int4rows
+    from kvedge.model import pass_int4
     restore = kinds is None
     if kinds is None:
         kinds = kernels.available() if every_kind else (kernels.kind(),)
     for kind in kinds:
         kernels.select(kind)
-        int4rows.kernels4()
+        pass_int4.kernels4()
         gc.collect()
     if restore:
         kernels.select()

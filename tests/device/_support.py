@@ -64,7 +64,7 @@ def fs_writable(opener=open):
     return True
 
 
-STORE_FILES = (".h0", ".h1", ".s", ".0", ".1")  # a tiered cache's cold store (kvedge.coldstore)
+STORE_FILES = (".h0", ".h1", ".s", ".0", ".1")  # a tiered cache's cold store (kvedge.tier.store)
 
 
 def remove_store(path):
@@ -206,18 +206,18 @@ def preload_floats():
 def preload_kernels(kinds, fold=False):
     """Load each kernel kind's integer-pass kernels (and the attention kernels it loads beside them) now, on a
     collected heap: the model tests switch kinds later, when a board-sized heap has no large block left. fold: also
-    a tiered cache's fold of i8 cold blocks (kvedge.kernels.viper_tier, which kvedge.tiered loads on its first step)."""
+    a tiered cache's fold of i8 cold blocks (kvedge.kernels.viper_tier, which kvedge.tier.cache loads on its first step)."""
     import gc
     from kvedge import kernels
-    from kvedge.model import intpath
+    from kvedge.model import pass_int
     for kind in kinds:
         kernels.select(kind)
-        intpath.qkernels()
+        pass_int.qkernels()
         k = kernels.get()
         if hasattr(k, "att_preload"):
             k.att_preload(k)
         if fold and hasattr(k, "att_preload"):
-            try:  # a tiered cache's fold beside the fused drivers (kvedge.tiered loads it on its first step)
+            try:  # a tiered cache's fold beside the fused drivers (kvedge.tier.cache loads it on its first step)
                 import kvedge.kernels.viper_tier  # noqa: F401
             except (ImportError, SyntaxError, NameError, AttributeError, TypeError):
                 pass

@@ -5,7 +5,7 @@ import math
 from kvedge.attention import quantize_query, dequantize_output
 from kvedge.compat import zeros
 from kvedge.config import CacheConfig
-from kvedge.tiered import TieredCache
+from kvedge.tier.cache import TieredCache
 from _support import Rng
 
 PATH = "_kvedge_tiered_test"

@@ -111,17 +111,17 @@ def test_weights_streamed_from_flash():
     # stories260K (dim 64, hidden 172, 5 layers): 8 rows of w2's 172 inputs; the scales of a chunk of the
     # narrowest rows (64 inputs: 1376 // 64 = 21 rows); one f32 norm vector read from the file when applied (all
     # of them, 2 per layer + the final one, with norms=True: what the integer and ulab passes keep)
-    from kvedge.model import streambytes
+    from kvedge.model import sizes as msizes
     p = budget.llama_params(64, 172, 5, 8, 4, 512)
     norms = 4 * 64
-    assert streambytes.STREAM_ROWS == 8
-    assert streambytes.stream_buffer_bytes(64, 172, "i8") == 1376
-    assert streambytes.stream_scale_slots(64, 172, "i8", 1376) == 21
-    assert streambytes.weights_stream_bytes(p, 64, 172, "i8") == norms + 1376 + 4 * 21 == 1716
-    assert streambytes.weights_stream_bytes(p, 64, 172, "i8", norms=True) == 4 * (5 * 2 * 64 + 64) + 1376 + 4 * 21
-    assert streambytes.weights_stream_bytes(p, 64, 172, "f32") == norms + 8 * 172 * 4 == 5760   # no scales
+    assert msizes.STREAM_ROWS == 8
+    assert msizes.stream_buffer_bytes(64, 172, "i8") == 1376
+    assert msizes.stream_scale_slots(64, 172, "i8", 1376) == 21
+    assert msizes.weights_stream_bytes(p, 64, 172, "i8") == norms + 1376 + 4 * 21 == 1716
+    assert msizes.weights_stream_bytes(p, 64, 172, "i8", norms=True) == 4 * (5 * 2 * 64 + 64) + 1376 + 4 * 21
+    assert msizes.weights_stream_bytes(p, 64, 172, "f32") == norms + 8 * 172 * 4 == 5760   # no scales
     # int4: 171 inputs are 6 groups of 32, each 16 bytes of nibbles and a 2-byte f16 scale, 8 rows, 4 of padding
-    assert streambytes.weights_stream_bytes(p, 64, 171, "i4") == norms + 8 * 6 * (16 + 2) + 4
-    assert streambytes.weights_stream_bytes(p, 64, 172, "i8", buffer_bytes=640) == norms + 640 + 4 * 10
-    e = raises(ValueError, streambytes.stream_buffer_bytes, 64, 172, "q8_0")
+    assert msizes.weights_stream_bytes(p, 64, 171, "i4") == norms + 8 * 6 * (16 + 2) + 4
+    assert msizes.weights_stream_bytes(p, 64, 172, "i8", buffer_bytes=640) == norms + 640 + 4 * 10
+    e = raises(ValueError, msizes.stream_buffer_bytes, 64, 172, "q8_0")
     assert "weights dtype must be one of" in message(e)

@@ -16,7 +16,7 @@ from kvedge.config import CacheConfig
 from kvedge.errors import ColdStoreError
 from kvedge.evict import H2O
 from kvedge.paged import PagedPool
-from kvedge.tiered import TieredCache
+from kvedge.tier.cache import TieredCache
 from _support import need, raises, message, skip, remove_store
 
 PATH = "_kvedge_findings_durable"

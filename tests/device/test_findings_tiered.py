@@ -1,11 +1,11 @@
-# Regression tests for what the device-API fuzzer found in the tiered cache (kvedge.tiered, issue 14): one test per
+# Regression tests for what the device-API fuzzer found in the tiered cache (kvedge.tier.cache, issue 14): one test per
 # finding, each failing on the code before its fix. T1: a value the write accepted came back from an i8/i4/i2 ring
 # a rounding step beyond the cold store's f16 range, and every later demotion of that block failed (the cache was
 # stuck: no token could be appended any more). T2: i8 scales whose rows exceed an i2 cold store's range were
 # accepted (the same dead end when the block left the ring). T3: bad positions, outputs, layer lists and plans raised
 # raw TypeError/AttributeError/IndexError from deep inside. T4: a closed cache accepted appends and failed reads
 # with AttributeError.
-from kvedge.tiered import TieredCache
+from kvedge.tier.cache import TieredCache
 from kvedge.compat import zeros
 from kvedge.config import CacheConfig
 from _support import need, raises, message, remove_store

@@ -6,7 +6,7 @@ import gc
 from kvedge.paged import PagedPool  # the largest modules first, while the heap is compact
 from kvedge.compat import zeros
 from kvedge.config import CacheConfig
-from kvedge.tier import ColdTier
+from kvedge.tier.spill import ColdTier
 from _fuzzkit import Fuzz, SEED, _scale, BAD_TYPE, TIER_PATH, bad_index, bad_row, bad_out, _remove, _fs
 from _poolref import PoolModel, check_all, op_open, op_append, op_close, op_reset, op_attend, op_spill
 

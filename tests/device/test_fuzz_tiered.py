@@ -1,4 +1,4 @@
-# Device-API fuzzer, family 5: a tiered cache (kvedge.tiered: sinks and a hot ring in RAM, re-quantized blocks
+# Device-API fuzzer, family 5: a tiered cache (kvedge.tier.cache: sinks and a hot ring in RAM, re-quantized blocks
 # on flash) with every ring and cold dtype (i2 included), KIVI rings, both cap policies, reopened after a
 # "power cut". Valid calls are checked against TierModel (which positions are live, where: sinks, cold blocks,
 # ring), the true rows within each storage type's step, a plain softmax over what read() returns, and the float
@@ -7,8 +7,9 @@
 import gc
 import math
 
-from kvedge.tiered import TieredCache  # the largest modules first, while the heap is compact
-from kvedge import coldstore, kernels
+from kvedge.tier.cache import TieredCache  # the largest modules first, while the heap is compact
+from kvedge import kernels
+from kvedge.tier import store as coldstore
 from kvedge.attention import quantize_query, dequantize_output
 from kvedge.budget import CACHE_DTYPES, LOWBIT
 from kvedge.compat import zeros

@@ -7,7 +7,7 @@ from array import array
 from _support import Rng
 from kvedge import kernels, quant
 from kvedge.kernels.words import VMAX, P_HDR, P_SX
-from kvedge.model import intpath
+from kvedge.model import pass_int
 
 
 def _kinds():
@@ -21,7 +21,7 @@ def _same_every_kind(name, make, check=None, scratch=None):
     first = None
     for kind in _kinds():
         kernels.select(kind)
-        k, qk = intpath.qkernels()
+        k, qk = pass_int.qkernels()
         assert qk == kind
         args = make()
         r = _kernel(k, qk, name)(*args)
@@ -51,7 +51,7 @@ def _kernel(k, qk, name):
 
 
 class _Codes:
-    """What intpath.quantize reads of a q_* module: its q_quant writing plain codes (_kernel)."""
+    """What pass_int.quantize reads of a q_* module: its q_quant writing plain codes (_kernel)."""
 
     def __init__(self, k, qk):
         self.q_quant = _kernel(k, qk, "q_quant")
@@ -74,7 +74,7 @@ def test_q_mv_is_the_exact_dot_product_times_two_floor_scalings():
 def test_q_mv_odd_lengths_and_alignments():
     """Rows of any length from any byte offset (the Xtensa kernels' groups of eight and their tails, the row
     starts at every alignment), many rows, every shift case (right, beyond 31, left with and
-    without saturation, beyond -30), the widest codes the pass gives (intpath.code_max)."""
+    without saturation, beyond -30), the widest codes the pass gives (pass_int.code_max)."""
     cases = []
     for i, cols in enumerate((1, 2, 7, 8, 9, 15, 17, 23, 63, 65)):
         cases.append((3 + (i & 3), cols, 15 if cols < 16 else 14, i & 1, (-45, -20, -3, 0, 9, 25)[i % 6], i & 3,
@@ -87,7 +87,7 @@ def test_q_mv_odd_lengths_and_alignments():
 def _q_mv_cases(seed, cases):
     rng = Rng(seed)
     for rows, cols, xbits, add, os, wo, ro in cases:
-        while (1 << xbits) - 1 > intpath.code_max(cols):
+        while (1 << xbits) - 1 > pass_int.code_max(cols):
             xbits -= 1
         codes = [rng.randint(-128, 127) for _ in range(rows * cols)]
         x = [rng.randint(-(1 << xbits) + 1, (1 << xbits) - 1) for _ in range(cols)]
@@ -156,8 +156,8 @@ def test_q_quant_codes_are_rounded_fractions_of_the_maximum():
         codes = array("i", [0] * n)
         for kind in _kinds():
             kernels.select(kind)
-            k, qk = intpath.qkernels()
-            intpath.quantize(_Codes(k, qk), array("i", z), codes, n, A, -20, C, ip)
+            k, qk = pass_int.qkernels()
+            pass_int.quantize(_Codes(k, qk), array("i", z), codes, n, A, -20, C, ip)
             xm, xe = ip[4], ip[5]
             got = (list(codes), xm, xe)
             if kind == _kinds()[0]:
@@ -200,9 +200,9 @@ def test_q_heads_gives_the_caches_own_int8_rows():
 def test_q_rope_and_angles_rotate_like_floats():
     rng = Rng(24)
     hd = 8
-    fq = intpath.rope_turns(hd)
+    fq = pass_int.rope_turns(hd)
     freqs = array("f", [1.0 / math.pow(10000.0, 2 * i / hd) for i in range(hd // 2)])  # f32, as llama2.c
-    tab = intpath.sin_table()
+    tab = pass_int.sin_table()
     for i in range(hd // 2):  # the table: the frequency in turns per position, to 2**-36
         q = (fq[1 + 2 * i] << 8) | fq[2 + 2 * i]
         assert abs(q / 2.0 ** 36 * 2 * math.pi - freqs[i]) <= freqs[i] * 1e-6 + 2.0 ** -34, i
@@ -271,13 +271,13 @@ def test_q_normgain_then_q_rnorm_is_rmsnorm():
 def test_q_swiglu_is_silu_times_gate():
     rng = Rng(25)
     n = 30
-    tab = intpath.sigmoid_table()
+    tab = pass_int.sigmoid_table()
     for e in (-20, -12, -3):
         h = [rng.randint(-(20 << -e), 20 << -e) for _ in range(2 * n)]
         h[0] = 14 << (-e)  # beyond the table (sigmoid ~ 1) and far below it
         h[1] = -(14 << (-e))
         big = max(abs(v) for v in h)
-        s = max(0, intpath.bitlen(big) - 15)
+        s = max(0, pass_int.bitlen(big) - 15)
 
         def make():  # the kernel takes max |h| and finds its shift s itself (back into p[0])
             return [array("i", h), tab, n, array("i", [big, e + 12, 0, 0])]

@@ -6,7 +6,7 @@ from kvedge.model import llama  # noqa: F401 (the large modules first, on a coll
 gc.collect()
 from kvedge import attention  # noqa: F401,E402
 gc.collect()
-from kvedge.model import intpath  # noqa: F401,E402
+from kvedge.model import pass_int  # noqa: F401,E402
 gc.collect()
 from _support import preload_kernels  # noqa: E402
 from kvedge import kernels  # noqa: E402

@@ -12,7 +12,7 @@ from _model_support import RefAttention, skip, tmp_path  # noqa: E402
 from kvedge import compat, kernels  # noqa: E402
 from kvedge.model import checkpoint, header, romweights, tiny  # noqa: E402
 from kvedge.model.llama import Llama  # noqa: E402
-from kvedge.model import intpath  # noqa: E402,F401  (compiled while the heap is in one piece, as kernels.get() below)
+from kvedge.model import pass_int  # noqa: E402,F401  (compiled while the heap is in one piece, as kernels.get() below)
 
 _FILES = {}
 MOUNT = "/kvrom"
@@ -128,7 +128,7 @@ def test_rom_weights_take_no_ram_per_row():
     p = cfg.params()
     # the norms (the "rom" account) and the Python object of each matrix (llama.object_bytes's 320 bytes)
     assert held <= header.resident_bytes(cfg, "i8", "rom") + 320 * (7 * cfg.n_layers + 2) + 1024, held
-    # streaming holds a chunk of rows and that chunk's scales (kvedge.model.streambytes) beside as many objects:
+    # streaming holds a chunk of rows and that chunk's scales (kvedge.model.sizes) beside as many objects:
     # neither grows with the number of rows
     rows = p["matrix_rows"] + p["embedding_rows"]
     assert streamed <= header.resident_bytes(cfg, "i8", True) + 320 * (7 * cfg.n_layers + 2) + 1024, streamed

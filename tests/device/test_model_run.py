@@ -78,11 +78,11 @@ def test_streamed_int8_weights_hold_one_norm_and_one_chunk():
     # by every matrix: their lengths are kvedge.budget's streaming formula (kept per matrix, the scales would cost
     # 4 bytes a row: 14 KB for stories260K, more than the rest together; all the norms, 2.8 KB)
     from kvedge import budget
-    from kvedge.model import streambytes
+    from kvedge.model import sizes as msizes
     cfg, wd = header.read_config(_files()["i8"])
     w = checkpoint.Weights(_files()["i8"], stream=True)
     widest, narrowest = max(cfg.dim, cfg.hidden_dim), min(cfg.dim, cfg.hidden_dim)
-    assert len(w.scratch) == streambytes.STREAM_ROWS * widest
+    assert len(w.scratch) == msizes.STREAM_ROWS * widest
     assert len(w.scales) == len(w.scratch) // narrowest
     assert len(w.nbuf) == cfg.dim and all(isinstance(o, int) for o in w.rms_att + w.rms_ffn + [w.rms_final])
     assert header.resident_bytes(cfg, wd, stream=True) == 4 * len(w.nbuf) + len(w.scratch) + 4 * len(w.scales)

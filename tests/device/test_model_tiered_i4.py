@@ -5,7 +5,7 @@ preload_kernels((BEST,))  # loaded now: later the heap has no room for them
 # compiled now, not while a model builds (on the 64-bit unix port's rp2040-sized heap a compile there found no
 # 1,280-byte block): the i4 cold store's KIVI groups, and the account of streamed weights Llama.check reads
 from kvedge import kivi  # noqa: E402,F401
-from kvedge.model import streambytes  # noqa: E402,F401
+from kvedge.model import sizes as msizes  # noqa: E402,F401
 from _tiered_model import RING, TIER, run  # noqa: E402
 
 

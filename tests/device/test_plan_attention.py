@@ -1,7 +1,7 @@
 # The attention path a plan asks for (kvedge.model.runplan.plan_args' int_attention): a plan made for asm/viper
 # kernels runs the integer attention wherever it runs (a host run computes what the board does, bit for bit)
 # exactly when the board's "auto" takes it: an i8/i4/i2 cache, and for a tier an i8 or i4 cold store
-# (kvedge.tiered's int_ok). An f32 hot ring over an i4 cold store, planned for the rp2040's asm kernels, takes the
+# (kvedge.tier.cache's int_ok). An f32 hot ring over an i4 cold store, planned for the rp2040's asm kernels, takes the
 # float path there; CircuitPython running that plan was told to take the integer one and refused it ("the
 # integer attention path needs an i8, i4 or i2 cache").
 from kvedge.errors import PlanError

@@ -3,7 +3,7 @@
 # less tokenizer than the run keeps, is refused naming the field. In a file of its own: with the plan fuzzing's
 # modules already compiled, the unix port's 215 KB heap has no room left for a model file.
 import gc  # the modules plan_args with a model file imports, compiled first, largest first, while the heap is in
-from kvedge.model import intpath  # noqa: F401,E402 (one piece; a 215 KB unix-port heap fragments otherwise)
+from kvedge.model import pass_int  # noqa: F401,E402 (one piece; a 215 KB unix-port heap fragments otherwise)
 gc.collect()
 from kvedge.model import llama, checkpoint, tiny, tokenizer  # noqa: F401,E402
 gc.collect()

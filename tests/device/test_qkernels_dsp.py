@@ -40,7 +40,7 @@ def _case(rng, q, rows, cols, ro, wo, os, add):
     z = array("i", [rng.below(1 << 20) - (1 << 19) for _ in range(n)])
     A = max(abs(v) for v in z) or 1
     ip = array("i", [0] * 8)
-    # quantize's parameters (kvedge.model.intpath.quantize): 15-bit normalized maximum, C = 127
+    # quantize's parameters (kvedge.model.pass_int.quantize): 15-bit normalized maximum, C = 127
     s = 0
     a = A
     while a >= (1 << 15):

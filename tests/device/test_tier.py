@@ -1,5 +1,5 @@
 # The cold tier: blocks written to flash come back byte for byte, survive reopening the store, and the pool's
-# accounting stays whole; the store is kvedge.coldstore's (kind 1): its files stay within
+# accounting stays whole; the store is kvedge.tier.store's (kind 1): its files stay within
 # budget.pool_tier_bytes while one block is spilled again and again (compaction), and a damaged, truncated,
 # foreign or other-layout store is refused with ColdStoreError (every runtime with a filesystem).
 import gc
@@ -10,7 +10,7 @@ from kvedge.compat import zeros
 from kvedge.config import CacheConfig
 from kvedge.errors import ColdStoreError
 from kvedge.paged import PagedPool
-from kvedge.tier import ColdTier
+from kvedge.tier.spill import ColdTier
 from _support import Rng, need, raises, message
 
 PATH = "_kvedge_tier_test"
@@ -333,7 +333,7 @@ def test_a_damaged_truncated_or_foreign_store_is_refused():
             _spoil(PATH + ".0", 0, cut=tier.size["block"] + 100)
             want = "block 1 (positions 4-7) is truncated"
         else:
-            from kvedge.coldstore import ColdStore  # a tiered cache's store (kind 0) of the same shape
+            from kvedge.tier.store import ColdStore  # a tiered cache's store (kind 0) of the same shape
             _remove()
             rec = memoryview(bytearray(288))
             ColdStore(PATH, lay, {"flash": 0, "sinks": 0, "block": 2 * 288 + 16}, rec, True).close()

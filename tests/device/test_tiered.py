@@ -1,4 +1,4 @@
-# The tiered cache (kvedge.tiered): hot ring + sinks in RAM, older tokens in blocks on flash, attended in one
+# The tiered cache (kvedge.tier.cache): hot ring + sinks in RAM, older tokens in blocks on flash, attended in one
 # online-softmax pass. Checked against a plain-Python full-softmax reference over the positions that must be
 # live, on every runtime with a filesystem. (The store itself: test_tiered_store.py.)
 import gc

@@ -6,7 +6,8 @@
 import gc
 
 import kvedge.cache  # noqa: F401  compiled first: importing from source peaks lower on a 215 KB heap
-from kvedge import kernels, tiered
+from kvedge import kernels
+from kvedge.tier import cache as tiered
 from kvedge.attention import quantize_query
 from kvedge.compat import zeros
 from _support import need, skip, under_heap_lock
@@ -96,7 +97,7 @@ def test_native_adler_equals_the_stores():
     """kernels.viper_tier.adler (viper: the integer pass's tier checksums its blocks with it) gives coldstore.adler's
     sums on every length, across its 2,048-byte reductions, on bytearrays and memoryview slices, chained."""
     need("viper")
-    from kvedge import coldstore
+    from kvedge.tier import store as coldstore
     import kvedge.kernels.viper_tier as vc
     x = 12345
     buf = bytearray(5000)

@@ -1,4 +1,4 @@
-# The tiered cache's cold store and bookkeeping (kvedge.tiered, kvedge.coldstore): RAM and flash equal to the
+# The tiered cache's cold store and bookkeeping (kvedge.tier.cache, kvedge.tier.store): RAM and flash equal to the
 # budget formula, the policies at the cap, reopening after a power-off, damaged stores refused, bad input, and a
 # long stream with the heap flat. Every runtime with a filesystem.
 import gc
@@ -9,7 +9,7 @@ from kvedge.attention import quantize_query
 from kvedge.compat import zeros
 from kvedge.config import CacheConfig
 from kvedge.errors import BudgetError, ColdStoreError
-from kvedge.tiered import TieredCache
+from kvedge.tier.cache import TieredCache
 from _support import ON_BOARD, Rng, need, raises, message
 from _tieredref import (PATH, case, cfg_of, cosine, exact_rows, feed, live_positions, query, reference, rel_err, remove,
                         size, stored_rows, token)

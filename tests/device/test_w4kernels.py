@@ -6,7 +6,7 @@ from array import array
 from _support import Rng
 from kvedge import kernels
 from kvedge.kernels.words import VMAX, P4_HDR
-from kvedge.model import intpath, int4rows
+from kvedge.model import pass_int, pass_int4
 from kvedge.quant import f16_value
 
 
@@ -72,14 +72,14 @@ def test_q_mv4_is_the_groups_dot_products_scaled_and_shifted_in_every_kind():
     rng = Rng(41)
     for rows, groups, os, add, zero in ((3, 2, 0, 0, False), (5, 3, -6, 1, True), (2, 1, 9, 0, False),
                                         (4, 6, -40, 1, False), (1, 9, 31, 0, True)):
-        xc = int4rows.code_max4(groups * 32)
+        xc = pass_int4.code_max4(groups * 32)
         codes, scales, x, eg, xm, base = _case(rng, rows, groups, xc, 10, os, add, zero)
         want = _reference(codes, scales, x, rows, groups, eg, xm, os, add, base)
         so, wo = 6, 8 + ((2 * rows * groups + 3) & ~3)  # offsets as a file gives them (even, a multiple of 4)
         first = None
         for kind in kernels.available():
             kernels.select(kind)
-            k = int4rows.kernels4()
+            k = pass_int4.kernels4()
             # each kind's own module (kernels4 falls back to the next kind that compiles: a kernel that stopped
             # compiling would pass unseen); asm's only on a Thumb core
             assert k.__name__ == kernels.module_name("q4_", kind) or (kind == "asm" and not kernels.thumb()), \
@@ -100,7 +100,7 @@ def test_q_mv4_is_the_groups_dot_products_scaled_and_shifted_in_every_kind():
 def test_q_mv4_tracks_the_float_product_of_the_dequantized_rows():
     rng = Rng(42)
     rows, groups = 6, 4
-    xc = int4rows.code_max4(groups * 32)
+    xc = pass_int4.code_max4(groups * 32)
     codes, scales, x, eg, xm, _ = _case(rng, rows, groups, xc, 14, 0, 0)
     w = _pack(codes, scales, rows, groups, 0, rows * groups * 32 // 2, rows * groups * 16 + 2 * rows * groups)
     p = array("i", [0] * P4_HDR)
@@ -108,7 +108,7 @@ def test_q_mv4_tracks_the_float_product_of_the_dequantized_rows():
         rows * groups * 16, eg
     out = array("i", [0] * rows)
     kernels.select("plain")
-    int4rows.kernels4().q_mv4(w, array("i", x), out, p)
+    pass_int4.kernels4().q_mv4(w, array("i", x), out, p)
     kernels.select()
     for r in range(rows):
         f = 0.0
@@ -123,7 +123,7 @@ def test_q_mv4_tracks_the_float_product_of_the_dequantized_rows():
 
 def test_code_max4_keeps_every_sum_within_31_bits():
     for cols in (32, 64, 192, 288, 768, 2048):
-        c = int4rows.code_max4(cols)
+        c = pass_int4.code_max4(cols)
         groups = (cols + 31) // 32
         assert 0 < c <= 32767
         assert groups * 32 * 8 * c * 255 < (1 << 30), cols

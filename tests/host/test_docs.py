@@ -218,7 +218,7 @@ NOT_RUN = {
     ".venv/bin/python tools/bench_xtensa.py --tokens-only --profile":
         "a benchmark (figures in docs/benchmarks.md), as the line above",
     ".venv/bin/python tools/bench_prefill.py --runtime m3 --chunks 1 8 16 --heap 2097152":
-        "a benchmark (figures in docs/benchmarks.md, ~30 s of emulated board): tests/device/test_intpath_prefill.py "
+        "a benchmark (figures in docs/benchmarks.md, ~30 s of emulated board): tests/device/test_pass_int_prefill.py "
         "holds the chunks' bits on every runtime",
     ".venv/bin/python tools/bench_forward.py --runtime m7 --macs --kernels asm viper --forward auto":
         "a benchmark (figures in docs/benchmarks.md): tests/host/test_dsp_kernels.py runs the "
@@ -295,7 +295,7 @@ STANDINS = {
          "cache = KVCache(CacheConfig(5, 8, 4, 8, 64, 'f32', align=0))\nend_of_utterance = True\n",
          "st.append(ks, vs, marker=True)  # a marker: a reset point before this token\n"
          "assert '\"resets_marker\":1' in st.stats_json() and cache.stats()['tokens_cached'] == 1, st.stats_json()\n"),
-    ("docs/device-api.md", "from kvedge.tier import ColdTier"): (_POOL, ""),
+    ("docs/device-api.md", "from kvedge.tier.spill import ColdTier"): (_POOL, ""),
     ("docs/device-api.md", "from kvedge.config import CacheConfig"):
         (_Q8 + "layer = 0\n", ""),
     ("docs/device-api.md", "from kvedge.telemetry import Telemetry"):

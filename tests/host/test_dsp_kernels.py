@@ -10,7 +10,7 @@ import pytest
 from kvedge_host.boards import runtimes
 
 CORES = {"m7": "Cortex-M7", "m55": "Cortex-M55"}
-FILES = ("test_qkernels_dsp.py", "test_intkernels.py", "test_intpath_kinds.py")
+FILES = ("test_qkernels_dsp.py", "test_intkernels.py", "test_pass_int_kinds.py")
 
 
 def _need(runtime):

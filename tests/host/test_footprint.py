@@ -84,8 +84,8 @@ def test_the_integer_pass_is_measured_with_the_kinds_it_is_fastest_on_and_planne
         ("asm", "asm", "float"), ("viper", "viper", "float"), ("native", "native", "float"),
         ("plain", "plain", "float"), ("int_asm", "asm", "int"), ("int_viper", "viper", "int")]
     mods = dict((n, m) for n, _, _, m in runs)
-    assert mods["int_asm"][-2:] == ("kvedge.kernels.q8_asm_thumb", "kvedge.model.intpath")
-    assert "kvedge.model.intpath" not in mods["asm"] and "kvedge.attention" in mods["asm"]
+    assert mods["int_asm"][-2:] == ("kvedge.kernels.q8_asm_thumb", "kvedge.model.pass_int")
+    assert "kvedge.model.pass_int" not in mods["asm"] and "kvedge.attention" in mods["asm"]
     # the float pass's weight loader only where the float pass runs (the integer pass reads the file's header)
     assert "kvedge.model.checkpoint" in mods["asm"] and "kvedge.model.checkpoint" not in mods["int_asm"]
     assert "kvedge.model.header" in mods["int_asm"]

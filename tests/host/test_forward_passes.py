@@ -1,4 +1,4 @@
-"""The device's integer forward pass (kvedge.model.intpath) against independent references: the numpy model of
+"""The device's integer forward pass (kvedge.model.pass_int) against independent references: the numpy model of
 the same int8 file (kvedge_host.ref.llama_ref), llama2.c's documented greedy text, and the device's float pass in
 kvedge eval's quality table. Tiny self-written checkpoints always run; stories260K tests skip without it."""
 import os

@@ -169,6 +169,8 @@ def test_source_files_reach_every_module():
         if m not in seen:
             seen.add(m)
             todo.extend(g.get(m, ()))
+            if "." in m:  # importing a submodule runs its package's __init__ first
+                todo.append(m.rsplit(".", 1)[0])
     other_chips = {p[:-3].replace("/", ".") for p in THUMB_ONLY + DSP_ONLY + XTENSA_ONLY}
     # the kinds' kernel modules are loaded by name (kvedge.kernels.first and select): the files that load every
     # kind a core has, as the board's own probe picks them

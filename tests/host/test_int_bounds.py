@@ -91,20 +91,20 @@ def test_integer_path_intermediates_stay_small_ints(dtype, residual, data):
 
 
 def test_the_integer_tables_equal_double_precision_math():
-    # the device test's digests (tests/device/test_intpath_tables.py) are those of llama2.c's float formulas in
+    # the device test's digests (tests/device/test_pass_int_tables.py) are those of llama2.c's float formulas in
     # CPython's doubles: the integer computation of the tables gives exactly these values
     import math
     from array import array
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "device"))
-    from test_intpath_tables import DIGESTS, digest
-    from kvedge.model import intpath
+    from test_pass_int_tables import DIGESTS, digest
+    from kvedge.model import pass_int
     sig = [min(32767, int(32768 / (1.0 + math.exp(-(k - 192) / 16)) + 0.5)) for k in range(385)]
-    assert list(intpath.sigmoid_table()) == sig and digest(sig) == DIGESTS["sigmoid"]
+    assert list(pass_int.sigmoid_table()) == sig and digest(sig) == DIGESTS["sigmoid"]
     for hd, key in ((8, "rope8"), (64, "rope64")):
         want = [hd // 2]
         for i in range(hd // 2):
             fr = array("f", [1.0 / math.pow(10000.0, (2 * i) / hd)])[0]
             m, e = math.frexp(fr)
-            q = (int(m * 16777216) * intpath.TURN61 + (1 << (48 - e))) >> (49 - e)
+            q = (int(m * 16777216) * pass_int.TURN61 + (1 << (48 - e))) >> (49 - e)
             want += [q >> 8, q & 255]
-        assert list(intpath.rope_turns(hd)) == want and digest(want) == DIGESTS[key]
+        assert list(pass_int.rope_turns(hd)) == want and digest(want) == DIGESTS[key]

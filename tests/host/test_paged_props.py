@@ -11,7 +11,7 @@ from hypothesis.stateful import RuleBasedStateMachine, rule, invariant, precondi
 from kvedge.compat import zeros
 from kvedge.config import CacheConfig
 from kvedge.paged import PagedPool
-from kvedge.tier import ColdTier
+from kvedge.tier.spill import ColdTier
 from _poolref import PoolModel, check_all, op_open, op_append, op_close, op_reset, op_attend, op_spill
 
 NB, B, S, MB, RECORDS = 6, 3, 4, 4, 5
@@ -41,7 +41,7 @@ class PoolMachine(RuleBasedStateMachine):
     def teardown(self):
         if self.tier is not None:
             self.tier.close()
-            for x in (".h0", ".h1", ".0", ".1"):  # the store's files (kvedge.coldstore)
+            for x in (".h0", ".h1", ".0", ".1"):  # the store's files (kvedge.tier.store)
                 if os.path.exists(self.path + x):
                     os.remove(self.path + x)
 

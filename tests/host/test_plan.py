@@ -7,7 +7,7 @@ import os
 import pytest
 
 from kvedge import budget
-from kvedge.model import streambytes
+from kvedge.model import sizes as msizes
 from kvedge.config import CacheConfig
 from kvedge_host import profiles, cli
 
@@ -38,7 +38,7 @@ def recompute_total(doc, weights_dtype="i8", board="rp2350", runtime=None):
     """The deployment total from the device config alone (or a candidate and its plan's "runtime"), with
     kvedge.budget, the runner's formulas (kvedge.model.llama) and the board profile's measured footprint
     (boot, code, stats stream, prompt encoder, loop)."""
-    from kvedge.model import intpath, llama
+    from kvedge.model import pass_int, llama
     cfg = CacheConfig.from_dict(doc["cache"])
     p = budget.llama_params(64, 172, 5, 8, 4, 512)
     flash = doc["weights"]["place"] != "heap"
@@ -46,7 +46,7 @@ def recompute_total(doc, weights_dtype="i8", board="rp2350", runtime=None):
     if not flash:
         w = budget.weights_bytes(p, weights_dtype)
     else:
-        w = streambytes.weights_stream_bytes(p, 64, 172, weights_dtype, norms=intpass)
+        w = msizes.weights_stream_bytes(p, 64, 172, weights_dtype, norms=intpass)
     h2o = (doc["policy"] or {}).get("kind") == "h2o"
     scores = budget.h2o_score_bytes(cfg.slots) if h2o else 0
     if (doc["policy"] or {}).get("kind") == "tiered":  # beside the ring: staging block and tables, recomputed
@@ -67,7 +67,8 @@ def recompute_total(doc, weights_dtype="i8", board="rp2350", runtime=None):
         runtime += fp["encode_bytes"]
     tile = 8 if kind == "plain" else 32
     integer = kind in ("asm", "viper") and cfg.dtype in ("i8", "i4", "i2")
-    scratch = intpath.scratch_bytes(_Shape, flash) if intpass else llama.scratch_bytes(_Shape, weights_dtype, flash)
+    scratch = pass_int.scratch_bytes(_Shape, flash) if intpass else msizes.float_scratch_bytes(
+        _Shape, weights_dtype, flash)
     runner = (scratch + llama.object_bytes(_Shape, cfg, tile, 4, integer)
               + (budget.activation_bytes(64, 172, 8, 512, tile) - act))
     if doc.get("prefill", 1) > 1:  # prompt chunks' buffers, only the integer pass takes them
@@ -369,7 +370,7 @@ def test_help_lists_the_commands(capsys):
 
 
 def test_tiered_cache_offered_by_default_and_built_from_the_plan(capsys, stories, tmp_path):
-    from kvedge.tiered import TieredCache
+    from kvedge.tier.cache import TieredCache
     out = str(tmp_path / "plan.json")
     # the float pass's runtime (--forward float): the integer pass's larger code leaves a tier no room on rp2040
     r = plan(capsys, "--model", stories, "--board", "rp2040", "--weights-dtype", "i8", "--forward", "float")

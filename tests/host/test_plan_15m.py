@@ -36,10 +36,10 @@ def test_stories15m_with_int4_weights_fits_its_full_context_on_a_16mb_psram_boar
 
 def test_an_int4_plan_counts_the_int4_rows_buffers_not_the_int8_row_words():
     """The integer pass over int4 rows keeps no per-row scale words (int8's streamed rows keep one a row in RAM:
-    199,424 bytes for stories15M): the plan's activations are budget.activation_bytes, int4rows' scratch and the
+    199,424 bytes for stories15M): the plan's activations are budget.activation_bytes, pass_int4' scratch and the
     prompt chunk's buffers (a plan once counted int8's, and the board peaked at 82 % of it)."""
     from kvedge import budget
-    from kvedge.model import int4rows, intpath, prefill
+    from kvedge.model import pass_int4, pass_int, prefill
     from kvedge.model.header import ModelConfig
     p = kvedge("plan", "--preset", "stories15m", "--board", "esp32s3-n16r8", "--context", "256", "--weights-dtype",
                "i4", "--json")
@@ -49,6 +49,6 @@ def test_an_int4_plan_counts_the_int4_rows_buffers_not_the_int8_row_words():
     assert c["forward"] == "int" and c["weights"]["place"] == "flash"
     cfg = ModelConfig(288, 768, 6, 6, 6, 32000, 256)
     chunk = prefill.chunk_bytes(cfg, c.get("prefill") or 1, 4, "i4")
-    want = budget.activation_bytes(288, 768, 6, 32000, 32, head_dim=48) + int4rows.scratch_bytes(cfg, True) + chunk
+    want = budget.activation_bytes(288, 768, 6, 32000, 32, head_dim=48) + pass_int4.scratch_bytes(cfg, True) + chunk
     assert c["activation_bytes"] == want, (c["activation_bytes"], want)
-    assert intpath.scratch_bytes(cfg, True) - int4rows.scratch_bytes(cfg, True) > 150000  # what was miscounted
+    assert pass_int.scratch_bytes(cfg, True) - pass_int4.scratch_bytes(cfg, True) > 150000  # what was miscounted

@@ -55,7 +55,7 @@ def test_image_files_read_back_in_place_and_aligned(tmp_path):
 
 def test_plan_places_rom_weights_in_flash_and_counts_one_row(tmp_path):
     model = write_tiny(str(tmp_path))[0]
-    from kvedge.model import streambytes
+    from kvedge.model import sizes as msizes
     from kvedge.model.header import read_config
     from kvedge_host.plan import account
     from kvedge_host import models
@@ -65,7 +65,7 @@ def test_plan_places_rom_weights_in_flash_and_counts_one_row(tmp_path):
     # them in place too and keeps every norm, nothing per row (kvedge.model.header.resident_bytes, "rom")
     held = {"float": budget.weights_row_buffer_bytes(cfg.dim, cfg.hidden_dim, budget.I8),
             "int": 4 * account.params(spec)["norms"]}
-    assert held["int"] < streambytes.weights_stream_bytes(account.params(spec), cfg.dim, cfg.hidden_dim, budget.I8,
+    assert held["int"] < msizes.weights_stream_bytes(account.params(spec), cfg.dim, cfg.hidden_dim, budget.I8,
                                                           norms=True)  # no chunk of rows, no chunk's scales
     for fw in ("auto", "float"):
         out = kvedge("plan", "--model", model, "--board", "rp2040", "--weights-dtype", "i8", "--weights-in", "rom",

@@ -20,7 +20,7 @@ FILES = runtimes.test_files()
 # (software floats, a slower qemu target; on a loaded 2-core machine test_cache.py alone took 575 s), so all of it
 # would take tools/test past its 45 minutes. tools/mprun.py --runtime xt runs every file.
 XT_FILES = ("test_budget.py", "test_budget_layers.py", "test_clock.py", "test_attention_fused.py", "test_intkernels.py",
-            "test_intpath_kinds.py", "test_intpath_tables.py", "test_kernel_select.py", "test_kivi_fit.py")
+            "test_pass_int_kinds.py", "test_pass_int_tables.py", "test_kernel_select.py", "test_kivi_fit.py")
 # Every file runs on CPython, the unix and wasm ports, CircuitPython and the Cortex-M0 (the RP2040's stand-in:
 # Thumb-1, the smallest heap of a profile). A file takes 1-5 minutes on an emulated core and tools/test has two
 # cores, so the other emulated cores run what is theirs to test:
@@ -33,10 +33,10 @@ LOGIC_FILES = ("test_cache.py", "test_evict.py", "test_findings.py", "test_findi
                "test_findings_tiered.py", "test_fuzz_cache.py", "test_fuzz_h2o.py", "test_fuzz_plandoc.py",
                "test_fuzz_pool.py", "test_fuzz_stream.py", "test_fuzz_tiered.py", "test_paged.py", "test_soak.py",
                "test_stream.py", "test_tier.py", "test_tiered_store.py")
-SOURCE_FILES = ("test_budget.py", "test_clock.py", "test_compat.py", "test_evict.py", "test_intpath.py",
+SOURCE_FILES = ("test_budget.py", "test_clock.py", "test_compat.py", "test_evict.py", "test_pass_int.py",
                 "test_kernel_select.py", "test_model_generate.py", "test_model_run.py", "test_model_tiered.py",
                 "test_paged.py", "test_plandoc_model.py", "test_stream.py", "test_telemetry.py", "test_tier.py",
-                "test_ulabpath.py", "test_w4model.py", "test_decode_interface.py",
+                "test_pass_ulab.py", "test_w4model.py", "test_decode_interface.py",
                 "test_intkernels.py", "test_w4kinds.py", "test_w4convert.py", "test_qkernels_dsp.py")
 
 

@@ -1,4 +1,4 @@
-"""Power cuts at every point of a paged pool's cold tier (kvedge.tier on kvedge.coldstore, kind 1) while sessions are
+"""Power cuts at every point of a paged pool's cold tier (kvedge.tier.spill on kvedge.tier.store, kind 1) while sessions are
 spilled, paged in, spilled again, closed and reset, through a log small enough that compaction copies live
 records forward many times: the tier reopens exactly as its last commit left it (every saved session's records
 bit-identical to the rows that were fed, independent of the tier's code), or, only when the cut fell inside the
@@ -10,11 +10,12 @@ any subset may have landed (each one alone missing, all missing, the last write 
 import struct
 from array import array
 
-from kvedge import budget, coldstore
+from kvedge import budget
+from kvedge.tier import store as coldstore
 from kvedge.config import CacheConfig
 from kvedge.errors import ColdStoreError
 from kvedge.paged import PagedPool
-from kvedge.tier import ColdTier
+from kvedge.tier.spill import ColdTier
 from test_tiered_crash import _cuts, _image, _recording_open
 
 L, H, D, B = 2, 2, 4, 2  # f32 rows, align 0: a record is the rows themselves, packed here from the seeds

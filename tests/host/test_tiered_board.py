@@ -29,7 +29,7 @@ import os
 from array import array
 from kvedge.config import CacheConfig
 from kvedge.errors import ColdStoreError
-from kvedge.tiered import TieredCache
+from kvedge.tier.cache import TieredCache
 
 
 def rows(pos, kb, vb):

@@ -12,10 +12,11 @@ from array import array
 
 import pytest
 
-from kvedge import budget, coldstore
+from kvedge import budget
+from kvedge.tier import store as coldstore
 from kvedge.config import CacheConfig
 from kvedge.errors import ColdStoreError
-from kvedge.tiered import TieredCache
+from kvedge.tier.cache import TieredCache
 
 HDR_BYTES = budget.TIER_HEADER_BYTES
 

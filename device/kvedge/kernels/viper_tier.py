@@ -1,5 +1,5 @@
 # A tiered cache's integer attention a layer at a time: every query head over each cold i8 block, then over the
-# ring, in one call each (kvedge.tiered loads it where the integer pass's fused drivers are loaded; elsewhere, and
+# ring, in one call each (kvedge.tier.cache loads it where the integer pass's fused drivers are loaded; elsewhere, and
 # on CPython and CircuitPython, it folds a head at a time: the same integers). A module of its own, so that a run
 # without a tier holds none of its code. The head kernel it calls is the kind's own (kernels.asm_thumb.att_head_i8, or
 # kernels.viper_head's).
@@ -139,7 +139,7 @@ def _done(att):
 
 
 def att_tier_i8(tc, layer, qc, qs, out_q, out_exp):
-    """kvedge.tiered.TieredCache.step_q8 where both tiers hold plain i8 rows: each cold block read from flash into
+    """kvedge.tier.cache.TieredCache.step_q8 where both tiers hold plain i8 rows: each cold block read from flash into
     the staging block and folded into every query head (the first afresh: the staging block's geometry is set up
     once, each block is one kernel call), then the ring, which finishes every head into out_q and out_exp, with the
     kind's head kernel (kernels.asm_thumb's own, or kernels.viper_head's). Allocates nothing."""
@@ -169,7 +169,7 @@ def att_tier_i8(tc, layer, qc, qs, out_q, out_exp):
 
 @micropython.viper
 def adler(buf, n: int, ab) -> int:
-    """kvedge.coldstore.adler in viper (the same sums, reduced every 2,048 bytes: within 2**30), for the cold
+    """kvedge.tier.store.adler in viper (the same sums, reduced every 2,048 bytes: within 2**30), for the cold
     blocks a tiered cache writes (and verifies) on the integer pass: ~30x fewer instructions than the Python loop."""
     p = ptr8(buf)  # noqa: F821
     s = ptr32(ab)  # noqa: F821

@@ -1,5 +1,5 @@
 # The int blocks the kernels read, word by word: each index named once, here. kvedge.cache fills the arena
-# offsets in them (it owns the arena's layout), kvedge.attention and kvedge.model.intpath the rest; the plain and
+# offsets in them (it owns the arena's layout), kvedge.attention and kvedge.model.pass_int the rest; the plain and
 # native kernels import these names, the viper and asm kernels (which cannot read another module's constants at
 # compile time) use the same numbers as literals, and the tests hold every kind bit-identical to the plain one.
 from kvedge.compat import const

@@ -108,7 +108,7 @@ class Weights:
             self.scratch = alloc("f", stream_bytes // 4) if self.dtype == "f32" else alloc("b", stream_bytes)
             self.mscratch = memoryview(self.scratch)
             if self.dtype == "i8":
-                from kvedge.model.streambytes import stream_scale_slots
+                from kvedge.model.sizes import stream_scale_slots
                 self.scales = alloc("f", stream_scale_slots(cfg.dim, cfg.hidden_dim, "i8", stream_bytes))
                 self.mscales = memoryview(self.scales)
         # streamed: the norms stay in the file too (their offsets here), each read into one vector when applied

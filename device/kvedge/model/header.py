@@ -216,18 +216,18 @@ def weights_place(path, stream):
 
 
 def stream_scratch_bytes(cfg, dtype):
-    """Row buffer for streamed weights: kvedge.model.streambytes.STREAM_ROWS rows of the widest matrix."""
-    from kvedge.model.streambytes import stream_buffer_bytes
+    """Row buffer for streamed weights: kvedge.model.sizes.STREAM_ROWS rows of the widest matrix."""
+    from kvedge.model.sizes import stream_buffer_bytes
     return stream_buffer_bytes(cfg.dim, cfg.hidden_dim, dtype)
 
 
 def resident_bytes(cfg, dtype, stream=False, stream_bytes=0, norms=False):
     """Bytes of weights held in RAM: the whole model (kvedge.budget.weights_bytes: one f32 scale per row for
-    int8), when streaming kvedge.model.streambytes.weights_stream_bytes (one norm vector, or with norms=True all of
+    int8), when streaming kvedge.model.sizes.weights_stream_bytes (one norm vector, or with norms=True all of
     them, the row buffer, a chunk's scales), or
     (stream="rom": read in place from a mapped file) the norms alone."""
     from kvedge.sizes import weights_bytes
-    from kvedge.model.streambytes import weights_stream_bytes
+    from kvedge.model.sizes import weights_stream_bytes
     p = cfg.params()
     if not stream:
         return weights_bytes(p, dtype)

@@ -1,15 +1,11 @@
-# The Llama-2 forward pass of llama2.c checkpoints on the kvedge cache, one token at a time.
-#
-# RMSNorm (eps 1e-5), RoPE on pairs (2i, 2i+1) with freq 10000^(-(i*2 % head_dim)/head_dim), grouped-query
-# attention through kvedge's KVCache and its tiled attention loop, SwiGLU FFN w2(silu(w1 x) * w3 x), and a
-# classifier that shares the embedding when the header's vocab_size is positive.
-#
-# Every activation lives in an array('f') allocated once here; forward() allocates no buffers (on
-# MicroPython float arithmetic still boxes each intermediate float; int8 matvecs through viper box none).
-# The whole run's memory - resident weights, the KV cache arena, activations and the runtime workspace - is
-# computed with kvedge.budget's formulas and checked against the budget before anything large is allocated.
+# The model runner of llama2.c checkpoints on the kvedge cache, one token at a time: the run's memory account
+# (resident weights, the KV cache arena, activations and the runtime workspace, computed with kvedge.budget's
+# formulas and checked against the budget before anything large is allocated), the cache the plan names, and the
+# forward pass that runs it, each in a module of its own named alike: kvedge.model.pass_float (f32 or int8
+# weights, float activations), pass_int (int8 weights, integer activations), pass_int4 (int4 weights on the
+# integer pass), pass_ulab (ulab arrays). Each pass module holds Weights (its loader) and Forward (its buffers,
+# allocated once, and forward(token)).
 import gc
-import math
 import sys
 
 from kvedge import sizes as _sizes
@@ -35,28 +31,6 @@ def cache_config(cfg, kv=None):
             raise ValueError("cache field %r comes from the checkpoint, not from the caller" % k)
     d.setdefault("max_tokens", cfg.seq_len)
     return CacheConfig(cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, **d)
-
-
-def acc_rows(cfg, stream=False):
-    """Rows of int32 sums a matvec needs at once: the tallest matrix, or with weights streamed from flash one
-    chunk of rows (each chunk is scaled out before the next is read)."""
-    if stream and stream != "rom":  # rows read in place from ROMFS are summed all at once
-        from kvedge.model import streambytes as _sb
-        buf = _sb.stream_buffer_bytes(cfg.dim, cfg.hidden_dim, "i8")
-        return _sb.stream_scale_slots(cfg.dim, cfg.hidden_dim, "i8", buf)
-    return max(cfg.dim, cfg.hidden_dim, cfg.vocab_size)
-
-
-def scratch_bytes(cfg, wdtype, stream=False):
-    """Model buffers beyond kvedge.budget.activation_bytes: K and V of the current token (kv_dim f32 each),
-    RoPE frequencies and this position's cos/sin (head_dim/2 f32 each), and for int8 weights the int8 codes
-    of a matvec input (the widest input) and its int32 row sums (acc_rows); the integer attention path's query
-    codes, scales and output (counted always: a few hundred bytes)."""
-    n = 2 * cfg.kv_dim * 4 + 3 * (cfg.head_dim // 2) * 4
-    n += cfg.dim + 2 * cfg.n_heads + 4 * cfg.dim + 4 * cfg.n_heads  # integer attention: query codes, output
-    if wdtype == "i8":
-        n += max(cfg.dim, cfg.hidden_dim) + 4 * acc_rows(cfg, stream)
-    return n
 
 
 def integer_bytes(cfg, tile=32):
@@ -89,19 +63,20 @@ def plan(cfg, wdtype, ccfg, stream=False, tile=32, workspace=0, forward="float",
          tier=None):
     """The run's memory account (kvedge.budget.deployment_bytes): weights resident in RAM, KV cache (the arena,
     or a tiered cache's ring + staging block + tables), activations + model scratch (the forward pass's own:
-    _path(forward).scratch_bytes for the others), and workspace = the runtime's share (caller) + this run's
+    kvedge.model.sizes.float_scratch_bytes, or the pass's scratch_bytes), and workspace = the runtime's share (caller) + this run's
     Python objects (object_bytes for a runtime with `word`-byte pointers: the host plans a 32-bit board with
     word=4)."""
     act = _sizes.activation_bytes(cfg.dim, cfg.hidden_dim, cfg.n_heads, cfg.vocab_size, tile,
                                    head_dim=cfg.head_dim)
-    if forward == "float":
-        scratch = scratch_bytes(cfg, wdtype, stream)
+    if forward == "float":  # the float pass's formula without its code (kvedge.model.sizes)
+        from kvedge.model.sizes import float_scratch_bytes
+        scratch = float_scratch_bytes(cfg, wdtype, stream)
     else:
         scratch = _path(forward, wdtype).scratch_bytes(cfg, stream)
     if tier is None:
         kv = ccfg.nbytes()
     else:
-        from kvedge import tierconf
+        from kvedge.tier import config as tierconf
         kv = tierconf.ram_bytes(ccfg, tier)["ram"]
     # the float pass reads streamed norms from the file; the others keep theirs
     return _sizes.deployment_bytes(resident_bytes(cfg, wdtype, stream, norms=forward != "float"), kv,
@@ -136,18 +111,21 @@ def resolve_forward(forward, wdtype, ccfg, tier=None, stream=False, policy=False
 
 
 def _path(forward, wdtype="i8"):
-    """The module of a forward pass other than the float one: "int" (kvedge.model.intpath; int4 weights:
-    kvedge.model.int4rows, its Weights and Forward over intpath's), "ulab" (kvedge.model.ulabpath, where ulab
-    imports)."""
+    """The module of a forward pass: "float" (kvedge.model.pass_float), "int" (kvedge.model.pass_int; int4
+    weights: kvedge.model.pass_int4, its Weights and Forward over pass_int's), "ulab" (kvedge.model.pass_ulab,
+    where ulab imports)."""
+    if forward == "float":
+        from kvedge.model import pass_float
+        return pass_float
     if forward == "int":
         if wdtype == "i4":
-            from kvedge.model import int4rows
-            return int4rows
-        from kvedge.model import intpath
-        return intpath
+            from kvedge.model import pass_int4
+            return pass_int4
+        from kvedge.model import pass_int
+        return pass_int
     if forward == "ulab":
-        from kvedge.model import ulabpath
-        return ulabpath
+        from kvedge.model import pass_ulab
+        return pass_ulab
     raise ValueError("forward must be 'float', 'int' or 'ulab', got %r" % (forward,))
 
 
@@ -163,9 +141,9 @@ def check(path, kv=None, budget=None, workspace=0, stream=False, tile=32, policy
     if wdtype == "i4" and forward != "int":
         raise ValueError("int4 weights: forward 'int' only")
     if tier is not None:
-        from kvedge import tierconf
+        from kvedge.tier import config as tierconf
         tierconf.check_run(tier, forward, policy)
-    if forward != "float":
+    if forward != "float":  # the float pass runs every model and cache this far
         _path(forward, wdtype).check(wdtype, ccfg, attention, bool(stream), policy)
     # every pass but ulab's reads rows in place where the file is mapped (ROMFS); ulab's copies them to RAM
     stream = weights_place(path, stream) if forward != "ulab" else bool(stream)
@@ -203,9 +181,9 @@ class Llama:
     policy     eviction policy factory(cache) -> object with `scores` (array('i') per slot, filled by the
                attention step) and observe() (called once per token), e.g.
                lambda c: kvedge.evict.H2O(c, budget=128, recent=64); counted in the plan as 8 bytes a slot
-    forward    "float" (this module's float pass), "int" (kvedge.model.intpath: int8 weights, i8 cache, no
+    forward    "float" (kvedge.model.pass_float), "int" (kvedge.model.pass_int: int8 weights, i8 cache, no
                float and no allocation per token; forward() then returns integer logits, value
-               logits[i] * 2**intp.exp_logits) or "ulab" (kvedge.model.ulabpath: float32 through ulab arrays,
+               logits[i] * 2**intp.exp_logits) or "ulab" (kvedge.model.pass_ulab: float32 through ulab arrays,
                for CircuitPython boards; int8 weights in RAM, i8 cache)
     arena      the cache's arena allocated earlier (KVCache(arena=...)): a bytearray of exactly its bytes
     cache      a caller's cache kind: factory(ccfg, q8) -> an object with the decode interface (kvedge.caches:
@@ -225,15 +203,17 @@ class Llama:
         stream = weights_place(path, stream)
         cfg, wdtype, ccfg, self.plan = check(path, kv, budget, workspace, stream, tile, policy is not None,
                                              forward, attention, integer_path(kv, int_attention, attention), tier)
-        alt = None if forward == "float" else _path(forward, wdtype)
+        fp = _path(forward, wdtype)  # the pass's module: its Weights and Forward
         self.cfg = cfg
         self.wdtype = wdtype
+        self.stream = stream
         self.k = kernels.get()
         self.forward_kind = forward
         self.kind = plan_kind(ccfg, tier, policy is not None)
-        self.intp = None  # the other forward pass, when it runs
+        self.fwd = None  # the forward pass (kvedge.model.pass_*.Forward)
+        self.intp = None  # the same, when it is not the float one
         # the integer pass's steps run with the heap locked once two steps in a row allocated nothing
-        # (kvedge.model.intpath.Forward.step)
+        # (kvedge.model.pass_int.Forward.step)
         self._lockable = False
         # largest first: the arena, then the buffers, then the many small objects (weights, policy, attention),
         # which fill whatever holes are left rather than leave the buffers none big enough; garbage is collected
@@ -241,93 +221,59 @@ class Llama:
         # this decides whether a run that fits by its account also finds its blocks)
         # the cache the plan names (a ring in RAM and older tokens on flash for a tier; a generation starts afresh);
         # the passes other than the float one, and the float pass's integer attention, write int8 codes
+        floats = forward == "float"
         quantized = ccfg.dtype in _sizes.INT_CODES
         if int_attention == "auto":
             want = quantized and kernels.kind() in kernels.FAST
         else:
             want = bool(int_attention)
-        if alt is not None:
+        if not floats:
             want = True
-        q8 = alt is not None or (want and quantized)
+        q8 = not floats or (want and quantized)
         if cache is not None:  # a caller's cache kind: any object with the decode interface (kvedge.caches)
             self.cache = cache(ccfg, q8)
         else:
             self.cache = _caches.build(ccfg, tier, cold_path, tile, arena, q8=q8)
         gc.collect()
-        if alt is None:
-            self._buffers(cfg, wdtype, stream)
+        self.policy = None
+        self.int_attention = False
+        # the pass's buffers before the weights' many small objects and their load's garbage (the integer pass's
+        # logits are its largest: 4 bytes a vocabulary entry; after the weights, on the emulated rp2040's nearly
+        # full heap, no 2 KB block was left for them though the plan's account held). The integer pass builds
+        # its buffers once the cache's attention is attached (below), the ulab pass once its weights are in.
+        if floats:
+            self.fwd = fp.Forward(self, None)
             gc.collect()
-        # the integer pass's buffers (its logits are its largest: 4 bytes a vocabulary entry) before the weights'
-        # many small objects and their load's garbage: after them, on the emulated rp2040's nearly full heap, no
-        # 2 KB block was left for the logits though the plan's account held
         early = forward == "int"
         if not early:
-            self._weights(alt, path, stream)
+            self._weights(fp, path, stream)
         self.policy = policy(self.cache) if policy is not None else None
         self.scores = self.policy.scores if self.policy is not None else None
         gc.collect()
         # its attention (a tiered cache attends its tiers itself); the integer path only where it runs
         runs = _caches.attach(self.cache, tile, want and quantized, attention, self.scores)
-        if want and not runs and int_attention != "auto" and alt is None:
+        if want and not runs and int_attention != "auto" and floats:
             raise ValueError("the integer attention path needs an i8, i4 or i2 cache and kvedge.attention")
         self.int_attention = runs
         if early:
-            self.intp = alt.Forward(self, None)
+            self.fwd = fp.Forward(self, None)
             gc.collect()
-            self._weights(alt, path, stream)
-            self.intp.take(self.w)
-            self.logits = self.intp.logits
-            self._lockable = HAS_HEAP_LOCK and hasattr(gc, "mem_alloc")
-            return
-        if alt is not None:
-            self.intp = alt.Forward(self, self.w)
-            self.logits = self.intp.logits
+            self._weights(fp, path, stream)
+            self.fwd.take(self.w)
+        elif floats:
+            self.fwd.take(self.w)  # and the integer attention's query buffers, where it runs
+        else:
+            self.fwd = fp.Forward(self, self.w)
+        self.logits = self.fwd.logits
+        if not floats:
+            self.intp = self.fwd
             # steps are locked where the cache says they allocate nothing (Forward.step)
             self._lockable = HAS_HEAP_LOCK and hasattr(gc, "mem_alloc")
-            return
-        if self.int_attention:
-            from kvedge.attention import quantize_query, dequantize_output
-            self._qquery, self._dqout = quantize_query, dequantize_output
-            self.qc = zeros("b", cfg.dim)
-            self.qs = zeros("H", cfg.n_heads)
-            self.oq = zeros("i", cfg.dim)
-            self.oe = zeros("i", cfg.n_heads)
-            self.cache.bind_query(self.qc, self.qs, self.oq, self.oe)
 
-    def _weights(self, alt, path, stream):
-        """The weights: the float pass's loader, or the other pass's own (it never loads the float one's)."""
-        if alt is None:
-            from kvedge.model.checkpoint import Weights
-            self.w = Weights(path, stream)
-        else:
-            self.w = alt.Weights(path, stream)
+    def _weights(self, fp, path, stream):
+        """The weights, by the pass's own loader (the integer pass never loads the float one's)."""
+        self.w = fp.Weights(path, stream)
         gc.collect()
-
-    def _buffers(self, cfg, wdtype, stream):
-        """The float pass's activations, largest first."""
-        d, h, kvd, hd = cfg.dim, cfg.hidden_dim, cfg.kv_dim, cfg.head_dim
-        if wdtype == "i8":
-            self.acc = zeros("i", acc_rows(cfg, stream))
-            self.xq = zeros("b", max(d, h))
-        else:
-            self.xq = None
-            self.acc = None
-        self.logits = zeros("f", cfg.vocab_size)
-        self.hb = zeros("f", h)
-        self.hb2 = zeros("f", h)
-        self.x = zeros("f", d)
-        self.xb = zeros("f", d)
-        self.xb2 = zeros("f", d)
-        self.q = zeros("f", d)
-        self.kk = zeros("f", kvd)
-        self.vv = zeros("f", kvd)
-        half = hd // 2
-        self.freq = zeros("f", half)  # f32 like llama2.c's freq, so angles round the same way
-        for i in range(half):
-            self.freq[i] = 1.0 / math.pow(10000.0, (2 * i) / hd)
-        self.cos = zeros("f", half)
-        self.sin = zeros("f", half)
-        self.xs = 0.0
 
     def close(self):
         self.w.close()
@@ -337,96 +283,13 @@ class Llama:
         """Forget the sequence (a new conversation): empties the cache, keeps every buffer."""
         self.cache.reset()
 
-    # ---- pieces of the forward pass ----
-
-    def _attend(self, layer, q, out):
-        # The one seam between the model and the cache's attention (its decode interface: kvedge.caches). A query
-        # beyond the integer step's range in this layer (q8_fits: kvedge.attention.Q8_RANGE) takes the float step.
-        if self.int_attention:
-            h = self.cfg.n_heads
-            self._qquery(q, self.qc, self.qs, h)
-            if self.cache.q8_fits(layer, self.qs):
-                self.cache.attend_q8(layer, self.qc, self.qs, self.oq, self.oe)
-                self._dqout(self.oq, self.oe, out, h)
-                return
-        self.cache.attend(layer, q, out)
-
-    def _mv(self, mat, x, out):
-        mat.mv(self.k, x, self.xq, self.xs, self.acc, out)
-
-    def _prep(self, x, n):
-        # int8 weights multiply int8 codes of the input; quantize it once for every matrix that reads it
-        if self.xq is not None:
-            self.xs = self.k.mv_quant(x, n, self.xq)
-
-    def _rope_angles(self, pos):
-        for i in range(len(self.freq)):
-            a = pos * self.freq[i]
-            self.cos[i] = math.cos(a)
-            self.sin[i] = math.sin(a)
-
-    def _rope(self, v, n):
-        # rotate pairs (2i, 2i+1) of every head in v[0:n]; pair i of a head uses freq[i]
-        half = len(self.freq)
-        cs, sn = self.cos, self.sin
-        j = 0
-        i = 0
-        while j < n:
-            c = cs[i]
-            s = sn[i]
-            v0 = v[j]
-            v1 = v[j + 1]
-            v[j] = v0 * c - v1 * s
-            v[j + 1] = v0 * s + v1 * c
-            j += 2
-            i += 1
-            if i == half:
-                i = 0
-
-    def _rmsnorm(self, out, x, w, n):
-        self.k.mv_rmsnorm(out, x, w, n)  # eps 1e-5
-
     def forward(self, token):
         """Run one token at the cache's next position; returns the logits buffer (overwritten by the next
         call). Raises CacheFullError (nothing changed) when the cache has no room and no window."""
-        cfg = self.cfg
-        check_token(token, cfg.vocab_size)  # before the cache gives a position
-        if self.intp is not None:
-            return self.intp.step(token) if self._lockable else self.intp.forward(token)
-        w = self.w
-        k = self.k
-        d, h, kvd = cfg.dim, cfg.hidden_dim, cfg.kv_dim
-        x, xb, xb2, q, hb, hb2 = self.x, self.xb, self.xb2, self.q, self.hb, self.hb2
-        pos = self.cache.start_token()
-        w.embedding.row(token, x)
-        self._rope_angles(pos)
-        for l in range(cfg.n_layers):
-            self._rmsnorm(xb, x, w.norm(w.rms_att[l]), d)
-            self._prep(xb, d)
-            self._mv(w.wq[l], xb, q)
-            self._mv(w.wk[l], xb, self.kk)
-            self._mv(w.wv[l], xb, self.vv)
-            self._rope(q, d)
-            self._rope(self.kk, kvd)
-            self.cache.write(l, self.kk, self.vv)
-            self._attend(l, q, xb2)
-            self._prep(xb2, d)
-            self._mv(w.wo[l], xb2, xb)
-            k.mv_add(x, xb, d)
-            self._rmsnorm(xb, x, w.norm(w.rms_ffn[l]), d)
-            self._prep(xb, d)
-            self._mv(w.w1[l], xb, hb)
-            self._mv(w.w3[l], xb, hb2)
-            k.mv_swiglu(hb, hb2, h)
-            self._prep(hb, h)
-            self._mv(w.w2[l], hb, xb)
-            k.mv_add(x, xb, d)
-        if self.policy is not None:
-            self.policy.observe()
-        self._rmsnorm(x, x, w.norm(w.rms_final), d)
-        self._prep(x, d)
-        self._mv(w.wcls, x, self.logits)
-        return self.logits
+        check_token(token, self.cfg.vocab_size)  # before the cache gives a position
+        if self._lockable:
+            return self.fwd.step(token)
+        return self.fwd.forward(token)
 
 
 def check_token(token, vocab):

@@ -1,10 +1,10 @@
 # Which forward pass runs a model: the rule, written once. The runner (forward="auto"), the planner (the plan's
 # "forward" field) and the host's account import it from here.
 #
-#   int    kvedge.model.intpath: int8 or int4 weights, integer codes end to end, no float and no allocation per token;
+#   int    kvedge.model.pass_int: int8 or int4 weights, integer codes end to end, no float and no allocation per token;
 #          the fastest pass wherever the asm or viper kernels load (6 M instructions a token on the emulated
 #          Cortex-M3 for stories260K against 50 M for the float pass; docs/benchmarks.md)
-#   ulab   kvedge.model.ulabpath: float32 through ulab arrays (CircuitPython boards: no viper, no asm)
+#   ulab   kvedge.model.pass_ulab: float32 through ulab arrays (CircuitPython boards: no viper, no asm)
 #   float  kvedge.model.llama's own pass: f32 and int8 weights, every cache kind, every kernel kind (int4 weights run
 #          on the integer pass only, with any kernels)
 from kvedge import kernels

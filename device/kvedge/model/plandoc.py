@@ -4,7 +4,7 @@
 # same check(): one rule. docs/planning.md ("The plan JSON") lists what is refused.
 from kvedge.compat import isfinite
 from kvedge.config import CacheConfig
-from kvedge.tierconf import check as check_tier
+from kvedge.tier.config import check as check_tier
 from kvedge.errors import PlanError
 from kvedge.kernels import KINDS as KERNEL_KINDS
 from kvedge.model.passes import FORWARDS, MAX_PREFILL, PREFILL_FORWARDS, PREFILL_KINDS

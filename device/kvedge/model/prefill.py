@@ -1,4 +1,4 @@
-# A prompt's tokens a chunk at a time through the integer forward pass (kvedge.model.intpath): each layer takes
+# A prompt's tokens a chunk at a time through the integer forward pass (kvedge.model.pass_int): each layer takes
 # the chunk's tokens together, so each weight row is read once for the chunk (streamed weights: once from the
 # file), while the cache is written token by token as forward() writes it. In its own module: a run that takes
 # prompts one token at a time does not hold its bytecode.
@@ -12,7 +12,7 @@ import sys
 
 from kvedge.cache import POS_LIMIT
 from kvedge.compat import zeros, micropython
-from kvedge.model.intpath import RES_EXP
+from kvedge.model.pass_int import RES_EXP
 from kvedge.kernels.words import P_WO, P_ROWS, P_XM, P_OS, P_ADD, P_RO
 
 WORD = 8 if sys.maxsize > 0x7FFFFFFF else 4  # bytes of a pointer here
@@ -24,7 +24,7 @@ CODE_BYTES = 3584
 def chunk_bytes(cfg, chunk, word=WORD, wdtype="i8"):
     """Bytes of a Prefill of `chunk` tokens (0 below 2: none): per token a residual (dim), a matvec output (the
     widest: max(2 hidden_dim, dim + 2 kv_dim)), a matvec input (max(dim, hidden_dim); for `wdtype` int4 rows
-    int4rows.xq_codes, whole groups of 32), RoPE angles (head_dim)
+    pass_int4.xq_codes, whole groups of 32), RoPE angles (head_dim)
     and 5 scalars, int32 each, in arrays of their own (12 words each for the header, the GC's rounding and the
     list's slot); the lists' and scalars' headers (24 words each); and this module's code (CODE_BYTES). word:
     the runtime's pointer size (a host plans a 32-bit board with 4)."""
@@ -32,7 +32,7 @@ def chunk_bytes(cfg, chunk, word=WORD, wdtype="i8"):
         return 0
     d, h, kvd = cfg.dim, cfg.hidden_dim, cfg.kv_dim
     if wdtype == "i4":
-        from kvedge.model.int4rows import xq_codes
+        from kvedge.model.pass_int4 import xq_codes
         xq = xq_codes(cfg)
     else:
         xq = max(d, h, 4)
@@ -249,7 +249,7 @@ class Prefill:
         at = 0 if res else 4 * T
         os0 = RES_EXP - mat.exp if res else 0
         p[P_ADD] = res
-        if mat.q4:  # int4 rows (kvedge.model.int4rows)
+        if mat.q4:  # int4 rows (kvedge.model.pass_int4)
             return mat.prefill(f, p, tv, T, n, res, os0, at, xqs, outs)
         p[P_WO] = 0
         if mat.codes is not None and not mat.parts:  # in RAM: the fused rows in one buffer

@@ -69,32 +69,31 @@ def _load(kernel, h2o, stats, encode=False, kv=None, forward="auto", model=None,
     if forward == "auto":
         cfg, wdtype = llama.read_config(model)
         forward = llama.resolve_forward(forward, wdtype, llama.cache_config(cfg, kv), tier, stream, h2o > 0)
-    later = ("kvedge.model.checkpoint",) if forward == "float" else ()  # the float pass's weight loader
+    later = ()
     if forward != "float" or llama.integer_path(kv, int_attention):
         later += ("kvedge.cacheq8",)  # the cache written with int8 codes (kvedge.caches.build)
     if forward != "float" or llama.integer_path(kv, int_attention) or tier is not None:
         later += ("kvedge.attention",)
-    if forward != "float":
-        later += ("kvedge.model.%spath" % forward,)
+    later += ("kvedge.model.pass_%s" % forward,)  # the pass and its weights' loader
     if tier is not None:
-        later += ("kvedge.tiered",)
+        later += ("kvedge.tier.cache",)
     for name in later:
         __import__(name)
         gc.collect()
     if forward == "int":  # its q_* kernels and the fused attention drivers now, not late in a fragmented heap
-        from kvedge.model import intpath
-        intpath.qkernels()
+        from kvedge.model import pass_int
+        pass_int.qkernels()
         gc.collect()
         pre = getattr(k, "att_preload", None)
         if pre is not None:
             pre(k)
             gc.collect()
         if model is not None and llama.read_config(model)[1] == "i4":  # int4 rows' reader and q4 kernels
-            from kvedge.model import int4rows
-            int4rows.kernels4()
+            from kvedge.model import pass_int4
+            pass_int4.kernels4()
             gc.collect()
         if tier is not None:  # the tier's fold kernels (TieredCache.bind_q8 takes them from here)
-            from kvedge import tiered
+            from kvedge.tier import cache as tiered
             tiered.fold_kernels()
             gc.collect()
     return k, forward

@@ -11,9 +11,9 @@ from kvedge.model.run import RUN_OVERHEAD, main
 PLAN = "kvedge_plan.json"
 _SHAPE = ("layers", "heads", "kv_heads", "head_dim")
 _STREAM = {"heap": False, "flash": True, "rom": "rom"}
-# The pass of a plan that names none: kvedge plan counted the float pass's buffers (kvedge.model.llama.scratch_bytes)
+# The pass of a plan that names none: kvedge plan counted the float pass's buffers (kvedge.model.sizes.float_scratch_bytes)
 # until plans named theirs; run with "auto", such a plan took the integer pass's larger buffers and ran out of heap
-# on the emulated rp2040 (MemoryError in intpath's set-up). A plan's "forward" says otherwise.
+# on the emulated rp2040 (MemoryError in pass_int's set-up). A plan's "forward" says otherwise.
 UNNAMED = "float"
 _WDTYPES = ("f32", "i8")  # what a checkpoint file holds (kvedge.model.header.read_config)
 
@@ -68,7 +68,7 @@ def plan_args(doc, model=None, tokenizer=None, heap=None):
     ws = doc["workspace_bytes"]
     # the attention path of the plan's kernels (asm/viper: the integer one), whatever kernels run it here: a
     # host run of a board's plan (plain kernels) computes what the board does, bit for bit
-    # (the board's "auto": an i8/i4/i2 cache, a tier's cold store i8 or i4: kvedge.tiered's int_ok)
+    # (the board's "auto": an i8/i4/i2 cache, a tier's cold store i8 or i4: kvedge.tier.cache's int_ok)
     rk = (doc.get("runtime") or {}).get("kernels")
     iatt = "auto" if rk is None else (rk in kernels.FAST and doc["cache"].get("dtype", "f32") in INT_CODES and
                                       (tier or {}).get("cold_dtype", "i8") in INT_COLD)

@@ -67,9 +67,9 @@ def modules_for(kind):
 
 def int_modules(kind):
     """The integer pass's run (kvedge.model.passes.FAST_KERNELS: where it is the fastest pass): the shared
-    modules with `kind` kernels, then its q_* kernels and kvedge.model.intpath (never the float weight loader)."""
+    modules with `kind` kernels, then its q_* kernels and kvedge.model.pass_int (never the float weight loader)."""
     from kvedge.kernels import module_name
-    return _shared(kind) + (module_name("q8_", kind), "kvedge.model.intpath")
+    return _shared(kind) + (module_name("q8_", kind), "kvedge.model.pass_int")
 
 
 def runs(kinds):
@@ -81,18 +81,18 @@ def runs(kinds):
 
 # what only some runs load: H2O eviction, the stats stream, encoding a prompt
 OPTIONAL = {"evict": "kvedge.evict", "telemetry": "kvedge.telemetry", "encode": "kvedge.model.bpe",
-            "tiered": "kvedge.tiered", "fold": "kvedge.kernels.viper_tier", "floats": "kvedge.kernels.f32_native",
-            "int4": "kvedge.model.int4rows"}
+            "tiered": "kvedge.tier.cache", "fold": "kvedge.kernels.viper_tier", "floats": "kvedge.kernels.f32_native",
+            "int4": "kvedge.model.pass_int4"}
 # imported after the first run (less heap at the run's peak): the encoder, the tier and its fold (viper: skipped
 # where it does not compile), the float kernels the viper and asm kinds load on first use (an integer-pass run
 # loads them for a cache with f32 rows: a prefix, KIVI's residual); the tiered cache's modules may not fit a small
 # board beside the runner: then they get no figure, and the planner offers no tiered plan there
-LATE = ("kvedge.model.bpe", "kvedge.tiered", "kvedge.kernels.viper_tier", "kvedge.kernels.f32_native")
+LATE = ("kvedge.model.bpe", "kvedge.tier.cache", "kvedge.kernels.viper_tier", "kvedge.kernels.f32_native")
 FLOAT_OPTIONAL = tuple(m for n, m in OPTIONAL.items() if n != "int4")  # a float-pass run measures no int4 rows
 
 
 def late_int(kind):
-    """LATE after an integer-pass run: also int4 rows' reader and the kind's q4 kernels (kvedge.model.int4rows and
+    """LATE after an integer-pass run: also int4 rows' reader and the kind's q4 kernels (kvedge.model.pass_int4 and
     kernels4()'s module: what a run of int4 weights loads), each imported and measured as the probe does the
     others (the probe itself unchanged: on the esp32's 100 KB its own size decides what fits)."""
     from kvedge import kernels
@@ -392,19 +392,19 @@ def _what(key):
     if kind.startswith(INT):
         kind = kind[len(INT):]
         return {"runtime": "the runner's modules as .mpy with %s kernels and the integer forward pass (its q_* "
-                           "kernels, kvedge.model.intpath), each imported after gc.collect(), plus what a first "
+                           "kernels, kvedge.model.pass_int), each imported after gc.collect(), plus what a first "
                            "generation on that pass leaves behind" % kind,
-                "tiered": "importing kvedge.tiered and kvedge.kernels.viper_tier (its cold blocks' fold) after the runner's "
+                "tiered": "importing kvedge.tier.cache and kvedge.kernels.viper_tier (its cold blocks' fold) after the runner's "
                           "modules and a first run of the integer pass with %s kernels" % kind,
                 "floats": "importing kvedge.kernels.f32_native (the float kernels %s kernels load on first use: the "
                           "integer pass for a cache with f32 rows) after a first run of the integer pass" % kind,
-                "int4": "importing kvedge.model.int4rows and its q4 kernels (kernels4(): what a run of int4 weights "
+                "int4": "importing kvedge.model.pass_int4 and its q4 kernels (kernels4(): what a run of int4 weights "
                         "loads beside the int8 pass) after a first run of the integer pass with %s kernels" % kind,
                 "loop": "the integer pass's generation loop peak heap (%s kernels) beyond its formula-sized parts"
                         % kind}[part]
     return {"runtime": "the runner's modules as .mpy with %s kernels (kvedge.kernels.select('%s')), each imported "
                        "after gc.collect(), plus what a first generation leaves behind" % (kind, kind),
-            "tiered": "importing kvedge.tiered (a tiered cache: its cold store and the formulas it sizes itself "
+            "tiered": "importing kvedge.tier.cache (a tiered cache: its cold store and the formulas it sizes itself "
                       "with) after the runner's modules and a first run with %s kernels" % kind,
             "loop": "the generation loop's peak heap (%s kernels) beyond its formula-sized parts (weights, arena, "
                     "activations, objects, tokenizer)" % kind}[part]

@@ -13,8 +13,8 @@ from ..paths import DEVICE
 PARTS = {
     "core": ("exact memory formulas, cache configuration, the KV cache in one arena (f32/f16/i8/i4/i2, window, "
              "sinks, prefix, KIVI's residual)", (),
-             ("__init__", "errors", "sizes", "config", "compat", "check", "quant", "budget", "tiersizes", "cache", "q8writes", "kivi",
-              "w4sizes")),
+             ("__init__", "errors", "sizes", "config", "compat", "check", "quant", "budget", "cache", "q8writes", "kivi",
+              "w4sizes", "tier/__init__", "tier/sizes")),
     "kernels": ("the kernel selector and the plain, native and viper kernels", ("core",),
                 ("kernels/__init__", "kernels/plain", "kernels/native", "kernels/f32_native", "kernels/viper",
                  "kernels/viper_head", "kernels/words",
@@ -31,15 +31,16 @@ PARTS = {
     "telemetry": ("the stats stream a host monitors over serial", ("core",), ("telemetry",)),
     "pool": ("paged sessions: one arena shared by many caches", ("core", "attention"), ("paged",)),
     "rules": ("the rules a plan and a run are checked by: which forward pass runs a model, a tier's fields",
-              ("kernels",), ("model/__init__", "model/passes", "tierconf")),
+              ("kernels",), ("model/__init__", "model/passes", "tier/config")),
     "tier": ("the flash tier: a tiered cache (hot ring, cold blocks on flash) and the pool's cold tier",
-             ("core", "attention", "pool", "rules"), ("coldstore", "tiered", "tier", "kernels/viper_tier")),
+             ("core", "attention", "pool", "rules"), ("tier/store", "tier/cache", "tier/spill", "kernels/viper_tier")),
     "model": ("the llama2.c-style model runner on the cache (checkpoints, forward passes, tokenizer, sampler, plans)",
               ("core", "kernels", "attention", "rules"),
-              ("model/bpe", "model/checkpoint", "model/convert", "model/convert4", "model/f32file", "model/header", "model/int4rows",
-               "model/intpath", "model/llama", "model/pieces", "model/plandoc", "model/prefill", "model/romweights", "model/run", "model/runplan",
-               "model/sampler", "model/streambytes", "model/tiny", "model/tokenizer", "model/ulabpath",
-               "model/w4file")),
+              ("model/bpe", "model/checkpoint", "model/convert", "model/convert4", "model/f32file", "model/header",
+               "model/llama", "model/pass_float", "model/pass_int", "model/pass_int4", "model/pass_ulab", "model/pieces",
+               "model/plandoc",
+               "model/prefill", "model/romweights", "model/run", "model/runplan", "model/sampler", "model/sizes",
+               "model/tiny", "model/tokenizer", "model/w4file")),
 }
 # what a part loads only when a run asks for it (or its port has it): the model runner: H2O eviction, the stats
 # stream, a tier; the attention's cache builder: a tier (kvedge.caches); the kernels: the Xtensa inline

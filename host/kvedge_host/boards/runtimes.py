@@ -34,9 +34,9 @@ LARGER_HEAP = {"xt": {
     "test_cache.py": (215040, _ESP32_SHORT % "a 24,320-byte arena"),
     "test_attention_int_kivi.py": (215040, _ESP32_SHORT % "899 bytes"),
     "test_intkernels.py": (215040, _ESP32_SHORT % "a 4,096-byte row buffer"),
-    "test_intpath.py": (215040, _ESP32_SHORT % "971 bytes"),
-    "test_intpath_kinds.py": (215040, _ESP32_SHORT % "96 bytes, importing"),
-    "test_intpath_lock.py": (215040, _ESP32_SHORT % "899 bytes"),
+    "test_pass_int.py": (215040, _ESP32_SHORT % "971 bytes"),
+    "test_pass_int_kinds.py": (215040, _ESP32_SHORT % "96 bytes, importing"),
+    "test_pass_int_lock.py": (215040, _ESP32_SHORT % "899 bytes"),
     "test_model_auto.py": (215040, _ESP32_SHORT % "64 bytes, importing"),
     "test_model_parts.py": (215040, _ESP32_SHORT % "an 8,000-byte weight buffer"),
     "test_model_tiered.py": (215040, _ESP32_SHORT % "516 bytes"),
@@ -44,11 +44,11 @@ LARGER_HEAP = {"xt": {
     # the 64-bit port's objects are twice a board's: two models on the rp2040's 215,040 bytes leave no block for a
     # new qstr pool (1,280 bytes there) in these files; the 32-bit runtimes (wasm, the emulated Cortex-M0, M3, M7,
     # CircuitPython) run them at the board's heap
-    "test_intpath_prefill.py": (245760, _UNIX64 % "after a model's prefix"),
+    "test_pass_int_prefill.py": (245760, _UNIX64 % "after a model's prefix"),
     "test_model_tiered_i4.py": (245760, _UNIX64 % "importing, after the kernels"),
     "test_model_rom.py": (262144, "64-bit objects at the rp2040's 215,040 bytes: no 4,688-byte block to compile "
                                   "the integer pass beside the test's ROMFS image"),
-    "test_intpath.py": (245760, _UNIX64 % "944 bytes, the integer pass's viper kernels beside two models"),
+    "test_pass_int.py": (245760, _UNIX64 % "944 bytes, the integer pass's viper kernels beside two models"),
     "test_model_tiered_auto.py": (245760, _UNIX64 % "144 bytes, importing the integer pass's viper kernels"),
     "test_model_tiered_kinds.py": (245760, _UNIX64 % "144 bytes, importing the integer pass's viper kernels"),
 }}

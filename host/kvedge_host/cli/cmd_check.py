@@ -104,7 +104,7 @@ def standard_cases(seed):
     return cases + tiered_cases(seed)
 
 
-# tiered caches (kvedge.tiered): name, heads, kv_heads, head_dim, tokens, window, sinks, layers, tile, block,
+# tiered caches (kvedge.tier.cache): name, heads, kv_heads, head_dim, tokens, window, sinks, layers, tile, block,
 # cold blocks, sinks at f32 (prefix = sinks) or in the ring's dtype; the ring wraps many times and the oldest
 # blocks are dropped at the cold cap
 TIERED = [

@@ -26,7 +26,7 @@ def add_arguments(p):
     p.add_argument("--no-tiered", action="store_true",
                    help="leave out the tiered cache (sinks + hot ring in RAM, older tokens i4 on flash; offered on "
                         "every board with flash)")
-    # before kvedge.tiered the flash tier was opt-in; it is offered by default now and the old flag does nothing
+    # before kvedge.tier.cache the flash tier was opt-in; it is offered by default now and the old flag does nothing
     p.add_argument("--flash-tier", action="store_true", help=__import__("argparse").SUPPRESS)
     p.add_argument("--kernels", default="auto", metavar="KIND",
                    help="asm, viper, native, plain or auto: the fastest kind with a measured footprint (kvedge footprint) "

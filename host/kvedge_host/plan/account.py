@@ -310,9 +310,9 @@ def runner_shape(spec):
 
 
 def runner_scratch(shape, weights_dtype, stream=False):
-    """The runner's buffers beyond budget.activation_bytes (kvedge.model.llama.scratch_bytes)."""
-    from kvedge.model import llama
-    return llama.scratch_bytes(shape, weights_dtype, stream)
+    """The runner's buffers beyond budget.activation_bytes (kvedge.model.sizes.float_scratch_bytes)."""
+    from kvedge.model import sizes as msizes
+    return msizes.float_scratch_bytes(shape, weights_dtype, stream)
 
 
 def runner_objects(shape, cfg, word=4, tile=32, kernels="plain"):

@@ -20,7 +20,7 @@ import json
 import math
 
 from kvedge import budget
-from kvedge.model import passes, streambytes
+from kvedge.model import passes, sizes as msizes
 from kvedge.config import CacheConfig
 
 from . import account, planspeed
@@ -42,10 +42,10 @@ KIND_GROUP = {"keep": 0, "prefix": 0, "h2o": 1, "sinks": 2, "tiered": 3, "window
 # 1,024 the run ran out of heap in the stats stream; with 2,048 it held, but the board's peak passed the plan by
 # 240 bytes (kvedge demo --board rp2040 --sim m3 --plan P, P = kvedge plan --kind tiered, i8 ring 96 + 4 sinks,
 # i8 cold, the float pass with asm kernels, 116 steps, context 512 and 1024: 2026-12-03); 2,560 covers it. The
-# files a commit opens mid-run take the place of the store's spare (kvedge.coldstore.ColdStore._hold), one of the
+# files a commit opens mid-run take the place of the store's spare (kvedge.tier.store.ColdStore._hold), one of the
 # TIERED_FILES it keeps open beside its two segments.
 TIERED_LOOP_BYTES = 2560
-# and into i4 cold blocks a block is re-quantized through floats (kvedge.tiered._demote): measured on the emulated
+# and into i4 cold blocks a block is re-quantized through floats (kvedge.tier.cache._demote): measured on the emulated
 # rp2040 (kvedge demo --board rp2040 --sim m3 --plan P, P = kvedge plan --kind tiered, i8 ring 80 + 4 sinks, i4
 # cold, the float pass, 104 steps: 2026-12-02), the peak passed the plan by 5,008 bytes at the first demotion
 # (with the default margin the run ran out of heap there)
@@ -195,7 +195,7 @@ class Planner:
 
     def weights_heap(self, place, fw="float"):
         """Weights held in RAM: all of them, or what the runner keeps when they stay on flash (norms, the row
-        buffer, a chunk's scales: kvedge.model.streambytes.weights_stream_bytes). The integer pass keeps every
+        buffer, a chunk's scales: kvedge.model.sizes.weights_stream_bytes). The integer pass keeps every
         norm and reads rows in place from a mapped ROMFS file; the ulab pass streams them even from there
         (kvedge.model.llama.check)."""
         if place == "heap":
@@ -203,11 +203,11 @@ class Planner:
         if place == "rom" and fw == passes.INT:  # the norms alone (kvedge.model.header.resident_bytes)
             return 4 * account.params(self.spec)["norms"]
         if fw != passes.FLOAT:
-            return streambytes.weights_stream_bytes(account.params(self.spec), self.spec.dim, self.spec.hidden_dim,
+            return msizes.weights_stream_bytes(account.params(self.spec), self.spec.dim, self.spec.hidden_dim,
                                                     self._stream_dtype(), norms=True)
         if place == "rom":  # read in place from the mapped ROMFS file: one row, as the port's plan counts it
             return budget.weights_row_buffer_bytes(self.spec.dim, self.spec.hidden_dim, budget.I8)
-        return streambytes.weights_stream_bytes(account.params(self.spec), self.spec.dim, self.spec.hidden_dim,
+        return msizes.weights_stream_bytes(account.params(self.spec), self.spec.dim, self.spec.hidden_dim,
                                            self._stream_dtype())
 
     def _stream_dtype(self):
@@ -224,7 +224,7 @@ class Planner:
             return self.act
         if fw != passes.FLOAT:
             from kvedge.model import llama
-            own = llama._path(fw, self.weights_dtype)  # the pass's module for these weights (int4 rows: int4rows)
+            own = llama._path(fw, self.weights_dtype)  # the pass's module for these weights (int4 rows: pass_int4)
             return self.act + own.scratch_bytes(self.shape, place != "heap") * self.batch
         return self.act + account.runner_scratch(self.shape, self._stream_dtype(), place == "flash") * self.batch
 
@@ -388,7 +388,7 @@ class Planner:
 
     def tiered(self, dtype, place, cold):
         """Sinks and a hot ring of `dtype` in RAM, every older token of the context in `cold` (i4: KIVI over
-        blocks of TIER_BLOCK tokens; i8) in a cold store on flash, all attended every step (kvedge.tiered). The
+        blocks of TIER_BLOCK tokens; i8) in a cold store on flash, all attended every step (kvedge.tier.cache). The
         ring is the largest that fits beside its staging block and tables; the store holds the rest of the
         context even right after a block left the ring (then the ring holds W - B + 1 tokens)."""
         if not self.tiered_ok or not self.prof.get("flash_bytes") or self.native_window:
@@ -1027,7 +1027,7 @@ def plan_one(spec, context, tgt, kv_dtype="f32", weights_dtype=None, align=64, b
     if pl.mixed_windows:
         notes.append("the model's per-layer sliding windows are not a single device ring: planned as all-global")
     if flash_tier:
-        notes.append("--flash-tier is no longer needed: the tiered cache (kvedge.tiered) is offered on every board "
+        notes.append("--flash-tier is no longer needed: the tiered cache (kvedge.tier.cache) is offered on every board "
                      "with flash; --no-tiered leaves it out")
     if qnote:
         notes.append(qnote)

@@ -36,7 +36,7 @@ def _row_kind(row, label):
     if "h2o" in n:
         kind = "h2o"
     elif isinstance(row.get("tier"), dict) or "tiered" in n:
-        kind = "tiered"  # kvedge.tiered: its config is the hot ring's
+        kind = "tiered"  # kvedge.tier.cache: its config is the hot ring's
     elif cfg is not None:
         kind = ("sinks" if cfg.get("sinks") else "window" if cfg.get("window") else
                 "prefix" if cfg.get("prefix") else "keep")

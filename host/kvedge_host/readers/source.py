@@ -6,7 +6,7 @@ import numpy as np
 
 from ..models import ModelError
 
-# the device's fixed rules a source must match (kvedge/model/llama.py: RMSNorm eps 1e-5, RoPE base 10000)
+# the device's fixed rules a source must match (kvedge/model/pass_float.py: RMSNorm eps 1e-5, RoPE base 10000)
 ROPE_THETA = 10000.0
 RMS_EPS = 1e-5
 

@@ -29,7 +29,7 @@ def live_positions(tokens, window=0, sinks=0):
 
 
 def tiered_live_positions(tokens, window, sinks, block, cold_blocks):
-    """Logical positions a tiered cache (kvedge.tiered) holds after `tokens` appends: the first `sinks` for ever;
+    """Logical positions a tiered cache (kvedge.tier.cache) holds after `tokens` appends: the first `sinks` for ever;
     the ring of `window` sends its oldest `block` positions to flash whenever a position finds its slot taken
     (positions sinks + window, + block, + 2 block, ...); flash keeps the newest `cold_blocks` blocks."""
     if tokens <= sinks + window:

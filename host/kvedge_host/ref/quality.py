@@ -132,12 +132,12 @@ class CachedRef(RefModel):
 
 
 class TieredRef(CachedRef):
-    """RefModel whose attention reads a kvedge.tiered.TieredCache: sinks + a hot ring in RAM, older tokens
+    """RefModel whose attention reads a kvedge.tier.cache.TieredCache: sinks + a hot ring in RAM, older tokens
     re-quantized in blocks on flash (a temporary folder here). `tier`: dtype (the ring's), window, sinks, block,
     cold, cold_blocks, at_cap ("drop": positions keep counting, so the model's positions stay the cache's)."""
 
     def __init__(self, path, tier, tokens):
-        from kvedge.tiered import TieredCache
+        from kvedge.tier.cache import TieredCache
         RefModel.__init__(self, path)
         c = self.cfg
         S, W = tier.get("sinks", 0), tier["window"]
@@ -401,7 +401,7 @@ FORWARDS = ("float", "int")
 def forward_logits(i8path, ids, forward, kv):
     """Logits (float64, [len(ids) - 1, vocab]) of the device model itself (kvedge.model.llama.Llama on CPython,
     plain kernels) on an int8 file, teacher-forced through its own cache, and the cache's stats: the forward
-    pass `forward` ("float": float activations between int8 matvecs; "int": kvedge.model.intpath)."""
+    pass `forward` ("float": float activations between int8 matvecs; "int": kvedge.model.pass_int)."""
     from kvedge.model.llama import Llama
     m = Llama(i8path, kv=dict(kv, max_tokens=len(ids)), forward=forward)
     out = np.empty((len(ids) - 1, m.cfg.vocab_size))

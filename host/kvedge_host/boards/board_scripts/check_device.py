@@ -70,7 +70,7 @@ TIER_PATH = "_kvedge_check_tiered"
 
 def _tiered(c):
     """A tiered case: sinks + hot ring (case_config) in RAM, older tokens in blocks of c["tier"] on flash."""
-    from kvedge.tiered import TieredCache
+    from kvedge.tier.cache import TieredCache
     t = c["tier"]
     return TieredCache(case_config(c), TIER_PATH, t["block"], t["cold"], t["cold_blocks"], tile=c["tile"],
                        fresh=True)

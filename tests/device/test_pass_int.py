@@ -1,6 +1,6 @@
-# The integer forward pass (kvedge.model.intpath) on a small checkpoint the test writes itself: close to the
+# The integer forward pass (kvedge.model.pass_int) on a small checkpoint the test writes itself: close to the
 # float path, with an f32 prefix, refusing what it cannot run, generating. Bit-identity across kernel kinds is in
-# test_intpath_kinds.py, allocation-freedom in test_intpath_alloc.py: each file starts on a fresh heap.
+# test_pass_int_kinds.py, allocation-freedom in test_pass_int_alloc.py: each file starts on a fresh heap.
 import gc
 
 import _intmodel

@@ -1,4 +1,4 @@
-# The integer forward pass (kvedge.model.intpath) is bit-identical across kernel kinds, and with its weights
+# The integer forward pass (kvedge.model.pass_int) is bit-identical across kernel kinds, and with its weights
 # streamed from the file. Every kind's q_* kernels compiled first, on a fresh heap (this file's own).
 import _intmodel
 _intmodel.preload(every_kind=True)

@@ -12,7 +12,7 @@
 #                     with the rows of wq|wk|wv and of w1|w3 fused, read in place from a mapped ROMFS file, or
 #                     streamed a chunk at a time; per row one word
 #                     (15-bit mantissa << 8 | shift to the group's largest exponent) from the file's f32 scale;
-#                     int4 files: kvedge.model.int4rows (its Weights and Forward over this module's), the file's
+#                     int4 files: kvedge.model.pass_int4 (its Weights and Forward over this module's), the file's
 #                     nibbles and f16 group scales as they lie (in RAM, read in place from ROMFS, or streamed)
 #   RMSNorm           gain * sqrt(n) in 15-bit mantissas; 1 / sqrt(sum x^2 + n eps) from an integer square root,
 #                     folded into the codes' scale (it multiplies every element alike)
@@ -235,7 +235,7 @@ class IntMatrix:
         self.parts = []  # in place or streamed: (file offset of the codes, first row, rows)
         self.exp = 0
 
-    q4 = False  # (int4rows.Int4Matrix: True)
+    q4 = False  # (pass_int4.Int4Matrix: True)
 
     def set_scales(self, scales):
         """Row words from the f32 row scales (array('f') of self.rows)."""
@@ -259,7 +259,7 @@ class Weights:
     """A kvedge int8 file read for the integer path: embedding (= classifier when shared), per layer wqkv, wo,
     w13, w2, and the norm gains. stream=True leaves the matrices in the file (chunk rows at a time); stream="rom"
     reads them in place where the file is mapped (ROMFS: no copy, no chunk buffer), else streams them. (int4
-    files: kvedge.model.int4rows.Weights.)"""
+    files: kvedge.model.pass_int4.Weights.)"""
 
     def __init__(self, path, stream=False, chunk_bytes=0):
         from kvedge.model.header import read_config
@@ -374,7 +374,7 @@ class Forward:
         self.m = model
         self.w = w
         self.k = qkernels()[0]
-        self.kq = self.k  # the matvec inputs' quantizer (int4 rows on a DSP core: int4rows.Forward's own)
+        self.kq = self.k  # the matvec inputs' quantizer (int4 rows on a DSP core: pass_int4.Forward's own)
         d, h, kvd, hd = cfg.dim, cfg.hidden_dim, cfg.kv_dim, cfg.head_dim
         self.d, self.h, self.kvd, self.hd = d, h, kvd, hd
         self.nq = d + 2 * kvd

@@ -1,5 +1,5 @@
-# The integer pass's steps with the heap locked (kvedge.model.intpath.Forward.step), on a small checkpoint the
-# test writes itself: in a file of its own, so that test_intpath's models keep their heap.
+# The integer pass's steps with the heap locked (kvedge.model.pass_int.Forward.step), on a small checkpoint the
+# test writes itself: in a file of its own, so that test_pass_int's models keep their heap.
 import _intmodel
 _intmodel.preload()
 from _intmodel import TOKENS, digest, model  # noqa: E402
@@ -7,7 +7,7 @@ from _support import need, raises  # noqa: E402
 
 
 def test_int_steps_run_with_the_heap_locked_once_they_allocate_nothing():
-    # kvedge.model.intpath.Forward.step: once two steps in a row left the heap as they found it, the next run with
+    # kvedge.model.pass_int.Forward.step: once two steps in a row left the heap as they found it, the next run with
     # the heap locked (MicroPython then keeps the pass's frames on the C stack instead of the heap). The logits
     # are those of the same model never locked.
     need("heap_lock", "mem_alloc")

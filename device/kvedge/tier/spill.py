@@ -2,7 +2,7 @@
 # the pool's compressed form (i8 codes + scales, i4 nibbles + scale/zero, f16...), go to flash and come back when
 # the session is attended.
 #
-# Format: kvedge's one flash format, a kvedge.coldstore store of kind 1 (files PATH.h0, PATH.h1, PATH.0, PATH.1;
+# Format: kvedge's one flash format, a kvedge.tier.store store of kind 1 (files PATH.h0, PATH.h1, PATH.0, PATH.1;
 # sizes in kvedge.budget.pool_tier_bytes). A record is one pool block's bytes copied verbatim from the arena (for
 # each layer, K|V and KV head the block's B rows, then its scale rows) and its checksummed tag, appended to a log
 # of `slots` blocks per segment. Nothing is converted, so a read returns exactly what was written.
@@ -37,12 +37,12 @@
 # a single staging block would need the attention step to expose its running max and sum.)
 import struct
 
-from . import check
-from .budget import CACHE_DTYPES, POOL_ENTRY_BYTES, POOL_INDEX_HEAD, F32, F16, I8, I4, I2, pool_tier_bytes
-from .coldstore import SEQ_MOD as SEQ_LIMIT, ColdStore
-from .compat import zeros
-from .errors import ColdStoreError
-from .paged import PagedPool
+from kvedge import check
+from kvedge.budget import CACHE_DTYPES, POOL_ENTRY_BYTES, POOL_INDEX_HEAD, F32, F16, I8, I4, I2, pool_tier_bytes
+from .store import SEQ_MOD as SEQ_LIMIT, ColdStore
+from kvedge.compat import zeros
+from kvedge.errors import ColdStoreError
+from kvedge.paged import PagedPool
 
 KIND = 1  # coldstore.KINDS: a paged pool's cold tier
 DTYPES = (F32, F16, I8, I4, I2)

@@ -1,5 +1,5 @@
-# Exact sizes of a tiered cache (kvedge.tiered: a hot ring in RAM, older tokens compressed on flash) and of its
-# cold store's files (kvedge.coldstore). A module of its own beside kvedge.sizes: a tier loads these formulas
+# Exact sizes of a tiered cache (kvedge.tier.cache: a hot ring in RAM, older tokens compressed on flash) and of its
+# cold store's files (kvedge.tier.store). A module of its own beside kvedge.sizes: a tier loads these formulas
 # without the rest of kvedge.budget, and a run without a tier loads neither. kvedge.budget re-exports them.
 from kvedge.sizes import FULL, I4, I8, LOWBIT, META_BYTES, QK, align_up, kv_bytes, row_bytes
 
@@ -16,7 +16,7 @@ def cold_record_bytes(kv_heads, head_dim, block, dtype, align=0):
 
 def tiered_bytes(layers, heads, kv_heads, head_dim, window, sinks, block, cold_blocks, dtype=I8, cold_dtype=I4,
                  align=64, cold_align=0, group=QK, f32_sinks=True, residual=None):
-    """Exact RAM and flash of kvedge.tiered.TieredCache, as a dict:
+    """Exact RAM and flash of kvedge.tier.cache.TieredCache, as a dict:
 
       ring      the hot KVCache arena: `sinks` slots (f32 as its prefix, or with f32_sinks=False in `dtype`, a
                 ring's first slots) + `window` slots in `dtype` (i4/i2: KIVI `residual` as in kv_bytes, 0 = none)

@@ -1,4 +1,4 @@
-# The ulab forward pass (kvedge.model.ulabpath), where ulab imports (CircuitPython firmware): rows written into the
+# The ulab forward pass (kvedge.model.pass_ulab), where ulab imports (CircuitPython firmware): rows written into the
 # i8 cache exactly as KVCache.write stores them, logits close to the integer and float passes on a small
 # checkpoint the test writes itself, greedy generation.
 import gc

@@ -1,21 +1,21 @@
-# int4 rows on the integer forward pass (kvedge.model.intpath): Weights and Forward over intpath's, for kvedge's
+# int4 rows on the integer forward pass (kvedge.model.pass_int): Weights and Forward over pass_int's, for kvedge's
 # int4 file (kvedge.model.w4file:
 # per matrix its f16 group scales, then two nibble codes a byte) read where it lies, in RAM, in place from ROMFS,
-# or streamed a chunk at a time, and multiplied by the kernels' q_mv4. Kept out of intpath: a board running int8
-# weights does not compile it (intpath's Weights imports it for an int4 file).
+# or streamed a chunk at a time, and multiplied by the kernels' q_mv4. Kept out of pass_int: a board running int8
+# weights does not compile it (pass_int's Weights imports it for an int4 file).
 from kvedge import kernels
 from kvedge.compat import zeros
 from kvedge.kernels.words import VMAX, P_WO, P_ROWS, P_COLS, P_XM, P_OS, P_ADD, P_RO, P_HDR, P4_SO, P4_EG, P4_HDR
 from kvedge.model.header import CheckpointError
-from kvedge.model import intpath
-from kvedge.model.intpath import _collect, _read, place
+from kvedge.model import pass_int
+from kvedge.model.pass_int import _collect, _read, place
 from kvedge.w4sizes import scale_bytes as i4_scale_bytes, matrix_bytes as i4_matrix_bytes
 
 
 def kernels4():
-    """The q_mv4 module (kvedge.kernels.q4_<kind>) of the q_* kernels' kind (kvedge.model.intpath.qkernels), or
+    """The q_mv4 module (kvedge.kernels.q4_<kind>) of the q_* kernels' kind (kvedge.model.pass_int.qkernels), or
     the next kind's that loads here (kvedge.kernels.first): the same bits from every kind."""
-    from kvedge.model.intpath import qkernels
+    from kvedge.model.pass_int import qkernels
     return kernels.first("q4_", qkernels()[1])[0]
 
 
@@ -26,8 +26,8 @@ def layout(cfg):
 
 
 def chunk_bytes_of(cfg):
-    """Bytes of the chunk buffer of streamed int4 rows (kvedge.model.streambytes.stream_buffer_bytes)."""
-    from kvedge.model.streambytes import stream_buffer_bytes
+    """Bytes of the chunk buffer of streamed int4 rows (kvedge.model.sizes.stream_buffer_bytes)."""
+    from kvedge.model.sizes import stream_buffer_bytes
     return stream_buffer_bytes(cfg.dim, cfg.hidden_dim, "i4")
 
 
@@ -38,25 +38,25 @@ def xq_codes(cfg):
 
 
 def code_max4(cols):
-    """intpath.code_max for int4 rows (q_mv4): |code| <= 8 times the 8-bit scale mantissa, summed over the row's
+    """pass_int.code_max for int4 rows (q_mv4): |code| <= 8 times the 8-bit scale mantissa, summed over the row's
     groups of 32, stays below 2**30."""
     c = ((1 << 30) - 1) // (255 * 256 * ((cols + 31) >> 5))
     return c if c < 32767 else 32767
 
 
 def check(wdtype, ccfg, attention, stream=False, policy=False):
-    """intpath.check for int4 weights: what the integer pass refuses, it refuses for int4 rows too."""
+    """pass_int.check for int4 weights: what the integer pass refuses, it refuses for int4 rows too."""
     if wdtype != "i4":
-        raise ValueError("kvedge.model.int4rows runs int4 weights, not %s" % wdtype)
-    intpath.check("i8", ccfg, attention, stream, policy)
+        raise ValueError("kvedge.model.pass_int4 runs int4 weights, not %s" % wdtype)
+    pass_int.check("i8", ccfg, attention, stream, policy)
 
 
 def scratch_bytes(cfg, stream=False):
-    """intpath.scratch_bytes for int4 rows, in RAM, in place or streamed alike: the int8 rows' account in RAM
+    """pass_int.scratch_bytes for int4 rows, in RAM, in place or streamed alike: the int8 rows' account in RAM
     with xq in whole groups (xq_codes), no row words, and per fused group q_mv4's block instead of q_mv's, the
     parts' tuples (4 ints) and lists (16 words)."""
     groups = 4 * cfg.n_layers + (1 if cfg.shared_classifier else 2)
-    n = intpath.scratch_bytes(cfg) - 4 * P_HDR * groups
+    n = pass_int.scratch_bytes(cfg) - 4 * P_HDR * groups
     n += 4 * (xq_codes(cfg) - max(cfg.dim, cfg.hidden_dim))
     return n + 4 * (P4_HDR + 16 + 8) * groups
 
@@ -101,8 +101,8 @@ class Int4Matrix:
         prefill_mv4(f, self, p, tv, T, n, res, os0, at, xqs, outs)
 
 
-class Weights(intpath.Weights):
-    """kvedge's int4 file read for the integer path (intpath.Weights' groups and gains): the matrices' bytes as
+class Weights(pass_int.Weights):
+    """kvedge's int4 file read for the integer path (pass_int.Weights' groups and gains): the matrices' bytes as
     the file holds them, in RAM, read in place where the file is mapped (stream "rom", ROMFS), else streamed."""
 
     def __init__(self, path, stream=False, chunk_bytes=0):
@@ -110,8 +110,8 @@ class Weights(intpath.Weights):
         cfg, dtype = read_config(path)
         if dtype != "i4":
             raise CheckpointError("%s: %s weights, not int4 (kvedge convert --weights-dtype i4)" % (path, dtype))
-        if cfg.dim > intpath.MAX_COLS or cfg.hidden_dim > intpath.MAX_COLS:
-            raise CheckpointError("dim/hidden_dim above %d would overflow the integer path" % intpath.MAX_COLS)
+        if cfg.dim > pass_int.MAX_COLS or cfg.hidden_dim > pass_int.MAX_COLS:
+            raise CheckpointError("dim/hidden_dim above %d would overflow the integer path" % pass_int.MAX_COLS)
         lay = layout(cfg)
         if file_size(path) < lay["size"]:
             raise CheckpointError("%s: %d bytes, the header needs %d" % (path, file_size(path), lay["size"]))
@@ -123,7 +123,7 @@ class Weights(intpath.Weights):
         self.cfg, self.stream = cfg, stream
         if stream:
             self.scratch = bytearray(chunk_bytes or chunk_bytes_of(cfg))
-        self._sc = alloc("f", cfg.dim)  # the norms' gains pass through it (intpath.Weights._gain)
+        self._sc = alloc("f", cfg.dim)  # the norms' gains pass through it (pass_int.Weights._gain)
         try:
             self._load(f, lay)
         finally:
@@ -134,20 +134,20 @@ class Weights(intpath.Weights):
 
     def close(self):
         self._rom = None
-        intpath.Weights.close(self)
+        pass_int.Weights.close(self)
 
     def _group(self, f, offs, rows, cols):
         return group4(self, f, offs, rows, cols)
 
 
-class Forward(intpath.Forward):
-    """intpath.Forward over int4 rows: q_mv4 (fw.k4), matvec inputs in whole groups of 32 with int4's code
+class Forward(pass_int.Forward):
+    """pass_int.Forward over int4 rows: q_mv4 (fw.k4), matvec inputs in whole groups of 32 with int4's code
     bound, and the int4 embedding."""
 
     def __init__(self, model, w):
         import sys
-        from kvedge.model.intpath import qkernels
-        intpath.Forward.__init__(self, model, w)
+        from kvedge.model.pass_int import qkernels
+        pass_int.Forward.__init__(self, model, w)
         cfg = model.cfg
         self.xq = zeros("i", xq_codes(cfg))
         self.k4 = kernels4()

@@ -1,4 +1,4 @@
-# A tiered cache's configuration (kvedge.tiered.TieredCache: a hot ring in RAM, older tokens in blocks on flash):
+# A tiered cache's configuration (kvedge.tier.cache.TieredCache: a hot ring in RAM, older tokens in blocks on flash):
 # the rule for its fields against the ring's CacheConfig, the model runner's rule for a plan's "tier", and its
 # RAM account. Apart from kvedge.config and kvedge.model.llama so that a run without a tier (most boards) does
 # not compile this into its heap.
@@ -10,7 +10,7 @@ U16 = 0xFFFF  # the cold store's header holds these fields in 16 bits
 
 
 def check(cfg, block, cold, cold_blocks, at_cap, cold_align):
-    """A tiered cache's fields (kvedge.tiered.TieredCache, a plan's "tier") against its ring's CacheConfig:
+    """A tiered cache's fields (kvedge.tier.cache.TieredCache, a plan's "tier") against its ring's CacheConfig:
     ValueError naming the field. The rule, written once: TieredCache and kvedge.model.plandoc both call it."""
     for name, x in (("block", block), ("cold_blocks", cold_blocks)):
         if not isinstance(x, int) or isinstance(x, bool) or x < 1 or x > U16:
@@ -58,7 +58,7 @@ def check_run(tier, forward="float", policy=False):
 def ram_bytes(ccfg, tier):
     """kvedge.budget.tiered_bytes of the tiered cache a plan's `tier` (block, cold_dtype, cold_blocks, cold_align)
     builds around the ring `ccfg`: what TieredCache.ram_bytes() will be ("ram"), and its flash."""
-    from kvedge.tiersizes import tiered_bytes
+    from kvedge.tier.sizes import tiered_bytes
     return tiered_bytes(ccfg.layers, ccfg.heads, ccfg.kv_heads, ccfg.head_dim, ccfg.window, ccfg.sinks,
                         tier["block"], tier["cold_blocks"], ccfg.dtype, tier["cold_dtype"], ccfg.align,
                         tier.get("cold_align", 0), ccfg.group, ccfg.prefix == ccfg.sinks and ccfg.sinks > 0)

@@ -1,6 +1,6 @@
 # kvedge's one flash format: blocks of K/V in files on flash that a power cut can never leave half-read. Two
-# owners: the tiered cache (kvedge.tiered, kind 0: re-quantized blocks of one sequence, dropped oldest first) and
-# the paged pool's cold tier (kvedge.tier, kind 1: arena blocks of sessions, its record index in the header).
+# owners: the tiered cache (kvedge.tier.cache, kind 0: re-quantized blocks of one sequence, dropped oldest first) and
+# the paged pool's cold tier (kvedge.tier.spill, kind 1: arena blocks of sessions, its record index in the header).
 #
 # Files (PATH is the store's name; sizes in kvedge.budget.tiered_bytes and kvedge.budget.pool_tier_bytes):
 #   PATH.h0, PATH.h1   one header each: layout (kind, cold dtype, layers, kv_heads, head_dim, block, capacity C,
@@ -23,10 +23,10 @@
 # verified: the store is reopened whole, or refused with ColdStoreError naming the first bad part.
 import struct
 
-from .sizes import CACHE_DTYPES
-from .tiersizes import TIER_HEADER_BYTES, TIER_TAG_BYTES
-from .compat import IS_MICROPYTHON, zeros
-from .errors import ColdStoreError
+from kvedge.sizes import CACHE_DTYPES
+from .sizes import TIER_HEADER_BYTES, TIER_TAG_BYTES
+from kvedge.compat import IS_MICROPYTHON, zeros
+from kvedge.errors import ColdStoreError
 
 MAGIC = b"KVTC"
 VERSION = 1
@@ -113,7 +113,7 @@ class ColdStore:
         if o + TIER_TAG_BYTES != self.stride:
             raise ValueError("a block's parts (%d bytes) and tag do not fill its %d-byte stride" % (o, self.stride))
         self.ab = zeros("i", 2)
-        self.adler = adler  # the Adler-32 fold the store uses: a native one where its owner has it (kvedge.tiered)
+        self.adler = adler  # the Adler-32 fold the store uses: a native one where its owner has it (kvedge.tier.cache)
         self.hdr = bytearray(self.hb)
         self.foreign = None  # the kind byte of another kvedge store's header, when one was found
         self.tag = bytearray(TIER_TAG_BYTES)

@@ -1,7 +1,7 @@
 # Prompts in chunks (kvedge.model.prefill): a chunk of prompt tokens goes through each layer
 # together, each weight row read once for the chunk, and must leave the same cache and the same next logits as
 # the same tokens fed one at a time by forward(), the reference here (its own bits are checked against the float
-# pass and across kernel kinds in test_intpath.py and test_intpath_kinds.py).
+# pass and across kernel kinds in test_pass_int.py and test_pass_int_kinds.py).
 import gc
 
 import _intmodel

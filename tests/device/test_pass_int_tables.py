@@ -3,7 +3,7 @@
 # double-precision math (tests/host/test_int_bounds.py::test_the_integer_tables_equal_double_precision_math
 # recomputes them); on the emulated Cortex-M3 math.exp/math.pow in float32 gave another sigmoid table and, at
 # head_dim 64, another RoPE table.
-from kvedge.model import intpath
+from kvedge.model import pass_int
 
 DIGESTS = {"sigmoid": 146567711, "sin": 213059609, "rope8": 66471103, "rope64": 148528996}
 
@@ -16,16 +16,16 @@ def digest(t):
 
 
 def test_the_tables_are_the_same_on_every_runtime():
-    assert digest(intpath.sigmoid_table()) == DIGESTS["sigmoid"]
-    assert digest(intpath.sin_table()) == DIGESTS["sin"]
-    assert digest(intpath.rope_turns(8)) == DIGESTS["rope8"]
-    assert digest(intpath.rope_turns(64)) == DIGESTS["rope64"]
+    assert digest(pass_int.sigmoid_table()) == DIGESTS["sigmoid"]
+    assert digest(pass_int.sin_table()) == DIGESTS["sin"]
+    assert digest(pass_int.rope_turns(8)) == DIGESTS["rope8"]
+    assert digest(pass_int.rope_turns(64)) == DIGESTS["rope64"]
 
 
 def test_f32_frequencies_are_float32_of_the_exact_power():
     # 10000**0 = 1: mantissa 2**23, exponent 1 (1 = 0.5 * 2**1); 10000**(-1/2) = 0.01 -> float32 0x3C23D70A
-    assert intpath.f32_freq(0, 8) == (1 << 23, 1)
-    m, e = intpath.f32_freq(1, 4)
+    assert pass_int.f32_freq(0, 8) == (1 << 23, 1)
+    m, e = pass_int.f32_freq(1, 4)
     assert (m, e) == (0xA3D70A, -6), (hex(m), e)
 
 
@@ -44,8 +44,8 @@ class _OneArgFile:
 
 
 def test_streamed_rows_read_from_a_file_whose_readinto_takes_one_argument():
-    # intpath._read's readinto(buf, n) raised TypeError on a mounted file (the device suite from mpremote mount)
+    # pass_int._read's readinto(buf, n) raised TypeError on a mounted file (the device suite from mpremote mount)
     f = _OneArgFile(bytes(range(10)))
     buf = bytearray(8)
-    assert intpath._read(f, buf, 4) == 4 and bytes(buf) == bytes([0, 1, 2, 3, 0, 0, 0, 0])
-    assert intpath._read(f, buf, 8) == 6 and bytes(buf[:6]) == bytes(range(4, 10))
+    assert pass_int._read(f, buf, 4) == 4 and bytes(buf) == bytes([0, 1, 2, 3, 0, 0, 0, 0])
+    assert pass_int._read(f, buf, 8) == 6 and bytes(buf[:6]) == bytes(range(4, 10))

@@ -1,4 +1,4 @@
-# The integer forward pass (kvedge.model.intpath) allocates nothing per token: with its weights in RAM or
+# The integer forward pass (kvedge.model.pass_int) allocates nothing per token: with its weights in RAM or
 # streamed, with a ring and with H2O (each step run under micropython.heap_lock()).
 import gc
 

@@ -1,5 +1,6 @@
-"""RAM for weights that stay on flash and are read a chunk of rows at a time (kvedge.model.checkpoint with
-stream=True): the formulas the runner and `kvedge plan` share. Its own module: only runs that stream load it."""
+"""The model runner's buffers, the formulas the runner and `kvedge plan` share: RAM for weights that stay on flash
+and are read a chunk of rows at a time (kvedge.model.checkpoint with stream=True), and the float pass's scratch
+(kvedge.model.pass_float). Its own module: a run of the integer pass from RAM or ROMFS does not load it."""
 from kvedge.sizes import F32, F16, I8, I4, WEIGHT_DTYPES, check_dtype
 
 STREAM_ROWS = 8  # rows of the widest matrix read per chunk when weights stay on flash (amortizes a seek)
@@ -40,3 +41,24 @@ def weights_stream_bytes(params, dim, hidden_dim, dtype=F32, buffer_bytes=0, sca
     buf = buffer_bytes or stream_buffer_bytes(dim, hidden_dim, dtype)
     return 4 * (params["norms"] if norms else dim) + buf + scale_bytes * stream_scale_slots(dim, hidden_dim, dtype,
                                                                                               buf)
+
+
+def acc_rows(cfg, stream=False):
+    """Rows of int32 sums a float-pass matvec of int8 weights needs at once: the tallest matrix, or with weights
+    streamed from flash one chunk of rows (each chunk is scaled out before the next is read)."""
+    if stream and stream != "rom":  # rows read in place from ROMFS are summed all at once
+        buf = stream_buffer_bytes(cfg.dim, cfg.hidden_dim, I8)
+        return stream_scale_slots(cfg.dim, cfg.hidden_dim, I8, buf)
+    return max(cfg.dim, cfg.hidden_dim, cfg.vocab_size)
+
+
+def float_scratch_bytes(cfg, wdtype, stream=False):
+    """The float pass's buffers beyond kvedge.budget.activation_bytes: K and V of the current token (kv_dim f32
+    each), RoPE frequencies and this position's cos/sin (head_dim/2 f32 each), and for int8 weights the int8 codes
+    of a matvec input (the widest input) and its int32 row sums (acc_rows); the integer attention path's query
+    codes, scales and output (counted always: a few hundred bytes)."""
+    n = 2 * cfg.kv_dim * 4 + 3 * (cfg.head_dim // 2) * 4
+    n += cfg.dim + 2 * cfg.n_heads + 4 * cfg.dim + 4 * cfg.n_heads  # integer attention: query codes, output
+    if wdtype == I8:
+        n += max(cfg.dim, cfg.hidden_dim) + 4 * acc_rows(cfg, stream)
+    return n

@@ -15,24 +15,24 @@
 # ring's rows are folded and the heads finish. Equal to attention over the concatenated cache; the staging block
 # is the only buffer, and the integer path allocates nothing (the running state lives in arrays made once).
 #
-# The blocks live in a ColdStore (kvedge.coldstore: the file format and its crash safety): a block is committed
+# The blocks live in a ColdStore (kvedge.tier.store: the file format and its crash safety): a block is committed
 # only after its bytes are on flash, and a reopened store is verified whole or refused. After a reboot the ring
 # is empty (RAM is gone): the sinks come back from flash, and the sequence resumes at position resume_pos,
 # right after the last committed block; tokens that were only in the ring must be fed again if they matter.
-from . import check
-from .attention import Attention
-from .sizes import F32, F16, I8, I4, LOWBIT, CACHE_DTYPES
-from .tiersizes import tiered_bytes
-from .cache import KVCache, POS_LIMIT
-from .coldstore import ColdStore
-from .compat import float_array, zeros
-from .config import CacheConfig
-from .tierconf import check as check_tier
-from .errors import BudgetError
-from .kernels.words import G_P, G_J, G_N, G_LISTED
-from .model.passes import INT_COLD  # cold dtypes attended on the integer path (loaded by tierconf)
-from . import quant
-from . import kernels as _kernels
+from kvedge import check
+from kvedge.attention import Attention
+from kvedge.sizes import F32, F16, I8, I4, LOWBIT, CACHE_DTYPES
+from .sizes import tiered_bytes
+from kvedge.cache import KVCache, POS_LIMIT
+from .store import ColdStore
+from kvedge.compat import float_array, zeros
+from kvedge.config import CacheConfig
+from .config import check as check_tier
+from kvedge.errors import BudgetError
+from kvedge.kernels.words import G_P, G_J, G_N, G_LISTED
+from kvedge.model.passes import INT_COLD  # cold dtypes attended on the integer path (loaded by tierconf)
+from kvedge import quant
+from kvedge import kernels as _kernels
 
 _vcold = []  # kvedge.kernels.viper_tier once fold_kernels() loaded it
 
@@ -42,7 +42,7 @@ def fold_kernels():
     None; loaded once (an import allocates), by the integer pass at start-up, and counted in kvedge footprint's
     tiered_int_* figures."""
     if not _vcold and _kernels.runs_here("viper"):
-        from .kernels import viper_tier
+        from kvedge.kernels import viper_tier
         _vcold.append(viper_tier)
     return _vcold[0] if _vcold else None
 
@@ -83,7 +83,7 @@ class TieredCache:
         self.group = cfg.heads // H
         self.cold, self.at_cap, self.cold_align = cold, at_cap, cold_align
         if q8:
-            from .cacheq8 import KVCacheQ8 as Ring
+            from kvedge.cacheq8 import KVCacheQ8 as Ring
         else:
             Ring = KVCache
         self.ring = Ring(cfg, arena=arena)  # arena: the ring's, allocated earlier (KVCache(arena=...))
@@ -165,7 +165,7 @@ class TieredCache:
     def quiet(self):
         """Whether the next start_token() neither moves a block to flash (nor takes a reset point) nor raises, and
         its position is past an f32 prefix (whose writes allocate): a step that allocates nothing. The integer
-        pass runs such steps with the heap locked (kvedge.model.intpath.Forward.step)."""
+        pass runs such steps with the heap locked (kvedge.model.pass_int.Forward.step)."""
         r = self.ring
         pos = r.n_seen
         if self.closed or pos >= POS_LIMIT or pos < r.P:

@@ -1,0 +1,157 @@
+# The float forward pass of a llama2.c model (run.c's, on the kvedge cache): f32 or int8 weights
+# (kvedge.model.checkpoint: in RAM, streamed from flash, or in place from ROMFS), float32 activations.
+#
+# RMSNorm (eps 1e-5), RoPE on pairs (2i, 2i+1) with freq 10000^(-(i*2 % head_dim)/head_dim), grouped-query
+# attention through the cache's decode interface (kvedge.caches: attend, or attend_q8 where the integer
+# attention runs and the query is within its range), SwiGLU FFN w2(silu(w1 x) * w3 x), and a classifier that
+# shares the embedding when the header's vocab_size is positive.
+#
+# Every activation lives in an array('f') allocated once here; forward() allocates no buffers (on MicroPython
+# float arithmetic still boxes each intermediate float; int8 matvecs through viper box none).
+import math
+
+from kvedge.compat import zeros
+from kvedge.model.sizes import acc_rows  # the buffers' formulas (the run's account reads them there)
+from kvedge.model.checkpoint import Weights  # noqa: F401 (this pass's weights: kvedge.model.llama loads them)
+
+
+class Forward:
+    """The float pass of model m (kvedge.model.llama.Llama: its cfg, kernels, cache and policy): its buffers,
+    largest first, allocated here, before the weights (take(w) binds them, and the integer attention's query
+    buffers once the cache's attention is attached)."""
+
+    def __init__(self, m, w):
+        cfg = m.cfg
+        self.m = m
+        self.cfg = cfg
+        self.k = m.k
+        self.cache = m.cache
+        d, h, kvd, hd = cfg.dim, cfg.hidden_dim, cfg.kv_dim, cfg.head_dim
+        if m.wdtype == "i8":
+            self.acc = zeros("i", acc_rows(cfg, m.stream))
+            self.xq = zeros("b", max(d, h))
+        else:
+            self.xq = None
+            self.acc = None
+        self.logits = zeros("f", cfg.vocab_size)
+        self.hb = zeros("f", h)
+        self.hb2 = zeros("f", h)
+        self.x = zeros("f", d)
+        self.xb = zeros("f", d)
+        self.xb2 = zeros("f", d)
+        self.q = zeros("f", d)
+        self.kk = zeros("f", kvd)
+        self.vv = zeros("f", kvd)
+        half = hd // 2
+        self.freq = zeros("f", half)  # f32 like llama2.c's freq, so angles round the same way
+        for i in range(half):
+            self.freq[i] = 1.0 / math.pow(10000.0, (2 * i) / hd)
+        self.cos = zeros("f", half)
+        self.sin = zeros("f", half)
+        self.xs = 0.0
+        self.int_attention = False
+        self.w = None
+        if w is not None:
+            self.take(w)
+
+    def take(self, w):
+        """Bind the weights, and the integer attention's query buffers where it runs (m.int_attention)."""
+        self.w = w
+        if self.m.int_attention and not self.int_attention:
+            from kvedge.attention import quantize_query, dequantize_output
+            cfg = self.cfg
+            self._qquery, self._dqout = quantize_query, dequantize_output
+            self.qc = zeros("b", cfg.dim)
+            self.qs = zeros("H", cfg.n_heads)
+            self.oq = zeros("i", cfg.dim)
+            self.oe = zeros("i", cfg.n_heads)
+            self.cache.bind_query(self.qc, self.qs, self.oq, self.oe)
+            self.int_attention = True
+
+    # ---- pieces of the forward pass ----
+
+    def _attend(self, layer, q, out):
+        # The one seam between the model and the cache's attention (its decode interface: kvedge.caches). A query
+        # beyond the integer step's range in this layer (q8_fits: kvedge.attention.Q8_RANGE) takes the float step.
+        if self.int_attention:
+            h = self.cfg.n_heads
+            self._qquery(q, self.qc, self.qs, h)
+            if self.cache.q8_fits(layer, self.qs):
+                self.cache.attend_q8(layer, self.qc, self.qs, self.oq, self.oe)
+                self._dqout(self.oq, self.oe, out, h)
+                return
+        self.cache.attend(layer, q, out)
+
+    def _mv(self, mat, x, out):
+        mat.mv(self.k, x, self.xq, self.xs, self.acc, out)
+
+    def _prep(self, x, n):
+        # int8 weights multiply int8 codes of the input; quantize it once for every matrix that reads it
+        if self.xq is not None:
+            self.xs = self.k.mv_quant(x, n, self.xq)
+
+    def _rope_angles(self, pos):
+        for i in range(len(self.freq)):
+            a = pos * self.freq[i]
+            self.cos[i] = math.cos(a)
+            self.sin[i] = math.sin(a)
+
+    def _rope(self, v, n):
+        # rotate pairs (2i, 2i+1) of every head in v[0:n]; pair i of a head uses freq[i]
+        half = len(self.freq)
+        cs, sn = self.cos, self.sin
+        j = 0
+        i = 0
+        while j < n:
+            c = cs[i]
+            s = sn[i]
+            v0 = v[j]
+            v1 = v[j + 1]
+            v[j] = v0 * c - v1 * s
+            v[j + 1] = v0 * s + v1 * c
+            j += 2
+            i += 1
+            if i == half:
+                i = 0
+
+    def _rmsnorm(self, out, x, w, n):
+        self.k.mv_rmsnorm(out, x, w, n)  # eps 1e-5
+
+    def forward(self, token):
+        """Run one (checked) token at the cache's next position; returns the logits buffer (overwritten by the
+        next call). Raises CacheFullError (nothing changed) when the cache has no room and no window."""
+        cfg = self.cfg
+        w = self.w
+        k = self.k
+        d, h, kvd = cfg.dim, cfg.hidden_dim, cfg.kv_dim
+        x, xb, xb2, q, hb, hb2 = self.x, self.xb, self.xb2, self.q, self.hb, self.hb2
+        pos = self.cache.start_token()
+        w.embedding.row(token, x)
+        self._rope_angles(pos)
+        for l in range(cfg.n_layers):
+            self._rmsnorm(xb, x, w.norm(w.rms_att[l]), d)
+            self._prep(xb, d)
+            self._mv(w.wq[l], xb, q)
+            self._mv(w.wk[l], xb, self.kk)
+            self._mv(w.wv[l], xb, self.vv)
+            self._rope(q, d)
+            self._rope(self.kk, kvd)
+            self.cache.write(l, self.kk, self.vv)
+            self._attend(l, q, xb2)
+            self._prep(xb2, d)
+            self._mv(w.wo[l], xb2, xb)
+            k.mv_add(x, xb, d)
+            self._rmsnorm(xb, x, w.norm(w.rms_ffn[l]), d)
+            self._prep(xb, d)
+            self._mv(w.w1[l], xb, hb)
+            self._mv(w.w3[l], xb, hb2)
+            k.mv_swiglu(hb, hb2, h)
+            self._prep(hb, h)
+            self._mv(w.w2[l], hb, xb)
+            k.mv_add(x, xb, d)
+        if self.m.policy is not None:
+            self.m.policy.observe()
+        self._rmsnorm(x, x, w.norm(w.rms_final), d)
+        self._prep(x, d)
+        self._mv(w.wcls, x, self.logits)
+        return self.logits
