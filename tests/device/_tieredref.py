@@ -1,4 +1,4 @@
-# Shared by the tiered cache's device tests (test_tiered.py, test_tiered_store.py): deterministic tokens, the
+# Shared by the tiered cache's device tests (test_tier_cache.py, test_tier_store.py): deterministic tokens, the
 # store's files, and a plain-Python full-softmax reference over the positions that must be live.
 import math
 

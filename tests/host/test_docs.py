@@ -236,7 +236,7 @@ NOT_RUN = {
         "a benchmark (figures in docs/benchmarks.md), as the line above",
     ".venv/bin/python tools/bench_forward.py --runtime m3 --heap 215040 --march armv6m --rom --kernels asm "
     "--forward auto --context 512 --tokens 4 --cache max_tokens=113,window=113":
-        "a benchmark (figures in docs/tiered.md): tests/device/test_tiered_fused.py holds the tier's fused fold "
+        "a benchmark (figures in docs/tiered.md): tests/device/test_tier_cache_fused.py holds the tier's fused fold "
         "bit-identical to the tile loop on every runtime",
     ".venv/bin/python tools/bench_forward.py --runtime m3 --heap 215040 --march armv6m --rom --kernels asm "
     "--forward auto --context 512 --tokens 4 --cache max_tokens=20,window=16,sinks=4 --tier "

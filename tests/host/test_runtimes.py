@@ -29,13 +29,13 @@ XT_FILES = ("test_budget.py", "test_budget_layers.py", "test_clock.py", "test_at
 #   the same bytecode on every Arm core and no code of the core's own;
 # - m3-py (the package as source, compiled on the board): SOURCE_FILES, which import every module of the package
 #   (tests/host/test_import_graph.py checks it) and run a model of each pass, a tier and a pool.
-LOGIC_FILES = ("test_cache.py", "test_evict.py", "test_findings.py", "test_findings_durable.py",
-               "test_findings_tiered.py", "test_fuzz_cache.py", "test_fuzz_h2o.py", "test_fuzz_plandoc.py",
+LOGIC_FILES = ("test_cache.py", "test_evict.py", "test_cache_refusals.py", "test_tier_durable.py",
+               "test_tier_cache_refusals.py", "test_fuzz_cache.py", "test_fuzz_h2o.py", "test_fuzz_plandoc.py",
                "test_fuzz_pool.py", "test_fuzz_stream.py", "test_fuzz_tiered.py", "test_paged.py", "test_soak.py",
-               "test_stream.py", "test_tier.py", "test_tiered_store.py")
+               "test_stream.py", "test_tier_spill.py", "test_tier_store.py")
 SOURCE_FILES = ("test_budget.py", "test_clock.py", "test_compat.py", "test_evict.py", "test_pass_int.py",
                 "test_kernel_select.py", "test_model_generate.py", "test_model_run.py", "test_model_tiered.py",
-                "test_paged.py", "test_plandoc_model.py", "test_stream.py", "test_telemetry.py", "test_tier.py",
+                "test_paged.py", "test_plandoc_model.py", "test_stream.py", "test_telemetry.py", "test_tier_spill.py",
                 "test_pass_ulab.py", "test_w4model.py", "test_decode_interface.py",
                 "test_intkernels.py", "test_w4kinds.py", "test_w4convert.py", "test_qkernels_dsp.py")
 

@@ -1,6 +1,6 @@
 # The tiered cache (kvedge.tier.cache): hot ring + sinks in RAM, older tokens in blocks on flash, attended in one
 # online-softmax pass. Checked against a plain-Python full-softmax reference over the positions that must be
-# live, on every runtime with a filesystem. (The store itself: test_tiered_store.py.)
+# live, on every runtime with a filesystem. (The store itself: test_tier_store.py.)
 import gc
 
 import kvedge.cache  # noqa: F401  compiled first: importing from source peaks lower on a 215 KB heap

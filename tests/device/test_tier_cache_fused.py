@@ -37,7 +37,7 @@ def test_fused_cold_blocks_equal_the_tile_loop_and_plain_kernels():
     need("fs")
     fast = _fused_kinds()
     if not fast:
-        skip("needs viper or asm kernels (the plain kernels' tier: test_tiered)")
+        skip("needs viper or asm kernels (the plain kernels' tier: test_tier_cache)")
     for i, shape in enumerate(SHAPES[:3]):
         tc = case(shape, "i8", "i8", 80 + i)
         try:
