@@ -421,31 +421,31 @@ def test_tiered_cache_offered_by_default_and_built_from_the_plan(capsys, stories
 
 def test_tiered_cost_scales_to_other_shapes():
     from kvedge_host import models
-    from kvedge_host.plan import planner
+    from kvedge_host.plan import search
     fake = {"shape": {"layers": 2, "heads": 4, "head_dim": 8}, "unit": "instructions", "machine": "m", "kernels": "k",
             "command": "c", "rows": [{"path": "int", "cold": "i4", "per_cold_token": 1000, "demote_per_token": 50},
                                      {"path": "float", "cold": "i4", "per_cold_token": 9000, "demote_per_token": 70}]}
     spec = models.preset("stories15m")  # 6 layers, 6 heads, head_dim 48: 6 x 6 x 48 / (2 x 4 x 8) = 27x the work
-    k = planner.tier_cost(spec, "i8", "i4", 100, fake)
+    k = search.tier_cost(spec, "i8", "i4", 100, fake)
     f = spec.layers * spec.heads * spec.head_dim / 64.0
     assert k["instructions_per_cold_token"] == int(1000 * f) and k["cold_instructions_per_token"] == int(1000 * f * 100)
     assert k["demote_instructions_per_token"] == int(50 * f) and "scaled" in k and k["path"].startswith("integer")
-    assert planner.tier_cost(spec, "f32", "i4", 100, fake)["instructions_per_cold_token"] == int(9000 * f)
-    assert planner.tier_cost(spec, "i8", "i8", 100, fake) is None  # not measured: no figure invented
+    assert search.tier_cost(spec, "f32", "i4", 100, fake)["instructions_per_cold_token"] == int(9000 * f)
+    assert search.tier_cost(spec, "i8", "i8", 100, fake) is None  # not measured: no figure invented
 
 
 def test_tiered_cost_follows_the_plans_pass():
     """An i8 ring is attended by the integer attention on both passes: the integer pass with its fused kernels
     (row "int"), the float pass with a tile loop (row "int-tiles"): each plan is priced by the row of its pass."""
     from kvedge_host import models
-    from kvedge_host.plan import planner
+    from kvedge_host.plan import search
     fake = {"shape": {"layers": 5, "heads": 8, "head_dim": 8}, "unit": "instructions", "machine": "m", "kernels": "k",
             "command": "c", "rows": [{"path": "int", "cold": "i8", "per_cold_token": 1000, "demote_per_token": 50},
                                      {"path": "int-tiles", "cold": "i8", "per_cold_token": 4000,
                                       "demote_per_token": 60}]}
     spec = models.preset("stories260k")
-    fused = planner.tier_cost(spec, "i8", "i8", 10, fake, forward="int")
-    tiles = planner.tier_cost(spec, "i8", "i8", 10, fake, forward="float")
+    fused = search.tier_cost(spec, "i8", "i8", 10, fake, forward="int")
+    tiles = search.tier_cost(spec, "i8", "i8", 10, fake, forward="float")
     assert (fused["instructions_per_cold_token"], fused["demote_instructions_per_token"]) == (1000, 50)
     assert (tiles["instructions_per_cold_token"], tiles["demote_instructions_per_token"]) == (4000, 60)
     assert "fused" in fused["path"] and "tile loop" in tiles["path"]

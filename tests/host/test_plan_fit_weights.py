@@ -10,7 +10,7 @@ import pytest
 from kvedge_host import cli
 from kvedge import sizes
 from kvedge_host import models, profiles
-from kvedge_host.plan import planner
+from kvedge_host.plan import notes, planner
 
 
 class _R:
@@ -97,7 +97,7 @@ def test_every_verdict_fits_or_names_what_does(preset):
             p = planner.plan(s, context, tgt)
         except planner.NothingFits:
             continue  # the board's runtime runs no model at all (its footprint says so): not this item's
-        lines = planner.verdict(p.result)
+        lines = notes.verdict(p.result)
         if p.chosen is not None:
             assert lines[0].startswith("verdict: fits %s" % board), lines
             assert p.chosen["fits"] and p.chosen["total_bytes"] <= tgt["heap_bytes"]

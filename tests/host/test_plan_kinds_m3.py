@@ -42,7 +42,7 @@ CONTEXTS = (512, 1024)
 RUNS = [("rp2040", k, None) for k in ("h2o", "sinks", "window", "shorter")] + \
     [("rp2040", "tiered", "i8"), ("rp2040", "tiered", "i4"), ("esp32", "shorter", None), ("esp32", "window", None)]
 # (the i4-cold tier ran out of heap at its first demotion until the planner counted what re-quantizing a block
-# into i4 takes: kvedge_host.plan.planner.TIER_I4_DEMOTE_BYTES)
+# into i4 takes: kvedge_host.plan.search.TIER_I4_DEMOTE_BYTES)
 # (board, kind): what `kvedge plan --kind K` refuses at both contexts
 REFUSED = [("rp2040", k) for k in ("keep", "prefix")] + \
     [("esp32", k) for k in ("keep", "prefix", "h2o", "sinks", "tiered")]

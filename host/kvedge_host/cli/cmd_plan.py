@@ -7,7 +7,7 @@ Argument parsing and printing; the planning itself is kvedge_host.plan.planner (
 the tests call it directly)."""
 import json
 
-from ..plan import planner
+from ..plan import notes, planner, rank
 from .. import validate
 from ..errors import UserError
 from .cmd_budget import add_model_arguments
@@ -51,14 +51,14 @@ def add_arguments(p):
                         "also ranks by default when the model is stories260K")
     p.add_argument("--no-quality", action="store_true",
                    help="rank by the heuristic order, even for stories260K (whose shipped table ranks by default)")
-    p.add_argument("--objective", default=planner.DEFAULT_OBJECTIVE, metavar="WHAT",
+    p.add_argument("--objective", default=rank.DEFAULT_OBJECTIVE, metavar="WHAT",
                    help="balanced (default: by quality, but never a plan more than 2x slower than the fastest "
                         "keeping as many tokens unless nothing else fits), quality (quality alone) or speed "
                         "(tokens/s first)")
     p.add_argument("--min-tokens-per-s", type=float, metavar="X",
                    help="leave out configurations slower than X tokens/s at the board's clock")
     p.add_argument("--kind", metavar="KIND",
-                   help="search one kind only: %s" % ", ".join(planner.KINDS))
+                   help="search one kind only: %s" % ", ".join(rank.KINDS))
     p.add_argument("--out", metavar="FILE.json", help="write the chosen configuration as a device config JSON")
     p.add_argument("--pick", type=int, default=1, help="rank of the configuration --out writes (default 1)")
     p.add_argument("--top", type=int, default=12, help="ranked rows to print (default 12)")
@@ -112,7 +112,7 @@ def run(a):
 def account_checks(a):
     from ..plan import account
     account.check_size("--top", a.top)
-    planner.check_choices(a.objective, a.kind, a.min_tokens_per_s)
+    rank.check_choices(a.objective, a.kind, a.min_tokens_per_s)
 
 
 def _speed(cd):
@@ -300,7 +300,7 @@ def say(c, line):
 def print_first_screen(spec, tgt, r, chosen, c):
     """The answer on one screen: the verdict, the chosen plan's account, the next ALTERNATIVES configurations a
     line each (at the console's width), and where the rest is."""
-    verdict = planner.verdict(r)
+    verdict = notes.verdict(r)
     cands = r["configurations"]
     for line in verdict if not cands else verdict[:2]:  # a chosen plan's reasons for its weights follow its table
         say(c, line)
@@ -341,7 +341,7 @@ def print_plan(spec, tgt, r, chosen, top, verbose=False):
         for n in r["notes"]:
             c.print(n if n.startswith("warning: ") else "note: " + n, highlight=False, markup=False)
         return
-    for line in planner.verdict(r):  # the verdict and its reason first; the account and the search follow
+    for line in notes.verdict(r):  # the verdict and its reason first; the account and the search follow
         say(c, line)
     c.print("[bold]%s[/bold] on [bold]%s[/bold] (heap %s), context %d, batch %d, align %d"
             % (spec.name, tgt["name"], _b(tgt["heap_bytes"]), r["context"], r["batch"], r["align"]))
