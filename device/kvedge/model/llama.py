@@ -206,12 +206,10 @@ class Llama:
         fp = _path(forward, wdtype)  # the pass's module: its Weights and Forward
         self.cfg = cfg
         self.wdtype = wdtype
-        self.stream = stream
         self.k = kernels.get()
         self.forward_kind = forward
         self.kind = plan_kind(ccfg, tier, policy is not None)
-        self.fwd = None  # the forward pass (kvedge.model.pass_*.Forward)
-        self.intp = None  # the same, when it is not the float one
+        self.fwd = None  # the forward pass (kvedge.model.pass_*.Forward); intp: the same when not the float one
         # the integer pass's steps run with the heap locked once two steps in a row allocated nothing
         # (kvedge.model.pass_int.Forward.step)
         self._lockable = False
@@ -235,14 +233,12 @@ class Llama:
         else:
             self.cache = _caches.build(ccfg, tier, cold_path, tile, arena, q8=q8)
         gc.collect()
-        self.policy = None
-        self.int_attention = False
         # the pass's buffers before the weights' many small objects and their load's garbage (the integer pass's
         # logits are its largest: 4 bytes a vocabulary entry; after the weights, on the emulated rp2040's nearly
         # full heap, no 2 KB block was left for them though the plan's account held). The integer pass builds
         # its buffers once the cache's attention is attached (below), the ulab pass once its weights are in.
         if floats:
-            self.fwd = fp.Forward(self, None)
+            self.fwd = fp.Forward(self, None, stream)
             gc.collect()
         early = forward == "int"
         if not early:
@@ -266,9 +262,13 @@ class Llama:
             self.fwd = fp.Forward(self, self.w)
         self.logits = self.fwd.logits
         if not floats:
-            self.intp = self.fwd
             # steps are locked where the cache says they allocate nothing (Forward.step)
             self._lockable = HAS_HEAP_LOCK and hasattr(gc, "mem_alloc")
+
+    @property
+    def intp(self):
+        """The forward pass when it is not the float one (its integer logits' exponent, its prefill), else None."""
+        return None if self.forward_kind == "float" else self.fwd
 
     def _weights(self, fp, path, stream):
         """The weights, by the pass's own loader (the integer pass never loads the float one's)."""

@@ -16,11 +16,12 @@ from kvedge.model.checkpoint import Weights  # noqa: F401 (this pass's weights: 
 
 
 class Forward:
-    """The float pass of model m (kvedge.model.llama.Llama: its cfg, kernels, cache and policy): its buffers,
-    largest first, allocated here, before the weights (take(w) binds them, and the integer attention's query
-    buffers once the cache's attention is attached)."""
+    """The float pass of model m (kvedge.model.llama.Llama: its cfg, kernels, cache and policy) over weights held
+    as `stream` says (kvedge.model.header.weights_place): its buffers, largest first, allocated here, before the
+    weights (take(w) binds them, and the integer attention's query buffers once the cache's attention is
+    attached)."""
 
-    def __init__(self, m, w):
+    def __init__(self, m, w, stream=False):
         cfg = m.cfg
         self.m = m
         self.cfg = cfg
@@ -28,7 +29,7 @@ class Forward:
         self.cache = m.cache
         d, h, kvd, hd = cfg.dim, cfg.hidden_dim, cfg.kv_dim, cfg.head_dim
         if m.wdtype == "i8":
-            self.acc = zeros("i", acc_rows(cfg, m.stream))
+            self.acc = zeros("i", acc_rows(cfg, stream))
             self.xq = zeros("b", max(d, h))
         else:
             self.xq = None
