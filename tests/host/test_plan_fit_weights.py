@@ -124,8 +124,10 @@ def test_generate_without_a_plan_fits_the_weights_too(tmp_path):
     from _boardkit import env
     from kvedge_host.boards.tinyckpt import write
     # wide enough that the f32 rows the float pass streams take the cache's room (dim 48 kept more tokens with
-    # f32 weights than int8 once the package's .mpy lost its line tables: 29 against an H2O plan's 17)
-    model, tok = write(str(tmp_path), dim=64, hidden_dim=192, n_heads=4, n_kv_heads=2, seq_len=128, name="t")
+    # f32 weights than int8 once the package's .mpy lost its line tables: 29 against an H2O plan's 17), narrow
+    # enough that the f32 plan keeps a few (hidden_dim 192 kept 7 of the 8 a run needs once pass_float was a module
+    # of its own; 176: 12 with f32 weights, 18 with int8)
+    model, tok = write(str(tmp_path), dim=64, hidden_dim=176, n_heads=4, n_kv_heads=2, seq_len=128, name="t")
     spec, context, tgt = planner.inputs(model, board="esp32")
     from kvedge_host.boards import planrun
     own = planrun.plan_for("esp32", model, tok, prompt="Tom", weights_dtype="f32")
