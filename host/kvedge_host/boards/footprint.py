@@ -149,7 +149,7 @@ def image_heap(prof):
     PSRAM included), or the largest image for a bigger heap: code and first-run state do not depend on the heap's
     size."""
     heap = prof["heap_bytes"]
-    imgs = m3board.m3_images()
+    imgs = set(m3board.m3_images()) | set(m3board.firmware_images(layout=m3board.layout_for(prof["name"], heap)))
     if heap in imgs or not imgs:
         return heap
     bigger = [h for h in imgs if h <= heap]
@@ -300,8 +300,11 @@ def firmware_name(b):
     """The firmware as it names itself (sys.version, its build), its image and the machine."""
     out = b.exec("import sys\nprint('KVFP version', sys.version, getattr(sys.implementation, '_build', '?'))")
     m = re.search(r"MicroPython (\S+).* (\S+)\s*$", out.strip())
-    return "MicroPython %s, ports/qemu BOARD=%s, %s, qemu-system-arm -machine %s -icount shift=0" % (
-        m.group(1) if m else "?", m.group(2) if m else "?", os.path.basename(b.firmware), b.layout.machine)
+    args = b.layout.qemu_args
+    cpu = " -cpu " + args[args.index("-cpu") + 1] if "-cpu" in args else ""
+    return "MicroPython %s, ports/qemu BOARD=%s, %s, %s -machine %s%s -icount shift=0" % (
+        m.group(1) if m else "?", m.group(2) if m else "?", os.path.basename(b.firmware), b.layout.qemu[0],
+        b.layout.machine, cpu)
 
 
 def runtime_bytes(r):
@@ -425,8 +428,8 @@ def sources(board, res, fp, command, date):
     for key in sorted(fp):
         n = note
         if key.endswith(("_viper", "_native")) and prof.get("mpy_march") != res["march"]:
-            n += "; viper/native machine code measured as %s Thumb, the board's %s code differs in size" % (
-                res["march"], prof.get("mpy_march"))
+            n += "; viper/native machine code measured as %s %s, the board's %s code differs in size" % (
+                res["march"], "(call0)" if res["march"] == "xtensa" else "Thumb", prof.get("mpy_march"))
         out.append({"figure": "footprint." + key, "value": fp[key],
                     "source": "kvedge measurement on the emulated %s board: %s" % (cpu, _what(key)),
                     "command": command, "firmware": res["firmware"], "date": date, "where": "KVFP lines",
