@@ -1,6 +1,7 @@
 """The runtime's own footprint on a 32-bit board, measured on the emulated board that stands for
 its profile (`kvedge footprint --board B`: the Cortex-M0 for the RP2040, the single-precision Cortex-M7 for the
-RP2350, else the Cortex-M3; kvedge_host.boards.m3board.layout_for).
+RP2350, the Xtensa lx106 for the ESP32 and ESP32-S3, else the Cortex-M3, which also stands in, saying so, where
+that machine cannot run here; kvedge_host.boards.m3board.layout_for).
 
 A plan is only as good as its account of what the runtime itself takes: the package's code once imported from the
 board's filesystem as .mpy (bytecode copied into the heap, names interned), the state a first generation leaves
@@ -145,8 +146,8 @@ def tiny_files(folder):
 
 
 def image_heap(prof):
-    """The firmware image to measure a profile on: its own heap (the Cortex-M3's images, those with the heap in
-    PSRAM included), or the largest image for a bigger heap: code and first-run state do not depend on the heap's
+    """The firmware image to measure a profile on: its own heap (the images of the machine that stands for it,
+    the Cortex-M3's, those with the heap in PSRAM included), or the largest image for a bigger heap: code and first-run state do not depend on the heap's
     size."""
     heap = prof["heap_bytes"]
     imgs = set(m3board.m3_images()) | set(m3board.firmware_images(layout=m3board.layout_for(prof["name"], heap)))
@@ -264,14 +265,19 @@ def measure(board, kinds=None, log=None):
     kinds = kinds or kinds_for(prof)
     layout = m3board.layout_for(board, heap)
     march = m3board.march_for(board, layout)
-    from .deploy import device_sources
+    from .deploy import device_sources, for_chip
     res = {"board": board, "heap_image": heap, "march": march, "machine": layout.key, "kinds": {}}
+    stand = m3board.fallback_note(board, heap)
+    if stand:
+        res["fallback"] = stand
+        if log:
+            log(stand)
     with tempfile.TemporaryDirectory(prefix="kvedge-footprint-") as tmp:
         model, tok = tiny_files(tmp)
         probe = os.path.join(tmp, PROBE_NAME + ".py")
         with open(probe, "w") as f:
             f.write(PROBE)
-        files = [(src, "/" + rel) for src, rel in device_sources()] + [
+        files = [(src, "/" + rel) for src, rel in for_chip(device_sources(), board, march)] + [
             (model, "/" + MODEL), (tok, "/" + TOKENIZER), (probe, "/" + PROBE_NAME + ".py")]
         disk = m3board.build_disk(os.path.join(tmp, "disk.img"), files, march=march, mpy=True, work=tmp,
                                   layout=layout)

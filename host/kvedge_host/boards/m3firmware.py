@@ -122,6 +122,18 @@ def standing_in(board=None, heap=None):
     return "; ".join(why) or None
 
 
+def fallback_note(board=None, heap=None):
+    """The line kvedge demo, sim and footprint print when the Cortex-M3 runs in the place of the profile's own
+    stand-in (an ESP32 without qemu-system-xtensa or ../shared's lx106 images), else None."""
+    why = standing_in(board, heap)
+    if why is None:
+        return None
+    march = profiles.load(board or "rp2040").get("mpy_march")
+    own = " or ".join("the %s" % lay.cpu for lay in _own_layouts(march))
+    return ("the emulated Cortex-M3 stands in for %s, as armv7m .mpy: %s (its own stand-in) cannot run here: %s"
+            % (board, own, why))
+
+
 def m3_images():
     """{heap bytes: image path} of every Cortex-M3 image, those with the heap in PSRAM included."""
     out = {}
