@@ -249,8 +249,8 @@ class _Io:
         got = self.f.readinto(self.mv[:TAG_BYTES])
         if got is None or got != TAG_BYTES:
             _refuse(self.name, "%s is truncated (its tag)" % PARTS[self.part])
-        pid, _, a, b = struct.unpack_from(TAG, self.buf, 0)
-        if pid != self.part:
+        pid, zero, a, b = struct.unpack_from(TAG, self.buf, 0)
+        if pid != self.part or zero:
             _refuse(self.name, "%s: the file holds part %d in its place" % (PARTS[self.part], pid))
         if a != self.ab[0] or b != self.ab[1]:
             _refuse(self.name, "%s fails its checksum: damaged" % PARTS[self.part])
