@@ -29,6 +29,8 @@ PARTS = {
     "evict": ("heavy-hitter (H2O) eviction", ("core",), ("evict",)),
     "stream": ("token streaming into the cache", ("core",), ("stream",)),
     "telemetry": ("the stats stream a host monitors over serial", ("core",), ("telemetry",)),
+    "session": ("a conversation saved to flash and resumed bit for bit (the cache, its policy, the sampler)",
+                ("core",), ("session",)),
     "pool": ("paged sessions: one arena shared by many caches", ("core", "attention"), ("paged",)),
     "rules": ("the rules a plan and a run are checked by: which forward pass runs a model, a tier's fields",
               ("kernels",), ("model/__init__", "model/passes", "tier/config")),
