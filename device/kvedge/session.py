@@ -447,7 +447,14 @@ def _check_header(name, h, want, t, policy, sampler, model):
         if (j >= 13 and j <= 20) and (model is None or not flags & F_MODEL):
             continue  # the model's shape is compared when both sides have one
         if got != want[j]:
-            _refuse(name, "written for another layout: %s %d in the file, %d here" % (FIELDS[j], got, want[j]))
+            _refuse(name, "written for another layout: %s %s in the file, %s here" % (FIELDS[j], _show(j, got),
+                                                                                     _show(j, want[j])))
+
+
+def _show(j, x):
+    """A fingerprint value as the refusal names it: a dtype or an at_cap policy by name."""
+    names = {5: CACHE_DTYPES, 20: ("none",) + WEIGHTS, 26: ("none",) + CACHE_DTYPES, 28: AT_CAP}.get(j)
+    return names[x] if names is not None and 0 <= x < len(names) else "%d" % x
 
 
 def _stream(io, r, t, policy, sampler, model, h, apply):

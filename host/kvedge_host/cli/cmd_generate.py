@@ -73,6 +73,11 @@ def add_arguments(p):
                    "`kvedge monitor --port PORT`")
     b.add_argument("--timeout", type=float, default=3600, help="--port: seconds to wait for the generation")
     p.add_argument("--heap", type=int, default=0, help="heap bytes for unix/wasm without --board (default 8 MB)")
+    p.add_argument("--save", metavar="FILE", help="when the run ends, save the conversation (the cache, the sampler, "
+                   "the next token: kvedge.session) to FILE.s0 / FILE.s1; cpython and unix runtimes")
+    p.add_argument("--resume", metavar="FILE", help="go on from the conversation saved to FILE (--save) for --steps "
+                   "more positions, bit-identical to a run that never stopped: the same model and cache flags; the "
+                   "saved temperature and sampler state are used; a tiered cache's cold store reopened as it is")
 
 
 def _tokenizer(args):
@@ -137,6 +142,7 @@ def check_args(args, tok):
                 raise UserError("--%s is for --port" % flag)
     if args.csv:
         validate.out_folder("--csv", args.csv)
+    _check_session(args)
     if args.plan:
         _plan_kwargs(args)  # checked before anything runs
     cfg, wdtype = read_config(args.model)  # the header checked, and the file's size against it
@@ -162,6 +168,36 @@ def check_args(args, tok):
     validate.in_file(tok, "tokenizer")
     Tokenizer.load(tok, cfg.vocab_size)  # raises TokenizerError naming the file
     return cfg, prompt
+
+
+def _check_session(args):
+    """--save and --resume: on a host runtime whose files outlive the run; a session there to resume."""
+    from kvedge import session
+    if not (args.save or args.resume):
+        return
+    flag = "--save" if args.save else "--resume"
+    if args.port:
+        raise UserError("%s runs on a host runtime (cpython, unix): not with --port" % flag)
+    if args.runtime == "wasm":
+        raise UserError("%s: the wasm port's files do not outlive its run: --runtime cpython or unix" % flag)
+    if args.save:
+        from .. import validate
+        validate.out_folder("--save", args.save)
+    if args.resume:
+        if args.prompt:
+            raise UserError("--resume goes on from the saved conversation: --prompt does not apply")
+        names = session.files(args.resume)
+        if not any(os.path.isfile(n) for n in names):
+            raise UserError("%s: no saved session (neither %s nor %s is there)" % (args.resume, names[0], names[1]))
+
+
+def _session_error(text):
+    """The one-line message of a refused session (kvedge.errors.SessionError) in a runtime's output, or None."""
+    for line in reversed(text.strip().splitlines()[-3:]):
+        for name in ("SessionError: ", "kvedge.errors.SessionError: "):
+            if line.startswith(name):
+                return line[len(name):]
+    return None
 
 
 # the flags that describe a cache by hand: without them (and without --plan) a run at --port is planned first
@@ -282,6 +318,9 @@ def _run(args, tok, cfg, prompt):
                                        "int" if args.wdtype in passes.INT_ONLY_WEIGHTS else "float")
     if args.plan:
         call.update(_plan_kwargs(args))
+    for flag in ("save", "resume"):  # absent unless given: a board's run.main() need not know them
+        if getattr(args, flag):
+            call[flag] = os.path.abspath(getattr(args, flag))
     if args.port:
         return _run_port(args, call)
     if args.runtime == "cpython":
@@ -293,8 +332,11 @@ def _run(args, tok, cfg, prompt):
         real = sys.stdout
         # the device runner writes pieces to stdout.buffer and its summary with print(): split them here
         sys.stdout = _Split(real, buf)
+        from kvedge.errors import SessionError
         try:
             devrun.main(**call)
+        except SessionError as e:
+            raise UserError(str(e))
         finally:
             sys.stdout = real
         _split_stats(buf.getvalue())
@@ -309,6 +351,8 @@ def _run(args, tok, cfg, prompt):
             pkg = _compile_mpy(tmp)
         folders = [pkg] + sorted({os.path.dirname(call["model"]), os.path.dirname(call["tokenizer"])})
         rc, out = runtimes.run_code(args.runtime, code, heap, folders, timeout=3600)
+    if rc != 0 and _session_error(out):  # refused before the first token: its one line, not the traceback
+        raise UserError(_session_error(out))
     text, _, tail = out.partition("\n" + MARK)
     sys.stdout.write(_split_stats(text) + "\n")
     if rc != 0 or not tail:

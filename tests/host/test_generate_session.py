@@ -1,0 +1,114 @@
+"""`kvedge generate --save FILE` and `--resume FILE` (issue 45 item 3, kvedge.session) on the host runtimes: 60 positions
+at once give the text of 30 with --save, then, in a fresh process, 30 more with --resume (token for token: the same
+pieces, and the cache's counters carried on), for a window + sinks i8 cache and an i4 KIVI cache, sampled with a
+temperature, on CPython and on the MicroPython unix port. A damaged, foreign, mismatched or missing session is one
+line naming the file and the problem, exit 2, no traceback."""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from kvedge_host.boards import runtimes
+from kvedge_host.paths import ROOT
+
+from _boardkit import env
+
+CACHES = {"window": ["--kv-dtype", "i8", "--window", "24", "--sinks", "4"],
+          "kivi": ["--kv-dtype", "i4", "--max-tokens", "64"]}
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    from kvedge.model import tiny
+    d = tmp_path_factory.mktemp("session")
+    m, t = str(d / "m.bin"), str(d / "tok.bin")
+    tiny.write_checkpoint(m, seed=3, dim=16, hidden_dim=32, n_heads=4, n_kv_heads=2, vocab_size=352, seq_len=128)
+    tiny.write_tokenizer(t, 352)
+    return d, m, t
+
+
+def _runtimes():
+    out = [pytest.param("cpython")]
+    why = runtimes.missing("unix")
+    out.append(pytest.param("unix", marks=pytest.mark.skipif(why is not None, reason=str(why))))
+    return out
+
+
+def kvedge(*args):
+    """The CLI in a fresh process; stdout as bytes (a random model's pieces are not all UTF-8), stderr as text."""
+    p = subprocess.run([sys.executable, "-m", "kvedge_host.cli"] + [str(a) for a in args], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, env=env(), cwd=ROOT, timeout=300)
+    p.stderr = p.stderr.decode("utf-8", "replace")
+    return p
+
+
+def _gen(files, runtime, cache, *extra):
+    d, m, t = files
+    p = kvedge("generate", "--model", m, "--tokenizer", t, "--temperature", "0.8", "--seed", "3", "--runtime",
+               runtime, *(CACHES[cache] + list(extra)))
+    assert p.returncode == 0, p.stderr[-2000:]
+    text = p.stdout
+    trail = b"\n\n" if runtime != "cpython" else b"\n"  # the summary's newline (and the port's end of text)
+    assert text.endswith(trail), repr(text[-20:])
+    summary = [ln for ln in p.stderr.splitlines() if ln.startswith("[")][-1]
+    return text[:-len(trail)], summary
+
+
+def _evictions(summary):
+    return int(re.search(r"evictions (\d+)", summary).group(1))
+
+
+@pytest.mark.parametrize("cache", sorted(CACHES))
+@pytest.mark.parametrize("runtime", _runtimes())
+def test_sixty_at_once_equal_thirty_saved_and_thirty_resumed(files, runtime, cache):
+    sess = str(files[0] / ("s_%s_%s" % (runtime, cache)))
+    whole, s60 = _gen(files, runtime, cache, "--steps", "60")
+    first, s30 = _gen(files, runtime, cache, "--steps", "30", "--save", sess)
+    assert os.path.exists(sess + ".s0")
+    rest, r30 = _gen(files, runtime, cache, "--steps", "30", "--resume", sess)
+    assert len(whole) > 30 and first + rest == whole, (first, rest, whole)
+    assert "[30 tokens" in s30 and "[30 tokens" in r30, (s30, r30)
+    assert _evictions(r30) == _evictions(s60), (r30, s60)  # the counters carried on
+    # the resumed run saved again and resumed once more: the save alternates files, the newer one wins
+    more, _ = _gen(files, runtime, cache, "--steps", "10", "--save", sess)
+    assert os.path.exists(sess + ".s1")
+
+
+def _refused(files, *args):
+    d, m, t = files
+    p = kvedge("generate", "--model", m, "--tokenizer", t, "--steps", "5", *args)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert "Traceback" not in p.stderr and b"Traceback" not in p.stdout, (p.stderr, p.stdout)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+@pytest.mark.parametrize("runtime", _runtimes())
+def test_bad_sessions_are_one_line_exit_two(files, runtime):
+    d = files[0]
+    sess = str(d / ("bad_%s" % runtime))
+    _gen(files, runtime, "window", "--steps", "8", "--save", sess)
+    good = open(sess + ".s0", "rb").read()
+    rt = ["--runtime", runtime] + CACHES["window"]
+    b = bytearray(good)
+    b[len(b) // 2] ^= 4
+    open(sess + ".s0", "wb").write(b)
+    line = _refused(files, "--resume", sess, *rt)
+    assert sess + ".s0" in line and "checksum" in line, line
+    open(sess + ".s0", "wb").write(b"not a session" * 20)
+    line = _refused(files, "--resume", sess, *rt)
+    assert "not a kvedge session" in line, line
+    open(sess + ".s0", "wb").write(good)
+    line = _refused(files, "--resume", sess, "--runtime", runtime, "--kv-dtype", "i8", "--window", "20", "--sinks",
+                    "4")
+    assert "another layout" in line and "slots 28 in the file, 24 here" in line, line
+    line = _refused(files, "--resume", str(d / "nothere"), *rt)
+    assert "no saved session" in line, line
+    line = _refused(files, "--resume", sess, "--prompt", "hi", *rt)
+    assert "--prompt" in line, line
+    open(sess + ".s0", "wb").write(good[:len(good) // 2])  # a save a power cut stopped, and none before it
+    line = _refused(files, "--resume", sess, *rt)
+    assert "no complete save" in line, line
