@@ -1,8 +1,8 @@
-"""`kvedge generate --save FILE` and `--resume FILE` (issue 45 item 3, kvedge.session) on the host runtimes: 60 positions
-at once give the text of 30 with --save, then, in a fresh process, 30 more with --resume (token for token: the same
-pieces, and the cache's counters carried on), for a window + sinks i8 cache and an i4 KIVI cache, sampled with a
-temperature, on CPython and on the MicroPython unix port. A damaged, foreign, mismatched or missing session is one
-line naming the file and the problem, exit 2, no traceback."""
+"""`kvedge generate --save FILE` and `--resume FILE` (issue 45 item 3, kvedge.session) on the host runtimes: 60
+positions at once give the text of 30 with --save, then, in a fresh process, 30 more with --resume (token for
+token: the same pieces, and the cache's counters carried on), for a window + sinks i8 cache and an i4 KIVI cache,
+sampled with a temperature, on CPython and on the MicroPython unix port. A damaged, foreign, mismatched or missing
+session is one line naming the file and the problem, exit 2, no traceback."""
 import os
 import re
 import subprocess

@@ -77,7 +77,8 @@ def add_arguments(p):
                    "the next token: kvedge.session) to FILE.s0 / FILE.s1; cpython and unix runtimes")
     p.add_argument("--resume", metavar="FILE", help="go on from the conversation saved to FILE (--save) for --steps "
                    "more positions, bit-identical to a run that never stopped: the same model and cache flags; the "
-                   "saved temperature and sampler state are used; a tiered cache's cold store is reopened, not started afresh")
+                   "saved temperature and sampler state are used; a tiered cache's cold store is reopened, not started "
+                   "afresh")
 
 
 def _tokenizer(args):
