@@ -1,7 +1,8 @@
 """`kvedge generate --save FILE` and `--resume FILE` (issue 45 item 3, kvedge.session) on the host runtimes: 60
 positions at once give the text of 30 with --save, then, in a fresh process, 30 more with --resume (token for
 token: the same pieces, and the cache's counters carried on), for a window + sinks i8 cache and an i4 KIVI cache,
-sampled with a temperature, on CPython and on the MicroPython unix port. A damaged, foreign, mismatched or missing
+sampled with a temperature, on CPython and on the MicroPython unix port; and a tiered plan (`kvedge plan --kind
+tiered`: blocks go to flash before and after the save, the cold store reopened as it is) on CPython. A damaged, foreign, mismatched or missing
 session is one line naming the file and the problem, exit 2, no traceback."""
 import os
 import re
@@ -36,10 +37,10 @@ def _runtimes():
     return out
 
 
-def kvedge(*args):
+def kvedge(*args, cwd=ROOT):
     """The CLI in a fresh process; stdout as bytes (a random model's pieces are not all UTF-8), stderr as text."""
     p = subprocess.run([sys.executable, "-m", "kvedge_host.cli"] + [str(a) for a in args], stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, env=env(), cwd=ROOT, timeout=300)
+                       stderr=subprocess.PIPE, env=env(), cwd=cwd, timeout=300)
     p.stderr = p.stderr.decode("utf-8", "replace")
     return p
 
@@ -74,6 +75,27 @@ def test_sixty_at_once_equal_thirty_saved_and_thirty_resumed(files, runtime, cac
     # the resumed run saved again and resumed once more: the save alternates files, the newer one wins
     more, _ = _gen(files, runtime, cache, "--steps", "10", "--save", sess)
     assert os.path.exists(sess + ".s1")
+
+
+def test_a_tiered_plan_resumes_with_its_cold_store(files):
+    d, m, t = files
+    plan = str(d / "tiered.json")
+    p = kvedge("plan", "--model", m, "--tokenizer", t, "--board", "rp2040", "--kv-dtype", "i8", "--align", "0",
+               "--kind", "tiered", "--context", "128", "--out", plan)
+    assert p.returncode == 0, p.stderr[-2000:]
+    work = d / "tiered_run"  # the cold store's files (kv_cold.*) go to the run's folder
+    work.mkdir()
+    sess = str(d / "s_tiered")
+    base = ["generate", "--model", m, "--tokenizer", t, "--plan", plan, "--temperature", "0.8", "--seed", "3"]
+    runs = []
+    for more in (["--steps", "240"], ["--steps", "120", "--save", sess], ["--steps", "120", "--resume", sess]):
+        p = kvedge(*(base + more), cwd=str(work))
+        assert p.returncode == 0, p.stderr[-2000:]
+        runs.append((p.stdout[:-1], [ln for ln in p.stderr.splitlines() if ln.startswith("[")][-1]))
+    assert "tiered" in runs[0][1] and "cold tokens" in runs[0][1], runs[0][1]
+    assert runs[1][0] + runs[2][0] == runs[0][0]
+    assert _evictions(runs[2][1]) == _evictions(runs[0][1]) > 0, runs  # blocks dropped at the cap, counted on
+    assert os.path.exists(str(work / "kv_cold.h0"))
 
 
 def _refused(files, *args):
