@@ -381,6 +381,47 @@ def load_run(path, model, sampler):
     return load(path, model.cache, model.policy, sampler, model)
 
 
+# ---- the runner's (kvedge.model.run: generate --save / --resume) ----
+
+def reopen_tier(tier, tile, arena):
+    """A Llama cache factory: the tiered cache of a plan's `tier` with its cold store reopened (fresh=False) as a
+    saved run left it; arena: the ring's, allocated earlier."""
+    def build(ccfg, q8):
+        from kvedge import caches
+        return caches.build(ccfg, tier, caches.COLD_PATH, tile, arena, q8=q8, fresh=False)
+    return build
+
+
+def load_next(path, model, sampler):
+    """load_run(), and the next token there must be."""
+    t = load_run(path, model, sampler)
+    if t < 0:
+        raise SessionError("%s: the session holds no next token to go on from" % path)
+    return t
+
+
+class Last:
+    """A sampler remembering the last token it gave: the next one to feed when the run is saved."""
+
+    def __init__(self, s):
+        self.s = s
+        self.temperature = s.temperature
+        self.last = -1
+
+    def sample(self, logits):
+        t = self.s.sample(logits)
+        self.last = t
+        return t
+
+
+def save_end(path, model, last, ids, seen0):
+    """save_run() at the end of a run: the next token is the last one sampled, else (a prompt longer than the run)
+    the prompt's next one; ids: the tokens the run was given, seen0: the positions the cache held before it."""
+    ran = model.cache.stats()["tokens_seen"] - seen0
+    nxt = last.last if last.last >= 0 else (ids[ran] if ran < len(ids) else -1)
+    return save_run(path, model, last.s, nxt)
+
+
 def load(path, cache, policy=None, sampler=None, model=None):
     """Read the newest complete save of PATH back into `cache` (and `policy`, `sampler`), built as the saved ones
     were (fingerprint: the cache config, the model's shape, the policy's and the tier's fields). Returns the saved

@@ -99,20 +99,6 @@ def _load(kernel, h2o, stats, encode=False, kv=None, forward="auto", model=None,
     return k, forward
 
 
-class _Last:
-    """The sampler, remembering the last token it gave (the next one to feed when the run is saved)."""
-
-    def __init__(self, s):
-        self.s = s
-        self.temperature = s.temperature
-        self.last = -1
-
-    def sample(self, logits):
-        t = self.s.sample(logits)
-        self.last = t
-        return t
-
-
 def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=None, budget=None, workspace=0,
          stream=False, kernel="auto", tile=32, peak=False, h2o=0, stats_ms=0, overhead=RUN_OVERHEAD,
          kv_bytes=0, encode=None, ctrl_c=False, forward="float", tier=None, int_attention="auto", prefill=1, save=None,
@@ -184,11 +170,8 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
     gc.collect()  # set-up leaves garbage between what it keeps: free it before the next arrays are placed
     reopen = None
     if resume is not None and tier is not None:  # the cold store as the saved run left it, not started afresh
-        from kvedge import caches
-        ring = arena
-
-        def reopen(ccfg, q8):
-            return caches.build(ccfg, tier, caches.COLD_PATH, tile, ring, q8=q8, fresh=False)
+        from kvedge import session
+        reopen = session.reopen_tier(tier, tile, arena)
     m = Llama(model, kv=kv, budget=budget, workspace=ws, stream=stream, tile=tile, policy=policy, arena=arena,
               forward=forward, tier=tier, int_attention=int_attention, cache=reopen)
     reopen = None
@@ -197,16 +180,16 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
     arena = None
     gc.collect()
     sampler = Sampler(m.cfg.vocab_size, temperature, seed)
-    if resume is not None:
+    seen0 = 0  # positions the cache held before this run (a resumed one's)
+    if resume is not None or save is not None:
         from kvedge import session
-        ids = [session.load_run(resume, m, sampler)]  # refused whole (SessionError) before the cache changes
-        if ids[0] < 0:
-            raise ValueError("%s: the session holds no next token to go on from" % resume)
-    else:
+        if resume is not None:  # refused whole (SessionError) before the cache changes
+            ids = [session.load_next(resume, m, sampler)]
+            seen0 = m.cache.stats()["tokens_seen"]
+        if save is not None:
+            sampler = session.Last(sampler)
+    if resume is None:
         ids = tok.encode(prompt) if len(prompt) else [BOS]  # no text: no encoder (kvedge.model.bpe) loaded
-    seen0 = m.cache.stats()["tokens_seen"]
-    if save is not None:
-        sampler = _Last(sampler)
     w = _writer()
     stop = _ctrl_c() if ctrl_c else None
     if stop is not None:
@@ -241,11 +224,8 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
     ms = ticks_diff(ticks_ms(), t0)
     if tele is not None:
         tele.emit("final")
-    if save is not None:  # the next token: the last one sampled, else the prompt's next (a prompt longer than steps)
-        ran = m.cache.stats()["tokens_seen"] - seen0
-        nxt = sampler.last if sampler.last >= 0 else (ids[ran] if ran < len(ids) else -1)
-        from kvedge import session
-        session.save_run(save, m, sampler.s, nxt)
+    if save is not None:
+        session.save_end(save, m, sampler, ids, seen0)
     gc.collect()
     after = compat.mem_alloc()
     st = m.cache.stats()
