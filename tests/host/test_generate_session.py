@@ -1,6 +1,6 @@
 """`kvedge generate --save FILE` and `--resume FILE` (issue 45 item 3, kvedge.session) on the host runtimes: 60
 positions at once give the text of 30 with --save, then, in a fresh process, 30 more with --resume (token for
-token: the same pieces, and the cache's counters carried on), for a window + sinks i8 cache and an i4 KIVI cache,
+token: the same pieces, and the cache's counters carried on), for a window + sinks i8 cache, an i4 KIVI cache and H2O,
 sampled with a temperature, on CPython and on the MicroPython unix port; and a tiered plan (`kvedge plan --kind
 tiered`: blocks go to flash before and after the save, the cold store reopened as it is) on CPython; and at --port
 on the unix-port virtual board and the emulated Cortex-M3 (each run a fresh interpreter after a soft reset, the
@@ -19,7 +19,7 @@ from kvedge_host.paths import ROOT
 from _boardkit import env
 
 CACHES = {"window": ["--kv-dtype", "i8", "--window", "24", "--sinks", "4"],
-          "kivi": ["--kv-dtype", "i4", "--max-tokens", "64"]}
+          "kivi": ["--kv-dtype", "i4", "--max-tokens", "64"], "h2o": ["--kv-dtype", "i8", "--h2o", "24"]}
 
 
 @pytest.fixture(scope="module")
