@@ -27,7 +27,8 @@
 # header, is a save a power cut stopped: the other one is taken), and streams it twice through a CHUNK-byte
 # buffer: first every checksum, the fingerprint against the cache given and every table's consistency (counts,
 # ranges, the byte account), without touching anything; then into the cache. A damaged, foreign or mismatched
-# file raises SessionError naming the file and the part, and the cache is as it was. The arena is read straight
+# file raises SessionError naming the file and the part, and the cache is as it was (a file that changes between
+# the two passes is refused in the second, the cache then reset: never half-loaded). The arena is read straight
 # into place: nothing the size of the arena is allocated. Only small ints (below 2**30) are computed.
 #
 # A TieredCache's cold blocks are not copied: the save records its store's committed state (sequence, first
@@ -35,6 +36,7 @@
 # reset), refused otherwise: blocks committed after the save may have overwritten the save's.
 import struct
 
+from .cache import POS_LIMIT
 from .compat import const, zeros
 from .sizes import CACHE_DTYPES
 from .tier.sizes import SEQ_MOD, adler, newer
@@ -47,7 +49,7 @@ SUFFIXES = (".s0", ".s1")
 CHUNK = const(256)  # the buffer a save and a load stream through (a multiple of 4)
 HDR = "<4sBBBBII30I"
 HDR_BYTES = const(140)  # struct.calcsize(HDR) + the header's Adler-32 (a, b: 2 x u16)
-STATE = "<18id4H3i"
+STATE = "<18id4H3i"  # the state part's layout (written and read a field at a time)
 STATE_BYTES = const(100)
 TAG = "<HHHH"
 TAG_BYTES = const(8)
@@ -65,8 +67,7 @@ FIELDS = ("layers", "heads", "kv_heads", "head_dim", "slots", "dtype", "window",
           "tier cold_align")
 WEIGHTS = ("f32", "i8", "i4")
 AT_CAP = ("drop", "reset")
-POS_LIMIT = (1 << 30) - 1  # kvedge.cache's
-CAP = (1 << 30) - 1  # kvedge.evict's accumulator cap
+CAP = (1 << 30) - 1  # kvedge.evict's accumulator cap (not imported: a session without a policy loads no evict)
 _M16 = 0xFFFF
 
 

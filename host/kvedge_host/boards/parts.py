@@ -45,10 +45,11 @@ PARTS = {
                "model/tiny", "model/tokenizer", "model/w4file")),
 }
 # what a part loads only when a run asks for it (or its port has it): the model runner: H2O eviction, the stats
-# stream, a tier; the attention's cache builder: a tier (kvedge.caches); the kernels: the Xtensa inline
-# assembler's (kvedge.kernels.q8_viper probes for them)
-OPTIONAL = {"model": ("evict", "telemetry", "tier", "kernels-arm"), "attention": ("tier",),
-            "kernels": ("kernels-xtensa",)}
+# stream, a tier, a saved session (generate --save/--resume); the attention's cache builder: a tier (kvedge.caches);
+# the kernels: the Xtensa inline assembler's (kvedge.kernels.q8_viper probes for them); a session: the cache
+# builder, to reopen a tier's store (kvedge.session.reopen_tier, for the runner)
+OPTIONAL = {"model": ("evict", "telemetry", "tier", "kernels-arm", "session"), "attention": ("tier",),
+            "kernels": ("kernels-xtensa",), "session": ("attention",)}
 
 
 def closure(name):
