@@ -3,7 +3,9 @@
 # a window + sinks i8 cache, an i4 KIVI cache (window, sinks, f32 prefix) and an H2O policy; a tiered cache:
 # test_session_tiered.py. (A file each: a board-sized heap holds the runner's modules and a model or two.)
 import gc
-from kvedge.model import llama  # noqa: F401 (the runner's large modules first, each on a collected heap)
+from kvedge import session  # noqa: F401 (first: compiled from .py it needs a large block)
+gc.collect()
+from kvedge.model import llama  # noqa: F401,E402 (then the runner's large modules, each on a collected heap)
 gc.collect()
 from kvedge import attention  # noqa: F401,E402
 gc.collect()
