@@ -15,7 +15,8 @@
 #   CacheFullError  no room and nothing may be evicted (counted in alloc_failures / appends_failed, the one
 #                   documented change a refusal makes); BudgetError: a configuration over its byte budget.
 #   OSError         the file system under a cold tier or cold store failed.
-#   ColdStoreError  reopening a cold tier or cold store that is damaged, truncated, foreign or for another layout.
+#   ColdStoreError  reopening a cold tier or cold store that is damaged, truncated, foreign or for another layout;
+#                   its SessionError: loading a saved session (kvedge.session) of that kind, the cache unchanged.
 #   CheckpointError (a ValueError) a model file that is malformed (kvedge.model.header).
 #   PlanError       (a ValueError) a plan document a runner must not run (kvedge.model.plandoc), field named first.
 
@@ -42,6 +43,11 @@ class ColdStoreError(KVEdgeError):
     """A store on flash (a tiered cache's cold store, a paged pool's cold tier: kvedge.tier.store) cannot be
     trusted (foreign, another kind or layout, truncated, cut mid-write, damaged): refused whole, never half-read,
     never repaired."""
+
+
+class SessionError(ColdStoreError):
+    """A saved session (kvedge.session) that must not be loaded (foreign, another layout, truncated with no earlier
+    save, damaged): refused whole before the cache changes, the file and the part named."""
 
 
 class CheckpointError(ValueError):

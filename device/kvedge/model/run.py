@@ -101,7 +101,8 @@ def _load(kernel, h2o, stats, encode=False, kv=None, forward="auto", model=None,
 
 def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=None, budget=None, workspace=0,
          stream=False, kernel="auto", tile=32, peak=False, h2o=0, stats_ms=0, overhead=RUN_OVERHEAD,
-         kv_bytes=0, encode=None, ctrl_c=False, forward="float", tier=None, int_attention="auto", prefill=1):
+         kv_bytes=0, encode=None, ctrl_c=False, forward="float", tier=None, int_attention="auto", prefill=1, save=None,
+         resume=None):
     """Returns the stats dict it prints. Raises BudgetError before allocating when the run does not fit: the
     plan counts the tokenizer (kept in its file: kvedge.model.pieces.FileTokenizer) and `overhead`, this
     loop's own heap (a plan made from the board's measured footprint passes the loop it measured), in the
@@ -123,7 +124,10 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
     kvedge.model.llama.COLD_PATH.* start afresh): kv is then its ring's config and kv_bytes the ring's arena.
     int_attention: Llama's ("auto": the integer attention path with asm/viper kernels; True: with any kernels,
     e.g. plain ones on a host reproducing a board's asm run bit for bit). prefill: the prompt's tokens a chunk
-    at a time (the integer pass: kvedge.model.prefill; a plan's "prefill"), 1: one at a time."""
+    at a time (the integer pass: kvedge.model.prefill; a plan's "prefill"), 1: one at a time. resume: a session
+    (kvedge.session) saved by a run of the same model and cache to go on from (its cache, sampler and next token;
+    the prompt is not read, a tier's cold store is reopened as it is): `steps` more positions; save: the session
+    to write when the run ends (the next token, the last one sampled, is not yet fed: a resumed run feeds it)."""
     if budget is not None and kv_bytes > budget:
         from kvedge.errors import BudgetError
         raise BudgetError("KV arena", kv_bytes, budget)
@@ -164,13 +168,28 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
         from kvedge.model.bpe import sort_ids
         tok.order = sort_ids(tok)
     gc.collect()  # set-up leaves garbage between what it keeps: free it before the next arrays are placed
+    reopen = None
+    if resume is not None and tier is not None:  # the cold store as the saved run left it, not started afresh
+        from kvedge import session
+        reopen = session.reopen_tier(tier, tile, arena)
     m = Llama(model, kv=kv, budget=budget, workspace=ws, stream=stream, tile=tile, policy=policy, arena=arena,
-              forward=forward, tier=tier, int_attention=int_attention)
+              forward=forward, tier=tier, int_attention=int_attention, cache=reopen)
+    reopen = None
     if prefill != 1:
         generate = chunks.attach(m, prefill)  # kvedge.model.prefill's generate(), the prompt in chunks
     arena = None
     gc.collect()
-    ids = tok.encode(prompt) if len(prompt) else [BOS]  # no text: no encoder (kvedge.model.bpe) loaded
+    sampler = Sampler(m.cfg.vocab_size, temperature, seed)
+    seen0 = 0  # positions the cache held before this run (a resumed one's)
+    if resume is not None or save is not None:
+        from kvedge import session
+        if resume is not None:  # refused whole (SessionError) before the cache changes
+            ids = [session.load_next(resume, m, sampler)]
+            seen0 = m.cache.stats()["tokens_seen"]
+        if save is not None:
+            sampler = session.Last(sampler)
+    if resume is None:
+        ids = tok.encode(prompt) if len(prompt) else [BOS]  # no text: no encoder (kvedge.model.bpe) loaded
     w = _writer()
     stop = _ctrl_c() if ctrl_c else None
     if stop is not None:
@@ -201,14 +220,16 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
         w(b"")  # the heap once everything is set up, before the first token
     setup = top[0]  # what the generation loop adds beyond it: heap_peak - heap_setup
     t0 = ticks_ms()
-    generated = generate(m, tok, Sampler(m.cfg.vocab_size, temperature, seed), ids, steps, w, keep=False)
+    generated = generate(m, tok, sampler, ids, steps, w, keep=False)
     ms = ticks_diff(ticks_ms(), t0)
     if tele is not None:
         tele.emit("final")
+    if save is not None:
+        session.save_end(save, m, sampler, ids, seen0)
     gc.collect()
     after = compat.mem_alloc()
     st = m.cache.stats()
-    n = st["tokens_seen"]
+    n = st["tokens_seen"] - seen0  # this run's positions (a resumed run's cache counts the saved ones too)
     tiered = m.kind == "tiered"
     m.close()
     tok.close()

@@ -1,10 +1,39 @@
 # Exact sizes of a tiered cache (kvedge.tier.cache: a hot ring in RAM, older tokens compressed on flash) and of its
 # cold store's files (kvedge.tier.store). A module of its own beside kvedge.sizes: a tier loads these formulas
 # without the rest of kvedge.budget, and a run without a tier loads neither. kvedge.budget re-exports them.
+# Also the flash format's two small rules its files share with a saved session's (kvedge.session), here so that a
+# session loads neither the store nor the tier: the Adler-32 fold and the sequence numbers' order.
 from kvedge.sizes import FULL, I4, I8, LOWBIT, META_BYTES, QK, align_up, kv_bytes, row_bytes
 
 TIER_HEADER_BYTES = 40  # one header file of a cold store; it has two (the newer valid one wins)
 TIER_TAG_BYTES = 16  # after each block (and the sinks' rows): its number and checksum
+SEQ_MOD = 1 << 30  # sequence numbers wrap here (small ints on 31-bit boards)
+ADLER_RUN = 2048  # bytes summed between reductions: a < 65521 + 255 * 2048, b < 65521 * 2049 + 255 * 2048**2 / 2,
+#                    both below 2**30 (small ints on a 31-bit board)
+
+
+def adler(buf, n, ab):
+    """Fold buf[0:n] into the Adler-32 state ab = [a, b] (small ints only; zlib.adler32 gives the same). The sums
+    are reduced once every ADLER_RUN bytes, not at every byte: ~4x fewer instructions on the emulated Cortex-M3."""
+    a = ab[0]
+    b = ab[1]
+    mv = memoryview(buf)
+    i = 0
+    while i < n:
+        e = i + ADLER_RUN if n - i > ADLER_RUN else n
+        for x in mv[i:e]:
+            a += x
+            b += a
+        a %= 65521
+        b %= 65521
+        i = e
+    ab[0] = a
+    ab[1] = b
+
+
+def newer(s, t):
+    """Whether sequence number s comes after t (both below SEQ_MOD, at most half of it apart)."""
+    return (s - t) % SEQ_MOD < (SEQ_MOD >> 1)
 
 
 def cold_record_bytes(kv_heads, head_dim, block, dtype, align=0):

@@ -24,7 +24,8 @@
 import struct
 
 from kvedge.sizes import CACHE_DTYPES
-from .sizes import TIER_HEADER_BYTES, TIER_TAG_BYTES
+# the checksum and the sequence numbers live with the sizes (core): a saved session (kvedge.session) uses them too
+from .sizes import TIER_HEADER_BYTES, TIER_TAG_BYTES, SEQ_MOD, ADLER_RUN, adler, newer as _newer  # noqa: F401
 from kvedge.compat import IS_MICROPYTHON, zeros
 from kvedge.errors import ColdStoreError
 
@@ -36,34 +37,6 @@ HDR = "<4sBBBBHHHHHHHHIII"  # magic, version, cold dtype, sinks saved, kind, lay
 KINDS = ("a tiered cache's cold store", "a paged pool's cold tier")  # the kind byte: append only
 TAG = "<IIHHI"  # block number (sinks: SINKS_TAG), sequence of the commit it precedes, Adler-32 a and b, tokens
 SINKS_TAG = 0xFFFFFFF
-SEQ_MOD = 1 << 30  # sequence numbers wrap here (small ints on 31-bit boards)
-
-
-ADLER_RUN = 2048  # bytes summed between reductions: a < 65521 + 255 * 2048, b < 65521 * 2049 + 255 * 2048**2 / 2,
-#                    both below 2**30 (small ints on a 31-bit board)
-
-
-def adler(buf, n, ab):
-    """Fold buf[0:n] into the Adler-32 state ab = [a, b] (small ints only; zlib.adler32 gives the same). The sums
-    are reduced once every ADLER_RUN bytes, not at every byte: ~4x fewer instructions on the emulated Cortex-M3."""
-    a = ab[0]
-    b = ab[1]
-    mv = memoryview(buf)
-    i = 0
-    while i < n:
-        e = i + ADLER_RUN if n - i > ADLER_RUN else n
-        for x in mv[i:e]:
-            a += x
-            b += a
-        a %= 65521
-        b %= 65521
-        i = e
-    ab[0] = a
-    ab[1] = b
-
-
-def _newer(s, t):
-    return (s - t) % SEQ_MOD < (SEQ_MOD >> 1)
 
 
 def _collect():

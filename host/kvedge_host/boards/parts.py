@@ -29,6 +29,8 @@ PARTS = {
     "evict": ("heavy-hitter (H2O) eviction", ("core",), ("evict",)),
     "stream": ("token streaming into the cache", ("core",), ("stream",)),
     "telemetry": ("the stats stream a host monitors over serial", ("core",), ("telemetry",)),
+    "session": ("a conversation saved to flash and resumed bit for bit (the cache, its policy, the sampler)",
+                ("core",), ("session",)),
     "pool": ("paged sessions: one arena shared by many caches", ("core", "attention"), ("paged",)),
     "rules": ("the rules a plan and a run are checked by: which forward pass runs a model, a tier's fields",
               ("kernels",), ("model/__init__", "model/passes", "tier/config")),
@@ -43,10 +45,11 @@ PARTS = {
                "model/tiny", "model/tokenizer", "model/w4file")),
 }
 # what a part loads only when a run asks for it (or its port has it): the model runner: H2O eviction, the stats
-# stream, a tier; the attention's cache builder: a tier (kvedge.caches); the kernels: the Xtensa inline
-# assembler's (kvedge.kernels.q8_viper probes for them)
-OPTIONAL = {"model": ("evict", "telemetry", "tier", "kernels-arm"), "attention": ("tier",),
-            "kernels": ("kernels-xtensa",)}
+# stream, a tier, a saved session (generate --save/--resume); the attention's cache builder: a tier (kvedge.caches);
+# the kernels: the Xtensa inline assembler's (kvedge.kernels.q8_viper probes for them); a session: the cache
+# builder, to reopen a tier's store (kvedge.session.reopen_tier, for the runner)
+OPTIONAL = {"model": ("evict", "telemetry", "tier", "kernels-arm", "session"), "attention": ("tier",),
+            "kernels": ("kernels-xtensa",), "session": ("attention",)}
 
 
 def closure(name):

@@ -51,6 +51,7 @@ LARGER_HEAP = {"xt": {
     "test_pass_int.py": (245760, _UNIX64 % "944 bytes, the integer pass's viper kernels beside two models"),
     "test_model_tiered_auto.py": (245760, _UNIX64 % "144 bytes, importing the integer pass's viper kernels"),
     "test_model_tiered_kinds.py": (245760, _UNIX64 % "144 bytes, importing the integer pass's viper kernels"),
+    "test_session_tiered.py": (245760, _UNIX64 % "1,280 bytes, importing kvedge.session beside the tiered runner"),
 }}
 
 

@@ -73,6 +73,13 @@ def add_arguments(p):
                    "`kvedge monitor --port PORT`")
     b.add_argument("--timeout", type=float, default=3600, help="--port: seconds to wait for the generation")
     p.add_argument("--heap", type=int, default=0, help="heap bytes for unix/wasm without --board (default 8 MB)")
+    p.add_argument("--save", metavar="FILE", help="when the run ends, save the conversation (the cache, the sampler, "
+                   "the next token: kvedge.session) to FILE.s0 / FILE.s1 (at --port: on the board's filesystem); "
+                   "cpython and unix runtimes, or --port")
+    p.add_argument("--resume", metavar="FILE", help="go on from the conversation saved to FILE (--save) for --steps "
+                   "more positions, bit-identical to a run that never stopped: the same model and cache flags; the "
+                   "saved temperature and sampler state are used; a tiered cache's cold store is reopened, not started "
+                   "afresh")
 
 
 def _tokenizer(args):
@@ -137,6 +144,7 @@ def check_args(args, tok):
                 raise UserError("--%s is for --port" % flag)
     if args.csv:
         validate.out_folder("--csv", args.csv)
+    _check_session(args)
     if args.plan:
         _plan_kwargs(args)  # checked before anything runs
     cfg, wdtype = read_config(args.model)  # the header checked, and the file's size against it
@@ -162,6 +170,36 @@ def check_args(args, tok):
     validate.in_file(tok, "tokenizer")
     Tokenizer.load(tok, cfg.vocab_size)  # raises TokenizerError naming the file
     return cfg, prompt
+
+
+def _check_session(args):
+    """--save and --resume: on a host runtime whose files outlive the run; a session there to resume."""
+    from kvedge import session
+    if not (args.save or args.resume):
+        return
+    flag = "--save" if args.save else "--resume"
+    if args.runtime == "wasm":
+        raise UserError("%s: the wasm port's files do not outlive its run: --runtime cpython or unix" % flag)
+    if args.resume and args.prompt:
+        raise UserError("--resume goes on from the saved conversation: --prompt does not apply")
+    if args.port:  # FILE names a file on the board's filesystem: the board checks it
+        return
+    if args.save:
+        from .. import validate
+        validate.out_folder("--save", args.save)
+    if args.resume:
+        names = session.files(args.resume)
+        if not any(os.path.isfile(n) for n in names):
+            raise UserError("%s: no saved session (neither %s nor %s is there)" % (args.resume, names[0], names[1]))
+
+
+def _session_error(text):
+    """The one-line message of a refused session (kvedge.errors.SessionError) in a runtime's output, or None."""
+    for line in reversed(text.strip().splitlines()[-8:]):
+        for name in ("SessionError: ", "kvedge.errors.SessionError: "):
+            if name in line:
+                return line[line.find(name) + len(name):].strip()
+    return None
 
 
 # the flags that describe a cache by hand: without them (and without --plan) a run at --port is planned first
@@ -282,6 +320,9 @@ def _run(args, tok, cfg, prompt):
                                        "int" if args.wdtype in passes.INT_ONLY_WEIGHTS else "float")
     if args.plan:
         call.update(_plan_kwargs(args))
+    for flag in ("save", "resume"):  # absent unless given; at --port a file on the board's filesystem
+        if getattr(args, flag):
+            call[flag] = getattr(args, flag) if args.port else os.path.abspath(getattr(args, flag))
     if args.port:
         return _run_port(args, call)
     if args.runtime == "cpython":
@@ -293,8 +334,11 @@ def _run(args, tok, cfg, prompt):
         real = sys.stdout
         # the device runner writes pieces to stdout.buffer and its summary with print(): split them here
         sys.stdout = _Split(real, buf)
+        from kvedge.errors import SessionError
         try:
             devrun.main(**call)
+        except SessionError as e:
+            raise UserError(str(e))
         finally:
             sys.stdout = real
         _split_stats(buf.getvalue())
@@ -309,6 +353,8 @@ def _run(args, tok, cfg, prompt):
             pkg = _compile_mpy(tmp)
         folders = [pkg] + sorted({os.path.dirname(call["model"]), os.path.dirname(call["tokenizer"])})
         rc, out = runtimes.run_code(args.runtime, code, heap, folders, timeout=3600)
+    if rc != 0 and _session_error(out):  # refused before the first token: its one line, not the traceback
+        raise UserError(_session_error(out))
     text, _, tail = out.partition("\n" + MARK)
     sys.stdout.write(_split_stats(text) + "\n")
     if rc != 0 or not tail:
@@ -406,11 +452,15 @@ def _run_port(args, call):
         _, summary, mon = bd.watch(args.port, csv_path=args.csv, timeout=args.timeout, on_text=con.text,
                                    on_stats=con.stats)
     except bd.BoardReset as e:
+        bad = _session_error(getattr(e, "text", ""))  # refused before the first token, then back at its prompt
+        if bad:
+            raise UserError("%s (on the board at %s)" % (bad, args.port))
         sys.stdout.write("\n")
         print("kvedge generate: error: %s" % e, file=sys.stderr)
         return 1
     except RuntimeError as e:
-        raise UserError(str(e))
+        bad = _session_error(str(e).rpartition("did not finish: ")[2])  # a refused session: its own line
+        raise UserError("%s (on the board at %s)" % (bad, args.port) if bad else str(e))
     _summary(MARK + json.dumps(summary))
     say("stats: " + mon.summary())
     return 0
