@@ -113,12 +113,14 @@ for r in range(%(repeat)d):
         dt = ticks_diff(ticks_us(), t0)
         if r == 0 or dt < tt[C + i]:
             tt[C + i] = dt
-a0 = alloc = 0  # bound before the count: binding a new global can grow the globals' table
+a0 = alloc = last = 0  # bound before the count: binding a new global can grow the globals' table
 gc.collect()
 try:
     gc.disable()
     a0 = gc.mem_alloc()
+    t0 = ticks_us()
     m.forward(tok)
+    last = ticks_diff(ticks_us(), t0)  # the allocation count's step is a position too (C + N): timed as well
     alloc = gc.mem_alloc() - a0
 finally:
     gc.enable()
@@ -129,6 +131,7 @@ best = 0
 for i in range(N):
     best += tt[C + i]
 print("BENCH %%s %%s %%d %%d %%d %%d" %% (kernels.kind(), RAN, avg, best, %(tokens)d, alloc))
+print("BENCHALL %%d" %% (avg + best + last))  # every position from --from to C + N, the allocation count's included
 """
 
 MACS_CODE = r"""
@@ -397,6 +400,7 @@ def main(argv=None):
                                           "stream": "rom" if a.rom else False, "unlocked": unlocked, "tier": tier,
                                           "no_asm": a.no_asm, "first": a.first}
                     out += run_device(a.runtime, code, tmp, heap, a.march, a.board)
+                every = [int(line.split()[1]) for line in out.splitlines() if line.startswith("BENCHALL ")]
                 for line in out.splitlines():
                     if line.startswith("BENCH "):
                         k, f, avg, best, n, alloc = line.split()[1:]
@@ -406,6 +410,9 @@ def main(argv=None):
                         if m3:
                             r["instructions_per_token"] = best * 1000 // n
                             r["mean_instructions_per_token"] = avg * 1000 // (a.context - a.first)  # from..ctx-1
+                            if every:  # from..ctx+tokens: the timed steps and the allocation count's too
+                                r["mean_all_instructions_per_token"] = every.pop(0) * 1000 // (
+                                    a.context + n + 1 - a.first)
                         else:
                             r["tok_s"] = n * 1e6 / best
                             r["avg_tok_s"] = (a.context - a.first) * 1e6 / avg
@@ -449,6 +456,11 @@ def main(argv=None):
                                                             format(r["mean_instructions_per_token"], ","),
                                                             format(r["bytes_per_token"], ","),
                                                        verdict(r["bytes_per_token"], 0)))
+        for r in rows:
+            if "mean_all_instructions_per_token" in r:
+                print("%s pass, %s kernels: mean over every position run, %d-%d: %s instructions/token" % (
+                    r["forward"], r["kernels"], a.first, a.context + a.tokens,
+                    format(r["mean_all_instructions_per_token"], ",")))
         if macs:
             print("\n| kernel | kernels | shape | instructions/MAC | target |")
             print("|---|---|---|---:|---|")
