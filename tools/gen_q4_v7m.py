@@ -19,35 +19,63 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "device", "kvedge", "kernels", "q4_v7m_thumb.py")
 
-# The stack frame below the saved r8-r12 (sp-relative byte offsets)
-XSTART, XM, OS, ADD, OUTP, ROWS, BIG = 0, 4, 8, 12, 16, 20, 24
-FRAME = 32
+# The stack frame below the saved r8-r12 (sp-relative byte offsets): the group loop's four words first (one LDM.W
+# reads them, one STM.W writes the two it changes), then what a row reads
+S, SCP, EG, XEND, XSTART, XM, OS, ADD, OUTP, OUTEND, BIG = 0, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40
+FRAME = 48
 
 
 def _group():
-    """One group: 32 products (two LDM.W of two code words, eight LDM of four x), then its scale."""
+    """One group: 32 products (two LDM.W of two code words, four LDM.W of eight x), then its scale."""
     out = []
     for half in range(2):
-        out.append("ldm.w r0!, {r3, r11}")  # two words of eight nibbles each (16 products)
-        for reg in ("r3", "r11"):
-            for quad in range(2):
-                out.append("ldm r1!, {r4, r5, r6, r7}")
-                for j in range(4):
-                    lsb = 16 * quad + 4 * j
-                    out.append("sbfx r12, %s, #%d, #4" % (reg, lsb))
-                    if half == 0 and reg == "r3" and quad == 0 and j == 0:
-                        out.append("mul.w r2, r12, r4")  # the group's sum starts with its first product
-                    else:
-                        out.append("mla r2, r12, r%d, r2" % (4 + j))
+        out.append("ldm.w r0!, {r3, lr}")  # two words of eight nibbles each (16 products)
+        for reg in ("r3", "lr"):
+            out.append("ldm.w r1!, {r4, r5, r6, r7, r8, r9, r10, r11}")
+            for j in range(8):
+                out.append("sbfx r12, %s, #%d, #4" % (reg, 4 * j))
+                if half == 0 and reg == "r3" and j == 0:
+                    out.append("mul.w r2, r12, r4")  # the group's sum starts with its first product
+                else:
+                    out.append("mla r2, r12, r%d, r2" % (4 + j))
     return out
+
+
+def _finish(tag, row):
+    """A row's value t (r2) added into out (the residual connection) or stored, clamped to +-VMAX, the largest |t|
+    kept; then the next row (label `row`) until out's end. `tag` keeps the labels apart."""
+    return [
+        "CLAMP%s:" % tag,
+        "ldr r4, [sp, #%d]" % ADD,
+        "ldr r3, [sp, #%d]" % OUTP,
+        "cbz r4, CL%s" % tag,
+        "ldr r4, [r3, #0]",
+        "adds r2, r2, r4",
+        "CL%s:" % tag,
+        "ssat r2, #30, r2",  # -2**29 .. VMAX
+        "cmp.w r2, #0xE0000000",
+        "it eq",
+        "addeq r2, #1",  # -VMAX
+        "stm r3!, {r2}",
+        "str r3, [sp, #%d]" % OUTP,
+        "eor.w r4, r2, r2, asr #31",
+        "sub.w r4, r4, r2, asr #31",  # |t|
+        "ldr r5, [sp, #%d]" % BIG,
+        "cmp r4, r5",
+        "it gt",
+        "strgt r4, [sp, #%d]" % BIG,
+        "ldr r5, [sp, #%d]" % OUTEND,
+        "cmp r3, r5",
+        "bne.w %s" % row,
+    ]
 
 
 LISTING = [
     # r0 w, r1 x (int32 codes), r2 out (int32), r3 p (P_WO 0, P_ROWS 1, P_COLS 2, P_XM 3, P_OS 4, P_ADD 5, P_RO 6,
     # P4_SO 7, P4_EG 8). MicroPython's own entry saves r4-r7 and lr; r8-r12 are saved here.
     # In the group loop: r0 the codes (rows and groups in file order: one pointer for the matrix), r1 x, r2 the
-    # group's sum d, r3 and r11 code words, r4-r7 four x codes, r8 the row's sum s, r9 EG, r10 x + cols,
-    # r12 a nibble, lr the next f16 scale (also one pointer for the matrix).
+    # group's sum d, r3 and lr code words, r4-r11 eight x codes, r12 a nibble; in its scale step r8 the row's sum
+    # s, r9 the next f16 scale (one pointer for the matrix too), r10 EG, r11 x + cols, read from the frame.
     "push.w {r8, r9, r10, r11, r12}",
     "sub sp, #%d" % FRAME,
     "movs r4, #0",
@@ -55,68 +83,73 @@ LISTING = [
     "ldr r4, [r3, #4]",  # rows
     "cmp r4, #0",
     "ble.w EXIT",
-    "str r4, [sp, #%d]" % ROWS,
+    "ldr r5, [r3, #24]",  # ro
+    "lsls r5, r5, #2",
+    "adds r5, r2, r5",
+    "str r5, [sp, #%d]" % OUTP,  # out + ro
+    "lsls r4, r4, #2",
+    "adds r4, r5, r4",
+    "str r4, [sp, #%d]" % OUTEND,  # out + ro + rows
     "ldr r4, [r3, #12]",
     "str r4, [sp, #%d]" % XM,
-    "ldr r4, [r3, #16]",
+    "ldr r4, [r3, #16]",  # os, a right shift of at most 31
+    "cmp r4, #31",
+    "ble OSOK",
+    "movs r4, #31",
+    "OSOK:",
     "str r4, [sp, #%d]" % OS,
     "ldr r4, [r3, #20]",
     "str r4, [sp, #%d]" % ADD,
-    "ldr r4, [r3, #24]",  # ro
-    "lsls r4, r4, #2",
-    "adds r4, r2, r4",
-    "str r4, [sp, #%d]" % OUTP,  # out + ro
     "str r1, [sp, #%d]" % XSTART,
+    "ldr r4, [r3, #32]",
+    "str r4, [sp, #%d]" % EG,
+    "ldr r4, [r3, #28]",
+    "adds r4, r0, r4",
+    "str r4, [sp, #%d]" % SCP,  # w + so: the first f16 scale
+    "ldr r5, [r3, #0]",
+    "adds r0, r0, r5",  # w + wo: the first codes
     "ldr r4, [r3, #8]",  # cols
     "lsls r4, r4, #2",
     "adds r4, r1, r4",
-    "mov r10, r4",  # x + cols
-    "ldr r4, [r3, #32]",
-    "mov r9, r4",  # EG
-    "ldr r4, [r3, #28]",
-    "adds r4, r0, r4",
-    "mov lr, r4",  # w + so: the first f16 scale
-    "ldr r4, [r3, #0]",
-    "adds r0, r0, r4",  # w + wo: the first codes
+    "str r4, [sp, #%d]" % XEND,  # x + cols
+    "cmp r4, r1",
+    "beq.w ZROW",  # no columns: every row's sum is 0
     "ROW:",
     "ldr r1, [sp, #%d]" % XSTART,
-    "mov.w r8, #0",
-    "cmp r1, r10",
-    "beq.w DQ",  # no columns
+    "movs r4, #0",
+    "str r4, [sp, #%d]" % S,
     "GROUP:",
 ] + _group() + [
-    "ldrh.w r4, [lr], #2",  # h, the group's f16 scale
+    "ldm.w sp, {r8, r9, r10, r11}",  # s, the scale pointer, EG, x + cols
+    "ldrh.w r4, [r9], #2",  # h, the group's f16 scale
     "ubfx r5, r4, #3, #7",  # (h & 1023) >> 3
     "lsrs r4, r4, #10",  # its exponent field k
     "beq SUBN",
     "adds r5, #128",  # (m | 1024) >> 3
     "BACK:",
     "muls r2, r5, r2",
-    "sub.w r4, r9, r4",  # EG - k, 0..30
+    "sub.w r4, r10, r4",  # EG - k, 0..30
     "asrs r2, r4",
     "add r8, r2",  # s += (d * (m >> 3)) >> (EG - k)
-    "cmp r1, r10",
+    "stm.w sp, {r8, r9}",
+    "cmp r1, r11",
     "bne.w GROUP",
-    # the row's value: s * xm / 2**15 (floor), then os (kernels.q4_asm_thumb's, with the frame's words)
-    "DQ:",
-    "mov r4, r8",
+    # the row's value: s * xm / 2**15 (floor), then os
     "ldr r3, [sp, #%d]" % XM,
-    "asrs r5, r4, #15",
+    "asr.w r5, r8, #15",
     "muls r5, r3, r5",
-    "lsls r4, r4, #17",
-    "lsrs r4, r4, #17",
+    "ubfx r4, r8, #0, #15",
     "muls r4, r3, r4",
-    "lsrs r4, r4, #15",
-    "adds r2, r5, r4",
+    "add.w r2, r5, r4, lsr #15",
     "ldr r6, [sp, #%d]" % OS,
     "cmp r6, #0",
     "blt LEFT",
-    "cmp r6, #31",
-    "ble RIGHT",
-    "movs r6, #31",
-    "RIGHT:",
     "asrs r2, r6",
-    "b CLAMP",
+] + _finish("", "ROW") + [
+    "b EXIT",
+    "SUBN:",  # a subnormal scale: its fraction, no implicit bit, exponent field 1
+    "movs r4, #1",
+    "b BACK",
     "LEFT:",  # a left shift by n = -os, saturating at +-VMAX
     "negs r6, r6",
     "cmp r6, #30",
@@ -141,43 +174,10 @@ LISTING = [
     "SATN:",
     "mvn.w r2, #0xE0000000",
     "negs r2, r2",
-    "CLAMP:",
-    "ldr r4, [sp, #%d]" % ADD,
-    "ldr r3, [sp, #%d]" % OUTP,
-    "cmp r4, #0",
-    "beq CL2",
-    "ldr r4, [r3, #0]",  # add into out (the residual connection)
-    "adds r2, r2, r4",
-    "CL2:",
-    "mvn.w r4, #0xE0000000",
-    "cmp r2, r4",
-    "ble CL3",
-    "mov r2, r4",
-    "CL3:",
-    "negs r4, r4",
-    "cmp r2, r4",
-    "bge CL4",
-    "mov r2, r4",
-    "CL4:",
-    "stm r3!, {r2}",
-    "str r3, [sp, #%d]" % OUTP,
-    "cmp r2, #0",
-    "bge ABS",
-    "negs r2, r2",
-    "ABS:",
-    "ldr r4, [sp, #%d]" % BIG,
-    "cmp r2, r4",
-    "ble ROWEND",
-    "str r2, [sp, #%d]" % BIG,
-    "ROWEND:",
-    "ldr r4, [sp, #%d]" % ROWS,
-    "subs r4, #1",
-    "str r4, [sp, #%d]" % ROWS,
-    "bne.w ROW",
-    "b EXIT",
-    "SUBN:",  # a subnormal scale: its fraction, no implicit bit, exponent field 1
-    "movs r4, #1",
-    "b BACK",
+    "b CLAMP",
+    "ZROW:",  # no columns: t = 0 whatever os, then as any row
+    "movs r2, #0",
+] + _finish("Z", "ZROW") + [
     "EXIT:",
     "ldr r0, [sp, #%d]" % BIG,  # the largest |out| written
     "add sp, #%d" % FRAME,
@@ -259,7 +259,7 @@ def _split(args):
 def size(line):
     """Bytes of an instruction line (2 or 4): known before its operands are resolved."""
     op = line.split()[0]
-    if op.endswith(".w") or op in ("sbfx", "ubfx", "mla"):
+    if op.endswith(".w") or op in ("sbfx", "ubfx", "mla", "ssat"):
         return 4
     return 2
 
@@ -272,9 +272,9 @@ def encode(line, addr=0, labels=None):
     def target():
         if labels is None:
             return addr + 4
-        if a[0] not in labels:
-            raise AsmError("no label %s" % a[0])
-        return labels[a[0]]
+        if a[-1] not in labels:
+            raise AsmError("no label %s" % a[-1])
+        return labels[a[-1]]
 
     if op in ("push.w", "pop.w"):
         mask = _reglist(a[0])
@@ -373,12 +373,47 @@ def encode(line, addr=0, labels=None):
         if mask > 255 or not a[0].endswith("!") or (op == "ldm" and mask >> n & 1):
             raise AsmError(line)
         return [(0xC800 if op == "ldm" else 0xC000) | (n << 8) | mask]
-    if op == "ldm.w":
+    if op in ("ldm.w", "stm.w"):  # with writeback (rn!) or without
+        wb = a[0].endswith("!")
         n = _reg(a[0].rstrip("!"))
         mask = _reglist(a[1])
-        if not a[0].endswith("!") or mask >> n & 1 or mask & 0xA000:
+        if (wb and mask >> n & 1) or mask & (0xA000 if op == "ldm.w" else 0xE000) or bin(mask).count("1") < 2:
             raise AsmError(line)
-        return [0xE8B0 | n, mask]
+        return [(0xE890 if op == "ldm.w" else 0xE880) | (wb << 5) | n, mask]
+    if op == "it":
+        c = COND[a[0]]
+        return [0xBF08 | (c << 4)]
+    if op in ("addeq", "strgt"):  # the 16-bit forms, conditional inside an IT block
+        return encode(("adds " if op == "addeq" else "str ") + rest, addr, labels)
+    if op == "cbz":
+        n = _reg(a[0])
+        _low(n)
+        a = a[1:]
+        off = target() - (addr + 4)
+        if off % 2 or not 0 <= off <= 126:
+            raise AsmError("branch out of range (%d): %s" % (off, line))
+        return [0xB100 | ((off >> 6) << 9) | (((off >> 1) & 31) << 3) | n]
+    if op == "ssat":
+        d, v, n = _reg(a[0]), _imm(a[1]), _reg(a[2])
+        if not 1 <= v <= 32:
+            raise AsmError(line)
+        return [0xF300 | n, (d << 8) | (v - 1)]
+    if op == "cmp.w":
+        n, v = _reg(a[0]), _modimm(_imm(a[1]))
+        return [0xF1B0 | ((v >> 11) << 10) | n, (((v >> 8) & 7) << 12) | 0x0F00 | (v & 255)]
+    if op in ("eor.w", "sub.w", "add.w", "asr.w") and (len(a) == 4 or op == "asr.w"):
+        # data processing with a shifted register: rd, rn, rm, <lsl|lsr|asr> #n (asr.w rd, rm, #n: mov.w's form)
+        if op == "asr.w":
+            d, n, m_, kind, v = _reg(a[0]), 15, _reg(a[1]), "asr", _imm(a[2])
+        else:
+            d, n, m_ = _reg(a[0]), _reg(a[1]), _reg(a[2])
+            kind, v = a[3].split()
+            v = _imm(v)
+        if not 0 < v < 32:
+            raise AsmError(line)
+        hw1 = {"eor.w": 0xEA80, "sub.w": 0xEBA0, "add.w": 0xEB00, "asr.w": 0xEA40}[op] | n
+        t = {"lsl": 0, "lsr": 1, "asr": 2}[kind]
+        return [hw1, ((v >> 2) << 12) | (d << 8) | ((v & 3) << 6) | (t << 4) | m_]
     if op in ("sbfx", "ubfx"):
         d, n, lsb, w = _reg(a[0]), _reg(a[1]), _imm(a[2]), _imm(a[3])
         if not (0 <= lsb < 32 and 1 <= w <= 32 - lsb):
@@ -390,7 +425,7 @@ def encode(line, addr=0, labels=None):
     if op == "mla":
         d, n, m_, acc = _reg(a[0]), _reg(a[1]), _reg(a[2]), _reg(a[3])
         return [0xFB00 | n, (acc << 12) | (d << 8) | m_]
-    if op == "sub.w":
+    if op == "sub.w" and len(a) == 3:
         d, n, m_ = _reg(a[0]), _reg(a[1]), _reg(a[2])
         return [0xEBA0 | n, (d << 8) | m_]
     if op == "b":

@@ -19,43 +19,50 @@ OK = True
 @micropython.asm_thumb
 def q_mv4(r0, r1, r2, r3):
     data(2, 0xE92D, 0x1F00)  # push.w {r8, r9, r10, r11, r12}
-    data(2, 0xB088)  # sub sp, #32
+    data(2, 0xB08C)  # sub sp, #48
     data(2, 0x2400)  # movs r4, #0
-    data(2, 0x9406)  # str r4, [sp, #24]
+    data(2, 0x940A)  # str r4, [sp, #40]
     data(2, 0x685C)  # ldr r4, [r3, #4]
     data(2, 0x2C00)  # cmp r4, #0
-    data(2, 0xF340, 0x8100)  # ble.w EXIT
-    data(2, 0x9405)  # str r4, [sp, #20]
-    data(2, 0x68DC)  # ldr r4, [r3, #12]
-    data(2, 0x9401)  # str r4, [sp, #4]
-    data(2, 0x691C)  # ldr r4, [r3, #16]
-    data(2, 0x9402)  # str r4, [sp, #8]
-    data(2, 0x695C)  # ldr r4, [r3, #20]
-    data(2, 0x9403)  # str r4, [sp, #12]
-    data(2, 0x699C)  # ldr r4, [r3, #24]
+    data(2, 0xF340, 0x811C)  # ble.w EXIT
+    data(2, 0x699D)  # ldr r5, [r3, #24]
+    data(2, 0x00AD)  # lsls r5, r5, #2
+    data(2, 0x1955)  # adds r5, r2, r5
+    data(2, 0x9508)  # str r5, [sp, #32]
     data(2, 0x00A4)  # lsls r4, r4, #2
-    data(2, 0x1914)  # adds r4, r2, r4
-    data(2, 0x9404)  # str r4, [sp, #16]
-    data(2, 0x9100)  # str r1, [sp, #0]
+    data(2, 0x192C)  # adds r4, r5, r4
+    data(2, 0x9409)  # str r4, [sp, #36]
+    data(2, 0x68DC)  # ldr r4, [r3, #12]
+    data(2, 0x9405)  # str r4, [sp, #20]
+    data(2, 0x691C)  # ldr r4, [r3, #16]
+    data(2, 0x2C1F)  # cmp r4, #31
+    data(2, 0xDD00)  # ble OSOK
+    data(2, 0x241F)  # movs r4, #31
+    # OSOK:
+    data(2, 0x9406)  # str r4, [sp, #24]
+    data(2, 0x695C)  # ldr r4, [r3, #20]
+    data(2, 0x9407)  # str r4, [sp, #28]
+    data(2, 0x9104)  # str r1, [sp, #16]
+    data(2, 0x6A1C)  # ldr r4, [r3, #32]
+    data(2, 0x9402)  # str r4, [sp, #8]
+    data(2, 0x69DC)  # ldr r4, [r3, #28]
+    data(2, 0x1904)  # adds r4, r0, r4
+    data(2, 0x9401)  # str r4, [sp, #4]
+    data(2, 0x681D)  # ldr r5, [r3, #0]
+    data(2, 0x1940)  # adds r0, r0, r5
     data(2, 0x689C)  # ldr r4, [r3, #8]
     data(2, 0x00A4)  # lsls r4, r4, #2
     data(2, 0x190C)  # adds r4, r1, r4
-    data(2, 0x46A2)  # mov r10, r4
-    data(2, 0x6A1C)  # ldr r4, [r3, #32]
-    data(2, 0x46A1)  # mov r9, r4
-    data(2, 0x69DC)  # ldr r4, [r3, #28]
-    data(2, 0x1904)  # adds r4, r0, r4
-    data(2, 0x46A6)  # mov lr, r4
-    data(2, 0x681C)  # ldr r4, [r3, #0]
-    data(2, 0x1900)  # adds r0, r0, r4
+    data(2, 0x9403)  # str r4, [sp, #12]
+    data(2, 0x428C)  # cmp r4, r1
+    data(2, 0xF000, 0x80E3)  # beq.w ZROW
     # ROW:
-    data(2, 0x9900)  # ldr r1, [sp, #0]
-    data(2, 0xF04F, 0x0800)  # mov.w r8, #0
-    data(2, 0x4551)  # cmp r1, r10
-    data(2, 0xF000, 0x809B)  # beq.w DQ
+    data(2, 0x9904)  # ldr r1, [sp, #16]
+    data(2, 0x2400)  # movs r4, #0
+    data(2, 0x9400)  # str r4, [sp, #0]
     # GROUP:
-    data(2, 0xE8B0, 0x0808)  # ldm.w r0!, {r3, r11}
-    data(2, 0xC9F0)  # ldm r1!, {r4, r5, r6, r7}
+    data(2, 0xE8B0, 0x4008)  # ldm.w r0!, {r3, lr}
+    data(2, 0xE8B1, 0x0FF0)  # ldm.w r1!, {r4, r5, r6, r7, r8, r9, r10, r11}
     data(2, 0xF343, 0x0C03)  # sbfx r12, r3, #0, #4
     data(2, 0xFB0C, 0xF204)  # mul.w r2, r12, r4
     data(2, 0xF343, 0x1C03)  # sbfx r12, r3, #4, #4
@@ -64,35 +71,33 @@ def q_mv4(r0, r1, r2, r3):
     data(2, 0xFB0C, 0x2206)  # mla r2, r12, r6, r2
     data(2, 0xF343, 0x3C03)  # sbfx r12, r3, #12, #4
     data(2, 0xFB0C, 0x2207)  # mla r2, r12, r7, r2
-    data(2, 0xC9F0)  # ldm r1!, {r4, r5, r6, r7}
     data(2, 0xF343, 0x4C03)  # sbfx r12, r3, #16, #4
-    data(2, 0xFB0C, 0x2204)  # mla r2, r12, r4, r2
+    data(2, 0xFB0C, 0x2208)  # mla r2, r12, r8, r2
     data(2, 0xF343, 0x5C03)  # sbfx r12, r3, #20, #4
-    data(2, 0xFB0C, 0x2205)  # mla r2, r12, r5, r2
+    data(2, 0xFB0C, 0x2209)  # mla r2, r12, r9, r2
     data(2, 0xF343, 0x6C03)  # sbfx r12, r3, #24, #4
-    data(2, 0xFB0C, 0x2206)  # mla r2, r12, r6, r2
+    data(2, 0xFB0C, 0x220A)  # mla r2, r12, r10, r2
     data(2, 0xF343, 0x7C03)  # sbfx r12, r3, #28, #4
-    data(2, 0xFB0C, 0x2207)  # mla r2, r12, r7, r2
-    data(2, 0xC9F0)  # ldm r1!, {r4, r5, r6, r7}
-    data(2, 0xF34B, 0x0C03)  # sbfx r12, r11, #0, #4
+    data(2, 0xFB0C, 0x220B)  # mla r2, r12, r11, r2
+    data(2, 0xE8B1, 0x0FF0)  # ldm.w r1!, {r4, r5, r6, r7, r8, r9, r10, r11}
+    data(2, 0xF34E, 0x0C03)  # sbfx r12, lr, #0, #4
     data(2, 0xFB0C, 0x2204)  # mla r2, r12, r4, r2
-    data(2, 0xF34B, 0x1C03)  # sbfx r12, r11, #4, #4
+    data(2, 0xF34E, 0x1C03)  # sbfx r12, lr, #4, #4
     data(2, 0xFB0C, 0x2205)  # mla r2, r12, r5, r2
-    data(2, 0xF34B, 0x2C03)  # sbfx r12, r11, #8, #4
+    data(2, 0xF34E, 0x2C03)  # sbfx r12, lr, #8, #4
     data(2, 0xFB0C, 0x2206)  # mla r2, r12, r6, r2
-    data(2, 0xF34B, 0x3C03)  # sbfx r12, r11, #12, #4
+    data(2, 0xF34E, 0x3C03)  # sbfx r12, lr, #12, #4
     data(2, 0xFB0C, 0x2207)  # mla r2, r12, r7, r2
-    data(2, 0xC9F0)  # ldm r1!, {r4, r5, r6, r7}
-    data(2, 0xF34B, 0x4C03)  # sbfx r12, r11, #16, #4
-    data(2, 0xFB0C, 0x2204)  # mla r2, r12, r4, r2
-    data(2, 0xF34B, 0x5C03)  # sbfx r12, r11, #20, #4
-    data(2, 0xFB0C, 0x2205)  # mla r2, r12, r5, r2
-    data(2, 0xF34B, 0x6C03)  # sbfx r12, r11, #24, #4
-    data(2, 0xFB0C, 0x2206)  # mla r2, r12, r6, r2
-    data(2, 0xF34B, 0x7C03)  # sbfx r12, r11, #28, #4
-    data(2, 0xFB0C, 0x2207)  # mla r2, r12, r7, r2
-    data(2, 0xE8B0, 0x0808)  # ldm.w r0!, {r3, r11}
-    data(2, 0xC9F0)  # ldm r1!, {r4, r5, r6, r7}
+    data(2, 0xF34E, 0x4C03)  # sbfx r12, lr, #16, #4
+    data(2, 0xFB0C, 0x2208)  # mla r2, r12, r8, r2
+    data(2, 0xF34E, 0x5C03)  # sbfx r12, lr, #20, #4
+    data(2, 0xFB0C, 0x2209)  # mla r2, r12, r9, r2
+    data(2, 0xF34E, 0x6C03)  # sbfx r12, lr, #24, #4
+    data(2, 0xFB0C, 0x220A)  # mla r2, r12, r10, r2
+    data(2, 0xF34E, 0x7C03)  # sbfx r12, lr, #28, #4
+    data(2, 0xFB0C, 0x220B)  # mla r2, r12, r11, r2
+    data(2, 0xE8B0, 0x4008)  # ldm.w r0!, {r3, lr}
+    data(2, 0xE8B1, 0x0FF0)  # ldm.w r1!, {r4, r5, r6, r7, r8, r9, r10, r11}
     data(2, 0xF343, 0x0C03)  # sbfx r12, r3, #0, #4
     data(2, 0xFB0C, 0x2204)  # mla r2, r12, r4, r2
     data(2, 0xF343, 0x1C03)  # sbfx r12, r3, #4, #4
@@ -101,64 +106,81 @@ def q_mv4(r0, r1, r2, r3):
     data(2, 0xFB0C, 0x2206)  # mla r2, r12, r6, r2
     data(2, 0xF343, 0x3C03)  # sbfx r12, r3, #12, #4
     data(2, 0xFB0C, 0x2207)  # mla r2, r12, r7, r2
-    data(2, 0xC9F0)  # ldm r1!, {r4, r5, r6, r7}
     data(2, 0xF343, 0x4C03)  # sbfx r12, r3, #16, #4
-    data(2, 0xFB0C, 0x2204)  # mla r2, r12, r4, r2
+    data(2, 0xFB0C, 0x2208)  # mla r2, r12, r8, r2
     data(2, 0xF343, 0x5C03)  # sbfx r12, r3, #20, #4
-    data(2, 0xFB0C, 0x2205)  # mla r2, r12, r5, r2
+    data(2, 0xFB0C, 0x2209)  # mla r2, r12, r9, r2
     data(2, 0xF343, 0x6C03)  # sbfx r12, r3, #24, #4
-    data(2, 0xFB0C, 0x2206)  # mla r2, r12, r6, r2
+    data(2, 0xFB0C, 0x220A)  # mla r2, r12, r10, r2
     data(2, 0xF343, 0x7C03)  # sbfx r12, r3, #28, #4
-    data(2, 0xFB0C, 0x2207)  # mla r2, r12, r7, r2
-    data(2, 0xC9F0)  # ldm r1!, {r4, r5, r6, r7}
-    data(2, 0xF34B, 0x0C03)  # sbfx r12, r11, #0, #4
+    data(2, 0xFB0C, 0x220B)  # mla r2, r12, r11, r2
+    data(2, 0xE8B1, 0x0FF0)  # ldm.w r1!, {r4, r5, r6, r7, r8, r9, r10, r11}
+    data(2, 0xF34E, 0x0C03)  # sbfx r12, lr, #0, #4
     data(2, 0xFB0C, 0x2204)  # mla r2, r12, r4, r2
-    data(2, 0xF34B, 0x1C03)  # sbfx r12, r11, #4, #4
+    data(2, 0xF34E, 0x1C03)  # sbfx r12, lr, #4, #4
     data(2, 0xFB0C, 0x2205)  # mla r2, r12, r5, r2
-    data(2, 0xF34B, 0x2C03)  # sbfx r12, r11, #8, #4
+    data(2, 0xF34E, 0x2C03)  # sbfx r12, lr, #8, #4
     data(2, 0xFB0C, 0x2206)  # mla r2, r12, r6, r2
-    data(2, 0xF34B, 0x3C03)  # sbfx r12, r11, #12, #4
+    data(2, 0xF34E, 0x3C03)  # sbfx r12, lr, #12, #4
     data(2, 0xFB0C, 0x2207)  # mla r2, r12, r7, r2
-    data(2, 0xC9F0)  # ldm r1!, {r4, r5, r6, r7}
-    data(2, 0xF34B, 0x4C03)  # sbfx r12, r11, #16, #4
-    data(2, 0xFB0C, 0x2204)  # mla r2, r12, r4, r2
-    data(2, 0xF34B, 0x5C03)  # sbfx r12, r11, #20, #4
-    data(2, 0xFB0C, 0x2205)  # mla r2, r12, r5, r2
-    data(2, 0xF34B, 0x6C03)  # sbfx r12, r11, #24, #4
-    data(2, 0xFB0C, 0x2206)  # mla r2, r12, r6, r2
-    data(2, 0xF34B, 0x7C03)  # sbfx r12, r11, #28, #4
-    data(2, 0xFB0C, 0x2207)  # mla r2, r12, r7, r2
-    data(2, 0xF83E, 0x4B02)  # ldrh.w r4, [lr], #2
+    data(2, 0xF34E, 0x4C03)  # sbfx r12, lr, #16, #4
+    data(2, 0xFB0C, 0x2208)  # mla r2, r12, r8, r2
+    data(2, 0xF34E, 0x5C03)  # sbfx r12, lr, #20, #4
+    data(2, 0xFB0C, 0x2209)  # mla r2, r12, r9, r2
+    data(2, 0xF34E, 0x6C03)  # sbfx r12, lr, #24, #4
+    data(2, 0xFB0C, 0x220A)  # mla r2, r12, r10, r2
+    data(2, 0xF34E, 0x7C03)  # sbfx r12, lr, #28, #4
+    data(2, 0xFB0C, 0x220B)  # mla r2, r12, r11, r2
+    data(2, 0xE89D, 0x0F00)  # ldm.w sp, {r8, r9, r10, r11}
+    data(2, 0xF839, 0x4B02)  # ldrh.w r4, [r9], #2
     data(2, 0xF3C4, 0x05C6)  # ubfx r5, r4, #3, #7
     data(2, 0x0AA4)  # lsrs r4, r4, #10
-    data(2, 0xD04E)  # beq SUBN
+    data(2, 0xD031)  # beq SUBN
     data(2, 0x3580)  # adds r5, #128
     # BACK:
     data(2, 0x436A)  # muls r2, r5, r2
-    data(2, 0xEBA9, 0x0404)  # sub.w r4, r9, r4
+    data(2, 0xEBAA, 0x0404)  # sub.w r4, r10, r4
     data(2, 0x4122)  # asrs r2, r4
     data(2, 0x4490)  # add r8, r2
-    data(2, 0x4551)  # cmp r1, r10
-    data(2, 0xF47F, 0xAF65)  # bne.w GROUP
-    # DQ:
-    data(2, 0x4644)  # mov r4, r8
-    data(2, 0x9B01)  # ldr r3, [sp, #4]
-    data(2, 0x13E5)  # asrs r5, r4, #15
+    data(2, 0xE88D, 0x0300)  # stm.w sp, {r8, r9}
+    data(2, 0x4559)  # cmp r1, r11
+    data(2, 0xF47F, 0xAF61)  # bne.w GROUP
+    data(2, 0x9B05)  # ldr r3, [sp, #20]
+    data(2, 0xEA4F, 0x35E8)  # asr.w r5, r8, #15
     data(2, 0x435D)  # muls r5, r3, r5
-    data(2, 0x0464)  # lsls r4, r4, #17
-    data(2, 0x0C64)  # lsrs r4, r4, #17
+    data(2, 0xF3C8, 0x040E)  # ubfx r4, r8, #0, #15
     data(2, 0x435C)  # muls r4, r3, r4
-    data(2, 0x0BE4)  # lsrs r4, r4, #15
-    data(2, 0x192A)  # adds r2, r5, r4
-    data(2, 0x9E02)  # ldr r6, [sp, #8]
+    data(2, 0xEB05, 0x32D4)  # add.w r2, r5, r4, lsr #15
+    data(2, 0x9E06)  # ldr r6, [sp, #24]
     data(2, 0x2E00)  # cmp r6, #0
-    data(2, 0xDB04)  # blt LEFT
-    data(2, 0x2E1F)  # cmp r6, #31
-    data(2, 0xDD00)  # ble RIGHT
-    data(2, 0x261F)  # movs r6, #31
-    # RIGHT:
+    data(2, 0xDB1C)  # blt LEFT
     data(2, 0x4132)  # asrs r2, r6
-    data(2, 0xE016)  # b CLAMP
+    # CLAMP:
+    data(2, 0x9C07)  # ldr r4, [sp, #28]
+    data(2, 0x9B08)  # ldr r3, [sp, #32]
+    data(2, 0xB10C)  # cbz r4, CL
+    data(2, 0x681C)  # ldr r4, [r3, #0]
+    data(2, 0x1912)  # adds r2, r2, r4
+    # CL:
+    data(2, 0xF302, 0x021D)  # ssat r2, #30, r2
+    data(2, 0xF1B2, 0x4F60)  # cmp.w r2, #0xE0000000
+    data(2, 0xBF08)  # it eq
+    data(2, 0x3201)  # addeq r2, #1
+    data(2, 0xC304)  # stm r3!, {r2}
+    data(2, 0x9308)  # str r3, [sp, #32]
+    data(2, 0xEA82, 0x74E2)  # eor.w r4, r2, r2, asr #31
+    data(2, 0xEBA4, 0x74E2)  # sub.w r4, r4, r2, asr #31
+    data(2, 0x9D0A)  # ldr r5, [sp, #40]
+    data(2, 0x42AC)  # cmp r4, r5
+    data(2, 0xBFC8)  # it gt
+    data(2, 0x940A)  # strgt r4, [sp, #40]
+    data(2, 0x9D09)  # ldr r5, [sp, #36]
+    data(2, 0x42AB)  # cmp r3, r5
+    data(2, 0xF47F, 0xAF38)  # bne.w ROW
+    data(2, 0xE033)  # b EXIT
+    # SUBN:
+    data(2, 0x2401)  # movs r4, #1
+    data(2, 0xE7CC)  # b BACK
     # LEFT:
     data(2, 0x4276)  # negs r6, r6
     data(2, 0x2E1E)  # cmp r6, #30
@@ -171,56 +193,44 @@ def q_mv4(r0, r1, r2, r3):
     data(2, 0x42AA)  # cmp r2, r5
     data(2, 0xDB08)  # blt SATN
     data(2, 0x40B2)  # lsls r2, r6
-    data(2, 0xE009)  # b CLAMP
+    data(2, 0xE7D6)  # b CLAMP
     # SATZ:
     data(2, 0x2A00)  # cmp r2, #0
     data(2, 0xDC01)  # bgt SATP
     data(2, 0xDB03)  # blt SATN
-    data(2, 0xE005)  # b CLAMP
+    data(2, 0xE7D2)  # b CLAMP
     # SATP:
     data(2, 0xF06F, 0x4260)  # mvn.w r2, #0xE0000000
-    data(2, 0xE002)  # b CLAMP
+    data(2, 0xE7CF)  # b CLAMP
     # SATN:
     data(2, 0xF06F, 0x4260)  # mvn.w r2, #0xE0000000
     data(2, 0x4252)  # negs r2, r2
-    # CLAMP:
-    data(2, 0x9C03)  # ldr r4, [sp, #12]
-    data(2, 0x9B04)  # ldr r3, [sp, #16]
-    data(2, 0x2C00)  # cmp r4, #0
-    data(2, 0xD001)  # beq CL2
+    data(2, 0xE7CB)  # b CLAMP
+    # ZROW:
+    data(2, 0x2200)  # movs r2, #0
+    # CLAMPZ:
+    data(2, 0x9C07)  # ldr r4, [sp, #28]
+    data(2, 0x9B08)  # ldr r3, [sp, #32]
+    data(2, 0xB10C)  # cbz r4, CLZ
     data(2, 0x681C)  # ldr r4, [r3, #0]
     data(2, 0x1912)  # adds r2, r2, r4
-    # CL2:
-    data(2, 0xF06F, 0x4460)  # mvn.w r4, #0xE0000000
-    data(2, 0x42A2)  # cmp r2, r4
-    data(2, 0xDD00)  # ble CL3
-    data(2, 0x4622)  # mov r2, r4
-    # CL3:
-    data(2, 0x4264)  # negs r4, r4
-    data(2, 0x42A2)  # cmp r2, r4
-    data(2, 0xDA00)  # bge CL4
-    data(2, 0x4622)  # mov r2, r4
-    # CL4:
+    # CLZ:
+    data(2, 0xF302, 0x021D)  # ssat r2, #30, r2
+    data(2, 0xF1B2, 0x4F60)  # cmp.w r2, #0xE0000000
+    data(2, 0xBF08)  # it eq
+    data(2, 0x3201)  # addeq r2, #1
     data(2, 0xC304)  # stm r3!, {r2}
-    data(2, 0x9304)  # str r3, [sp, #16]
-    data(2, 0x2A00)  # cmp r2, #0
-    data(2, 0xDA00)  # bge ABS
-    data(2, 0x4252)  # negs r2, r2
-    # ABS:
-    data(2, 0x9C06)  # ldr r4, [sp, #24]
-    data(2, 0x42A2)  # cmp r2, r4
-    data(2, 0xDD00)  # ble ROWEND
-    data(2, 0x9206)  # str r2, [sp, #24]
-    # ROWEND:
-    data(2, 0x9C05)  # ldr r4, [sp, #20]
-    data(2, 0x3C01)  # subs r4, #1
-    data(2, 0x9405)  # str r4, [sp, #20]
-    data(2, 0xF47F, 0xAF1A)  # bne.w ROW
-    data(2, 0xE001)  # b EXIT
-    # SUBN:
-    data(2, 0x2401)  # movs r4, #1
-    data(2, 0xE7AF)  # b BACK
+    data(2, 0x9308)  # str r3, [sp, #32]
+    data(2, 0xEA82, 0x74E2)  # eor.w r4, r2, r2, asr #31
+    data(2, 0xEBA4, 0x74E2)  # sub.w r4, r4, r2, asr #31
+    data(2, 0x9D0A)  # ldr r5, [sp, #40]
+    data(2, 0x42AC)  # cmp r4, r5
+    data(2, 0xBFC8)  # it gt
+    data(2, 0x940A)  # strgt r4, [sp, #40]
+    data(2, 0x9D09)  # ldr r5, [sp, #36]
+    data(2, 0x42AB)  # cmp r3, r5
+    data(2, 0xF47F, 0xAFE6)  # bne.w ZROW
     # EXIT:
-    data(2, 0x9806)  # ldr r0, [sp, #24]
-    data(2, 0xB008)  # add sp, #32
+    data(2, 0x980A)  # ldr r0, [sp, #40]
+    data(2, 0xB00C)  # add sp, #48
     data(2, 0xE8BD, 0x1F00)  # pop.w {r8, r9, r10, r11, r12}
