@@ -202,7 +202,7 @@ print("MACS step_q8(checked) 8h/2kv/d64x256 %%d %%d" %% (ticks_diff(ticks_us(), 
 
 # issue 13's targets: (what, bound, "max" or "min"); a figure is printed beside its target
 M3_TOKEN = {"asm": 8000000, "viper": 15000000, "plain": 150000000}  # instructions per token, int pass, ctx 256
-M3_TOKEN_15M = {"asm": 100000000}  # issue 24's, a stories15M-shaped model with int4 weights from ROMFS, 256 tokens
+M3_TOKEN_15M = {"asm": 70000000}  # issue 43's acceptance (issue 24 asked 100 M; the stretch target is 50 M), a stories15M-shaped model with int4 weights from ROMFS, 256 tokens
 M3_MAC = {"asm": 6.0, "viper": 30.0}  # instructions per MAC of the int8 kernels
 M0_CACHE = "max_tokens=96,window=92,sinks=4"  # what fits the rp2040's heap beside the model's buffers (benchmarks.md)
 WEIGHTS_FILE = "model.q.bin"  # the converted weights, on the host and in ROMFS
