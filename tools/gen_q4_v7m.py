@@ -110,10 +110,11 @@ LISTING = [
     "str r4, [sp, #%d]" % SCP,  # w + so: the first f16 scale
     "ldr r5, [r3, #0]",
     "adds r0, r0, r5",  # w + wo: the first codes
-    "ldr r4, [r3, #8]",  # cols
-    "lsls r4, r4, #2",
+    "ldr r4, [r3, #8]",  # cols: whole groups of 32 (q4_plain reads cols >> 5 of them)
+    "lsrs r4, r4, #5",
+    "lsls r4, r4, #7",
     "adds r4, r1, r4",
-    "str r4, [sp, #%d]" % XEND,  # x + cols
+    "str r4, [sp, #%d]" % XEND,  # x + 32 * groups
     "cmp r4, r1",
     "beq.w ZROW",  # no columns: every row's sum is 0
     "ROW:",

@@ -24,7 +24,7 @@ def q_mv4(r0, r1, r2, r3):
     data(2, 0x940A)  # str r4, [sp, #40]
     data(2, 0x685C)  # ldr r4, [r3, #4]
     data(2, 0x2C00)  # cmp r4, #0
-    data(2, 0xF340, 0x811C)  # ble.w EXIT
+    data(2, 0xF340, 0x811D)  # ble.w EXIT
     data(2, 0x699D)  # ldr r5, [r3, #24]
     data(2, 0x00AD)  # lsls r5, r5, #2
     data(2, 0x1955)  # adds r5, r2, r5
@@ -51,7 +51,8 @@ def q_mv4(r0, r1, r2, r3):
     data(2, 0x681D)  # ldr r5, [r3, #0]
     data(2, 0x1940)  # adds r0, r0, r5
     data(2, 0x689C)  # ldr r4, [r3, #8]
-    data(2, 0x00A4)  # lsls r4, r4, #2
+    data(2, 0x0964)  # lsrs r4, r4, #5
+    data(2, 0x01E4)  # lsls r4, r4, #7
     data(2, 0x190C)  # adds r4, r1, r4
     data(2, 0x9403)  # str r4, [sp, #12]
     data(2, 0x428C)  # cmp r4, r1
