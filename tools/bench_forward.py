@@ -113,12 +113,14 @@ for r in range(%(repeat)d):
         dt = ticks_diff(ticks_us(), t0)
         if r == 0 or dt < tt[C + i]:
             tt[C + i] = dt
-a0 = alloc = 0  # bound before the count: binding a new global can grow the globals' table
+a0 = alloc = last = 0  # bound before the count: binding a new global can grow the globals' table
 gc.collect()
 try:
     gc.disable()
     a0 = gc.mem_alloc()
+    t0 = ticks_us()
     m.forward(tok)
+    last = ticks_diff(ticks_us(), t0)  # the allocation count's step is a position too (C + N): timed as well
     alloc = gc.mem_alloc() - a0
 finally:
     gc.enable()
@@ -129,6 +131,7 @@ best = 0
 for i in range(N):
     best += tt[C + i]
 print("BENCH %%s %%s %%d %%d %%d %%d" %% (kernels.kind(), RAN, avg, best, %(tokens)d, alloc))
+print("BENCHALL %%d" %% (avg + best + last))  # every position from --from to C + N, the allocation count's included
 """
 
 MACS_CODE = r"""
@@ -199,7 +202,7 @@ print("MACS step_q8(checked) 8h/2kv/d64x256 %%d %%d" %% (ticks_diff(ticks_us(), 
 
 # issue 13's targets: (what, bound, "max" or "min"); a figure is printed beside its target
 M3_TOKEN = {"asm": 8000000, "viper": 15000000, "plain": 150000000}  # instructions per token, int pass, ctx 256
-M3_TOKEN_15M = {"asm": 100000000}  # issue 24's, a stories15M-shaped model with int4 weights from ROMFS, 256 tokens
+M3_TOKEN_15M = {"asm": 70000000}  # issue 43's acceptance (issue 24 asked 100 M; the stretch target is 50 M), a stories15M-shaped model with int4 weights from ROMFS, 256 tokens
 M3_MAC = {"asm": 6.0, "viper": 30.0}  # instructions per MAC of the int8 kernels
 M0_CACHE = "max_tokens=96,window=92,sinks=4"  # what fits the rp2040's heap beside the model's buffers (benchmarks.md)
 WEIGHTS_FILE = "model.q.bin"  # the converted weights, on the host and in ROMFS
@@ -397,6 +400,7 @@ def main(argv=None):
                                           "stream": "rom" if a.rom else False, "unlocked": unlocked, "tier": tier,
                                           "no_asm": a.no_asm, "first": a.first}
                     out += run_device(a.runtime, code, tmp, heap, a.march, a.board)
+                every = [int(line.split()[1]) for line in out.splitlines() if line.startswith("BENCHALL ")]
                 for line in out.splitlines():
                     if line.startswith("BENCH "):
                         k, f, avg, best, n, alloc = line.split()[1:]
@@ -406,6 +410,9 @@ def main(argv=None):
                         if m3:
                             r["instructions_per_token"] = best * 1000 // n
                             r["mean_instructions_per_token"] = avg * 1000 // (a.context - a.first)  # from..ctx-1
+                            if every:  # from..ctx+tokens: the timed steps and the allocation count's too
+                                r["mean_all_instructions_per_token"] = every.pop(0) * 1000 // (
+                                    a.context + n + 1 - a.first)
                         else:
                             r["tok_s"] = n * 1e6 / best
                             r["avg_tok_s"] = (a.context - a.first) * 1e6 / avg
@@ -449,6 +456,11 @@ def main(argv=None):
                                                             format(r["mean_instructions_per_token"], ","),
                                                             format(r["bytes_per_token"], ","),
                                                        verdict(r["bytes_per_token"], 0)))
+        for r in rows:
+            if "mean_all_instructions_per_token" in r:
+                print("%s pass, %s kernels: mean over every position run, %d-%d: %s instructions/token" % (
+                    r["forward"], r["kernels"], a.first, a.context + a.tokens,
+                    format(r["mean_all_instructions_per_token"], ",")))
         if macs:
             print("\n| kernel | kernels | shape | instructions/MAC | target |")
             print("|---|---|---|---:|---|")

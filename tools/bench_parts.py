@@ -36,7 +36,7 @@ from time import ticks_diff, ticks_us
 from kvedge import kernels
 kernels.select(%(kernels)r)
 from kvedge.model.llama import Llama
-m = Llama(%(model)r, kv={"dtype": "i8", "align": 0, "max_tokens": 512}, forward="int")
+m = Llama(%(model)r, kv={"dtype": "i8", "align": 0, "max_tokens": %(slots)d}, forward="int", stream=%(stream)r)
 assert m._lockable
 fw = m.intp
 V = m.cfg.vocab_size
@@ -161,16 +161,25 @@ for n in dir(K):
         f = wrap(n, f)
     setattr(kp, n, f)
 fw.k = kp
+K4 = getattr(fw, "k4", None)  # int4 rows: q_mv4's module (kvedge.model.pass_int4)
+if K4 is not None:
+    kp4 = Kernels()
+    kp4.q_mv4 = wrap("q_mv4", K4.q_mv4)
+    fw.k4 = kp4
+argmax = kp.q_argmax  # the harness's greedy pick (the run's own call of the kernel)
 ATT = m.cache.attend_q8  # the decode interface's integer attention (bound by the cache's bind_q8)
 m.cache.attend_q8 = wrap("attention step (cache.attend_q8)", ATT)
 print("TOTAL2 %%d %%d" %% (run(), N))
 report("kernels")
 fw.k = K
+argmax = K.q_argmax
+if K4 is not None:
+    fw.k4 = K4
 m.cache.attend_q8 = ATT
 del NAMES[:]
 
 # 3: the pass's own steps
-for n in ("_norm", "_mv", "_quant"):
+for n in ("_norm", "_mv", "_quant", "_embed"):
     setattr(fw, n, wrap(n, getattr(fw, n)))
 m.cache.attend_q8 = wrap("attention step (cache.attend_q8)", ATT)
 print("TOTAL3 %%d %%d" %% (run(), N))
@@ -186,18 +195,25 @@ def main(argv=None):
     ap.add_argument("--context", type=int, default=256)
     ap.add_argument("--tokens", type=int, default=8)
     ap.add_argument("--march", default="armv7m", help="m3: -march of the package's .mpy (armv6m: the RP2040's)")
+    ap.add_argument("--weights-dtype", choices=("i8", "i4"), default="i8", help="int8 rows, or int4 in groups of "
+                    "32 (q_mv4 counted beside the int8 kernels)")
+    ap.add_argument("--rom", action="store_true", help="m3: the weights read in place from ROMFS")
+    ap.add_argument("--heap", type=int, default=0, help="m3: 4194304 or 8388608 run the images whose heap lies in "
+                    "PSRAM (a 15M-class model's int4 file in ROMFS: tools/bench_forward.py's --heap)")
+    ap.add_argument("--slots", type=int, default=512, help="the i8 cache's max_tokens (default 512)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     if not os.path.exists(a.model):
         print("bench_parts: %s not found" % a.model, file=sys.stderr)
         return 2
-    from bench_forward import WEIGHTS_FILE, run_device
-    from kvedge.model.checkpoint import convert_to_i8
+    from bench_forward import WEIGHTS_FILE, convert, run_device
     with tempfile.TemporaryDirectory(prefix="kvedge-parts-") as tmp:
         i8 = os.path.join(tmp, WEIGHTS_FILE)  # the name run_device puts in the board's ROMFS
-        convert_to_i8(os.path.abspath(a.model), i8)
-        code = DEVICE_CODE % {"kernels": a.kernels, "model": i8, "context": a.context, "tokens": a.tokens}
-        out = run_device(a.runtime, code, tmp, 2097152 if a.runtime == "m3" else 64 << 20, a.march, "rp2040")
+        convert(os.path.abspath(a.model), i8, a.weights_dtype)
+        code = DEVICE_CODE % {"kernels": a.kernels, "model": i8, "context": a.context, "tokens": a.tokens,
+                              "slots": a.slots, "stream": "rom" if a.rom else False}
+        heap = a.heap or (2097152 if a.runtime == "m3" else 64 << 20)
+        out = run_device(a.runtime, code, tmp, heap, a.march, "rp2040")
     unit = 1000 if a.runtime == "m3" else 1  # instructions per microsecond under qemu -icount shift=0
     parts, totals, bias = {}, {}, 0.0
     for line in out.splitlines():
@@ -224,22 +240,24 @@ def main(argv=None):
     nn = steps.get("_norm", (0, 0))[1]
     q_in_norm = q / nq * nn if nq else 0  # _norm calls _quant once: those calls are in both figures (per call ~)
     python = [
-        ("_mv's Python (q_mv off)", per(steps, "_mv") - per(kern, "q_mv")),
+        ("_mv's Python (q_mv, q_mv4 off)", per(steps, "_mv") - per(kern, "q_mv") - per(kern, "q_mv4")),
         ("_quant's Python (q_quant off; ~)", q - per(kern, "q_quant")),
         ("_norm's Python (q_normgain and its _quant off; ~)", per(steps, "_norm") - per(kern, "q_normgain")
          - q_in_norm),
+        ("_embed's Python (q_embed off; int4: all of it)", per(steps, "_embed") - per(kern, "q_embed")),
     ]
-    inside = per(steps, "_mv") + per(steps, "_norm") + q - q_in_norm + per(steps, att)
-    direct = sum(per(kern, n) for n in kern if n not in ("q_mv", "q_quant", "q_normgain", att))
-    python.append(("forward()'s own Python (the layer loop, argmax's call)", total - inside - direct))
+    inside = per(steps, "_mv") + per(steps, "_norm") + q - q_in_norm + per(steps, att) + per(steps, "_embed")
+    direct = sum(per(kern, n) for n in kern if n not in ("q_mv", "q_mv4", "q_quant", "q_normgain", "q_embed", att))
+    python.append(("forward()'s own Python (the layer loop)", total - inside - direct))
     if a.json:
         print(json.dumps({"total": total, "kernels": {n: {"per_token": v[0], "calls": v[1]} for n, v in
                                                       kern.items()},
                           "python": dict(python), "kernels_sum": ksum, "wrapper_bias": bias, "totals": totals}))
         return 0
     what = "instructions" if a.runtime == "m3" else "us"
-    print("stories260K, int8 weights in RAM, i8 cache, %s kernels, context %d, %s (%s per token; %d steps)" % (
-        a.kernels, a.context, "emulated Cortex-M3, qemu -icount shift=0, %s .mpy" % a.march
+    print("%s, %s weights %s, i8 cache (%d slots), %s kernels, context %d, %s (%s per token; %d steps)" % (
+        os.path.basename(a.model), {"i8": "int8", "i4": "int4"}[a.weights_dtype],
+        "read in place from ROMFS" if a.rom else "in RAM", a.slots, a.kernels, a.context, "emulated Cortex-M3, qemu -icount shift=0, %s .mpy" % a.march
         if a.runtime == "m3" else "MicroPython unix port", what, a.tokens))
     print("| part | calls a token | %s a token | share |" % what)
     print("|---|---:|---:|---:|")

@@ -46,3 +46,12 @@ def test_the_thumb2_product_runs_on_the_cortex_m3_with_an_armv7m_package():
                                     heap=runtimes.heap_for("rp2040"))
     assert res["failed"] == 0 and res["passed"] >= 3, "\n".join(res["lines"][-60:])
     assert not any("Thumb-2" in line or "q8_v7m_thumb" in line for line in res["lines"]), res["lines"]
+
+
+def test_the_thumb2_int4_product_runs_on_the_cortex_m3_with_an_armv7m_package():
+    # kvedge.kernels.q4_v7m_thumb likewise (a *_v7m_thumb module: armv7m packages and up): on the M3 with its own
+    # -march it loads, the asm kind's q_mv4 is it, and it equals the plain q_mv4 on random rows and the edges
+    _need("m3")
+    res = runtimes.run_device_tests("m3", board="esp32", files=["test_w4kernels_v7m.py", "test_w4kernels.py"],
+                                    heap=runtimes.heap_for("rp2040"))
+    assert res["failed"] == 0 and res["passed"] >= 6 and res["skipped"] == 0, "\n".join(res["lines"][-60:])

@@ -335,3 +335,12 @@ def q_mv4(r0, r1, r2, r3):
     mov(r9, r5)
     mov(r10, r6)
     mov(r11, r7)
+
+
+# On an Armv7-M core (the Cortex-M3 and up) kernels.q4_v7m_thumb's Thumb-2 q_mv4 (SBFX and MLA a product); the
+# module is absent, or refuses to load, everywhere else. (No new names here: each one would cost every int4 run of
+# this module on an RP2040.)
+try:
+    from kvedge.kernels.q4_v7m_thumb import q_mv4  # noqa: F811
+except ImportError:
+    pass
