@@ -49,7 +49,6 @@ class Forward:
             self.freq[i] = 1.0 / math.pow(10000.0, (2 * i) / hd)
         self.cos = zeros("f", half)
         self.sin = zeros("f", half)
-        self.xs = 0.0
         self.int_attention = False
         self.w = None
         if w is not None:
@@ -83,14 +82,6 @@ class Forward:
                 return
         self.cache.attend(layer, q, out)
 
-    def _mv(self, mat, x, out):
-        mat.mv(self.k, x, self.xq, self.xs, self.acc, out)
-
-    def _prep(self, x, n):
-        # int8 weights multiply int8 codes of the input; quantize it once for every matrix that reads it
-        if self.xq is not None:
-            self.xs = self.k.mv_quant(x, n, self.xq)
-
     def _rope_angles(self, pos):
         for i in range(len(self.freq)):
             a = pos * self.freq[i]
@@ -115,44 +106,50 @@ class Forward:
             if i == half:
                 i = 0
 
-    def _rmsnorm(self, out, x, w, n):
-        self.k.mv_rmsnorm(out, x, w, n)  # eps 1e-5
-
     def forward(self, token):
         """Run one (checked) token at the cache's next position; returns the logits buffer (overwritten by the
         next call). Raises CacheFullError (nothing changed) when the cache has no room and no window."""
         cfg = self.cfg
         w = self.w
         k = self.k
+        # int8 weights multiply int8 codes of the input (xq, its scale xs), quantized once for every matrix that
+        # reads it (f32 weights: xq is None, and the matrices read x itself)
+        xq, acc = self.xq, self.acc
+        xs = None
         d, h, kvd = cfg.dim, cfg.hidden_dim, cfg.kv_dim
-        x, xb, xb2, q, hb, hb2 = self.x, self.xb, self.xb2, self.q, self.hb, self.hb2
+        x, xb, xb2, q, hb, hb2, kk, vv = self.x, self.xb, self.xb2, self.q, self.hb, self.hb2, self.kk, self.vv
         pos = self.cache.start_token()
         w.embedding.row(token, x)
         self._rope_angles(pos)
         for l in range(cfg.n_layers):
-            self._rmsnorm(xb, x, w.norm(w.rms_att[l]), d)
-            self._prep(xb, d)
-            self._mv(w.wq[l], xb, q)
-            self._mv(w.wk[l], xb, self.kk)
-            self._mv(w.wv[l], xb, self.vv)
+            k.mv_rmsnorm(xb, x, w.norm(w.rms_att[l]), d)  # eps 1e-5
+            if xq is not None:
+                xs = k.mv_quant(xb, d, xq)
+            w.wq[l].mv(k, xb, xq, xs, acc, q)
+            w.wk[l].mv(k, xb, xq, xs, acc, kk)
+            w.wv[l].mv(k, xb, xq, xs, acc, vv)
             self._rope(q, d)
-            self._rope(self.kk, kvd)
-            self.cache.write(l, self.kk, self.vv)
+            self._rope(kk, kvd)
+            self.cache.write(l, kk, vv)
             self._attend(l, q, xb2)
-            self._prep(xb2, d)
-            self._mv(w.wo[l], xb2, xb)
+            if xq is not None:
+                xs = k.mv_quant(xb2, d, xq)
+            w.wo[l].mv(k, xb2, xq, xs, acc, xb)
             k.mv_add(x, xb, d)
-            self._rmsnorm(xb, x, w.norm(w.rms_ffn[l]), d)
-            self._prep(xb, d)
-            self._mv(w.w1[l], xb, hb)
-            self._mv(w.w3[l], xb, hb2)
+            k.mv_rmsnorm(xb, x, w.norm(w.rms_ffn[l]), d)
+            if xq is not None:
+                xs = k.mv_quant(xb, d, xq)
+            w.w1[l].mv(k, xb, xq, xs, acc, hb)
+            w.w3[l].mv(k, xb, xq, xs, acc, hb2)
             k.mv_swiglu(hb, hb2, h)
-            self._prep(hb, h)
-            self._mv(w.w2[l], hb, xb)
+            if xq is not None:
+                xs = k.mv_quant(hb, h, xq)
+            w.w2[l].mv(k, hb, xq, xs, acc, xb)
             k.mv_add(x, xb, d)
         if self.m.policy is not None:
             self.m.policy.observe()
-        self._rmsnorm(x, x, w.norm(w.rms_final), d)
-        self._prep(x, d)
-        self._mv(w.wcls, x, self.logits)
+        k.mv_rmsnorm(x, x, w.norm(w.rms_final), d)
+        if xq is not None:
+            xs = k.mv_quant(x, d, xq)
+        w.wcls.mv(k, x, xq, xs, acc, self.logits)
         return self.logits
