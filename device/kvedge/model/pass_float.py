@@ -21,12 +21,11 @@ class Forward:
     weights (take(w) binds them, and the integer attention's query buffers once the cache's attention is
     attached)."""
 
+    int_attention = False  # until take() binds the integer attention's query buffers
+
     def __init__(self, m, w, stream=False):
         cfg = m.cfg
-        self.m = m
-        self.cfg = cfg
-        self.k = m.k
-        self.cache = m.cache
+        self.m = m  # its cfg, kernels, cache and policy are read there (not copied: fewer entries per instance)
         d, h, kvd, hd = cfg.dim, cfg.hidden_dim, cfg.kv_dim, cfg.head_dim
         if m.wdtype == "i8":
             self.acc = zeros("i", acc_rows(cfg, stream))
@@ -49,38 +48,37 @@ class Forward:
             self.freq[i] = 1.0 / math.pow(10000.0, (2 * i) / hd)
         self.cos = zeros("f", half)
         self.sin = zeros("f", half)
-        self.int_attention = False
-        self.w = None
+        self.w = w
         if w is not None:
             self.take(w)
 
     def take(self, w):
         """Bind the weights, and the integer attention's query buffers where it runs (m.int_attention)."""
         self.w = w
-        if self.m.int_attention and not self.int_attention:
+        m = self.m
+        if m.int_attention and not self.int_attention:
             from kvedge.attention import quantize_query, dequantize_output
-            cfg = self.cfg
+            d, h = m.cfg.dim, m.cfg.n_heads
             self._qquery, self._dqout = quantize_query, dequantize_output
-            self.qc = zeros("b", cfg.dim)
-            self.qs = zeros("H", cfg.n_heads)
-            self.oq = zeros("i", cfg.dim)
-            self.oe = zeros("i", cfg.n_heads)
-            self.cache.bind_query(self.qc, self.qs, self.oq, self.oe)
+            self.qc = zeros("b", d)
+            self.qs = zeros("H", h)
+            self.oq = zeros("i", d)
+            self.oe = zeros("i", h)
+            m.cache.bind_query(self.qc, self.qs, self.oq, self.oe)
             self.int_attention = True
 
     # ---- pieces of the forward pass ----
 
-    def _attend(self, layer, q, out):
+    def _attend(self, cache, layer, q, out, h):
         # The one seam between the model and the cache's attention (its decode interface: kvedge.caches). A query
         # beyond the integer step's range in this layer (q8_fits: kvedge.attention.Q8_RANGE) takes the float step.
         if self.int_attention:
-            h = self.cfg.n_heads
             self._qquery(q, self.qc, self.qs, h)
-            if self.cache.q8_fits(layer, self.qs):
-                self.cache.attend_q8(layer, self.qc, self.qs, self.oq, self.oe)
+            if cache.q8_fits(layer, self.qs):
+                cache.attend_q8(layer, self.qc, self.qs, self.oq, self.oe)
                 self._dqout(self.oq, self.oe, out, h)
                 return
-        self.cache.attend(layer, q, out)
+        cache.attend(layer, q, out)
 
     def _rope_angles(self, pos):
         for i in range(len(self.freq)):
@@ -109,16 +107,18 @@ class Forward:
     def forward(self, token):
         """Run one (checked) token at the cache's next position; returns the logits buffer (overwritten by the
         next call). Raises CacheFullError (nothing changed) when the cache has no room and no window."""
-        cfg = self.cfg
+        m = self.m
+        cfg = m.cfg
         w = self.w
-        k = self.k
+        k = m.k
+        cache = m.cache
         # int8 weights multiply int8 codes of the input (xq, its scale xs), quantized once for every matrix that
         # reads it (f32 weights: xq is None, and the matrices read x itself)
         xq, acc = self.xq, self.acc
         xs = None
         d, h, kvd = cfg.dim, cfg.hidden_dim, cfg.kv_dim
         x, xb, xb2, q, hb, hb2, kk, vv = self.x, self.xb, self.xb2, self.q, self.hb, self.hb2, self.kk, self.vv
-        pos = self.cache.start_token()
+        pos = cache.start_token()
         w.embedding.row(token, x)
         self._rope_angles(pos)
         for l in range(cfg.n_layers):
@@ -130,8 +130,8 @@ class Forward:
             w.wv[l].mv(k, xb, xq, xs, acc, vv)
             self._rope(q, d)
             self._rope(kk, kvd)
-            self.cache.write(l, kk, vv)
-            self._attend(l, q, xb2)
+            cache.write(l, kk, vv)
+            self._attend(cache, l, q, xb2, cfg.n_heads)
             if xq is not None:
                 xs = k.mv_quant(xb2, d, xq)
             w.wo[l].mv(k, xb2, xq, xs, acc, xb)
@@ -146,8 +146,8 @@ class Forward:
                 xs = k.mv_quant(hb, h, xq)
             w.w2[l].mv(k, hb, xq, xs, acc, xb)
             k.mv_add(x, xb, d)
-        if self.m.policy is not None:
-            self.m.policy.observe()
+        if m.policy is not None:
+            m.policy.observe()
         k.mv_rmsnorm(x, x, w.norm(w.rms_final), d)
         if xq is not None:
             xs = k.mv_quant(x, d, xq)
