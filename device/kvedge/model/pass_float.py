@@ -67,24 +67,7 @@ class Forward:
             m.cache.bind_query(self.qc, self.qs, self.oq, self.oe)
             self.int_attention = True
 
-    # ---- pieces of the forward pass ----
-
-    def _attend(self, cache, layer, q, out, h):
-        # The one seam between the model and the cache's attention (its decode interface: kvedge.caches). A query
-        # beyond the integer step's range in this layer (q8_fits: kvedge.attention.Q8_RANGE) takes the float step.
-        if self.int_attention:
-            self._qquery(q, self.qc, self.qs, h)
-            if cache.q8_fits(layer, self.qs):
-                cache.attend_q8(layer, self.qc, self.qs, self.oq, self.oe)
-                self._dqout(self.oq, self.oe, out, h)
-                return
-        cache.attend(layer, q, out)
-
-    def _rope_angles(self, pos):
-        for i in range(len(self.freq)):
-            a = pos * self.freq[i]
-            self.cos[i] = math.cos(a)
-            self.sin[i] = math.sin(a)
+    # ---- RoPE's rotation (twice a layer) and the pass ----
 
     def _rope(self, v, n):
         # rotate pairs (2i, 2i+1) of every head in v[0:n]; pair i of a head uses freq[i]
@@ -117,10 +100,16 @@ class Forward:
         xq, acc = self.xq, self.acc
         xs = None
         d, h, kvd = cfg.dim, cfg.hidden_dim, cfg.kv_dim
+        nh = cfg.n_heads
         x, xb, xb2, q, hb, hb2, kk, vv = self.x, self.xb, self.xb2, self.q, self.hb, self.hb2, self.kk, self.vv
         pos = cache.start_token()
         w.embedding.row(token, x)
-        self._rope_angles(pos)
+        fr, cs, sn = self.freq, self.cos, self.sin
+        for i in range(len(fr)):  # this position's RoPE angles
+            a = pos * fr[i]
+            cs[i] = math.cos(a)
+            sn[i] = math.sin(a)
+        ia = self.int_attention
         for l in range(cfg.n_layers):
             k.mv_rmsnorm(xb, x, w.norm(w.rms_att[l]), d)  # eps 1e-5
             if xq is not None:
@@ -131,7 +120,16 @@ class Forward:
             self._rope(q, d)
             self._rope(kk, kvd)
             cache.write(l, kk, vv)
-            self._attend(cache, l, q, xb2, cfg.n_heads)
+            # the one seam between the model and the cache's attention (its decode interface: kvedge.caches); a
+            # query beyond the integer step's range in this layer (q8_fits: kvedge.attention.Q8_RANGE) takes the
+            # float step
+            if ia:
+                self._qquery(q, self.qc, self.qs, nh)
+            if ia and cache.q8_fits(l, self.qs):
+                cache.attend_q8(l, self.qc, self.qs, self.oq, self.oe)
+                self._dqout(self.oq, self.oe, xb2, nh)
+            else:
+                cache.attend(l, q, xb2)
             if xq is not None:
                 xs = k.mv_quant(xb2, d, xq)
             w.wo[l].mv(k, xb2, xq, xs, acc, xb)
