@@ -23,21 +23,15 @@ class I8Matrix:
             out[c] = codes[c0 + c] * s
 
 
-class _FileMatrix:
-    """Rows left in the file, read `chunk` rows at a time into the row buffer every matrix shares (io: the
-    Weights holding the file, the buffer `scratch` and its memoryview `mscratch`)."""
+class FileI8Matrix:
+    """int8 rows streamed from a kvedge int8 file, read `chunk` rows at a time into the row buffer every matrix
+    shares (io: the Weights holding the file, the buffer `scratch` and its memoryview `mscratch`); each chunk's
+    per-row scales (stored before the rows) are read with it into the shared array('f') `scales`, so the matrix
+    holds nothing in RAM."""
 
     def __init__(self, io, off, rows, cols):
-        self.io, self.off, self.rows, self.cols = io, off, rows, cols
+        self.io, self.off, self.rows, self.cols = io, off + 4 * rows, rows, cols
         self.chunk = io.rows_per_read(cols)
-
-
-class FileI8Matrix(_FileMatrix):
-    """int8 rows streamed from a kvedge int8 file; each chunk's per-row scales (stored before the rows) are read
-    with it into the shared array('f') `scales`, so the matrix holds nothing in RAM."""
-
-    def __init__(self, io, off, rows, cols):
-        _FileMatrix.__init__(self, io, off + 4 * rows, rows, cols)
         self.soff = off
         if len(io.scales) < self.chunk:
             raise CheckpointError("stream scales of %d rows are fewer than a chunk of %d" % (len(io.scales), self.chunk))
@@ -130,7 +124,7 @@ class Weights:
                 self._file = None
 
     def rows_per_read(self, cols):
-        """Rows of `cols` values the shared row buffer holds (a streamed matrix's chunk: _FileMatrix and
+        """Rows of `cols` values the shared row buffer holds (a streamed matrix's chunk: FileI8Matrix and
         kvedge.model.f32file.FileF32Matrix); CheckpointError when it holds not one."""
         n = len(self.scratch) // cols
         if n < 1:

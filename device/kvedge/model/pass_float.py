@@ -21,12 +21,11 @@ class Forward:
     weights (take(w) binds them, and the integer attention's query buffers once the cache's attention is
     attached)."""
 
+    int_attention = False  # until take() binds the integer attention's query buffers
+
     def __init__(self, m, w, stream=False):
         cfg = m.cfg
-        self.m = m
-        self.cfg = cfg
-        self.k = m.k
-        self.cache = m.cache
+        self.m = m  # its cfg, kernels, cache and policy are read there (not copied: fewer entries per instance)
         d, h, kvd, hd = cfg.dim, cfg.hidden_dim, cfg.kv_dim, cfg.head_dim
         if m.wdtype == "i8":
             self.acc = zeros("i", acc_rows(cfg, stream))
@@ -49,53 +48,26 @@ class Forward:
             self.freq[i] = 1.0 / math.pow(10000.0, (2 * i) / hd)
         self.cos = zeros("f", half)
         self.sin = zeros("f", half)
-        self.xs = 0.0
-        self.int_attention = False
-        self.w = None
+        self.w = w
         if w is not None:
             self.take(w)
 
     def take(self, w):
         """Bind the weights, and the integer attention's query buffers where it runs (m.int_attention)."""
         self.w = w
-        if self.m.int_attention and not self.int_attention:
+        m = self.m
+        if m.int_attention and not self.int_attention:
             from kvedge.attention import quantize_query, dequantize_output
-            cfg = self.cfg
+            d, h = m.cfg.dim, m.cfg.n_heads
             self._qquery, self._dqout = quantize_query, dequantize_output
-            self.qc = zeros("b", cfg.dim)
-            self.qs = zeros("H", cfg.n_heads)
-            self.oq = zeros("i", cfg.dim)
-            self.oe = zeros("i", cfg.n_heads)
-            self.cache.bind_query(self.qc, self.qs, self.oq, self.oe)
+            self.qc = zeros("b", d)
+            self.qs = zeros("H", h)
+            self.oq = zeros("i", d)
+            self.oe = zeros("i", h)
+            m.cache.bind_query(self.qc, self.qs, self.oq, self.oe)
             self.int_attention = True
 
-    # ---- pieces of the forward pass ----
-
-    def _attend(self, layer, q, out):
-        # The one seam between the model and the cache's attention (its decode interface: kvedge.caches). A query
-        # beyond the integer step's range in this layer (q8_fits: kvedge.attention.Q8_RANGE) takes the float step.
-        if self.int_attention:
-            h = self.cfg.n_heads
-            self._qquery(q, self.qc, self.qs, h)
-            if self.cache.q8_fits(layer, self.qs):
-                self.cache.attend_q8(layer, self.qc, self.qs, self.oq, self.oe)
-                self._dqout(self.oq, self.oe, out, h)
-                return
-        self.cache.attend(layer, q, out)
-
-    def _mv(self, mat, x, out):
-        mat.mv(self.k, x, self.xq, self.xs, self.acc, out)
-
-    def _prep(self, x, n):
-        # int8 weights multiply int8 codes of the input; quantize it once for every matrix that reads it
-        if self.xq is not None:
-            self.xs = self.k.mv_quant(x, n, self.xq)
-
-    def _rope_angles(self, pos):
-        for i in range(len(self.freq)):
-            a = pos * self.freq[i]
-            self.cos[i] = math.cos(a)
-            self.sin[i] = math.sin(a)
+    # ---- RoPE's rotation (twice a layer) and the pass ----
 
     def _rope(self, v, n):
         # rotate pairs (2i, 2i+1) of every head in v[0:n]; pair i of a head uses freq[i]
@@ -115,44 +87,67 @@ class Forward:
             if i == half:
                 i = 0
 
-    def _rmsnorm(self, out, x, w, n):
-        self.k.mv_rmsnorm(out, x, w, n)  # eps 1e-5
-
     def forward(self, token):
         """Run one (checked) token at the cache's next position; returns the logits buffer (overwritten by the
         next call). Raises CacheFullError (nothing changed) when the cache has no room and no window."""
-        cfg = self.cfg
+        m = self.m
+        cfg = m.cfg
         w = self.w
-        k = self.k
+        k = m.k
+        cache = m.cache
+        # int8 weights multiply int8 codes of the input (xq, its scale xs), quantized once for every matrix that
+        # reads it (f32 weights: xq is None, and the matrices read x itself)
+        xq, acc = self.xq, self.acc
+        xs = None
         d, h, kvd = cfg.dim, cfg.hidden_dim, cfg.kv_dim
-        x, xb, xb2, q, hb, hb2 = self.x, self.xb, self.xb2, self.q, self.hb, self.hb2
-        pos = self.cache.start_token()
+        nh = cfg.n_heads
+        x, xb, xb2, q, hb, hb2, kk, vv = self.x, self.xb, self.xb2, self.q, self.hb, self.hb2, self.kk, self.vv
+        pos = cache.start_token()
         w.embedding.row(token, x)
-        self._rope_angles(pos)
+        fr, cs, sn = self.freq, self.cos, self.sin
+        for i in range(len(fr)):  # this position's RoPE angles
+            a = pos * fr[i]
+            cs[i] = math.cos(a)
+            sn[i] = math.sin(a)
+        ia = self.int_attention
         for l in range(cfg.n_layers):
-            self._rmsnorm(xb, x, w.norm(w.rms_att[l]), d)
-            self._prep(xb, d)
-            self._mv(w.wq[l], xb, q)
-            self._mv(w.wk[l], xb, self.kk)
-            self._mv(w.wv[l], xb, self.vv)
+            k.mv_rmsnorm(xb, x, w.norm(w.rms_att[l]), d)  # eps 1e-5
+            if xq is not None:
+                xs = k.mv_quant(xb, d, xq)
+            w.wq[l].mv(k, xb, xq, xs, acc, q)
+            w.wk[l].mv(k, xb, xq, xs, acc, kk)
+            w.wv[l].mv(k, xb, xq, xs, acc, vv)
             self._rope(q, d)
-            self._rope(self.kk, kvd)
-            self.cache.write(l, self.kk, self.vv)
-            self._attend(l, q, xb2)
-            self._prep(xb2, d)
-            self._mv(w.wo[l], xb2, xb)
+            self._rope(kk, kvd)
+            cache.write(l, kk, vv)
+            # the one seam between the model and the cache's attention (its decode interface: kvedge.caches); a
+            # query beyond the integer step's range in this layer (q8_fits: kvedge.attention.Q8_RANGE) takes the
+            # float step
+            if ia:
+                self._qquery(q, self.qc, self.qs, nh)
+            if ia and cache.q8_fits(l, self.qs):
+                cache.attend_q8(l, self.qc, self.qs, self.oq, self.oe)
+                self._dqout(self.oq, self.oe, xb2, nh)
+            else:
+                cache.attend(l, q, xb2)
+            if xq is not None:
+                xs = k.mv_quant(xb2, d, xq)
+            w.wo[l].mv(k, xb2, xq, xs, acc, xb)
             k.mv_add(x, xb, d)
-            self._rmsnorm(xb, x, w.norm(w.rms_ffn[l]), d)
-            self._prep(xb, d)
-            self._mv(w.w1[l], xb, hb)
-            self._mv(w.w3[l], xb, hb2)
+            k.mv_rmsnorm(xb, x, w.norm(w.rms_ffn[l]), d)
+            if xq is not None:
+                xs = k.mv_quant(xb, d, xq)
+            w.w1[l].mv(k, xb, xq, xs, acc, hb)
+            w.w3[l].mv(k, xb, xq, xs, acc, hb2)
             k.mv_swiglu(hb, hb2, h)
-            self._prep(hb, h)
-            self._mv(w.w2[l], hb, xb)
+            if xq is not None:
+                xs = k.mv_quant(hb, h, xq)
+            w.w2[l].mv(k, hb, xq, xs, acc, xb)
             k.mv_add(x, xb, d)
-        if self.m.policy is not None:
-            self.m.policy.observe()
-        self._rmsnorm(x, x, w.norm(w.rms_final), d)
-        self._prep(x, d)
-        self._mv(w.wcls, x, self.logits)
+        if m.policy is not None:
+            m.policy.observe()
+        k.mv_rmsnorm(x, x, w.norm(w.rms_final), d)
+        if xq is not None:
+            xs = k.mv_quant(x, d, xq)
+        w.wcls.mv(k, x, xq, xs, acc, self.logits)
         return self.logits
