@@ -36,7 +36,7 @@ from time import ticks_diff, ticks_us
 from kvedge import kernels
 kernels.select(%(kernels)r)
 from kvedge.model.llama import Llama
-m = Llama(%(model)r, kv={"dtype": "i8", "align": 0, "max_tokens": 512}, forward="int")
+m = Llama(%(model)r, kv=%(kv)r, forward="int", stream=%(stream)r)
 assert m._lockable
 fw = m.intp
 V = m.cfg.vocab_size
@@ -180,25 +180,38 @@ report("steps")
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runtime", choices=("m3", "unix"), default="m3")
+    ap.add_argument("--runtime", choices=("m3", "m7", "m0", "unix"), default="m3")
     ap.add_argument("--model", default=os.path.join(SHARED_MODELS, "stories260K.bin"))
     ap.add_argument("--kernels", default="asm", choices=kernels.KINDS)
     ap.add_argument("--context", type=int, default=256)
     ap.add_argument("--tokens", type=int, default=8)
-    ap.add_argument("--march", default="armv7m", help="m3: -march of the package's .mpy (armv6m: the RP2040's)")
+    ap.add_argument("--march", help="-march of the package's .mpy (default: the machine's own; m3 armv7m; armv6m: "
+                    "the RP2040's)")
+    ap.add_argument("--rom", action="store_true", help="the weights read in place from ROMFS (issue 43's setting)")
+    ap.add_argument("--cache", metavar="K=V,...", default="max_tokens=512",
+                    help="the i8 cache's CacheConfig (issue 43's: max_tokens=96,window=92,sinks=4)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     if not os.path.exists(a.model):
         print("bench_parts: %s not found" % a.model, file=sys.stderr)
         return 2
-    from bench_forward import WEIGHTS_FILE, run_device
+    from bench_forward import WEIGHTS_FILE, run_device, machine
+    emu = a.runtime != "unix"
+    if a.march is None and emu:
+        a.march = "armv7m" if a.runtime == "m3" else machine(a.runtime, 0).marches[0]
     from kvedge.model.checkpoint import convert_to_i8
     with tempfile.TemporaryDirectory(prefix="kvedge-parts-") as tmp:
         i8 = os.path.join(tmp, WEIGHTS_FILE)  # the name run_device puts in the board's ROMFS
         convert_to_i8(os.path.abspath(a.model), i8)
-        code = DEVICE_CODE % {"kernels": a.kernels, "model": i8, "context": a.context, "tokens": a.tokens}
-        out = run_device(a.runtime, code, tmp, 2097152 if a.runtime == "m3" else 64 << 20, a.march, "rp2040")
-    unit = 1000 if a.runtime == "m3" else 1  # instructions per microsecond under qemu -icount shift=0
+        kv = {"dtype": "i8", "align": 0}
+        for item in a.cache.split(","):
+            k, v = item.split("=")
+            kv[k.strip()] = int(v)
+        code = DEVICE_CODE % {"kernels": a.kernels, "model": i8, "context": a.context, "tokens": a.tokens,
+                              "kv": kv, "stream": "rom" if a.rom else False}
+        heap = {"m3": 2097152, "m7": 2097152, "m0": 215040}.get(a.runtime, 64 << 20)
+        out = run_device(a.runtime, code, tmp, heap, a.march, "rp2040")
+    unit = 1000 if emu else 1  # instructions per microsecond under qemu -icount shift=0
     parts, totals, bias = {}, {}, 0.0
     for line in out.splitlines():
         f = line.split()
@@ -237,10 +250,11 @@ def main(argv=None):
                                                       kern.items()},
                           "python": dict(python), "kernels_sum": ksum, "wrapper_bias": bias, "totals": totals}))
         return 0
-    what = "instructions" if a.runtime == "m3" else "us"
-    print("stories260K, int8 weights in RAM, i8 cache, %s kernels, context %d, %s (%s per token; %d steps)" % (
-        a.kernels, a.context, "emulated Cortex-M3, qemu -icount shift=0, %s .mpy" % a.march
-        if a.runtime == "m3" else "MicroPython unix port", what, a.tokens))
+    what = "instructions" if emu else "us"
+    print("stories260K, int8 weights %s, i8 cache (%s), %s kernels, context %d, %s (%s per token; %d steps)" % (
+        "read in place from ROMFS" if a.rom else "in RAM", a.cache, a.kernels, a.context,
+        "emulated %s, qemu -icount shift=0, %s .mpy" % (a.runtime, a.march) if emu else "MicroPython unix port",
+        what, a.tokens))
     print("| part | calls a token | %s a token | share |" % what)
     print("|---|---:|---:|---:|")
     for n, (v, c) in sorted(kern.items(), key=lambda kv: -kv[1][0]):

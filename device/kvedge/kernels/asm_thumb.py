@@ -709,3 +709,11 @@ def att_div_q10(r0, r1, r2):
     pop({r4})
     mov(r8, r4)
     mov(r0, 0)
+
+
+# On an Armv7-M core and up (the Cortex-M3, M7, the RP2350's M33) the division by hardware divide:
+# kernels.att_v7m_thumb's att_div_q10, absent or refused everywhere else (the RP2040 keeps the one above).
+try:
+    from kvedge.kernels.att_v7m_thumb import att_div_q10  # noqa: F811
+except ImportError:
+    pass
