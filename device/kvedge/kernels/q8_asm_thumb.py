@@ -304,3 +304,8 @@ except ImportError:
         from kvedge.kernels.q8_v7m_thumb import q_mv  # noqa: F811
     except ImportError:
         pass
+# On an Armv7-M core and up, the small steps in Thumb-2 (kernels.q8_steps_v7m_thumb), absent or refused elsewhere.
+try:
+    from kvedge.kernels.q8_steps_v7m_thumb import q_swiglu  # noqa: F811
+except ImportError:
+    pass

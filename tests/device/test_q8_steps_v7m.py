@@ -1,0 +1,83 @@
+# The integer pass's small steps in Thumb-2 (kvedge.kernels.q8_steps_v7m_thumb: raw encodings) against the plain
+# kernels (kvedge.kernels.q8_plain, the reference arithmetic) on random and edge inputs, and the probe that gives
+# them to the asm kind exactly on the cores that run Thumb-2 (the emulated Cortex-M3 and M7; the M0 keeps viper's).
+import sys
+from array import array
+from kvedge import kernels
+from kvedge.kernels import cpuid
+from kvedge.model import pass_int
+from _support import skip
+from _fuzzkit import Lcg
+
+NAMES = ("q_swiglu",)
+
+
+def _steps():
+    if not cpuid.has_thumb2():
+        skip("no Thumb-2 on this core (kvedge.kernels.cpuid.has_thumb2())")
+    try:
+        from kvedge.kernels import q8_steps_v7m_thumb
+    except ImportError:
+        skip("kvedge.kernels.q8_steps_v7m_thumb not deployed here (an armv6m package)")
+    return q8_steps_v7m_thumb
+
+
+def test_the_asm_kind_takes_the_thumb2_steps_exactly_where_the_core_runs_thumb2():
+    if not kernels.thumb():
+        skip("no inline assembler here")
+    try:
+        from kvedge.kernels import q8_asm_thumb
+    except ImportError:
+        skip("no asm kernels deployed here")
+    mod = sys.modules.get("kvedge.kernels.q8_steps_v7m_thumb")
+    if mod is not None:
+        assert cpuid.has_thumb2()
+        for n in NAMES:
+            assert getattr(q8_asm_thumb, n) is getattr(mod, n), n
+    elif not cpuid.has_thumb2():
+        from kvedge.kernels import q8_viper
+        for n in NAMES:
+            assert getattr(q8_asm_thumb, n) is getattr(q8_viper, n), n
+
+
+def _big(rng, n):
+    """0 <= v < n for n up to 2**30, from two 15-bit draws."""
+    return ((rng.below(1 << 15) << 15) | rng.below(1 << 15)) % n
+
+
+def _swiglu(k, h, n, tab, B, ks):
+    hh = array("i", h)
+    p = array("i", [B, ks, 0, 0])
+    r = k.q_swiglu(hh, tab, n, p)
+    return r, list(hh), list(p)
+
+
+def test_thumb2_q_swiglu_equals_the_plain_kernel():
+    # every shift of a (left within the table, saturating beyond it at +-lim, right by up to 31 and beyond), values
+    # from 0 to the residual's +-VMAX, a = 0 where the table saturates, one value and many
+    st = _steps()
+    from kvedge.kernels import q8_plain as plain
+    tab = pass_int.sigmoid_table()
+    rng = Lcg(4301)
+    n_cases = 0
+    for ks in (-40, -31, -30, -17, -9, -3, -1, 0, 1, 3, 8, 15, 16, 17, 31, 32, 40):
+        for mag in (0, 1, 200, 1 << 14, 1 << 15, 1 << 20, (1 << 29) - 1):
+            n = 1 + rng.below(40)
+            h = []
+            for i in range(2 * n):
+                v = _big(rng, mag + 1) if mag else 0
+                h.append(-v if rng.below(2) else v)
+            if mag:
+                h[0] = mag
+                h[2 * n - 1] = -mag
+            if n > 1:
+                h[1] = 0
+            B = 0
+            for v in h:
+                B = max(B, abs(v))
+            for extra in (0, 1):  # B as the pass gives it, and a B larger than max |h| (a smaller shift)
+                got = _swiglu(st, h, n, tab, B << extra, ks)
+                want = _swiglu(plain, h, n, tab, B << extra, ks)
+                assert got == want, (ks, mag, n, extra, got, want)
+                n_cases += 1
+    assert n_cases == 238
