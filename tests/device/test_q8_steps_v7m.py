@@ -9,7 +9,7 @@ from kvedge.model import pass_int
 from _support import skip
 from _fuzzkit import Lcg
 
-NAMES = ("q_swiglu",)
+NAMES = ("q_swiglu", "q_heads")
 
 
 def _steps():
@@ -81,3 +81,38 @@ def test_thumb2_q_swiglu_equals_the_plain_kernel():
                 assert got == want, (ks, mag, n, extra, got, want)
                 n_cases += 1
     assert n_cases == 238
+
+
+def _heads(k, v, nseg, hd, e):
+    codes = array("b", [0] * (nseg * hd))
+    sc = array("H", [0] * nseg)
+    r = k.q_heads(array("i", v), codes, sc, array("i", [nseg, hd, e, 0]))
+    return r, list(codes), list(sc)
+
+
+def test_thumb2_q_heads_equals_the_plain_kernel():
+    # every f16 case of the scale (zero rows, subnormal, normal, beyond the range), maxima from 1 to +-VMAX (shifts
+    # both ways), head_dim 1 to 64, exponents from -60 to 40
+    st = _steps()
+    from kvedge.kernels import q8_plain as plain
+    rng = Lcg(4302)
+    n_cases = 0
+    for e in (-60, -40, -33, -30, -26, -24, -20, -16, -10, -4, 0, 5, 12, 20, 40):
+        for mag in (0, 1, 2, 127, 128, 255, 1000, (1 << 14) - 1, 1 << 14, 1 << 15, (1 << 15) + 1, 1 << 20,
+                    (1 << 29) - 1):
+            hd = (1, 2, 3, 8, 16, 64)[rng.below(6)]
+            nseg = 1 + rng.below(4)
+            v = []
+            for i in range(nseg * hd):
+                x = _big(rng, mag + 1) if mag else 0
+                v.append(-x if rng.below(2) else x)
+            if mag:
+                v[rng.below(len(v))] = -mag if rng.below(2) else mag
+            if nseg > 1:
+                for i in range(hd):
+                    v[i] = 0  # a zero segment
+            got = _heads(st, v, nseg, hd, e)
+            want = _heads(plain, v, nseg, hd, e)
+            assert got == want, (e, mag, hd, nseg, v, got, want)
+            n_cases += 1
+    assert n_cases == 195

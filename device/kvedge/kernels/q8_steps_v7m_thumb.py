@@ -134,3 +134,151 @@ def q_swiglu(r0, r1, r2, r3):
     mov(r0, r11)
     data(2, 0xB002)  # add sp, #8
     data(2, 0xE8BD, 0x5F00)  # pop.w {r8, r9, r10, r11, r12, lr}
+
+
+@micropython.asm_thumb
+def q_heads(r0, r1, r2, r3):
+    # r0 v (int32 values), r1 codes (int8), r2 sc (f16 bits), r3 p: kernels.q8_plain.q_heads. Per segment of hd
+    # values: amax (one pass), b = bitlen(amax) by CLZ, sh = b - 15, the mantissa M by UDIV, the f16 exponent E and
+    # its three cases (beyond the range, normal, subnormal: bits, Mq, G), RM = 2**21 // Mq by UDIV; then per value
+    # |v| >> max(sh, 0) << max(-sh, 0) << max(G, 0) >> min(max(-G, 0), 31) (the four amounts by USAT), times RM,
+    # rounded at bit 21, at most 127 (USAT), the sign back by its mask. r8 segments left, r9 hd, r10 e; in the
+    # values' pass r5 RM, r7, r11, r12 and lr the shifts.
+    data(2, 0xE92D, 0x5F00)  # push.w {r8, r9, r10, r11, r12, lr}
+    ldr(r4, [r3, 4])
+    mov(r9, r4)  # hd
+    ldr(r4, [r3, 8])
+    mov(r10, r4)  # e
+    ldr(r4, [r3, 0])
+    mov(r8, r4)  # segments left
+    cmp(r4, 0)
+    bne(HEAD)
+    b(END)
+    label(HEAD)
+    mov(r3, r0)
+    mov(r4, r9)
+    mov(r5, 0)  # amax
+    cmp(r4, 0)
+    beq(P1X)
+    label(P1)
+    data(2, 0xF853, 0x6B04)  # ldr.w r6, [r3], #4
+    data(2, 0xEA86, 0x77E6)  # eor.w r7, r6, r6, asr #31
+    data(2, 0xEBA7, 0x77E6)  # sub.w r7, r7, r6, asr #31
+    cmp(r7, r5)
+    data(2, 0xBFC8)  # it gt
+    data(2, 0x463D)  # mov r5, r7
+    sub(r4, 1)
+    bne(P1)
+    label(P1X)
+    data(2, 0xFAB5, 0xF685)  # clz r6, r5
+    mov(r7, 32)
+    sub(r6, r7, r6)  # b = bitlen(amax)
+    mov(r7, r6)
+    sub(r7, 15)  # sh = b - 15
+    ble(SHNP)
+    sub(r4, r5, 1)
+    lsr(r4, r7)
+    add(r4, 1)  # an = ((amax - 1) >> sh) + 1
+    b(AND)
+    label(SHNP)
+    neg(r4, r7)
+    mov(r3, r5)
+    lsl(r3, r4)
+    mov(r4, r3)  # an = amax << -sh
+    label(AND)
+    data(2, 0xF647, 0x6CF0)  # movw r12, #32496
+    mov(r3, 2)
+    data(2, 0x4564)  # cmp r4, r12
+    bgt(S2)
+    mov(r3, 3)  # S = 3 where an * 8 <= 2047 * 127
+    label(S2)
+    lsl(r4, r3)
+    add(r4, 126)
+    mov(r12, r3)
+    mov(r3, 127)
+    data(2, 0xFBB4, 0xF4F3)  # udiv r4, r4, r3: M = (an * 2**S + 126) // 127
+    mov(r3, r12)  # S
+    data(2, 0xEB06, 0x060A)  # add.w r6, r6, r10, lsl #0: b + e
+    sub(r6, r6, r3)
+    add(r6, 10)  # E = b + e - S + 10
+    cmp(r5, 0)
+    beq(ZERO)
+    cmp(r6, 31)
+    bge(BIG)
+    cmp(r6, 1)
+    bge(NORM)
+    neg(r6, r6)
+    add(r6, 1)  # k = 1 - E
+    sub(r3, r3, r6)  # G = S - k
+    mov(r5, 1)
+    cmp(r6, 31)
+    bge(KBIG)
+    lsl(r5, r6)
+    sub(r5, 1)
+    add(r5, r5, r4)
+    lsr(r5, r6)  # Mq = (M + 2**k - 1) >> k
+    label(KBIG)
+    data(2, 0x46AE)  # mov lr, r5: bits = Mq
+    data(2, 0x46AC)  # mov r12, r5
+    b(CASES)
+    label(ZERO)
+    mov(r3, 0)  # G
+    mov(r5, 0)
+    data(2, 0x46AE)  # mov lr, r5
+    mov(r5, 1)
+    data(2, 0x46AC)  # mov r12, r5
+    b(CASES)
+    label(BIG)
+    data(2, 0xF647, 0x3EFF)  # movw lr, #31743: the largest half
+    data(2, 0xF240, 0x7CFF)  # movw r12, #2047
+    add(r3, 1)  # G = S + 1
+    b(CASES)
+    label(NORM)
+    lsl(r5, r6, 10)
+    add(r5, r5, r4)
+    mov(r6, 1)
+    lsl(r6, r6, 10)
+    sub(r5, r5, r6)  # (E << 10) | (M - 1024)
+    data(2, 0x46AE)  # mov lr, r5
+    data(2, 0x46A4)  # mov r12, r4: Mq = M; G = S
+    label(CASES)
+    data(2, 0xF822, 0xEB02)  # strh.w lr, [r2], #2: the head's f16 scale
+    mov(r5, 1)
+    lsl(r5, r5, 21)
+    data(2, 0xFBB5, 0xF5FC)  # udiv r5, r5, r12: RM = 2**21 // Mq
+    data(2, 0xF1C7, 0x0600)  # rsb.w r6, r7, #0
+    data(2, 0xF386, 0x0B05)  # usat r11, #5, r6
+    data(2, 0xF387, 0x0705)  # usat r7, #5, r7
+    data(2, 0xF1C3, 0x0600)  # rsb.w r6, r3, #0
+    data(2, 0xF386, 0x0E05)  # usat lr, #5, r6
+    data(2, 0xF383, 0x0C05)  # usat r12, #5, r3
+    mov(r3, r9)
+    cmp(r3, 0)
+    beq(P2X)
+    label(P2)
+    data(2, 0xF850, 0x4B04)  # ldr.w r4, [r0], #4
+    data(2, 0xEA4F, 0x76E4)  # asr.w r6, r4, #31
+    eor(r4, r6)
+    sub(r4, r4, r6)  # |v|
+    data(2, 0xFA24, 0xF407)  # lsr.w r4, r4, r7
+    data(2, 0xFA04, 0xF40B)  # lsl.w r4, r4, r11
+    data(2, 0xFA04, 0xF40C)  # lsl.w r4, r4, r12
+    data(2, 0xFA24, 0xF40E)  # lsr.w r4, r4, lr
+    mul(r4, r5)
+    data(2, 0xF504, 0x1480)  # add.w r4, r4, #0x100000
+    lsr(r4, r4, 21)
+    data(2, 0xF384, 0x0407)  # usat r4, #7, r4: at most 127
+    eor(r4, r6)
+    sub(r4, r4, r6)  # the sign back
+    data(2, 0xF801, 0x4B01)  # strb.w r4, [r1], #1
+    sub(r3, 1)
+    bne(P2)
+    label(P2X)
+    mov(r4, r8)
+    sub(r4, 1)
+    mov(r8, r4)
+    beq(END)
+    b(HEAD)
+    label(END)
+    mov(r0, 0)
+    data(2, 0xE8BD, 0x5F00)  # pop.w {r8, r9, r10, r11, r12, lr}
