@@ -161,11 +161,15 @@ for n in dir(K):
         f = wrap(n, f)
     setattr(kp, n, f)
 fw.k = kp
+KQ = fw.kq
+if KQ is K:  # the matvec inputs' quantizer (the same module, or pass_int4's own): its q_scale and q_quant too
+    fw.kq = kp
 ATT = m.cache.attend_q8  # the decode interface's integer attention (bound by the cache's bind_q8)
 m.cache.attend_q8 = wrap("attention step (cache.attend_q8)", ATT)
 print("TOTAL2 %%d %%d" %% (run(), N))
 report("kernels")
 fw.k = K
+fw.kq = KQ
 m.cache.attend_q8 = ATT
 del NAMES[:]
 

@@ -18,43 +18,121 @@ from kvedge.kernels.cpuid import has_dsp
 if not has_dsp():  # before anything is defined: on another core the module is not kept
     raise ImportError("no DSP instructions on this core (kvedge.kernels.cpuid)")
 
-@micropython.viper
-def q_quant(z: ptr32, codes, n: int, p: ptr32) -> int:  # noqa: F821
-    """kernels.q8_viper.q_quant's codes, packed for q_mv (the layout above)."""
-    hw = ptr16(codes)  # noqa: F821
-    wd = ptr32(codes)  # noqa: F821
-    sb = 1
-    sb <<= 31
-    s = (p[0] ^ sb) - sb
-    R = p[1]
-    K = p[2]
-    C = p[3]
-    half = 1 << (K - 1)
-    n4 = n & (0 - 4)
-    i = 0
-    while i < n:
-        v = (z[i] ^ sb) - sb
-        neg = v < 0
-        if neg:
-            v = 0 - v
-        if s >= 0:
-            v = v >> s
-        else:
-            v = v << (0 - s)
-        c = (v * R + half) >> K
-        if c > C:
-            c = C
-        if neg:
-            c = 0 - c
-        if i < n4:
-            r = i & 3
-            hw[4 + (i - r) + ((r & 1) << 1) + (r >> 1)] = c
-        else:
-            hw[4 + i] = c
-        i += 1
-    wd[0] = 0
-    wd[1] = n
-    return 0
+@micropython.asm_thumb
+def q_quant(r0, r1, r2, r3):
+    # r0 z (int32), r1 codes (the packed input, the layout above), r2 n, r3 p: kernels.q8_plain.q_quant's codes c =
+    # sign(z) * min(C, ((|z| >> s) * R + 2**(K-1)) >> K) (s < 0: a left shift; both amounts by USAT), four values a
+    # step stored as their pairs want them (halfwords 0, 2, 1, 3 of the group), then the n % 4 last ones. r8 and r9
+    # the shifts, r10 R, r11 K, r12 2**(K-1), lr C; r5 each value's sign mask. Thumb-2 encodings (beyond those
+    # below): STRH.W Rt, [Rn, #i12]  0xF8A0 | Rn, Rt << 12 | i12; STRH.W Rt, [Rn], #i  0xF820 | Rn, Rt << 12 | 0xB00 | i;
+    # RSB.W Rd, Rn, #0  0xF1C0 | Rn, Rd << 8; ASR.W Rd, Rm, #s  0xEA4F, (s >> 2) << 12 | Rd << 8 | (s & 3) << 6 | 0x20 | Rm;
+    # LSL.W/LSR.W Rd, Rn, Rm  0xFA00 / 0xFA20 | Rn, 0xF000 | Rd << 8 | Rm; CMP Rn, Rm (any registers)
+    # 0x4500 | (Rn >> 3) << 7 | Rm << 3 | (Rn & 7).
+    data(2, 0xE92D, 0x5F00)  # push.w {r8, r9, r10, r11, r12, lr}
+    ldr(r4, [r3, 0])  # s
+    data(2, 0xF384, 0x0805)  # usat r8, #5, r4: right by max(s, 0)
+    data(2, 0xF1C4, 0x0400)  # rsb.w r4, r4, #0
+    data(2, 0xF384, 0x0905)  # usat r9, #5, r4: left by max(-s, 0)
+    ldr(r4, [r3, 4])
+    mov(r10, r4)  # R
+    ldr(r4, [r3, 8])
+    mov(r11, r4)  # K
+    sub(r4, 1)
+    mov(r5, 1)
+    lsl(r5, r4)
+    mov(r12, r5)  # half = 2**(K - 1)
+    ldr(r4, [r3, 12])
+    data(2, 0x46A6)  # mov lr, r4: C
+    mov(r4, 0)
+    str(r4, [r1, 0])
+    str(r2, [r1, 4])  # words 0 and 1: 0, n
+    add(r1, 8)
+    lsr(r3, r2, 2)  # groups of four
+    beq(TAIL)
+    label(G4)
+    data(2, 0xF850, 0x4B04)  # ldr.w r4, [r0], #4
+    data(2, 0xEA4F, 0x75E4)  # asr.w r5, r4, #31
+    eor(r4, r5)
+    sub(r4, r4, r5)  # |z|
+    data(2, 0xFA24, 0xF408)  # lsr.w r4, r4, r8
+    data(2, 0xFA04, 0xF409)  # lsl.w r4, r4, r9
+    data(2, 0xFB04, 0xC40A)  # mla r4, r4, r10, r12: v * R + half
+    data(2, 0xFA24, 0xF40B)  # lsr.w r4, r4, r11
+    data(2, 0x4574)  # cmp r4, lr
+    data(2, 0xBFC8)  # it gt
+    data(2, 0x4674)  # mov r4, lr: at most C
+    eor(r4, r5)
+    sub(r4, r4, r5)  # the sign back
+    data(2, 0xF8A1, 0x4000)  # strh.w r4, [r1, #0]
+    data(2, 0xF850, 0x4B04)  # ldr.w r4, [r0], #4
+    data(2, 0xEA4F, 0x75E4)  # asr.w r5, r4, #31
+    eor(r4, r5)
+    sub(r4, r4, r5)  # |z|
+    data(2, 0xFA24, 0xF408)  # lsr.w r4, r4, r8
+    data(2, 0xFA04, 0xF409)  # lsl.w r4, r4, r9
+    data(2, 0xFB04, 0xC40A)  # mla r4, r4, r10, r12: v * R + half
+    data(2, 0xFA24, 0xF40B)  # lsr.w r4, r4, r11
+    data(2, 0x4574)  # cmp r4, lr
+    data(2, 0xBFC8)  # it gt
+    data(2, 0x4674)  # mov r4, lr: at most C
+    eor(r4, r5)
+    sub(r4, r4, r5)  # the sign back
+    data(2, 0xF8A1, 0x4004)  # strh.w r4, [r1, #4]
+    data(2, 0xF850, 0x4B04)  # ldr.w r4, [r0], #4
+    data(2, 0xEA4F, 0x75E4)  # asr.w r5, r4, #31
+    eor(r4, r5)
+    sub(r4, r4, r5)  # |z|
+    data(2, 0xFA24, 0xF408)  # lsr.w r4, r4, r8
+    data(2, 0xFA04, 0xF409)  # lsl.w r4, r4, r9
+    data(2, 0xFB04, 0xC40A)  # mla r4, r4, r10, r12: v * R + half
+    data(2, 0xFA24, 0xF40B)  # lsr.w r4, r4, r11
+    data(2, 0x4574)  # cmp r4, lr
+    data(2, 0xBFC8)  # it gt
+    data(2, 0x4674)  # mov r4, lr: at most C
+    eor(r4, r5)
+    sub(r4, r4, r5)  # the sign back
+    data(2, 0xF8A1, 0x4002)  # strh.w r4, [r1, #2]
+    data(2, 0xF850, 0x4B04)  # ldr.w r4, [r0], #4
+    data(2, 0xEA4F, 0x75E4)  # asr.w r5, r4, #31
+    eor(r4, r5)
+    sub(r4, r4, r5)  # |z|
+    data(2, 0xFA24, 0xF408)  # lsr.w r4, r4, r8
+    data(2, 0xFA04, 0xF409)  # lsl.w r4, r4, r9
+    data(2, 0xFB04, 0xC40A)  # mla r4, r4, r10, r12: v * R + half
+    data(2, 0xFA24, 0xF40B)  # lsr.w r4, r4, r11
+    data(2, 0x4574)  # cmp r4, lr
+    data(2, 0xBFC8)  # it gt
+    data(2, 0x4674)  # mov r4, lr: at most C
+    eor(r4, r5)
+    sub(r4, r4, r5)  # the sign back
+    data(2, 0xF8A1, 0x4006)  # strh.w r4, [r1, #6]
+    add(r1, 8)
+    sub(r3, 1)
+    bne(G4)
+    label(TAIL)
+    mov(r3, 3)
+    and_(r3, r2)
+    beq(END)
+    label(T1)
+    data(2, 0xF850, 0x4B04)  # ldr.w r4, [r0], #4
+    data(2, 0xEA4F, 0x75E4)  # asr.w r5, r4, #31
+    eor(r4, r5)
+    sub(r4, r4, r5)  # |z|
+    data(2, 0xFA24, 0xF408)  # lsr.w r4, r4, r8
+    data(2, 0xFA04, 0xF409)  # lsl.w r4, r4, r9
+    data(2, 0xFB04, 0xC40A)  # mla r4, r4, r10, r12: v * R + half
+    data(2, 0xFA24, 0xF40B)  # lsr.w r4, r4, r11
+    data(2, 0x4574)  # cmp r4, lr
+    data(2, 0xBFC8)  # it gt
+    data(2, 0x4674)  # mov r4, lr: at most C
+    eor(r4, r5)
+    sub(r4, r4, r5)  # the sign back
+    data(2, 0xF821, 0x4B02)  # strh.w r4, [r1], #2
+    sub(r3, 1)
+    bne(T1)
+    label(END)
+    mov(r0, 0)
+    data(2, 0xE8BD, 0x5F00)  # pop.w {r8, r9, r10, r11, r12, lr}
 
 
 @micropython.asm_thumb
