@@ -9,7 +9,7 @@ from kvedge.model import pass_int
 from _support import skip
 from _fuzzkit import Lcg
 
-NAMES = ("q_swiglu", "q_heads")
+NAMES = ("q_swiglu", "q_heads", "q_normgain")
 
 
 def _steps():
@@ -116,3 +116,41 @@ def test_thumb2_q_heads_equals_the_plain_kernel():
             assert got == want, (e, mag, hd, nseg, v, got, want)
             n_cases += 1
     assert n_cases == 195
+
+
+def _normgain(k, x, g, A, ln):
+    n = len(x)
+    z = array("i", [7] * n)
+    p = array("i", [n, A, ln, 0])
+    r = k.q_normgain(array("i", x), array("i", g), z, p)
+    return r, list(z), list(p)
+
+
+def test_thumb2_q_normgain_equals_the_plain_kernel():
+    # residuals from 0 to +-VMAX (no shift to s = 14), gains of both signs up to +-32767, LN 0 to 9, n 1 to 64, a
+    # maximum A given larger than max |x| (a larger shift)
+    st = _steps()
+    from kvedge.kernels import q8_plain as plain
+    rng = Lcg(4304)
+    m = 0
+    for mag in (0, 1, 100, (1 << 15) - 1, 1 << 15, 1 << 20, (1 << 29) - 1):
+        for ln in (0, 3, 7, 9):
+            n = (1, 2, 7, 64)[rng.below(4)]
+            x = []
+            g = []
+            for i in range(n):
+                v = _big(rng, mag + 1) if mag else 0
+                x.append(-v if rng.below(2) else v)
+                w = rng.below(32768)
+                g.append(-w if rng.below(2) else w)
+            if mag:
+                x[0] = -mag
+            g[0] = -32767
+            if n > 1:
+                g[1] = 32767
+            for A in (mag, 2 * mag + 1):
+                got = _normgain(st, x, g, A, ln)
+                want = _normgain(plain, x, g, A, ln)
+                assert got == want, (mag, ln, n, A, got, want)
+                m += 1
+    assert m == 56

@@ -282,3 +282,57 @@ def q_heads(r0, r1, r2, r3):
     label(END)
     mov(r0, 0)
     data(2, 0xE8BD, 0x5F00)  # pop.w {r8, r9, r10, r11, r12, lr}
+
+
+@micropython.asm_thumb
+def q_normgain(r0, r1, r2, r3):
+    # r0 x (the residual), r1 g (the gains), r2 z, r3 p: kernels.q8_plain.q_normgain. s = max(0, bitlen(p[1]) - 15)
+    # by CLZ (back into p[1]); per value a = |x| >> s, ss += (a * a) >> LN, z = sign(x) * ((a * g) >> 15) (the sign
+    # by its mask); p[3] = ss; returns max |z|. r8 s, r9 LN, r10 ss, r11 the largest |z|, r12 p.
+    data(2, 0xE92D, 0x5F00)  # push.w {r8, r9, r10, r11, r12, lr}
+    ldr(r4, [r3, 4])  # A = max |x|
+    data(2, 0xFAB4, 0xF584)  # clz r5, r4
+    mov(r6, 17)
+    sub(r5, r6, r5)  # s = bitlen(A) - 15
+    bge(SPOS)
+    mov(r5, 0)
+    label(SPOS)
+    str(r5, [r3, 4])
+    mov(r8, r5)  # s
+    ldr(r4, [r3, 8])
+    mov(r9, r4)  # LN
+    mov(r4, 0)
+    mov(r10, r4)  # ss
+    mov(r11, r4)  # the largest |z|
+    data(2, 0x469C)  # mov r12, r3: p
+    ldr(r3, [r3, 0])  # n
+    cmp(r3, 0)
+    beq(END)
+    label(LOOP)
+    data(2, 0xF850, 0x4B04)  # ldr.w r4, [r0], #4
+    data(2, 0xEA4F, 0x75E4)  # asr.w r5, r4, #31
+    eor(r4, r5)
+    sub(r4, r4, r5)
+    data(2, 0xFA24, 0xF408)  # lsr.w r4, r4, r8: a = |x| >> s
+    data(2, 0xFB04, 0xF604)  # mul.w r6, r4, r4
+    data(2, 0xFA26, 0xF609)  # lsr.w r6, r6, r9
+    data(2, 0xEB0A, 0x0A06)  # add.w r10, r10, r6, lsl #0: ss += (a * a) >> LN
+    data(2, 0xF851, 0x6B04)  # ldr.w r6, [r1], #4
+    mul(r6, r4)
+    asr(r6, r6, 15)
+    eor(r6, r5)
+    sub(r6, r6, r5)  # z = sign(x) * ((a * g) >> 15)
+    data(2, 0xF842, 0x6B04)  # str.w r6, [r2], #4
+    data(2, 0xEA86, 0x77E6)  # eor.w r7, r6, r6, asr #31
+    data(2, 0xEBA7, 0x77E6)  # sub.w r7, r7, r6, asr #31
+    data(2, 0x455F)  # cmp r7, r11
+    data(2, 0xBFC8)  # it gt
+    data(2, 0x46BB)  # mov r11, r7
+    sub(r3, 1)
+    bne(LOOP)
+    label(END)
+    data(2, 0x4663)  # mov r3, r12
+    data(2, 0x4654)  # mov r4, r10
+    str(r4, [r3, 12])  # p[3] = ss
+    data(2, 0x4658)  # mov r0, r11
+    data(2, 0xE8BD, 0x5F00)  # pop.w {r8, r9, r10, r11, r12, lr}
