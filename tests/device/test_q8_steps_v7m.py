@@ -9,7 +9,7 @@ from kvedge.model import pass_int
 from _support import skip
 from _fuzzkit import Lcg
 
-NAMES = ("q_swiglu", "q_heads", "q_normgain")
+NAMES = ("q_swiglu", "q_heads", "q_normgain", "q_rope", "q_align")
 
 
 def _steps():
@@ -154,3 +154,62 @@ def test_thumb2_q_normgain_equals_the_plain_kernel():
                 assert got == want, (mag, ln, n, A, got, want)
                 m += 1
     assert m == 56
+
+
+def test_thumb2_q_rope_equals_the_plain_kernel():
+    # values up to +-VMAX (the clamp both ways), cos and sin of every sign up to +-16384, head_dim 2 to 64, several
+    # heads (cs back to its start)
+    st = _steps()
+    from kvedge.kernels import q8_plain as plain
+    rng = Lcg(4305)
+    m = 0
+    for hd in (2, 4, 8, 64):
+        for mag in (0, 1, 16383, 16384, 1 << 20, (1 << 29) - 1):
+            heads = 1 + rng.below(4)
+            n = heads * hd
+            v = []
+            for i in range(n):
+                x = _big(rng, mag + 1) if mag else 0
+                v.append(-x if rng.below(2) else x)
+            if mag:
+                v[0] = mag
+                v[1] = mag
+            cs = []
+            for i in range(hd):
+                c = rng.below(16385)
+                cs.append(-c if rng.below(2) else c)
+            cs[0] = 16384
+            cs[1] = -16384
+            got = array("i", v)
+            want = array("i", v)
+            assert st.q_rope(got, array("i", cs), n, hd) == plain.q_rope(want, array("i", cs), n, hd)
+            assert list(got) == list(want), (hd, mag, heads)
+            m += 1
+    assert m == 24
+
+
+def test_thumb2_q_align_equals_the_plain_kernel():
+    # exponents apart by 0 to beyond 31, values up to +-2**30 - 1 (the clamp at VMAX), 1 to 8 heads of 1 to 64
+    st = _steps()
+    from kvedge.kernels import q8_plain as plain
+    rng = Lcg(4306)
+    m = 0
+    for spread in (0, 1, 5, 31, 32, 60):
+        for mag in (0, 1, 1000, (1 << 29) - 1, (1 << 30) - 1):
+            heads = 1 + rng.below(8)
+            hd = (1, 8, 64)[rng.below(3)]
+            n = heads * hd
+            oq = []
+            for i in range(n):
+                x = _big(rng, mag + 1) if mag else 0
+                oq.append(-x if rng.below(2) else x)
+            oe = [rng.below(spread + 1) - 40 for _ in range(heads)]
+            got = array("i", oq)
+            want = array("i", oq)
+            pg = array("i", [heads, hd, 0, 0])
+            pw = array("i", [heads, hd, 0, 0])
+            rg = st.q_align(got, array("i", oe), n, pg)
+            rw = plain.q_align(want, array("i", oe), n, pw)
+            assert (rg, list(got), list(pg)) == (rw, list(want), list(pw)), (spread, mag, heads, hd)
+            m += 1
+    assert m == 30

@@ -306,6 +306,6 @@ except ImportError:
         pass
 # On an Armv7-M core and up, the small steps in Thumb-2 (kernels.q8_steps_v7m_thumb), absent or refused elsewhere.
 try:
-    from kvedge.kernels.q8_steps_v7m_thumb import q_swiglu, q_heads, q_normgain  # noqa: F811
+    from kvedge.kernels.q8_steps_v7m_thumb import q_swiglu, q_heads, q_normgain, q_rope, q_align  # noqa: F811
 except ImportError:
     pass

@@ -336,3 +336,119 @@ def q_normgain(r0, r1, r2, r3):
     str(r4, [r3, 12])  # p[3] = ss
     data(2, 0x4658)  # mov r0, r11
     data(2, 0xE8BD, 0x5F00)  # pop.w {r8, r9, r10, r11, r12, lr}
+
+
+@micropython.asm_thumb
+def q_rope(r0, r1, r2, r3):
+    # r0 v, r1 cs (cos, sin a pair in Q14), r2 n, r3 hd: kernels.q8_plain.q_rope. Each pair (a, b) by LDRD with its
+    # (c, s) (cs back to its start after a head's last pair), the four products by SMULL floored at bit 14 (the plain
+    # kernel's 14-bit halves give the same floor), x = ac - bs and y = as + bc clamped to +-VMAX by SSAT (-2**29 to
+    # -VMAX), stored by STRD. Encodings: LDRD Rt, Rt2, [Rn]  0xE9D0 | Rn, Rt << 12 | Rt2 << 8; post-indexed LDRD /
+    # STRD  0xE8F0 / 0xE8E0 | Rn, Rt << 12 | Rt2 << 8 | i / 4; LSR.W Rd, Rm, #s  0xEA4F, (s >> 2) << 12 | Rd << 8 |
+    # (s & 3) << 6 | 0x10 | Rm.
+    data(2, 0xE92D, 0x5F00)  # push.w {r8, r9, r10, r11, r12, lr}
+    data(2, 0x468C)  # mov r12, r1: cs
+    lsl(r3, r3, 2)
+    add(r3, r3, r1)
+    data(2, 0x469E)  # mov lr, r3: cs's end (hd words: a head's pairs)
+    lsr(r2, r2, 1)  # pairs
+    beq(END)
+    label(LOOP)
+    data(2, 0xE9D0, 0x4500)  # ldrd r4, r5, [r0]: a, b
+    data(2, 0xE8F1, 0x6702)  # ldrd r6, r7, [r1], #8: c, s
+    data(2, 0x4571)  # cmp r1, lr
+    data(2, 0xBF08)  # it eq
+    data(2, 0x4661)  # mov r1, r12: the next head's first pair
+    data(2, 0xFB84, 0x8906)  # smull r8, r9, r4, r6
+    data(2, 0xFB85, 0xAB07)  # smull r10, r11, r5, r7
+    data(2, 0xEA4F, 0x3898)  # lsr.w r8, r8, #14
+    data(2, 0xEA48, 0x4889)  # orr.w r8, r8, r9, lsl #18: floor(. / 2**14)
+    data(2, 0xEA4F, 0x3A9A)  # lsr.w r10, r10, #14
+    data(2, 0xEA4A, 0x4A8B)  # orr.w r10, r10, r11, lsl #18: floor(. / 2**14)
+    data(2, 0xEBA8, 0x030A)  # sub.w r3, r8, r10, lsl #0: x = ac - bs
+    data(2, 0xFB84, 0x8907)  # smull r8, r9, r4, r7
+    data(2, 0xFB85, 0xAB06)  # smull r10, r11, r5, r6
+    data(2, 0xEA4F, 0x3898)  # lsr.w r8, r8, #14
+    data(2, 0xEA48, 0x4889)  # orr.w r8, r8, r9, lsl #18: floor(. / 2**14)
+    data(2, 0xEA4F, 0x3A9A)  # lsr.w r10, r10, #14
+    data(2, 0xEA4A, 0x4A8B)  # orr.w r10, r10, r11, lsl #18: floor(. / 2**14)
+    data(2, 0xEB08, 0x050A)  # add.w r5, r8, r10, lsl #0: y = as + bc
+    data(2, 0xF303, 0x031D)  # ssat r3, #30, r3
+    data(2, 0xF113, 0x5F00)  # cmn.w r3, #0x20000000
+    data(2, 0xBF08)  # it eq
+    data(2, 0x3301)  # add r3, #1: -2**29 to -VMAX
+    data(2, 0xF305, 0x051D)  # ssat r5, #30, r5
+    data(2, 0xF115, 0x5F00)  # cmn.w r5, #0x20000000
+    data(2, 0xBF08)  # it eq
+    data(2, 0x3501)  # add r5, #1: -2**29 to -VMAX
+    data(2, 0xE8E0, 0x3502)  # strd r3, r5, [r0], #8
+    sub(r2, 1)
+    bne(LOOP)
+    label(END)
+    mov(r0, 0)
+    data(2, 0xE8BD, 0x5F00)  # pop.w {r8, r9, r10, r11, r12, lr}
+
+
+@micropython.asm_thumb
+def q_align(r0, r1, r2, r3):
+    # r0 oq, r1 oe, r2 n (unused: p's heads x hd), r3 p: kernels.q8_plain.q_align. emax = max oe[h] (into p[2]); per
+    # head k = min(emax - oe[h], 31) by USAT, per value |oq| >> k, at most VMAX, the sign back; returns max |oq|.
+    # r8 emax, r9 VMAX, r10 the largest |oq|, r11 k.
+    data(2, 0xE92D, 0x5F00)  # push.w {r8, r9, r10, r11, r12, lr}
+    ldr(r4, [r3, 0])  # heads
+    ldr(r5, [r3, 4])  # hd
+    ldr(r6, [r1, 0])
+    mov(r8, r6)  # emax = oe[0]
+    mov(r2, r1)
+    mov(r7, r4)
+    cmp(r7, 0)
+    beq(EX)
+    label(EM)
+    data(2, 0xF852, 0x6B04)  # ldr.w r6, [r2], #4
+    data(2, 0x4546)  # cmp r6, r8
+    data(2, 0xBFC8)  # it gt
+    data(2, 0x46B0)  # mov r8, r6
+    sub(r7, 1)
+    bne(EM)
+    label(EX)
+    data(2, 0x4646)  # mov r6, r8
+    str(r6, [r3, 8])  # p[2] = emax
+    mov(r6, 1)
+    lsl(r6, r6, 29)
+    sub(r6, 1)
+    mov(r9, r6)  # VMAX
+    mov(r6, 0)
+    mov(r10, r6)  # the largest |oq|
+    cmp(r4, 0)
+    beq(END)
+    label(HEAD)
+    data(2, 0xF851, 0x6B04)  # ldr.w r6, [r1], #4
+    data(2, 0x4647)  # mov r7, r8
+    sub(r7, r7, r6)
+    data(2, 0xF387, 0x0B05)  # usat r11, #5, r7: k = min(emax - oe[h], 31)
+    mov(r2, r5)
+    cmp(r2, 0)
+    beq(HX)
+    label(EL)
+    ldr(r6, [r0, 0])
+    data(2, 0xEA4F, 0x77E6)  # asr.w r7, r6, #31
+    eor(r6, r7)
+    sub(r6, r6, r7)
+    data(2, 0xFA26, 0xF60B)  # lsr.w r6, r6, r11
+    data(2, 0x454E)  # cmp r6, r9
+    data(2, 0xBFC8)  # it gt
+    data(2, 0x464E)  # mov r6, r9: at most VMAX
+    data(2, 0x4556)  # cmp r6, r10
+    data(2, 0xBFC8)  # it gt
+    data(2, 0x46B2)  # mov r10, r6
+    eor(r6, r7)
+    sub(r6, r6, r7)
+    data(2, 0xF840, 0x6B04)  # str.w r6, [r0], #4
+    sub(r2, 1)
+    bne(EL)
+    label(HX)
+    sub(r4, 1)
+    bne(HEAD)
+    label(END)
+    data(2, 0x4650)  # mov r0, r10
+    data(2, 0xE8BD, 0x5F00)  # pop.w {r8, r9, r10, r11, r12, lr}
