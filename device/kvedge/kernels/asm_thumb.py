@@ -712,8 +712,10 @@ def att_div_q10(r0, r1, r2):
 
 
 # On an Armv7-M core and up (the Cortex-M3, M7, the RP2350's M33) the division by hardware divide:
-# kernels.att_v7m_thumb's att_div_q10, absent or refused everywhere else (the RP2040 keeps the one above).
-try:
-    from kvedge.kernels.att_v7m_thumb import att_div_q10  # noqa: F811
-except ImportError:
-    pass
+# kernels.att_v7m_thumb's att_div_q10, absent or refused everywhere else (the RP2040 keeps the one above). Not even
+# tried on an Armv6-M firmware: the failed import alone cost the emulated Cortex-M0 ~18,000 instructions a token.
+if __import__("kvedge.kernels").kernels.arch() >= 5:  # no new name in this module (kvedge.kernels.q8_asm_thumb)
+    try:
+        from kvedge.kernels.att_v7m_thumb import att_div_q10  # noqa: F811
+    except ImportError:
+        pass
