@@ -34,6 +34,8 @@ def test_the_asm_kind_takes_the_thumb2_steps_exactly_where_the_core_runs_thumb2(
         assert cpuid.has_thumb2()
         for n in NAMES:
             assert getattr(q8_asm_thumb, n) is getattr(mod, n), n
+        if not cpuid.has_dsp():  # the DSP module's q_quant (its packed codes) where it loads
+            assert q8_asm_thumb.q_quant is mod.q_quant
     elif not cpuid.has_thumb2():
         from kvedge.kernels import q8_viper
         for n in NAMES:
@@ -213,3 +215,32 @@ def test_thumb2_q_align_equals_the_plain_kernel():
             assert (rg, list(got), list(pg)) == (rw, list(want), list(pw)), (spread, mag, heads, hd)
             m += 1
     assert m == 30
+
+
+def test_thumb2_q_quant_equals_the_plain_kernel():
+    # shifts both ways (and beyond 31), the widest codes (C up to 32767), values up to +-VMAX, zeros, odd n
+    st = _steps()
+    from kvedge.kernels import q8_plain as plain
+    rng = Lcg(4307)
+    m = 0
+    for s, R, K, C in ((0, 16384, 14, 127), (-15, 32767, 22, 32767), (-3, 20000, 20, 5000), (5, 12345, 16, 127),
+                       (14, 32767, 15, 32767), (31, 32767, 1, 32767), (40, 1, 1, 7), (-1, 1 << 14, 28, 32767)):
+        for n in (1, 2, 3, 64, 65, 172):
+            lim = (1 << 29) - 1 if s >= 0 else ((1 << 15) - 1) >> -s
+            top = min(lim, ((1 << 15) - 1) << s) if 0 <= s < 15 else lim
+            z = array("i", [_big(rng, top + 1) for _ in range(n)])
+            for i in range(n):
+                if rng.below(2):
+                    z[i] = -z[i]
+            z[0] = top
+            if n > 1:
+                z[1] = -top
+            if n > 2:
+                z[2] = 0
+            ip = array("i", [s, R, K, C, 0, 0, 0, 0])
+            want = array("i", [7] * n)
+            got = array("i", [7] * n)
+            assert st.q_quant(z, got, n, ip) == plain.q_quant(z, want, n, ip)
+            assert list(got) == list(want), (s, R, K, C, n)
+            m += 1
+    assert m == 48

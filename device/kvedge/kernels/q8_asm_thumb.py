@@ -297,7 +297,8 @@ def q_mv(r0, r1, r2, r3):
 # not even tried on an Armv6-M firmware (a failed import cost the emulated Cortex-M0 ~18,000 instructions a token).
 if __import__("kvedge.kernels").kernels.arch() >= 5:
     try:
-        from kvedge.kernels.q8_steps_v7m_thumb import q_swiglu, q_heads, q_normgain, q_rope, q_align  # noqa: F811
+        from kvedge.kernels.q8_steps_v7m_thumb import (q_swiglu, q_heads, q_normgain, q_rope, q_align,  # noqa: F811
+                                                         q_quant)
     except ImportError:
         pass
 

@@ -452,3 +452,80 @@ def q_align(r0, r1, r2, r3):
     label(END)
     data(2, 0x4650)  # mov r0, r10
     data(2, 0xE8BD, 0x5F00)  # pop.w {r8, r9, r10, r11, r12, lr}
+
+
+@micropython.asm_thumb
+def q_quant(r0, r1, r2, r3):
+    # r0 z (int32), r1 codes (int32), r2 n, r3 p: kernels.q8_plain.q_quant, two values a step: c = sign(z) *
+    # min(C, ((|z| >> s) * R + 2**(K-1)) >> K) (s < 0: a left shift; both amounts by USAT). r8 and r9 the shifts,
+    # r10 R, r11 K, r12 2**(K-1), lr C; r5 each value's sign mask. (A core with the DSP instructions takes
+    # kernels.q8_dsp_thumb's, which packs the codes for its q_mv.)
+    data(2, 0xE92D, 0x5F00)  # push.w {r8, r9, r10, r11, r12, lr}
+    ldr(r4, [r3, 0])  # s
+    data(2, 0xF384, 0x0805)  # usat r8, #5, r4: right by max(s, 0)
+    data(2, 0xF1C4, 0x0400)  # rsb.w r4, r4, #0
+    data(2, 0xF384, 0x0905)  # usat r9, #5, r4: left by max(-s, 0)
+    ldr(r4, [r3, 4])
+    mov(r10, r4)  # R
+    ldr(r4, [r3, 8])
+    mov(r11, r4)  # K
+    sub(r4, 1)
+    mov(r5, 1)
+    lsl(r5, r4)
+    mov(r12, r5)  # half = 2**(K - 1)
+    ldr(r4, [r3, 12])
+    data(2, 0x46A6)  # mov lr, r4: C
+    lsr(r3, r2, 1)  # pairs
+    beq(ONE)
+    label(P2)
+    data(2, 0xF850, 0x4B04)  # ldr.w r4, [r0], #4
+    data(2, 0xEA4F, 0x75E4)  # asr.w r5, r4, #31
+    eor(r4, r5)
+    sub(r4, r4, r5)  # |z|
+    data(2, 0xFA24, 0xF408)  # lsr.w r4, r4, r8
+    data(2, 0xFA04, 0xF409)  # lsl.w r4, r4, r9
+    data(2, 0xFB04, 0xC40A)  # mla r4, r4, r10, r12: v * R + half
+    data(2, 0xFA24, 0xF40B)  # lsr.w r4, r4, r11
+    data(2, 0x4574)  # cmp r4, lr
+    data(2, 0xBFC8)  # it gt
+    data(2, 0x4674)  # mov r4, lr: at most C
+    eor(r4, r5)
+    sub(r4, r4, r5)  # the sign back
+    data(2, 0xF841, 0x4B04)  # str.w r4, [r1], #4
+    data(2, 0xF850, 0x4B04)  # ldr.w r4, [r0], #4
+    data(2, 0xEA4F, 0x75E4)  # asr.w r5, r4, #31
+    eor(r4, r5)
+    sub(r4, r4, r5)  # |z|
+    data(2, 0xFA24, 0xF408)  # lsr.w r4, r4, r8
+    data(2, 0xFA04, 0xF409)  # lsl.w r4, r4, r9
+    data(2, 0xFB04, 0xC40A)  # mla r4, r4, r10, r12: v * R + half
+    data(2, 0xFA24, 0xF40B)  # lsr.w r4, r4, r11
+    data(2, 0x4574)  # cmp r4, lr
+    data(2, 0xBFC8)  # it gt
+    data(2, 0x4674)  # mov r4, lr: at most C
+    eor(r4, r5)
+    sub(r4, r4, r5)  # the sign back
+    data(2, 0xF841, 0x4B04)  # str.w r4, [r1], #4
+    sub(r3, 1)
+    bne(P2)
+    label(ONE)
+    mov(r3, 1)
+    and_(r3, r2)
+    beq(END)
+    data(2, 0xF850, 0x4B04)  # ldr.w r4, [r0], #4
+    data(2, 0xEA4F, 0x75E4)  # asr.w r5, r4, #31
+    eor(r4, r5)
+    sub(r4, r4, r5)  # |z|
+    data(2, 0xFA24, 0xF408)  # lsr.w r4, r4, r8
+    data(2, 0xFA04, 0xF409)  # lsl.w r4, r4, r9
+    data(2, 0xFB04, 0xC40A)  # mla r4, r4, r10, r12: v * R + half
+    data(2, 0xFA24, 0xF40B)  # lsr.w r4, r4, r11
+    data(2, 0x4574)  # cmp r4, lr
+    data(2, 0xBFC8)  # it gt
+    data(2, 0x4674)  # mov r4, lr: at most C
+    eor(r4, r5)
+    sub(r4, r4, r5)  # the sign back
+    data(2, 0xF841, 0x4B04)  # str.w r4, [r1], #4
+    label(END)
+    mov(r0, 0)
+    data(2, 0xE8BD, 0x5F00)  # pop.w {r8, r9, r10, r11, r12, lr}
