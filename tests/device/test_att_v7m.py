@@ -30,6 +30,7 @@ def test_the_asm_kind_takes_the_thumb2_division_exactly_where_the_core_runs_thum
     if "kvedge.kernels.att_v7m_thumb" in sys.modules:
         assert cpuid.has_thumb2()
         assert asm_thumb.att_div_q10 is sys.modules["kvedge.kernels.att_v7m_thumb"].att_div_q10
+        assert asm_thumb.att_head_i8 is sys.modules["kvedge.kernels.att_head_v7m_thumb"].att_head_i8
     elif not cpuid.has_thumb2():
         assert asm_thumb.att_div_q10 is not None  # the Thumb-1 kernel
 
