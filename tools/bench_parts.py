@@ -36,7 +36,7 @@ from time import ticks_diff, ticks_us
 from kvedge import kernels
 kernels.select(%(kernels)r)
 from kvedge.model.llama import Llama
-m = Llama(%(model)r, kv={"dtype": "i8", "align": 0, "max_tokens": %(slots)d}, forward="int", stream=%(stream)r)
+m = Llama(%(model)r, kv=%(kv)r, forward="int", stream=%(stream)r)
 assert m._lockable
 fw = m.intp
 V = m.cfg.vocab_size
@@ -167,6 +167,9 @@ if K4 is not None:
     kp4.q_mv4 = wrap("q_mv4", K4.q_mv4)
     fw.k4 = kp4
 argmax = kp.q_argmax  # the harness's greedy pick (the run's own call of the kernel)
+KQ = fw.kq
+if KQ is K:  # the matvec inputs' quantizer (the same module, or pass_int4's own): its q_scale and q_quant too
+    fw.kq = kp
 ATT = m.cache.attend_q8  # the decode interface's integer attention (bound by the cache's bind_q8)
 m.cache.attend_q8 = wrap("attention step (cache.attend_q8)", ATT)
 print("TOTAL2 %%d %%d" %% (run(), N))
@@ -175,6 +178,7 @@ fw.k = K
 argmax = K.q_argmax
 if K4 is not None:
     fw.k4 = K4
+fw.kq = KQ
 m.cache.attend_q8 = ATT
 del NAMES[:]
 
@@ -189,32 +193,44 @@ report("steps")
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runtime", choices=("m3", "unix"), default="m3")
+    ap.add_argument("--runtime", choices=("m3", "m7", "m0", "unix"), default="m3")
     ap.add_argument("--model", default=os.path.join(SHARED_MODELS, "stories260K.bin"))
     ap.add_argument("--kernels", default="asm", choices=kernels.KINDS)
     ap.add_argument("--context", type=int, default=256)
     ap.add_argument("--tokens", type=int, default=8)
-    ap.add_argument("--march", default="armv7m", help="m3: -march of the package's .mpy (armv6m: the RP2040's)")
+    ap.add_argument("--march", help="-march of the package's .mpy (default: the machine's own; m3 armv7m; armv6m: "
+                    "the RP2040's)")
     ap.add_argument("--weights-dtype", choices=("i8", "i4"), default="i8", help="int8 rows, or int4 in groups of "
                     "32 (q_mv4 counted beside the int8 kernels)")
-    ap.add_argument("--rom", action="store_true", help="m3: the weights read in place from ROMFS")
+    ap.add_argument("--rom", action="store_true", help="the weights read in place from ROMFS (issue 43's setting)")
     ap.add_argument("--heap", type=int, default=0, help="m3: 4194304 or 8388608 run the images whose heap lies in "
                     "PSRAM (a 15M-class model's int4 file in ROMFS: tools/bench_forward.py's --heap)")
-    ap.add_argument("--slots", type=int, default=512, help="the i8 cache's max_tokens (default 512)")
+    ap.add_argument("--cache", metavar="K=V,...", default="max_tokens=512",
+                    help="the i8 cache's CacheConfig (issue 43's: max_tokens=96,window=92,sinks=4)")
+    ap.add_argument("--slots", type=int, default=0, help="the i8 cache's max_tokens (overrides --cache's)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     if not os.path.exists(a.model):
         print("bench_parts: %s not found" % a.model, file=sys.stderr)
         return 2
-    from bench_forward import WEIGHTS_FILE, convert, run_device
+    from bench_forward import WEIGHTS_FILE, convert, run_device, machine
+    emu = a.runtime != "unix"
+    if a.march is None and emu:
+        a.march = "armv7m" if a.runtime == "m3" else machine(a.runtime, 0).marches[0]
     with tempfile.TemporaryDirectory(prefix="kvedge-parts-") as tmp:
         i8 = os.path.join(tmp, WEIGHTS_FILE)  # the name run_device puts in the board's ROMFS
         convert(os.path.abspath(a.model), i8, a.weights_dtype)
+        kv = {"dtype": "i8", "align": 0}
+        for item in a.cache.split(","):
+            k, v = item.split("=")
+            kv[k.strip()] = int(v)
+        if a.slots:
+            kv["max_tokens"] = a.slots
         code = DEVICE_CODE % {"kernels": a.kernels, "model": i8, "context": a.context, "tokens": a.tokens,
-                              "slots": a.slots, "stream": "rom" if a.rom else False}
-        heap = a.heap or (2097152 if a.runtime == "m3" else 64 << 20)
+                              "kv": kv, "stream": "rom" if a.rom else False}
+        heap = a.heap or {"m3": 2097152, "m7": 2097152, "m0": 215040}.get(a.runtime, 64 << 20)
         out = run_device(a.runtime, code, tmp, heap, a.march, "rp2040")
-    unit = 1000 if a.runtime == "m3" else 1  # instructions per microsecond under qemu -icount shift=0
+    unit = 1000 if emu else 1  # instructions per microsecond under qemu -icount shift=0
     parts, totals, bias = {}, {}, 0.0
     for line in out.splitlines():
         f = line.split()
@@ -254,11 +270,12 @@ def main(argv=None):
                                                       kern.items()},
                           "python": dict(python), "kernels_sum": ksum, "wrapper_bias": bias, "totals": totals}))
         return 0
-    what = "instructions" if a.runtime == "m3" else "us"
-    print("%s, %s weights %s, i8 cache (%d slots), %s kernels, context %d, %s (%s per token; %d steps)" % (
+    what = "instructions" if emu else "us"
+    print("%s, %s weights %s, i8 cache (%s), %s kernels, context %d, %s (%s per token; %d steps)" % (
         os.path.basename(a.model), {"i8": "int8", "i4": "int4"}[a.weights_dtype],
-        "read in place from ROMFS" if a.rom else "in RAM", a.slots, a.kernels, a.context, "emulated Cortex-M3, qemu -icount shift=0, %s .mpy" % a.march
-        if a.runtime == "m3" else "MicroPython unix port", what, a.tokens))
+        "read in place from ROMFS" if a.rom else "in RAM", a.cache, a.kernels, a.context,
+        "emulated %s, qemu -icount shift=0, %s .mpy" % (a.runtime, a.march) if emu else "MicroPython unix port",
+        what, a.tokens))
     print("| part | calls a token | %s a token | share |" % what)
     print("|---|---:|---:|---:|")
     for n, (v, c) in sorted(kern.items(), key=lambda kv: -kv[1][0]):

@@ -75,6 +75,91 @@ def test_dsp_q_quant_and_q_mv_equal_the_plain_kernels():
     assert n == 68
 
 
+def _edge(q, wb, zv, cols, rows, mant, shift, os, add, outv):
+    """q_quant then q_mv with every weight byte wb and every input value zv (the codes at their largest, C = 127),
+    rows of mantissa `mant` and shift `shift`: the extremes of the products, the scales and the clamps."""
+    z = array("i", [zv if (i & 1) else -zv for i in range(cols)])
+    ip = array("i", [0, 16384, 14, 127])  # no shift, R / 2**K = 1: codes = z, within C
+    codes = array("i", [0] * cols)
+    q.q_quant(z, codes, cols, ip)
+    w = bytearray([wb] * (rows * cols))
+    for i in range(0, len(w), 3):
+        w[i] = 255 - wb  # the other extreme, now and then
+    p = array("i", [0] * (P_HDR + rows))
+    p[P_ROWS], p[P_COLS], p[P_XM], p[P_OS], p[P_ADD] = rows, cols, 32767, os, add
+    for r in range(rows):
+        p[P_HDR + r] = (mant << 8) | shift
+    out = array("i", [outv] * rows)
+    big = q.q_mv(w, codes, out, p)
+    return list(out), big
+
+
+def test_dsp_q_mv_equals_the_plain_kernel_at_the_extremes():
+    # int8 weights -128 and 127 (bytes 0x80, 0x7F), input codes at +-127, the largest mantissas (32767 for the rows
+    # and xm), shifts from a large left shift (saturating) to beyond 31, the residual's add at +-VMAX
+    if not cpuid.has_dsp():
+        skip("no DSP instructions on this core (kvedge.kernels.cpuid.has_dsp())")
+    from kvedge.kernels import q8_dsp_thumb as dsp, q8_plain as plain
+    vmax = (1 << 29) - 1
+    n = 0
+    for wb in (0x80, 0x7F, 0x00, 0xFF):
+        for cols, rows in ((64, 2), (172, 3), (7, 1), (33, 4)):
+            for mant, shift, os in ((32767, 0, 0), (32767, 0, -20), (16384, 3, -2), (32767, 40, 0), (1, 0, -29),
+                                    (32767, 0, -35), (20000, 12, 0)):
+                for add, outv in ((0, 0), (1, vmax), (1, -vmax), (1, 12345)):
+                    args = (wb, 127, cols, rows, mant, shift, os, add, outv)
+                    got = _edge(dsp, *args)
+                    want = _edge(plain, *args)
+                    assert got == want, (args, got, want)
+                    n += 1
+    assert n == 448
+
+
+def _unpacked(codes, n):
+    """The n codes q8_dsp_thumb.q_quant packed (the layout in its header), in order."""
+    b = bytes(codes)
+    assert b[0:4] == bytes(4) and b[4] | (b[5] << 8) | (b[6] << 16) | (b[7] << 24) == n
+    n4 = n & ~3
+    out = []
+    for i in range(n):
+        r = i & 3
+        h = 4 + (i - r) + ((r & 1) << 1) + (r >> 1) if i < n4 else 4 + i
+        v = b[2 * h] | (b[2 * h + 1] << 8)
+        out.append(v - 65536 if v & 32768 else v)
+    return out
+
+
+def test_dsp_q_quant_gives_the_plain_codes_in_its_layout():
+    # shifts both ways (and beyond 31), the widest codes (C up to 32767), values up to +-VMAX, zeros, every n % 4
+    if not cpuid.has_dsp():
+        skip("no DSP instructions on this core (kvedge.kernels.cpuid.has_dsp())")
+    from kvedge.kernels import q8_dsp_thumb as dsp, q8_plain as plain
+    rng = Lcg(4303)
+    m = 0
+    for s, R, K, C in ((0, 16384, 14, 127), (-15, 32767, 22, 32767), (-3, 20000, 20, 5000), (5, 12345, 16, 127),
+                       (14, 32767, 15, 32767), (31, 32767, 1, 32767), (40, 1, 1, 7), (-1, 1 << 14, 28, 32767)):
+        for n in (1, 2, 3, 4, 5, 7, 8, 63, 64, 65, 172):
+            lim = (1 << 29) - 1 if s >= 0 else ((1 << 15) - 1) >> -s
+            top = min(lim, ((1 << 15) - 1) << s) if 0 <= s < 15 else lim
+            z = array("i", [(rng.below(1 << 15) * 32768 + rng.below(1 << 15)) % (top + 1) for _ in range(n)])
+            for i in range(n):
+                if rng.below(2):
+                    z[i] = -z[i]
+            z[0] = top
+            if n > 1:
+                z[1] = -top
+            if n > 2:
+                z[2] = 0
+            ip = array("i", [s, R, K, C, 0, 0, 0, 0])
+            want = array("i", [0] * n)
+            plain.q_quant(z, want, n, ip)
+            got = array("i", [0] * (n + 4))  # 8 + 2n bytes of the layout (pass_int's xq: at least 4 words)
+            assert dsp.q_quant(z, got, n, ip) == 0
+            assert _unpacked(got, n) == list(want), (s, R, K, C, n)
+            m += 1
+    assert m == 88
+
+
 class _PlainCodesV7M:
     """kernels.q8_v7m_thumb's q_mv over the plain kernels' codes (it reads them as asm's Thumb-1 q_mv does)."""
 

@@ -42,10 +42,11 @@ def test_the_thumb2_product_runs_on_the_cortex_m3_with_an_armv7m_package():
     # (armv7m: the esp32 profile's xtensawin cannot load there, so march_for gives the CPU's) gets it, and its q_mv
     # equals the plain one there, while the DSP tests skip (no DSP on an M3)
     _need("m3")
-    res = runtimes.run_device_tests("m3", board="esp32", files=["test_qkernels_dsp.py"],
+    res = runtimes.run_device_tests("m3", board="esp32", files=["test_qkernels_dsp.py", "test_att_v7m.py",
+                                                                  "test_q8_steps_v7m.py"],
                                     heap=runtimes.heap_for("rp2040"))
-    assert res["failed"] == 0 and res["passed"] >= 3, "\n".join(res["lines"][-60:])
-    assert not any("Thumb-2" in line or "q8_v7m_thumb" in line for line in res["lines"]), res["lines"]
+    assert res["failed"] == 0 and res["passed"] >= 7, "\n".join(res["lines"][-60:])
+    assert not any("Thumb-2" in line or "_v7m_thumb" in line for line in res["lines"]), res["lines"]
 
 
 def test_the_thumb2_int4_product_runs_on_the_cortex_m3_with_an_armv7m_package():

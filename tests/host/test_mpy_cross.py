@@ -118,7 +118,9 @@ def test_asm_modules_are_thumb_1_and_only_for_arm(tmp_path):
     assert set(THUMB_ONLY) - set(DSP_ONLY) - set(V7M_ONLY) <= {r for _, r in for_arch(device_sources(), "armv6m")}
     # the DSP kernels only where the core can be Armv7E-M, the Thumb-2 ones where it can be Armv7-M (the probes
     # still decide on the board): their raw encodings assemble anywhere, an Armv6-M core would fault on them
-    assert V7M_ONLY == ("kvedge/kernels/q4_v7m_thumb.py", "kvedge/kernels/q8_v7m_thumb.py")
+    assert V7M_ONLY == ("kvedge/kernels/att_head_v7m_thumb.py", "kvedge/kernels/att_v7m_thumb.py",
+                        "kvedge/kernels/q4_v7m_thumb.py", "kvedge/kernels/q8_steps_v7m_thumb.py",
+                        "kvedge/kernels/q8_v7m_thumb.py")
     for march, has, v7m in (("armv6m", False, False), ("armv7m", False, True), ("armv7em", True, True),
                             ("armv7emsp", True, True), ("armv7emdp", True, True), ("xtensawin", False, False)):
         got = {r for _, r in for_arch(device_sources(), march)}

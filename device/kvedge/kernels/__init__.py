@@ -8,7 +8,8 @@
 # asm: @micropython.asm_thumb (Arm ports with the inline assembler; Thumb-1 code, so the RP2040 runs it too).
 #
 # The modules, one per role and kind: ROLE + KIND, KIND's name with the instruction set it is written in where it
-# is one chip's (asm_thumb: Arm only; q8_dsp_thumb: Armv7E-M only; q8_asm_xtensa: call0 Xtensa only):
+# is one chip's (asm_thumb: Arm only; *_v7m_thumb: Thumb-2, Armv7-M and up; q8_dsp_thumb: Armv7E-M only; q8_asm_xtensa:
+# call0 Xtensa only):
 #   ""   the float pass's matrix-vector kernels and the integer attention's (plain, native, viper, asm_thumb)
 #   q8_  the integer pass's int8 matrix-vector product and its helpers
 #   q4_  the integer pass's int4 rows

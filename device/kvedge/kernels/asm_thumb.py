@@ -709,3 +709,15 @@ def att_div_q10(r0, r1, r2):
     pop({r4})
     mov(r8, r4)
     mov(r0, 0)
+
+
+# On an Armv7-M core and up (the Cortex-M3, M7, the RP2350's M33) the division by hardware divide and the head's
+# products by LDRSB.W and MLA: kernels.att_v7m_thumb's att_div_q10 and kernels.att_head_v7m_thumb's att_head_i8,
+# absent or refused everywhere else (the RP2040 keeps the ones above). Not even tried on an Armv6-M firmware: the
+# failed import alone cost the emulated Cortex-M0 ~18,000 instructions a token.
+if __import__("kvedge.kernels").kernels.arch() >= 5:  # no new name in this module (kvedge.kernels.q8_asm_thumb)
+    try:
+        from kvedge.kernels.att_v7m_thumb import att_div_q10  # noqa: F811
+        from kvedge.kernels.att_head_v7m_thumb import att_head_i8  # noqa: F811 (signed reads, MLA)
+    except ImportError:
+        pass

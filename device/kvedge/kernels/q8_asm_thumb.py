@@ -293,6 +293,16 @@ def q_mv(r0, r1, r2, r3):
     mov(r11, r7)
 
 
+# On an Armv7-M core and up, the small steps in Thumb-2 (kernels.q8_steps_v7m_thumb), absent or refused elsewhere, and
+# not even tried on an Armv6-M firmware (a failed import cost the emulated Cortex-M0 ~18,000 instructions a token).
+if __import__("kvedge.kernels").kernels.arch() >= 5:
+    try:
+        from kvedge.kernels.q8_steps_v7m_thumb import (q_swiglu, q_heads, q_normgain, q_rope, q_align,  # noqa: F811
+                                                         q_quant)
+    except ImportError:
+        pass
+
+
 # On a core with Armv7E-M's DSP instructions the matrix-vector product is kernels.q8_dsp_thumb's, with its q_quant that
 # packs the input for it; else on an Armv7-M core (the Cortex-M3) kernels.q8_v7m_thumb's Thumb-2 q_mv. Each module is
 # absent, or refuses to load, everywhere else. (No new names here: each one would cost every run of this module on
