@@ -217,6 +217,13 @@ NOT_RUN = {
         "tests/host/test_runtimes.py runs the device files on each of those cores",
     ".venv/bin/python tools/bench_xtensa.py --tokens-only --profile":
         "a benchmark (figures in docs/benchmarks.md), as the line above",
+    ".venv/bin/python tools/bench_forward.py --runtime RT --kernels asm --forward auto --rom --cache "
+    "max_tokens=96,window=92,sinks=4 --context 55 --from 5 --tokens 1":
+        "a benchmark per core, RT named in the table beside it (figures in docs/benchmarks.md), as the line above",
+    ".venv/bin/python tools/bench_parts.py --runtime m7 --rom --cache max_tokens=96,window=92,sinks=4 --context 26 "
+    "--tokens 8":
+        "a benchmark (figures in docs/benchmarks.md, ~2 min of emulated board): tests/device/test_att_v7m.py and "
+        "test_q8_steps_v7m.py check its kernels bit for bit against plain on the M7",
     ".venv/bin/python tools/bench_prefill.py --runtime m3 --chunks 1 8 16 --heap 2097152":
         "a benchmark (figures in docs/benchmarks.md, ~30 s of emulated board): tests/device/test_pass_int_prefill.py "
         "holds the chunks' bits on every runtime",
@@ -301,6 +308,15 @@ STANDINS = {
     ("docs/device-api.md", "from kvedge.telemetry import Telemetry"):
         ("from kvedge.config import CacheConfig\nfrom kvedge.cache import KVCache\n"
          "cache = KVCache(CacheConfig(5, 8, 4, 8, 64, 'i8', align=0))\nn = 3\n", ""),
+    ("docs/device-api.md", "from kvedge import session"):
+        ("from kvedge.model import tiny\n"
+         "tiny.write_checkpoint('sess_m.bin', seed=5, dim=8, hidden_dim=16, n_heads=2, n_kv_heads=1, vocab_size=64)\n"
+         "from kvedge.model.llama import Llama\nfrom kvedge.model.sampler import Sampler\n"
+         "m = Llama('sess_m.bin', kv={'dtype': 'i8', 'max_tokens': 32, 'align': 0})\n"
+         "sampler = Sampler(64, 0.9, 7)\ntok, steps, policy = None, 4, None\ncache = m.cache\n"
+         "token = 5\nfor t in (1, 2, 3):\n    m.forward(t)\n",
+         "assert cache.stats()['tokens_seen'] == 3 + steps, cache.stats()  # the fed token and 3 sampled\n"
+         "assert session.load('chat', cache, None, sampler) == token\n"),
     ("docs/tiered.md", "from kvedge.config import CacheConfig"):
         (_Q8 + "stream = range(100)\n",
          "assert tc.stats()['cold_tokens'] > 0, tc.stats()\n"),
