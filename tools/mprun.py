@@ -24,6 +24,10 @@ def main(argv=None):
     ap.add_argument("-t", dest="tests", action="append", help="only test functions with this name")
     ap.add_argument("-v", action="store_true", help="echo every line")
     a = ap.parse_args(argv)
+    why = runtimes.missing(a.runtime, a.board)
+    if why:  # a clone without ../shared: say what is skipped and why, no traceback
+        print("%s: skipped, not runnable here: %s" % (a.runtime, why))
+        return 0
     res = runtimes.run_device_tests(a.runtime, a.board, runtimes.test_files(a.filter), a.tests,
                                     echo=print if a.v else None)
     if not a.v:

@@ -496,6 +496,12 @@ def needs_shared(cmd):
         why = m3board.missing("rp2040")
         if why:
             pytest.skip("needs the emulated Cortex-M3: %s" % why)
+    rt = re.search(r"--runtime ([\w-]+)", cmd)
+    if rt:  # any other runtime a command names (the M0, M7, M55, the lx106: their firmware is in ../shared)
+        from kvedge_host.boards import runtimes
+        why = rt.group(1) in runtimes.RUNTIMES and runtimes.missing(rt.group(1))
+        if why:
+            pytest.skip("needs the %s runtime: %s" % (rt.group(1), why))
 
 
 def run_documented(cmd, expected, scratch, port=None, timeout=300):

@@ -53,6 +53,15 @@ LARGER_HEAP = {"xt": {
     "test_model_tiered_kinds.py": (245760, _UNIX64 % "144 bytes, importing the integer pass's viper kernels"),
     "test_session_tiered.py": (245760, _UNIX64 % "1,280 bytes, importing kvedge.session beside the tiered runner"),
 }}
+# a clone without ../shared runs CircuitPython emulated: the 64-bit unix port with CircuitPython's limits, so the unix
+# port's files above and the tiered runner's (MemoryError importing them at 215,040 with CircuitPython's modules
+# missing: its own fallbacks load) on a larger heap; the real 32-bit binary runs them all at the board's heap
+_CP64 = "the emulated CircuitPython (64-bit unix port): %s"
+LARGER_HEAP["circuitpython-emulated"] = dict(LARGER_HEAP["unix"], **{
+    f: (262144, _CP64 % "MemoryError importing the tiered runner at 215,040 bytes")
+    for f in ("test_tier_durable.py", "test_model_tiered.py", "test_model_tiered_float.py", "test_model_tiered_i4.py",
+              "test_model_tiered_auto.py", "test_model_tiered_kinds.py")},
+    **{"test_session_tiered.py": (327680, _CP64 % "960 bytes for the tier's viper kernels beside a saved session")})
 
 
 def larger_heap(runtime, f):
@@ -264,7 +273,8 @@ class Files:
         # a fresh folder per file: files the tests write cannot meet another run's
         cwd = tempfile.mkdtemp(prefix="kvedge-dev-")
         try:
-            larger = larger_heap(self.runtime, f) if self.heap == heap_for(self.board) else None
+            rt = "circuitpython-emulated" if self.emulate_cp else self.runtime
+            larger = larger_heap(rt, f) if self.heap == heap_for(self.board) else None
             return run_code(self.runtime, code, larger[0] if larger else self.heap, [DEVICE, TESTS_DEVICE, TOOLS],
                             timeout, cwd=cwd, fixed=True)
         finally:

@@ -114,8 +114,10 @@ def run(args):
                 march = m3board.march_for(board, vb.layout)  # what its machine loads (the profile's own on M0/M7)
                 with tempfile.TemporaryDirectory(prefix="kvedge-mpy-") as build:
                     preload(fs, deployment(board, build, args.mpy, march=march) + test_pairs())
-            elif why and why != "--host":
-                print("the emulated board cannot run here (%s): using the MicroPython unix port" % why)
+            else:
+                march = "x64"  # the unix port's CPU is this machine's (as kvedge demo's fallback)
+                if why and why != "--host":
+                    print("the emulated board cannot run here (%s): using the MicroPython unix port" % why)
             port = vb.start()
             print("virtual %s board on %s: %s, heap %d bytes" % (board, port, vb.describe(), vb.heap), flush=True)
             res = run_suite(port, board, files, args.tests, args.mpy, args.circuitpython, args.timeout, echo,
