@@ -101,3 +101,24 @@ def write_gguf(path, arch="llama", layers=22, heads=32, kv_heads=4, dim=2048, ff
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def standin_fetch_cache(base):
+    """A clone without ../shared: a `kvedge fetch` cache under `base` holding a tok512.bin stand-in (512 one-byte
+    pieces; the planner's count depends only on the vocabulary and the file's size class, as
+    kvedge.model.pieces.FileTokenizer.nbytes says), so plans count a tokenizer as with the real one, not the
+    largest one reserved when none is known (tests/host/test_plan_tokenizer.py tests that). Returns `base`, or None
+    when ../shared/models holds the real tokenizer."""
+    import os
+    from kvedge_host import paths
+    if os.path.exists(os.path.join(paths.SHARED, "models", "tok512.bin")):
+        return None
+    models = os.path.join(str(base), "kvedge", "models")
+    tok = os.path.join(models, "tok512.bin")
+    if not os.path.exists(tok):
+        os.makedirs(models, exist_ok=True)
+        with open(tok + ".part", "wb") as f:
+            f.write(struct.pack("<i", 1) + b"".join(struct.pack("<fi", 0.0, 1) + bytes([i % 256])
+                                                    for i in range(512)))
+        os.replace(tok + ".part", tok)
+    return str(base)

@@ -431,6 +431,8 @@ def scratch(tmp_path_factory):
     (repo / "tmp").mkdir()
     if os.path.isdir(SHARED):
         os.symlink(SHARED, str(top / "shared"))
+    import _modelfiles
+    _modelfiles.standin_fetch_cache(repo / "cache")  # _env's XDG_CACHE_HOME: without ../shared, a tokenizer known
     return str(repo)
 
 

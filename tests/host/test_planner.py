@@ -20,26 +20,6 @@ import _modelfiles as mf
 from test_plan import _bad, plan as _json  # kvedge plan --json, and one-line refusals
 
 
-@pytest.fixture(autouse=True)
-def _tokenizer_known(tmp_path_factory, monkeypatch):
-    """The planner counts the tokenizer it finds: ../shared/models/tok512.bin, else `kvedge fetch`'s cache. A clone
-    without ../shared gets a stand-in of that vocabulary in a fetch cache of its own (the count depends on the
-    vocabulary and the file's size class only: kvedge.model.pieces.FileTokenizer.nbytes), as a user who ran
-    `kvedge fetch` has: the esp32's 100 KB holds stories260K with a tokenizer's 2,562 bytes counted, not with the
-    3,588 reserved when none is known (that case: tests/host/test_plan_tokenizer.py)."""
-    from kvedge_host import paths
-    if os.path.exists(os.path.join(paths.SHARED, "models", "tok512.bin")):
-        return
-    base = tmp_path_factory.getbasetemp() / "kvedge-fetch-cache"
-    models = base / "kvedge" / "models"
-    tok = models / "tok512.bin"
-    if not tok.exists():
-        import struct
-        models.mkdir(parents=True, exist_ok=True)
-        tok.write_bytes(struct.pack("<i", 1) + b"".join(struct.pack("<fi", 0.0, 1) + bytes([i % 256])
-                                                         for i in range(512)))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(base))
-
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HOST = os.path.join(ROOT, "host", "kvedge_host")
 BOARDS = os.path.join(ROOT, "boards")
