@@ -53,6 +53,24 @@ def test_garbage_partial_lines_and_invalid_json_are_survived(tmp_path):
     assert rows[-1]["heap_largest"] == "" and rows[-1]["cache_pct"] == "10.0"
 
 
+def test_text_split_by_a_stats_line_decodes_as_if_the_line_were_not_there():
+    """Where a stats line lands in the text depends on the board's clock, not the text: a character's bytes on both
+    sides of one (a byte-fallback piece, then the next) read as that character, as bytes.decode reads them whole."""
+    from kvedge_host.boards.board import Capture
+    text = "a W\u00b5 \u20ac\U0001f600 \xff end\n".encode("utf-8").replace(b"\xc3\xbf", b"\xff")
+    want = text.decode("utf-8", "replace")
+    for cut in range(1, len(text) - 1):
+        got = []
+        cap = Capture(got.append)
+        m = Monitor()
+        m.line = lambda t, f=m.line: (cap.line(t), f(t))[1]
+        stream = text[:cut] + _line(1) + text[cut:]
+        for i in range(0, len(stream), 3):
+            m.feed(stream[i:i + 3])
+        assert "".join(got) == want, (cut, got)
+        assert [s["seq"] for s in m.samples] == [1]
+
+
 def test_repeats_are_dropped_and_restarts_start_a_session():
     m = Monitor()
     for b in (_line(1), _line(2), _line(2), _line(3), _line(1, t_ms=5), _line(2, t_ms=15)):

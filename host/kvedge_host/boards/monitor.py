@@ -4,6 +4,7 @@ sequence numbers, raises alerts, logs every sample to CSV and draws a timeline.
 Built to be left running: garbage bytes, partial lines, invalid JSON and other program output are counted and
 skipped; when the port vanishes (board unplugged or reset, virtual board killed) it waits and reopens the same
 path; a board that restarts (seq back to 1) starts a new session in the log."""
+import codecs
 import collections
 import csv
 import json
@@ -11,6 +12,8 @@ import os
 import time
 
 from kvedge import telemetry
+
+_PREFIX = telemetry.PREFIX.encode()
 
 MAX_LINE = 16384  # a "line" longer than this without a newline is garbage: dropped, not accumulated
 RESTARTS = ("soft reboot", "Auto-reload", "code.py output:", "main.py output:")  # a board's program starting again
@@ -59,6 +62,9 @@ class Monitor:
         self.connected = False
         self.port_state = "not opened"
         self._buf = bytearray()
+        # the board's text, decoded across lines: a stats line written in the middle of a character's bytes (its
+        # timing, not the text, decides where) must not split the character into two replacement characters
+        self._text = codecs.getincrementaldecoder("utf-8")("replace")
         self._skipping = False  # inside a line already counted as overlong: drop up to its newline
         self._last = None
         self._recent = collections.OrderedDict()  # seq -> canonical JSON, this session: tells repeats from resets
@@ -94,7 +100,7 @@ class Monitor:
             if line is None:
                 self.counts["bad_lines"] += 1
                 continue
-            s = self.line(line.decode("utf-8", "replace"))
+            s = self.line(self._decode(line))
             if s is not None:
                 new.append(s)
         if len(self._buf) > MAX_LINE:
@@ -102,6 +108,14 @@ class Monitor:
             del self._buf[:]
             self._skipping = True
         return new
+
+    def _decode(self, line):
+        """A line's text: the text before a stats line (which shares its line) keeps an unfinished character for
+        the next line's bytes; a line of text alone ends with its newline, which finishes any."""
+        j = line.find(_PREFIX)
+        if j < 0:
+            return self._text.decode(line + b"\n")[:-1]
+        return self._text.decode(line[:j]) + line[j:].decode("utf-8", "replace")
 
     def end_of_stream(self):
         """The port went away: a partial line cannot be completed by a new connection."""
@@ -113,6 +127,7 @@ class Monitor:
             else:
                 self.counts["other_lines"] += 1
         del self._buf[:]
+        self._text.reset()
 
     def line(self, text):
         d = telemetry.parse(text)
