@@ -2,9 +2,10 @@
 positions at once give the text of 30 with --save, then, in a fresh process, 30 more with --resume (token for
 token: the same pieces, and the cache's counters carried on), for a window + sinks i8 cache, an i4 KIVI cache and H2O,
 sampled with a temperature, on CPython and on the MicroPython unix port; and a tiered plan (`kvedge plan --kind
-tiered`: blocks go to flash before and after the save, the cold store reopened as it is) on CPython; and at --port
-on the unix-port virtual board and the emulated Cortex-M3 (each run a fresh interpreter after a soft reset, the
-session on the board's filesystem). A damaged, foreign, mismatched or missing
+tiered`: blocks go to flash before and after the save, the cold store reopened as it is, in the user's folder) on
+both; and at --port on the unix-port virtual board and the emulated Cortex-M3 (a window, an i4 KIVI cache and a
+tiered plan; each run a fresh interpreter after a soft reset, the session on the board's filesystem). A damaged,
+foreign, mismatched or missing
 session is one line naming the file and the problem, exit 2, no traceback."""
 import os
 import re
@@ -79,21 +80,33 @@ def test_sixty_at_once_equal_thirty_saved_and_thirty_resumed(files, runtime, cac
     assert os.path.exists(sess + ".s1")
 
 
-def test_a_tiered_plan_resumes_with_its_cold_store(files):
+def _tiered_plan(files, forward="auto"):
+    """A tiered plan for the rp2040: on the float pass by default (the planner's pick for this model), on the integer
+    pass with forward="int" (a token of the emulated board's in ~0.7 M instructions, not ~17 M)."""
     d, m, t = files
-    plan = str(d / "tiered.json")
-    p = kvedge("plan", "--model", m, "--tokenizer", t, "--board", "rp2040", "--kv-dtype", "i8", "--align", "0",
-               "--kind", "tiered", "--context", "128", "--out", plan)
-    assert p.returncode == 0, p.stderr[-2000:]
-    work = d / "tiered_run"  # the cold store's files (kv_cold.*) go to the run's folder
+    plan = str(d / ("tiered_%s.json" % forward))
+    if not os.path.exists(plan):
+        p = kvedge("plan", "--model", m, "--tokenizer", t, "--board", "rp2040", "--kv-dtype", "i8", "--align", "0",
+                   "--kind", "tiered", "--context", "128", "--forward", forward, "--out", plan)
+        assert p.returncode == 0, p.stderr[-2000:]
+    return plan
+
+
+@pytest.mark.parametrize("runtime", _runtimes())
+def test_a_tiered_plan_resumes_with_its_cold_store(files, runtime):
+    d, m, t = files
+    plan = _tiered_plan(files)
+    work = d / ("tiered_run_" + runtime)  # the cold store's files (kv_cold.*) go to the user's folder
     work.mkdir()
-    sess = str(d / "s_tiered")
-    base = ["generate", "--model", m, "--tokenizer", t, "--plan", plan, "--temperature", "0.8", "--seed", "3"]
+    sess = str(d / ("s_tiered_" + runtime))
+    base = ["generate", "--model", m, "--tokenizer", t, "--plan", plan, "--temperature", "0.8", "--seed", "3",
+            "--runtime", runtime]
+    trail = 1 if runtime == "cpython" else 2  # the summary's newline (and the port's end of text)
     runs = []
     for more in (["--steps", "240"], ["--steps", "120", "--save", sess], ["--steps", "120", "--resume", sess]):
         p = kvedge(*(base + more), cwd=str(work))
         assert p.returncode == 0, p.stderr[-2000:]
-        runs.append((p.stdout[:-1], [ln for ln in p.stderr.splitlines() if ln.startswith("[")][-1]))
+        runs.append((p.stdout[:-trail], [ln for ln in p.stderr.splitlines() if ln.startswith("[")][-1]))
     assert "tiered" in runs[0][1] and "cold tokens" in runs[0][1], runs[0][1]
     assert runs[1][0] + runs[2][0] == runs[0][0]
     assert _evictions(runs[2][1]) == _evictions(runs[0][1]) > 0, runs  # blocks dropped at the cap, counted on
@@ -138,8 +151,10 @@ def test_bad_sessions_are_one_line_exit_two(files, runtime):
     assert "no complete save" in line, line
 
 
-@pytest.mark.parametrize("sim", ["unix", "m3"])
-def test_at_a_port_the_session_lives_on_the_boards_filesystem(files, tmp_path, sim):
+# the unix port's other caches run in the tests above; the emulated board runs each kind: a window, an i4 KIVI cache
+# and a tiered plan (on the integer pass, int8 weights: blocks go to the board's flash before and after the save)
+@pytest.mark.parametrize("sim,cache", [("unix", "window"), ("m3", "window"), ("m3", "kivi"), ("m3", "tiered")])
+def test_at_a_port_the_session_lives_on_the_boards_filesystem(files, tmp_path, sim, cache):
     import tempfile
     from kvedge_host.boards.deploy import deployment, preload
     if sim == "m3":
@@ -150,6 +165,11 @@ def test_at_a_port_the_session_lives_on_the_boards_filesystem(files, tmp_path, s
     if why:
         pytest.skip(why)
     d, m, t = files
+    if cache == "tiered":
+        m8 = str(tmp_path / "m8.bin")
+        p = kvedge("convert", m, "--weights-dtype", "i8", "-o", m8)
+        assert p.returncode == 0, p.stderr[-2000:]
+        m = m8
     fs = str(tmp_path / "flash")
     os.mkdir(fs)
     march = "armv6m" if sim == "m3" else "x64"
@@ -163,17 +183,22 @@ def test_at_a_port_the_session_lives_on_the_boards_filesystem(files, tmp_path, s
         vb, extra = VirtualBoard("rp2040", fs=fs), ["--march", "x64"]
     vb.start()
     try:
+        how = ["--plan", _tiered_plan((d, m, t), "int")] if cache == "tiered" else CACHES[cache]
+
         def gen(*more):
             p = kvedge("generate", "--port", vb.port, "--board", "rp2040", "--model", m, "--tokenizer", t,
-                       "--temperature", "0.8", "--seed", "3", *(CACHES["window"] + extra + list(more)))
+                       "--temperature", "0.8", "--seed", "3", *(how + extra + list(more)))
             assert p.returncode == 0, p.stderr[-2000:]
             out = p.stdout.replace(b"\r\n", b"\n")  # the emulated board's serial ends its lines with CR LF
             assert out.endswith(b"\n\n"), out[-20:]
             return out[:-2]
-        whole = gen("--steps", "60")
-        first = gen("--steps", "30", "--save", "chat")
-        rest = gen("--steps", "30", "--resume", "chat")
-        assert len(whole) > 30 and first + rest == whole, (first, rest, whole)
+        n = 120 if cache == "tiered" else 30  # a tiered run sends blocks to flash before and after the save
+        whole = gen("--steps", str(2 * n))
+        first = gen("--steps", str(n), "--save", "chat")
+        rest = gen("--steps", str(n), "--resume", "chat")
+        assert len(whole) > n and first + rest == whole, (first, rest, whole)
+        if cache != "window":
+            return
         p = kvedge("generate", "--port", vb.port, "--board", "rp2040", "--model", m, "--tokenizer", t, "--steps", "5",
                    "--resume", "nothere", *(CACHES["window"] + extra))
         assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr

@@ -352,7 +352,8 @@ def _run(args, tok, cfg, prompt):
         if args.mpy:
             pkg = _compile_mpy(tmp)
         folders = [pkg] + sorted({os.path.dirname(call["model"]), os.path.dirname(call["tokenizer"])})
-        rc, out = runtimes.run_code(args.runtime, code, heap, folders, timeout=3600)
+        # in the user's folder, as on CPython: a tiered plan's cold store (kv_cold.*) goes there, not into the package
+        rc, out = runtimes.run_code(args.runtime, code, heap, folders, timeout=3600, cwd=os.getcwd())
     if rc != 0 and _session_error(out):  # refused before the first token: its one line, not the traceback
         raise UserError(_session_error(out))
     text, _, tail = out.partition("\n" + MARK)
