@@ -307,5 +307,5 @@ def test_cycles_allocate_nothing_under_heap_lock():
 def test_meta_bytes_counts_the_bookkeeping_arrays():
     pool = PagedPool(CacheConfig(1, 2, 1, 8, 32, "i8", align=0), 4, sessions=3, session_blocks=5)
     arrays = (pool.table, pool.sid, pool.slen, pool.snb, pool.scold, pool.stick, pool.asked, pool.ranked,
-              pool.owner, pool.free, pool.slots)
+              pool.refs, pool.free, pool.slots)
     assert pool.meta_bytes() == sum(len(bytes(a)) for a in arrays) == 4 * (15 + 15 + 20) + 6 + 32
