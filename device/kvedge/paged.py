@@ -85,6 +85,7 @@ class PagedPool:
         self.slots = zeros("i", self.MB * block)  # a session's slots, expanded for the attention step
         self.att = Attention(self.cache, tile)
         self.tier = None  # a ColdTier attaches itself here
+        self.q8_block = None  # the integer pass's block, kernel and write, once bound (kvedge.pooled)
         self.next_id = 1
         self.tick = 0
         self.alloc_failures = 0

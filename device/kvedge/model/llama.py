@@ -279,6 +279,16 @@ class Llama:
         self.w.close()
         self.cache.close()
 
+    def use(self, cache):
+        """Run the next steps on another cache that shares this one's attention and so its bound buffers: another
+        session of the same pool (kvedge.pooled), e.g. a second conversation on one board. Returns the one left."""
+        if getattr(cache, "att", None) is not self.cache.att:
+            raise ValueError("use() takes a cache sharing this model's attention (a session of the same pool), "
+                             "got %s" % type(cache).__name__)
+        old = self.cache
+        self.cache = cache
+        return old
+
     def reset(self):
         """Forget the sequence (a new conversation): empties the cache, keeps every buffer."""
         self.cache.reset()
