@@ -20,6 +20,7 @@ from kvedge.sizes import *  # noqa: F401,F403 (the formulas a run needs: constan
 from kvedge.sizes import align_up, check_dtype, check_int, kv_bytes, row_bytes  # noqa: F401 (used here)
 from kvedge.sizes import F16, F32, FULL, I4, I8, LOWBIT, META_BYTES, QK, WEIGHT_DTYPES  # noqa: F401
 # the tiered cache's formulas: a module of their own (a tier loads them without the rest of this one)
+from kvedge.poolsizes import pool_block_bytes, pool_shared_blocks  # noqa: F401 (a PagedPool's blocks)
 from kvedge.tier.sizes import TIER_HEADER_BYTES, TIER_TAG_BYTES, cold_record_bytes, tiered_bytes  # noqa: F401
 
 
@@ -192,26 +193,3 @@ def pool_tier_bytes(layers, kv_heads, head_dim, block, dtype, align, capacity, s
             "flash": 2 * header + 2 * slots * (TIER_TAG_BYTES + record), "scratch": scratch, "parts": parts,
             "ram": ram, "slots": slots, "capacity": capacity}
 
-
-def pool_block_bytes(layers, kv_heads, head_dim, block, dtype, align):
-    """Arena bytes of one block of a PagedPool (kvedge.paged): `block` tokens' padded K and V rows of every layer and
-    KV head, with their scales (i8: an f16 each; i4/i2 without residual: scale and zero)."""
-    row = padded_row_bytes(head_dim, dtype, align)
-    meta = META_BYTES if dtype == I8 else (2 * META_BYTES if dtype in LOWBIT else 0)
-    return 2 * layers * kv_heads * block * (row + meta)
-
-
-def pool_shared_blocks(sessions, prefix, own, block, shared=True):
-    """Blocks a PagedPool holds for `sessions` conversations that each start with the same `prefix` tokens and add
-    `own` tokens of their own. shared: one session holds the prefix and the others are its forks (kvedge.paged:
-    the prefix's blocks held once; a fork's first write into a part-filled shared block copies it), so the
-    prefix's ceil(prefix/block) blocks count once and each conversation its blocks past the prefix's whole ones
-    (none before it writes); else each conversation holds a copy: ceil((prefix + own)/block) each."""
-    for name, v in (("sessions", sessions), ("block", block)):
-        check_int(name, v, 1)
-    for name, v in (("prefix", prefix), ("own", own)):
-        check_int(name, v, 0)
-    each = (prefix + own + block - 1) // block
-    if not shared:
-        return sessions * each
-    return (prefix + block - 1) // block + (sessions * (each - prefix // block) if own else 0)

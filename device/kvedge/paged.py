@@ -23,8 +23,7 @@
 # Waste is the unfilled part of each distinct last block, reported as waste_bytes.
 from . import check
 from .attention import Attention
-from .budget import LOWBIT
-from .sizes import I8
+from .sizes import I8, LOWBIT
 from .cache import KVCache
 from .config import CacheConfig
 from .compat import zeros

@@ -2,69 +2,24 @@
 # model's cache (kvedge.pooled). Each conversation must give exactly the logits of the same tokens run alone on a
 # model of its own with its own KVCache (the independent reference: separate Llama instances, run first), whether
 # interleaved, forked from a shared prompt, or after a neighbour was reclaimed under pressure.
-import _intmodel
+import gc
+from kvedge.paged import PagedPool  # the pool's modules first, while the heap is compact
+gc.collect()
+from kvedge.pooled import PoolSession  # noqa: E402
+gc.collect()
+import _intmodel  # noqa: E402
 _intmodel.preload()
-import gc  # noqa: E402
+from kvedge import poolsizes  # noqa: E402
+from _poolmodel import OTHER, _alone, _interleaved, _kv, _pool  # noqa: E402
 
 from _intmodel import TOKENS, digest, model  # noqa: E402
 from _support import need, raises, under_heap_lock  # noqa: E402
-from kvedge.config import CacheConfig  # noqa: E402
 from kvedge.errors import CacheFullError  # noqa: E402
-from kvedge.paged import PagedPool  # noqa: E402
-from kvedge.pooled import PoolSession  # noqa: E402
-from kvedge import budget  # noqa: E402
-
-OTHER = (1, 9, 44, 2, 17, 17, 30, 5, 21, 11, 40)  # a second conversation
-
-
-def _kv(n):
-    return {"dtype": "i8", "align": 0, "max_tokens": n}
-
-
-def _digests(lg, forward):
-    return digest(lg) if forward == "int" else digest([int(x * 65536) for x in lg])
-
-
-def _alone(forward, tokens, int_attention="auto"):
-    """The logits' digests of `tokens` on a model of their own (its own KVCache)."""
-    gc.collect()
-    m = model(forward, kv=_kv(len(tokens)), int_attention=int_attention)
-    out = [_digests(m.forward(t), forward) for t in tokens]
-    m.close()
-    return out
-
-
-def _pool(blocks, block=4, sessions=4, on_pressure=None):
-    gc.collect()
-    return PagedPool(CacheConfig(2, 4, 2, 4, blocks * block, "i8", align=0), block, sessions=sessions,
-                     on_pressure=on_pressure, tile=8)  # the model's tile: the same tiles, the same roundings
-
-
-def _interleaved(forward, int_attention="auto"):
-    pool = _pool(8)
-    a, b = PoolSession(pool), PoolSession(pool)
-    m = model(forward, kv=_kv(32), cache=a, int_attention=int_attention)
-    got = ([], [])
-    for t in range(len(TOKENS)):
-        for k, (s, toks) in enumerate(((a, TOKENS), (b, OTHER))):
-            m.use(s)
-            got[k].append(_digests(m.forward(toks[t]), forward))
-    pool.check()
-    assert pool.length(a.sid) == pool.length(b.sid) == len(TOKENS)
-    m.close()
-    return got
-
 
 def test_two_conversations_interleaved_on_one_pool_give_each_ones_own_logits_integer_pass():
     want = (_alone("int", TOKENS), _alone("int", OTHER))
     assert want[0] != want[1]
     assert _interleaved("int") == want
-
-
-def test_two_conversations_interleaved_on_one_pool_give_each_ones_own_logits_float_pass():
-    for ints in (False, True):
-        want = (_alone("float", TOKENS, ints), _alone("float", OTHER, ints))
-        assert _interleaved("float", ints) == want, ints
 
 
 PROMPT = tuple((7 * i + 3) % 47 + 1 for i in range(64))  # a 64-token story prompt, every session's start
@@ -88,13 +43,13 @@ def test_four_sessions_sharing_a_64_token_prompt_hold_it_once_and_give_the_unsha
             got[k].append(digest(m.forward(OWN[k][j])))
     assert got == want
     pool.check()
-    held = budget.pool_shared_blocks(len(OWN), len(PROMPT), 3, B)
-    assert held == 8 + 4 * 1  # the prompt's 8 blocks once, then one block of its own per session
-    assert pool.blocks_held() == held
-    assert pool.held_bytes() == held * budget.pool_block_bytes(2, 2, 4, B, "i8", 0)
-    # the same 4 conversations unshared hold the prompt 4 times
-    assert budget.pool_shared_blocks(len(OWN), len(PROMPT), 3, B, shared=False) == 4 * 9
+    now = (pool.blocks_held(), pool.held_bytes())
     m.close()
+    held = poolsizes.pool_shared_blocks(len(OWN), len(PROMPT), 3, B)
+    assert held == 8 + 4 * 1  # the prompt's 8 blocks once, then one block of its own per session
+    assert now == (held, held * poolsizes.pool_block_bytes(2, 2, 4, B, "i8", 0))
+    # the same 4 conversations unshared hold the prompt 4 times
+    assert poolsizes.pool_shared_blocks(len(OWN), len(PROMPT), 3, B, shared=False) == 4 * 9
 
 
 def test_a_reclaim_under_pressure_drops_the_oldest_conversation_and_never_a_block_another_holds():
