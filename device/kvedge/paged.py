@@ -24,6 +24,7 @@
 from . import check
 from .attention import Attention
 from .sizes import I8, LOWBIT
+from .poolsizes import pool_meta_bytes
 from .cache import KVCache
 from .config import CacheConfig
 from .compat import zeros
@@ -523,8 +524,7 @@ class PagedPool:
     def meta_bytes(self):
         """RAM of the pool's bookkeeping beside the arena: block tables, per-session and per-block arrays,
         and the slot list of one attention step (the Attention scratch is not counted)."""
-        S, NB = self.S, self.NB
-        return 4 * (S * self.MB + 5 * S + self.MB * self.B) + 2 * S + 2 * 2 * NB
+        return pool_meta_bytes(self.S, self.NB, self.B, self.MB)
 
     def stats(self):
         c = self.cache

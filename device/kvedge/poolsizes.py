@@ -25,3 +25,27 @@ def pool_shared_blocks(sessions, prefix, own, block, shared=True):
     if not shared:
         return sessions * each
     return (prefix + block - 1) // block + (sessions * (each - prefix // block) if own else 0)
+
+
+def pool_meta_bytes(sessions, n_blocks, block, session_blocks=0):
+    """RAM of a PagedPool's bookkeeping beside its arena: the block tables (sessions x session_blocks, default every
+    block), five int arrays and two byte arrays a session, a block's holder count and free-stack entry, and the slot
+    list of one attention step (session_blocks x block ints)."""
+    mb = session_blocks or n_blocks
+    return 4 * (sessions * mb + 5 * sessions + mb * block) + 2 * sessions + 2 * 2 * n_blocks
+
+
+def pool_bytes(layers, kv_heads, head_dim, block, dtype, align, sessions, tokens, shared=0):
+    """A PagedPool sized for `sessions` conversations of `tokens` tokens each whose first `shared` tokens are a
+    prompt held once (one more session holds it, the conversations are its forks; 0: nothing shared), as a dict:
+    blocks, arena (blocks x pool_block_bytes), meta (pool_meta_bytes; each session capped at its tokens' blocks),
+    total, handles (the sessions open at once)."""
+    check_int("tokens", tokens, 1)
+    check_int("shared", shared, 0)
+    if shared > tokens:
+        raise ValueError("shared (%d) must be at most tokens (%d)" % (shared, tokens))
+    blocks = pool_shared_blocks(sessions, shared, tokens - shared, block, shared > 0)
+    handles = sessions + (1 if shared else 0)
+    arena = blocks * pool_block_bytes(layers, kv_heads, head_dim, block, dtype, align)
+    meta = pool_meta_bytes(handles, blocks, block, min(blocks, (tokens + block - 1) // block))
+    return {"blocks": blocks, "arena": arena, "meta": meta, "total": arena + meta, "handles": handles}
