@@ -4,13 +4,13 @@ when they share its blocks (one session holds the prompt, N forks of it add thei
 holding a copy, and what a fork and the first write past a shared part cost.
 
   .venv/bin/python tools/bench_pool.py [--runtime unix|cpython|wasm|m3|circuitpython] [--board rp2350]
-                                       [--sessions 4] [--prompt 64] [--own 16] [--block 16] [--dtype i8]
+                                       [--sessions 4] [--prompt 64] [--own 16] [--block 16] [--dtype f32|f16|i8]
 
-Shape: stories260K's attention (5 layers, 8 heads, 4 KV heads, head_dim 8), align 0. Bytes held = the pool's blocks
-in use x one block's arena bytes (PagedPool.held_bytes), counted after the run in a pool sized by kvedge.poolsizes'
-formula (pool_shared_blocks): a formula short of a block fails the run (CacheFullError), one over it shows as blocks
-held below the pool's size; either fails. The 4 copies' 128 KB arena needs the rp2350's heap on m3. On m3 the costs are Cortex-M3
-instructions (qemu -icount), elsewhere host microseconds."""
+Shape: stories260K's attention (5 layers, 8 heads, 4 KV heads, head_dim 8), align 0. Bytes held = the pool's
+blocks in use x one block's arena bytes (PagedPool.held_bytes), counted after the run in a pool sized by
+kvedge.poolsizes' formula (pool_shared_blocks): a formula short of a block fails the run (CacheFullError), one
+over it shows as blocks held below the pool's size; either fails. The 4 copies' 128 KB arena needs the rp2350's
+heap on m3. On m3 the costs are Cortex-M3 instructions (qemu -icount), elsewhere host microseconds."""
 import argparse
 import json
 import sys
@@ -83,7 +83,7 @@ def main(argv=None):
     ap.add_argument("--prompt", type=int, default=64, help="tokens every session starts with (default 64)")
     ap.add_argument("--own", type=int, default=16, help="tokens each session adds (default 16, at least 1)")
     ap.add_argument("--block", type=int, default=16)
-    ap.add_argument("--dtype", default="i8", choices=("f32", "f16", "i8", "i4"))
+    ap.add_argument("--dtype", default="i8", choices=("f32", "f16", "i8"))
     a = ap.parse_args(argv)
     for name in ("sessions", "prompt", "own", "block"):
         if getattr(a, name) < (0 if name == "prompt" else 1):
@@ -105,7 +105,8 @@ def main(argv=None):
     bad = 0
     for r in rows:
         want = poolsizes.pool_shared_blocks(a.sessions, a.prompt, a.own, a.block, shared=r["shared"])
-        ok = r["blocks"] == want == r["n_blocks"] and r["held_bytes"] == want * block_bytes and r["arena"] == r["n_blocks"] * block_bytes
+        ok = (r["blocks"] == want == r["n_blocks"] and r["held_bytes"] == want * block_bytes
+              and r["arena"] == r["n_blocks"] * block_bytes)
         bad += not ok
         label = "shared prompt (1 holder + %d forks)" % a.sessions if r["shared"] else "%d copies" % a.sessions
         print("  %-34s %3d blocks  %8s bytes held   formula %3d blocks %8s bytes  %s"

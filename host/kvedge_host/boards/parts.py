@@ -14,7 +14,8 @@ PARTS = {
     "core": ("exact memory formulas, cache configuration, the KV cache in one arena (f32/f16/i8/i4/i2, window, "
              "sinks, prefix, KIVI's residual)", (),
              ("__init__", "errors", "sizes", "config", "compat", "check", "quant", "budget", "cache", "q8writes", "kivi",
-              "w4sizes", "poolsizes", "tier/__init__", "tier/sizes")),
+              "w4sizes",
+              "poolsizes", "tier/__init__", "tier/sizes")),
     "kernels": ("the kernel selector and the plain, native and viper kernels", ("core",),
                 ("kernels/__init__", "kernels/plain", "kernels/native", "kernels/f32_native", "kernels/viper",
                  "kernels/viper_head", "kernels/words",
