@@ -54,6 +54,8 @@ class PagedPool:
         for name, x in (("block", block), ("sessions", sessions)):
             if not isinstance(x, int) or isinstance(x, bool) or x < 1:
                 raise ValueError("%s must be an int >= 1, got %r" % (name, x))
+        if sessions > 0x7FFF:  # a block's holder count is an int16
+            raise ValueError("sessions must be at most 32767, got %d" % sessions)
         if cfg.max_tokens % block:
             raise ValueError("max_tokens (%d) must be a multiple of block (%d)" % (cfg.max_tokens, block))
         nb = cfg.max_tokens // block

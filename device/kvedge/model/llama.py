@@ -188,7 +188,8 @@ class Llama:
     arena      the cache's arena allocated earlier (KVCache(arena=...)): a bytearray of exactly its bytes
     cache      a caller's cache kind: factory(ccfg, q8) -> an object with the decode interface (kvedge.caches:
                start_token, write, store_q8, attend, attend_q8, bind_q8, bind_query, quiet, reset, close, and att,
-               int_ok, chunks); q8: the run writes int8 codes. Counted in the plan as ccfg's arena
+               int_ok, chunks); q8: the run writes int8 codes. Counted in the plan as ccfg's arena. A session of a
+               paged pool (kvedge.pooled.PoolSession) is one: several conversations on one board, use() switches
     """
 
     def __init__(self, path, kv=None, budget=None, workspace=0, stream=False, tile=32, attention=None,

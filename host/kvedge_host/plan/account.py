@@ -39,7 +39,9 @@ def target(board=None, heap=None, workspace=None):
 # The largest value each size flag takes: past these a figure is a typo or a unit error, not a deployment.
 SIZE_LIMITS = {"--context": budget.LIMITS["tokens"], "--heap": 1 << 40, "--workspace": 1 << 40,
                "--batch": budget.LIMITS["batch"], "--pick": 1 << 20, "--top": 1 << 20,
-               "--align": budget.LIMITS["align"]}
+               "--align": budget.LIMITS["align"],
+               "--sessions": 0x7FFF, "--block": budget.LIMITS["tokens"],  # a pool's holder counts are int16
+               "--shared-prompt": budget.LIMITS["tokens"]}
 
 
 def check_size(flag, value, minimum=1, maximum=None):
