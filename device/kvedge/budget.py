@@ -20,6 +20,7 @@ from kvedge.sizes import *  # noqa: F401,F403 (the formulas a run needs: constan
 from kvedge.sizes import align_up, check_dtype, check_int, kv_bytes, row_bytes  # noqa: F401 (used here)
 from kvedge.sizes import F16, F32, FULL, I4, I8, LOWBIT, META_BYTES, QK, WEIGHT_DTYPES  # noqa: F401
 # the tiered cache's formulas: a module of their own (a tier loads them without the rest of this one)
+from kvedge.poolsizes import pool_block_bytes, pool_bytes, pool_meta_bytes, pool_shared_blocks  # noqa: F401
 from kvedge.tier.sizes import TIER_HEADER_BYTES, TIER_TAG_BYTES, cold_record_bytes, tiered_bytes  # noqa: F401
 
 
@@ -191,3 +192,4 @@ def pool_tier_bytes(layers, kv_heads, head_dim, block, dtype, align, capacity, s
     return {"record": record, "block": TIER_TAG_BYTES + record, "header": header, "index": index,
             "flash": 2 * header + 2 * slots * (TIER_TAG_BYTES + record), "scratch": scratch, "parts": parts,
             "ram": ram, "slots": slots, "capacity": capacity}
+

@@ -12,10 +12,19 @@
 # used. Every request that found no free block counts one alloc_failure; when nothing can be freed the append
 # raises CacheFullError and changes nothing. A session's data is only ever touched through its own table.
 #
-# Waste is the unfilled part of each session's last block, reported as waste_bytes.
+# Shared prefixes (fork): a session may start as a copy of another's tokens (a system or story prompt) by
+# holding the same blocks, each block counting its holders in refs. A write into a block that another session
+# still holds first copies the block's filled rows into a block of its own (copy on write); every holder of a
+# shared block has the same tokens in it (fork takes the whole session, and a write past it copies). Closing,
+# resetting or reclaiming a session drops its references; a block is freed when its last holder lets it go,
+# so a reclaim never frees a block another session still uses. Under pressure only sessions that would free a
+# block (one held by them alone) are offered: reclaiming one that shares all its blocks frees nothing.
+#
+# Waste is the unfilled part of each distinct last block, reported as waste_bytes.
 from . import check
 from .attention import Attention
-from .budget import LOWBIT
+from .sizes import I8, LOWBIT
+from .poolsizes import pool_meta_bytes
 from .cache import KVCache
 from .config import CacheConfig
 from .compat import zeros
@@ -45,6 +54,8 @@ class PagedPool:
         for name, x in (("block", block), ("sessions", sessions)):
             if not isinstance(x, int) or isinstance(x, bool) or x < 1:
                 raise ValueError("%s must be an int >= 1, got %r" % (name, x))
+        if sessions > 0x7FFF:  # a block's holder count is an int16
+            raise ValueError("sessions must be at most 32767, got %d" % sessions)
         if cfg.max_tokens % block:
             raise ValueError("max_tokens (%d) must be a multiple of block (%d)" % (cfg.max_tokens, block))
         nb = cfg.max_tokens // block
@@ -68,15 +79,15 @@ class PagedPool:
         self.stick = zeros("i", sessions)  # last use (LRU)
         self.asked = zeros("b", sessions)  # offered to on_pressure during the current request
         self.ranked = zeros("b", sessions)  # scratch of _renumber
-        self.owner = zeros("h", nb)  # handle owning each block, -1 = free
+        self.refs = zeros("h", nb)  # sessions holding each block, 0 = free (at most `sessions`)
         self.free = zeros("h", nb)  # stack of free blocks
         self.nfree = nb
         for b in range(nb):
-            self.owner[b] = -1
             self.free[b] = nb - 1 - b  # block 0 is taken first
         self.slots = zeros("i", self.MB * block)  # a session's slots, expanded for the attention step
         self.att = Attention(self.cache, tile)
         self.tier = None  # a ColdTier attaches itself here
+        self.q8_block = None  # the integer pass's block, kernel and write, once bound (kvedge.pooled)
         self.next_id = 1
         self.tick = 0
         self.alloc_failures = 0
@@ -120,14 +131,16 @@ class PagedPool:
             n += 1
             self.stick[best] = n
 
+    def _free_handle(self):
+        for i in range(self.S):
+            if self.sid[i] == 0:
+                return i
+        raise CacheFullError("all %d session handles are open: close one first" % self.S)
+
     def open(self):
         """A new empty session; returns its id: an int > 0, not reused until the ids wrap at 2**30, so a stale
         id of a closed or reclaimed session raises KeyError instead of reaching another session's data."""
-        for i in range(self.S):
-            if self.sid[i] == 0:
-                break
-        else:
-            raise CacheFullError("all %d session handles are open: close one first" % self.S)
+        i = self._free_handle()
         sid = self._new_id()
         self.sid[i] = sid
         self.slen[i] = 0
@@ -176,7 +189,7 @@ class PagedPool:
         for j in range(self.snb[i]):
             b = self.table[base + j]
             if b >= 0:
-                self._free_block(b, self._filled(i, j))
+                self._unref(b, self._filled(i, j))
             elif self.tier is not None:  # a closed tier keeps its records on file (adoptable later)
                 self.tier._drop(-b - 1)
         self.snb[i] = 0
@@ -190,14 +203,66 @@ class PagedPool:
         n = self.slen[i] - j * self.B
         return self.B if n > self.B else n
 
+    def _unref(self, b, filled):
+        """One holder lets block b go; the last one frees it (its `filled` slots released)."""
+        if self.refs[b] > 1:
+            self.refs[b] -= 1
+        else:
+            self._free_block(b, filled)
+
     def _free_block(self, b, filled):
         c = self.cache
         s = b * self.B
         for t in range(filled):
             c.release_slot(s + t)
-        self.owner[b] = -1
+        self.refs[b] = 0
         self.free[self.nfree] = b
         self.nfree += 1
+
+    def fork(self, sid):
+        """A new session holding the same tokens as session sid, sharing its blocks (a common prompt held once);
+        returns its id. Either session's first write into a shared block copies it. Refused (nothing changes):
+        an unknown id, no free handle, or a session with blocks on flash."""
+        src = self._handle(sid)
+        if self.scold[src]:
+            raise ValueError("session %d has %d blocks on flash: fetch them before forking" % (sid, self.scold[src]))
+        i = self._free_handle()
+        n = self.snb[src]
+        a, d = src * self.MB, i * self.MB
+        for j in range(n):
+            b = self.table[a + j]
+            self.table[d + j] = b
+            self.refs[b] += 1
+        self.sid[i] = self._new_id()
+        self.slen[i] = self.slen[src]
+        self.snb[i] = n
+        self.scold[i] = 0
+        self._touch(i)
+        self.opened = (self.opened + 1) & ID_LIMIT
+        return self.sid[i]
+
+    def _copy_block(self, src, dst, filled):
+        """The first `filled` rows of block src (every layer, K|V, KV head, and their scales) into block dst,
+        whose slots are taken for the same positions. A byte loop: allocates nothing."""
+        c = self.cache
+        a = c.arena
+        B = self.B
+        rows = filled * c.row_pitch()
+        meta = 2 if c.cfg.dtype == I8 else (4 if c.lowbit else 0)
+        for layer in range(c.L):
+            for kv in (0, 1):
+                for h in range(c.H):
+                    s = c.row_at(layer, kv, h, src * B)
+                    d = c.row_at(layer, kv, h, dst * B)
+                    for k in range(rows):
+                        a[d + k] = a[s + k]
+                    if meta:
+                        s = c.scale_at(layer, kv, h, src * B)
+                        d = c.scale_at(layer, kv, h, dst * B)
+                        for k in range(filled * meta):
+                            a[d + k] = a[s + k]
+        for t in range(filled):
+            c.occupy_slot(dst * B + t, c.slot_pos[src * B + t])
 
     # ---- blocks ----
 
@@ -210,7 +275,7 @@ class PagedPool:
             self._pressure(i)
         self.nfree -= 1
         b = self.free[self.nfree]
-        self.owner[b] = i
+        self.refs[b] = 1
         return b
 
     def _pressure(self, i):
@@ -219,9 +284,9 @@ class PagedPool:
             self.asked[j] = 0
         while self.nfree == 0:
             v = -1
-            for j in range(self.S):  # LRU among the other sessions that hold RAM blocks and were not asked
-                if (j != i and self.sid[j] and not self.asked[j] and self.snb[j] > self.scold[j]
-                        and (v < 0 or self.stick[j] < self.stick[v])):
+            for j in range(self.S):  # LRU among the other sessions that hold a block alone and were not asked
+                if (j != i and self.sid[j] and not self.asked[j] and (v < 0 or self.stick[j] < self.stick[v])
+                        and self.sole_blocks(j)):
                     v = j
             if v < 0:
                 self.appends_failed += 1
@@ -235,6 +300,16 @@ class PagedPool:
                 self._drop_blocks(v)
                 self.sid[v] = 0
             self.reclaims += 1
+
+    def sole_blocks(self, i):
+        """RAM blocks handle i holds alone: what reclaiming it frees."""
+        n = 0
+        base = i * self.MB
+        for j in range(self.snb[i]):
+            b = self.table[base + j]
+            if b >= 0 and self.refs[b] == 1:
+                n += 1
+        return n
 
     def append(self, sid, ks, vs):
         """Add a token to a session: ks[layer], vs[layer] flat kv_heads*head_dim floats. Returns its position
@@ -272,6 +347,12 @@ class PagedPool:
             self.snb[i] = j + 1
         else:
             b = self.table[i * self.MB + j]
+            if self.refs[b] > 1:  # the first write past a shared part: a block of its own first
+                nb = self.take_block(i)  # pressure never reclaims i, so b stays held meanwhile
+                self._copy_block(b, nb, n % B)
+                self._unref(b, n % B)
+                self.table[i * self.MB + j] = nb
+                b = nb
         slot = b * B + n % B
         self.cache.occupy_slot(slot, n)
         return slot
@@ -307,6 +388,12 @@ class PagedPool:
         n = self._expand(i)
         self._touch(i)
         return n
+
+    def needs_block(self, sid):
+        """Whether the session's next token takes a block (a new one, or a copy of a shared one)."""
+        i = self._handle(sid)
+        n = self.slen[i]
+        return n % self.B == 0 or self.refs[self.table[i * self.MB + n // self.B]] > 1
 
     def _expand(self, i):
         sid = self.sid[i]
@@ -347,12 +434,13 @@ class PagedPool:
     def check(self):
         """Consistency of the block accounting: raises AssertionError naming the first violation."""
         seen = zeros("b", self.NB)
+        held = zeros("h", self.NB)  # holders counted from the tables
         for k in range(self.nfree):
             b = self.free[k]
             if seen[b]:
                 raise AssertionError("block %d is free twice" % b)
-            if self.owner[b] != -1:
-                raise AssertionError("free block %d has owner %d" % (b, self.owner[b]))
+            if self.refs[b] != 0:
+                raise AssertionError("free block %d has %d holders" % (b, self.refs[b]))
             seen[b] = 1
         for i in range(self.S):
             if not self.sid[i]:
@@ -367,29 +455,48 @@ class PagedPool:
                 if b < 0:
                     cold += 1
                     continue
-                if seen[b]:
-                    raise AssertionError("block %d owned twice (session %d)" % (b, self.sid[i]))
-                if self.owner[b] != i:
-                    raise AssertionError("block %d owner %d, table says %d" % (b, self.owner[b], i))
-                seen[b] = 1
+                if seen[b] == 1:
+                    raise AssertionError("block %d free and held (session %d)" % (b, self.sid[i]))
+                seen[b] = 2
+                held[b] += 1
             if cold != self.scold[i]:
                 raise AssertionError("session %d: %d cold blocks, counted %d" % (self.sid[i], cold,
                                                                                 self.scold[i]))
         for b in range(self.NB):
             if not seen[b]:
-                raise AssertionError("block %d lost (neither free nor owned)" % b)
+                raise AssertionError("block %d lost (neither free nor held)" % b)
+            if seen[b] == 2 and held[b] != self.refs[b]:
+                raise AssertionError("block %d counts %d holders, tables %d" % (b, self.refs[b], held[b]))
         if self.cache.n_cached != self.tokens_in_ram():
             raise AssertionError("store holds %d tokens, sessions %d" % (self.cache.n_cached,
                                                                          self.tokens_in_ram()))
 
     def tokens_in_ram(self):
+        """Tokens held in RAM blocks, a shared block's once (each of its holders has the same in it)."""
         n = 0
         for i in range(self.S):
             if self.sid[i]:
                 for j in range(self.snb[i]):
-                    if self.table[i * self.MB + j] >= 0:
+                    b = self.table[i * self.MB + j]
+                    if b >= 0 and self._first_holder(i, j, b):
                         n += self._filled(i, j)
         return n
+
+    def _first_holder(self, i, j, b):
+        """Whether handle i is the lowest handle holding block b (a shared block sits at the same index j)."""
+        if self.refs[b] == 1:
+            return True
+        for k in range(i):
+            if self.sid[k] and self.snb[k] > j and self.table[k * self.MB + j] == b:
+                return False
+        return True
+
+    def blocks_held(self):
+        return self.NB - self.nfree
+
+    def held_bytes(self):
+        """Arena bytes of the blocks in use, a shared block's once (kvedge.budget.pool_block_bytes each)."""
+        return (self.NB - self.nfree) * (len(self.cache.arena) // self.NB)
 
     def sessions_open(self):
         n = 0
@@ -410,14 +517,16 @@ class PagedPool:
         n = 0
         for i in range(self.S):
             if self.sid[i] and self.slen[i] % self.B:
-                n += self.B - self.slen[i] % self.B
+                j = self.snb[i] - 1
+                b = self.table[i * self.MB + j]
+                if b < 0 or self._first_holder(i, j, b):
+                    n += self.B - self.slen[i] % self.B
         return n
 
     def meta_bytes(self):
         """RAM of the pool's bookkeeping beside the arena: block tables, per-session and per-block arrays,
         and the slot list of one attention step (the Attention scratch is not counted)."""
-        S, NB = self.S, self.NB
-        return 4 * (S * self.MB + 5 * S + self.MB * self.B) + 2 * S + 2 * 2 * NB
+        return pool_meta_bytes(self.S, self.NB, self.B, self.MB)
 
     def stats(self):
         c = self.cache

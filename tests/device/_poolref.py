@@ -16,12 +16,21 @@ class PoolModel:
     """Sessions as [seed, length, last use, cold blocks, their indices]; block needs and LRU reclaim derived from
     that alone. A spill (a ColdTier) moves a session's oldest full RAM blocks; a fetch brings them back oldest
     first, and one stopped by pressure leaves the rest cold (so the cold blocks need not be the oldest ones);
-    cold blocks hold no RAM."""
+    cold blocks hold no RAM.
+
+    Shared prefixes: each session's blocks are keys (plain ints, nothing to do with the pool's block ids), a fork
+    copies the list, so a key held by several sessions is one block; a block is free when no session holds its
+    key. A write into a block whose key another session holds takes a new key (copy on write). Only sessions
+    holding a key alone are offered under pressure; spills skip shared keys. orig[sid][p] is the seed that
+    wrote position p (a fork's prefix: its source's)."""
 
     def __init__(self, n_blocks, block, max_sessions, session_blocks, records=0):
         self.nb, self.B, self.S, self.MB = n_blocks, block, max_sessions, session_blocks
         self.records = records  # cold tier capacity
         self.sess = {}  # sid -> [seed, length, tick, cold, [cold block indices]]
+        self.keys = {}  # sid -> block keys
+        self.orig = {}  # sid -> seed of each position
+        self.next_key = 0
         self.tick = 0
         self.pinned = set()  # sessions the pressure callback refuses
         self.alloc_failures = self.reclaims = self.refusals = self.appends_failed = 0
@@ -29,11 +38,26 @@ class PoolModel:
     def blocks(self, n):
         return (n + self.B - 1) // self.B
 
-    def ram_blocks(self, s):
-        return self.blocks(s[1]) - s[3]
+    def ram_keys(self, sid):
+        cold = self.sess[sid][4]
+        return [k for j, k in enumerate(self.keys[sid]) if j not in cold]
+
+    def holders(self, key):
+        return sum(1 for sid in self.sess if key in self.ram_keys(sid))
+
+    def sole(self, sid):
+        """RAM blocks sid holds alone: what reclaiming it frees."""
+        return sum(1 for k in self.ram_keys(sid) if self.holders(k) == 1)
 
     def free(self):
-        return self.nb - sum(self.ram_blocks(s) for s in self.sess.values())
+        held = set()
+        for sid in self.sess:
+            held.update(self.ram_keys(sid))
+        return self.nb - len(held)
+
+    def new_key(self):
+        self.next_key += 1
+        return self.next_key
 
     def touch(self, sid):
         self.tick += 1
@@ -41,17 +65,32 @@ class PoolModel:
 
     def open(self, sid, seed):
         self.sess[sid] = [seed, 0, 0, 0, []]
+        self.keys[sid] = []
+        self.orig[sid] = []
         self.touch(sid)
+
+    def fork(self, new, sid, seed):
+        s = self.sess[sid]
+        self.sess[new] = [seed, s[1], 0, 0, []]
+        self.keys[new] = list(self.keys[sid])
+        self.orig[new] = list(self.orig[sid])
+        self.touch(new)
+
+    def drop(self, sid):
+        del self.sess[sid]
+        del self.keys[sid]
+        del self.orig[sid]
+        self.pinned.discard(sid)
 
     def pressure(self, sid):
         """No free block for sid: offer LRU sessions holding RAM blocks. Returns (ok, reclaimed sids)."""
         self.alloc_failures += 1
-        order = sorted((v[2], k) for k, v in self.sess.items() if k != sid and self.ram_blocks(v) > 0)
+        order = sorted((v[2], k) for k, v in self.sess.items() if k != sid and self.sole(k) > 0)
         for _, k in order:
             if k in self.pinned:
                 self.refusals += 1
                 continue
-            del self.sess[k]
+            self.drop(k)
             self.reclaims += 1
             return True, [k]
         self.appends_failed += 1
@@ -64,24 +103,33 @@ class PoolModel:
             self.appends_failed += 1
             return False, []
         gone = []
-        if s[1] % self.B == 0 and self.free() == 0:
+        n, B, keys = s[1], self.B, self.keys[sid]
+        new = n % B == 0 or self.holders(keys[n // B]) > 1  # a new block, or a copy of a shared one
+        if new and self.free() == 0:
             ok, gone = self.pressure(sid)
             if not ok:
                 return False, []
+        if n % B == 0:
+            keys.append(self.new_key())
+        elif new:
+            keys[n // B] = self.new_key()
         s[1] += 1
+        self.orig[sid].append(s[0])
         self.touch(sid)
         return True, gone
 
     def spill(self, sid, n):
         s = self.sess[sid]
         room = self.records - sum(v[3] for v in self.sess.values())
-        moved = min(n, s[1] // self.B - s[3], room)
+        moved = 0
+        for j in range(s[1] // self.B):  # the oldest full blocks still in RAM, held by this session alone
+            if moved == min(n, room):
+                break
+            if j in s[4] or self.holders(self.keys[sid][j]) > 1:
+                continue
+            s[4].append(j)
+            moved += 1
         s[3] += moved
-        j = 0
-        while len(s[4]) < s[3]:  # the oldest full blocks still in RAM
-            if j not in s[4]:
-                s[4].append(j)
-            j += 1
         s[4].sort()
         return moved
 
@@ -100,14 +148,19 @@ class PoolModel:
         return True, gone
 
     def waste(self):
-        return sum(self.B - s[1] % self.B for s in self.sess.values() if s[1] % self.B)
+        """Unfilled slots of the distinct last blocks (forks sharing one have the same length)."""
+        last = {}
+        for sid, s in self.sess.items():
+            if s[1] % self.B:
+                last[self.keys[sid][-1]] = self.B - s[1] % self.B
+        return sum(last.values())
 
 
 def check_rows(pool, model, sid, buf):
     """Every row of a session reads back exactly (f32 pool)."""
     cfg = pool.cfg
     D, H = cfg.head_dim, cfg.kv_heads
-    seed, n, cold = model.sess[sid][0], model.sess[sid][1], model.sess[sid][4]
+    seeds, n, cold = model.orig[sid], model.sess[sid][1], model.sess[sid][4]
     assert pool.length(sid) == n, (sid, pool.length(sid), n)
     for p in range(n):
         if p // model.B in cold:
@@ -117,7 +170,7 @@ def check_rows(pool, model, sid, buf):
                 for h in range(H):
                     pool.read(sid, layer, h, p, kv, buf)
                     for i in range(D):
-                        want = token(seed, p, layer, kv, h * D + i, D)
+                        want = token(seeds[p], p, layer, kv, h * D + i, D)
                         assert buf[i] == want, (sid, p, layer, kv, h, i, buf[i], want)
 
 
@@ -132,6 +185,7 @@ def check_all(pool, model, buf):
         model.alloc_failures, model.reclaims, model.refusals, model.appends_failed)
     for sid in open_ids:
         assert pool.scold[pool._handle(sid)] == model.sess[sid][3], sid
+        assert pool.sole_blocks(pool._handle(sid)) == model.sole(sid), sid
         check_rows(pool, model, sid, buf)
 
 
@@ -174,8 +228,23 @@ def op_append(pool, model, sid, ks, vs):
 
 def op_close(pool, model, sid):
     pool.close(sid)
-    del model.sess[sid]
-    model.pinned.discard(sid)
+    model.drop(sid)
+
+
+def op_fork(pool, model, sid, seed):
+    """A fork of sid: refused (nothing changes) with every handle open or blocks of sid on flash."""
+    if len(model.sess) == model.S or model.sess[sid][3]:
+        before = (list(pool.table), list(pool.refs), pool.nfree, list(pool.sid))
+        try:
+            pool.fork(sid)
+        except (CacheFullError, ValueError):
+            assert (list(pool.table), list(pool.refs), pool.nfree, list(pool.sid)) == before
+            return None
+        raise AssertionError("fork() with every handle in use or a cold source did not raise")
+    new = pool.fork(sid)
+    assert new not in model.sess and pool.length(new) == model.sess[sid][1]
+    model.fork(new, sid, seed)
+    return new
 
 
 def op_reset(pool, model, sid, seed):
@@ -184,11 +253,16 @@ def op_reset(pool, model, sid, seed):
     model.sess[sid][1] = 0
     model.sess[sid][3] = 0
     model.sess[sid][4] = []
+    model.keys[sid] = []
+    model.orig[sid] = []
     model.touch(sid)
 
 
 def reference_attention(cfg, seed, n, layer, q, out):
-    """softmax(q.k / sqrt(D)) v over a session's n tokens, plain Python (no tiling)."""
+    """softmax(q.k / sqrt(D)) v over a session's n tokens, plain Python (no tiling). seed: of every position, or
+    a list of each one's."""
+    if isinstance(seed, int):
+        seed = [seed] * n
     D, H = cfg.head_dim, cfg.heads
     group = H // cfg.kv_heads
     w = float_array(n) if n else None
@@ -198,7 +272,7 @@ def reference_attention(cfg, seed, n, layer, q, out):
         for p in range(n):
             s = 0.0
             for i in range(D):
-                s += q[h * D + i] * token(seed, p, layer, 0, kvh * D + i, D)
+                s += q[h * D + i] * token(seed[p], p, layer, 0, kvh * D + i, D)
             s /= math.sqrt(D)
             w[p] = s
             if s > m:
@@ -210,7 +284,7 @@ def reference_attention(cfg, seed, n, layer, q, out):
         for i in range(D):
             a = 0.0
             for p in range(n):
-                a += w[p] * token(seed, p, layer, 1, kvh * D + i, D)
+                a += w[p] * token(seed[p], p, layer, 1, kvh * D + i, D)
             out[h * D + i] = a / l
 
 
@@ -239,6 +313,6 @@ def op_attend(pool, model, sid, q, out, want, tier=None):
             assert not pool.is_open(k), k
     pool.attend(sid, 0, q, out)
     model.touch(sid)
-    reference_attention(pool.cfg, seed, n, 0, q, want)
+    reference_attention(pool.cfg, model.orig[sid], n, 0, q, want)
     for i in range(len(want)):
         assert abs(out[i] - want[i]) <= 1e-4 * (1.0 + abs(want[i])), (sid, i, out[i], want[i])

@@ -29,7 +29,7 @@ def _cache_state(c):
 
 def _pool_state(p):
     return (_cache_state(p.cache), list(p.table), list(p.sid), list(p.slen), list(p.snb), list(p.scold),
-            list(p.stick), list(p.owner), list(p.free), p.nfree, p.tick, p.next_id, p.alloc_failures,
+            list(p.stick), list(p.refs), list(p.free), p.nfree, p.tick, p.next_id, p.alloc_failures,
             p.reclaims, p.refusals, p.appends_failed, p.opened, p.closed)
 
 

@@ -1,6 +1,6 @@
 # Device-API fuzzer, family 3: a paged pool of f32 sessions and its cold tier on flash, driven with _poolref's
-# model (pressure, LRU reclaim, spill and page-in); refused calls of the pool and the tier, the tier's files
-# included in the snapshot. See _fuzzkit.py.
+# model (pressure, LRU reclaim, spill and page-in, forks sharing blocks); refused calls of the pool and the tier,
+# the tier's files included in the snapshot. See _fuzzkit.py.
 import gc
 
 from kvedge.paged import PagedPool  # the largest modules first, while the heap is compact
@@ -8,7 +8,7 @@ from kvedge.compat import zeros
 from kvedge.config import CacheConfig
 from kvedge.tier.spill import ColdTier
 from _fuzzkit import Fuzz, SEED, _scale, BAD_TYPE, TIER_PATH, bad_index, bad_row, bad_out, _remove, _fs
-from _poolref import PoolModel, check_all, op_open, op_append, op_close, op_reset, op_attend, op_spill
+from _poolref import PoolModel, check_all, op_open, op_append, op_close, op_reset, op_attend, op_spill, op_fork
 
 class PoolState:
     def __init__(self, rng, with_tier):
@@ -44,9 +44,11 @@ class PoolState:
 def pool_valid(fz, ps):
     rng, pool, model = fz.rng, ps.pool, ps.model
     ids = sorted(model.sess)
-    op = rng.below(12)
+    op = rng.below(14)
     if op < 2 or not ids:
         op_open(pool, model, rng.below(10000) + 1)
+    elif op > 11:  # shared blocks: forks (spills skip a shared block; a cold session is refused a fork)
+        op_fork(pool, model, rng.pick(ids), rng.below(10000) + 1)
     elif op < 6:
         op_append(pool, model, rng.pick(ids), ps.ks, ps.vs)
     elif op < 7:
@@ -85,7 +87,7 @@ def pool_refuse(fz, ps):
     m = rng.below(16)
     if m == 0:
         bad = _bad_sid(rng, pool)
-        calls = (pool.length, pool.close, pool.reset, pool.start_token, pool.expand)
+        calls = (pool.length, pool.close, pool.reset, pool.start_token, pool.expand, pool.fork, pool.needs_block)
         fz.refuse(rng.pick(calls + (pool.is_open,) if type(bad) is not int else calls), (bad,), "session call")
     elif m == 1:
         args = [sid, [ok] * L, [ok] * L]

@@ -8,7 +8,7 @@ from kvedge.config import CacheConfig
 from kvedge.errors import CacheFullError
 from kvedge.paged import PagedPool
 from _support import Rng, need, raises, message, under_heap_lock
-from _poolref import (PoolModel, check_all, op_open, op_append, op_close, op_reset, op_attend, rows_for,
+from _poolref import (PoolModel, check_all, op_open, op_append, op_close, op_reset, op_attend, op_fork, rows_for,
                       reference_attention)
 
 
@@ -30,10 +30,12 @@ def _drive(seed, steps, nb=6, B=3, S=4, MB=4):
     out = zeros("f", cfg.heads * cfg.head_dim)
     want = zeros("f", cfg.heads * cfg.head_dim)
     for step in range(steps):
-        op = rng.randint(0, 19)
+        op = rng.randint(0, 21)
         ids = sorted(model.sess)
         if op < 3 or not ids:
             op_open(pool, model, rng.randint(1, 10 ** 6))
+        elif op > 19:  # a session sharing another's blocks (a common prompt)
+            op_fork(pool, model, rng.choice(ids), rng.randint(1, 10 ** 6))
         elif op < 13:
             op_append(pool, model, rng.choice(ids), ks, vs)
         elif op < 15:
@@ -307,5 +309,5 @@ def test_cycles_allocate_nothing_under_heap_lock():
 def test_meta_bytes_counts_the_bookkeeping_arrays():
     pool = PagedPool(CacheConfig(1, 2, 1, 8, 32, "i8", align=0), 4, sessions=3, session_blocks=5)
     arrays = (pool.table, pool.sid, pool.slen, pool.snb, pool.scold, pool.stick, pool.asked, pool.ranked,
-              pool.owner, pool.free, pool.slots)
+              pool.refs, pool.free, pool.slots)
     assert pool.meta_bytes() == sum(len(bytes(a)) for a in arrays) == 4 * (15 + 15 + 20) + 6 + 32

@@ -189,6 +189,11 @@ ELSEWHERE = {
 }
 
 NOT_RUN = {
+    ".venv/bin/python tools/bench_pool.py --runtime m3 --board rp2350":
+        "a benchmark (figures in docs/pool.md): the page's runnable block runs the same on CPython, and "
+        "tests/host/test_runtimes.py runs tests/device/test_pool_model.py on the emulated boards",
+    ".venv/bin/python tools/bench_pool.py --runtime m3 --board rp2350 --prompt 60":
+        "a benchmark (figures in docs/pool.md), as the line above",
     ".venv/bin/python tools/bench_forward.py --runtime m3 --heap 4194304 --model "
     "/tmp/kvedge-15m/random/stories15m.bin --weights-dtype i4 --rom --cache max_tokens=256 --context 251 --tokens 4 "
     "--forward auto --kernels asm viper":

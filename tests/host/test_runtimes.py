@@ -37,7 +37,8 @@ SOURCE_FILES = ("test_budget.py", "test_clock.py", "test_compat.py", "test_evict
                 "test_kernel_select.py", "test_model_generate.py", "test_model_run.py", "test_model_tiered.py",
                 "test_paged.py", "test_plandoc_model.py", "test_stream.py", "test_telemetry.py", "test_tier_spill.py",
                 "test_pass_ulab.py", "test_w4model.py", "test_decode_interface.py",
-                "test_intkernels.py", "test_w4kinds.py", "test_w4convert.py", "test_qkernels_dsp.py", "test_session.py")
+                "test_intkernels.py", "test_w4kinds.py", "test_w4convert.py", "test_qkernels_dsp.py", "test_session.py",
+                "test_pool_model.py")
 
 
 def runs_on(runtime, name):

@@ -188,7 +188,8 @@ class Llama:
     arena      the cache's arena allocated earlier (KVCache(arena=...)): a bytearray of exactly its bytes
     cache      a caller's cache kind: factory(ccfg, q8) -> an object with the decode interface (kvedge.caches:
                start_token, write, store_q8, attend, attend_q8, bind_q8, bind_query, quiet, reset, close, and att,
-               int_ok, chunks); q8: the run writes int8 codes. Counted in the plan as ccfg's arena
+               int_ok, chunks); q8: the run writes int8 codes. Counted in the plan as ccfg's arena. A session of a
+               paged pool (kvedge.pooled.PoolSession) is one: several conversations on one board, use() switches
     """
 
     def __init__(self, path, kv=None, budget=None, workspace=0, stream=False, tile=32, attention=None,
@@ -278,6 +279,16 @@ class Llama:
     def close(self):
         self.w.close()
         self.cache.close()
+
+    def use(self, cache):
+        """Run the next steps on another cache that shares this one's attention and so its bound buffers: another
+        session of the same pool (kvedge.pooled), e.g. a second conversation on one board. Returns the one left."""
+        if getattr(cache, "att", None) is not self.cache.att:
+            raise ValueError("use() takes a cache sharing this model's attention (a session of the same pool), "
+                             "got %s" % type(cache).__name__)
+        old = self.cache
+        self.cache = cache
+        return old
 
     def reset(self):
         """Forget the sequence (a new conversation): empties the cache, keeps every buffer."""

@@ -240,7 +240,7 @@ class ColdTier:
             if moved == n:
                 break
             b = p.table[base + j]
-            if b < 0 or p._filled(i, j) < p.B:
+            if b < 0 or p._filled(i, j) < p.B or p.refs[b] > 1:  # a shared block stays (its holders read it)
                 continue
             if self.records_used() >= self.capacity:
                 break

@@ -14,7 +14,8 @@ PARTS = {
     "core": ("exact memory formulas, cache configuration, the KV cache in one arena (f32/f16/i8/i4/i2, window, "
              "sinks, prefix, KIVI's residual)", (),
              ("__init__", "errors", "sizes", "config", "compat", "check", "quant", "budget", "cache", "q8writes", "kivi",
-              "w4sizes", "tier/__init__", "tier/sizes")),
+              "w4sizes",
+              "poolsizes", "tier/__init__", "tier/sizes")),
     "kernels": ("the kernel selector and the plain, native and viper kernels", ("core",),
                 ("kernels/__init__", "kernels/plain", "kernels/native", "kernels/f32_native", "kernels/viper",
                  "kernels/viper_head", "kernels/words",
@@ -31,7 +32,8 @@ PARTS = {
     "telemetry": ("the stats stream a host monitors over serial", ("core",), ("telemetry",)),
     "session": ("a conversation saved to flash and resumed bit for bit (the cache, its policy, the sampler)",
                 ("core",), ("session",)),
-    "pool": ("paged sessions: one arena shared by many caches", ("core", "attention"), ("paged",)),
+    "pool": ("paged sessions: one arena shared by many conversations, shared prompts held once, a session as a "
+             "model's cache", ("core", "attention"), ("paged", "pooled")),
     "rules": ("the rules a plan and a run are checked by: which forward pass runs a model, a tier's fields",
               ("kernels",), ("model/__init__", "model/passes", "tier/config")),
     "tier": ("the flash tier: a tiered cache (hot ring, cold blocks on flash) and the pool's cold tier",

@@ -41,6 +41,11 @@ def add_arguments(p):
     p.add_argument("--residual", type=int, metavar="R",
                    help="i4/i2: KIVI's sliding residual, the newest R..R+31 tokens kept at f32 (a multiple of the "
                         "key group 32; default 32; 0 = per-token keys, no f32 rows)")
+    p.add_argument("--sessions", type=int, metavar="N",
+                   help="plan a paged pool of N conversations of --context tokens each on one board (kvedge.paged)")
+    p.add_argument("--block", type=int, default=16, metavar="B", help="with --sessions: tokens a block (default 16)")
+    p.add_argument("--shared-prompt", type=int, default=0, metavar="P",
+                   help="with --sessions: the first P tokens are a prompt every conversation shares, held once")
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     p.add_argument("--plot", metavar="FILE.png", help="draw memory against context per strategy with the heap")
 
@@ -60,7 +65,13 @@ def run(a):
         if not a.plot.lower().endswith(".png"):
             raise ValueError("%s: --plot writes a PNG file (name it FILE.png)" % a.plot)
     spec, context, tgt = load_inputs(a)
-    r = account.account(spec, context, a.kv_dtype, tgt, a.weights_dtype, a.align, a.batch, residual=a.residual)
+    pool = None
+    if a.sessions is not None:
+        pool = {"sessions": a.sessions, "block": a.block, "shared": a.shared_prompt}
+    elif a.shared_prompt:
+        raise ValueError("--shared-prompt needs --sessions (a pool of conversations)")
+    r = account.account(spec, context, a.kv_dtype, tgt, a.weights_dtype, a.align, a.batch, residual=a.residual,
+                        pool=pool)
     if a.plot:
         plot(a.plot, spec, r, tgt, a.align, a.batch)
         r["plot"] = a.plot
@@ -95,13 +106,23 @@ def print_table(spec, r):
             ("  of which padding", "kv_padding_bytes"), ("  of which scales", "kv_scale_bytes"),
             ("activations", "activation_bytes"), ("workspace", "workspace_bytes"), ("total", "total_bytes"),
             ("heap", "heap_bytes"), ("headroom", "headroom_bytes"))
+    if r["pool"]:
+        rows = rows[:1] + (("KV pool (%d sessions, %d blocks of %d)" % (r["pool"]["handles"], r["pool"]["blocks"],
+                                                                       r["pool"]["block"]),
+                                  "kv_cache_bytes"),) + rows[-5:]
     for label, key in rows:
         t.add_row(label, _b(r[key]))
+        if key == "kv_cache_bytes" and r["pool"]:
+            t.add_row("  of which bookkeeping", _b(r["pool"]["meta"]))
+            if r["pool"]["shared"]:
+                t.add_row("  %d copies of the %d-token prompt instead" % (r["pool"]["sessions"], r["pool"]["shared"]),
+                          _b(r["pool"]["copies"]))
         if key == "kv_scale_bytes" and r["kv_residual"]:  # KIVI's hidden cost: R + G - 1 f32 rows per pair
             t.add_row("  of which f32 residual (R %d + 31 rows)" % r["kv_residual"],
                       _b(r["kv_residual_bytes"]))
     capped = " (the search limit: model context or --context)" if r["max_context_capped_by_model"] else ""
-    t.add_row("longest context that fits", "{:,} tokens{}".format(r["max_context_tokens"], capped))
+    longest = "longest context per session that fits" if r["pool"] else "longest context that fits"
+    t.add_row(longest, "{:,} tokens{}".format(r["max_context_tokens"], capped))
     t.add_row("fits", "yes" if r["fits"] else "[red]no[/red]")
     c = Console()
     c.print("%s: %d layers, %d heads, %d KV heads (%s), head_dim %d, sliding window: %s"

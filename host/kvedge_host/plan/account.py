@@ -39,7 +39,9 @@ def target(board=None, heap=None, workspace=None):
 # The largest value each size flag takes: past these a figure is a typo or a unit error, not a deployment.
 SIZE_LIMITS = {"--context": budget.LIMITS["tokens"], "--heap": 1 << 40, "--workspace": 1 << 40,
                "--batch": budget.LIMITS["batch"], "--pick": 1 << 20, "--top": 1 << 20,
-               "--align": budget.LIMITS["align"]}
+               "--align": budget.LIMITS["align"],
+               "--sessions": 0x7FFF, "--block": budget.LIMITS["tokens"],  # a pool's holder counts are int16
+               "--shared-prompt": budget.LIMITS["tokens"]}
 
 
 def check_size(flag, value, minimum=1, maximum=None):
@@ -113,9 +115,11 @@ def check_residual(kv_dtype, residual, group=budget.QK):
 
 
 def account(spec, context, kv_dtype, tgt, weights_dtype=None, align=0, batch=1, windows=None, weights_bytes=None,
-            residual=None):
+            residual=None, pool=None):
     """Every figure of `kvedge budget` as a dict (the --json output). residual: KIVI's sliding residual of
-    i4/i2 caches (None: one key group; 0: per-token keys, no f32 rows)."""
+    i4/i2 caches (None: one key group; 0: per-token keys, no f32 rows). pool: {"sessions", "block", "shared"}:
+    the cache is a PagedPool of that many conversations of `context` tokens, the first `shared` a prompt held once
+    (kvedge.poolsizes.pool_bytes; result["pool"]), in place of `batch` caches of their own."""
     check_kv_dtype(kv_dtype)
     check_residual(kv_dtype, residual)
     check_weights_dtype(weights_dtype)
@@ -131,12 +135,18 @@ def account(spec, context, kv_dtype, tgt, weights_dtype=None, align=0, batch=1, 
                                 residual=residual, detail=True)
     act = activations(spec, batch)
     ws = tgt["workspace_bytes"]
+    pooled = None
+    if pool is not None:
+        pooled = pool_account(spec, context, kv_dtype, align, windows, residual, pool)
+        kv = dict(kv, total=pooled["total"])
     dep = budget.deployment_bytes(w, kv["total"], act, ws)
     heap = tgt["heap_bytes"]
     limit = max(spec.context, context)
     fixed = w + act + ws
     max_ctx = 0
-    if heap > fixed:
+    if pooled is not None:
+        max_ctx = pool_max_context(spec, kv_dtype, align, pool, heap - fixed, limit)
+    elif heap > fixed:
         max_ctx = budget.max_context_for_budget(heap - fixed, windows, spec.kv_heads, spec.head_dim, kv_dtype, align,
                                                 batch, residual=residual, limit=limit)
     return {
@@ -156,7 +166,47 @@ def account(spec, context, kv_dtype, tgt, weights_dtype=None, align=0, batch=1, 
             ["context %d is longer than the model's trained context %d" % (context, spec.context)]
             if spec.context and context > spec.context else []),
         "warnings": lowbit_warnings(kv_dtype, kv, windows, spec, context, align, batch),
+        "pool": pooled,
     }
+
+
+def check_pool(pool, kv_dtype, residual, windows, context):
+    """A pool's fields, checked before a figure is computed (UserError naming the flag)."""
+    for flag, key, low in (("--sessions", "sessions", 1), ("--block", "block", 1), ("--shared-prompt", "shared", 0)):
+        check_size(flag, pool[key], low)
+    if pool["shared"] > context:
+        raise UserError("--shared-prompt %d: longer than --context %d" % (pool["shared"], context))
+    if any(windows):
+        raise UserError("--sessions: a paged pool keeps every token of a session; this model's sliding windows are "
+                        "not planned in a pool")
+    if kv_dtype in budget.LOWBIT and residual != 0:  # None: the default residual of one key group
+        raise UserError("--sessions with --kv-dtype %s: a pool needs --residual 0 (KIVI groups span one sequence)"
+                        % kv_dtype)
+
+
+def pool_account(spec, context, kv_dtype, align, windows, residual, pool):
+    check_pool(pool, kv_dtype, residual, windows, context)
+    r = budget.pool_bytes(spec.layers, spec.kv_heads, spec.head_dim, pool["block"], kv_dtype, align,
+                          pool["sessions"], context, pool["shared"])
+    if pool["shared"]:
+        r["copies"] = budget.pool_bytes(spec.layers, spec.kv_heads, spec.head_dim, pool["block"], kv_dtype, align,
+                                        pool["sessions"], context)["total"]
+    return dict(r, sessions=pool["sessions"], block=pool["block"], shared=pool["shared"])
+
+
+def pool_max_context(spec, kv_dtype, align, pool, room, limit):
+    """The longest context per session whose pool fits in `room` bytes (the shared prompt included), up to limit."""
+    def need(t):
+        return budget.pool_bytes(spec.layers, spec.kv_heads, spec.head_dim, pool["block"], kv_dtype, align,
+                                 pool["sessions"], t, min(pool["shared"], t))["total"]
+    lo, hi = 0, limit
+    while lo < hi:  # need() grows with t
+        mid = (lo + hi + 1) // 2
+        if need(mid) <= room:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def lowbit_warnings(kv_dtype, kv, windows, spec, context, align, batch, residual_flag=True):
