@@ -104,6 +104,12 @@ def test_every_verdict_fits_or_names_what_does(preset):
             continue
         assert lines[0].startswith("verdict: nothing fits %s" % board), lines
         named = _named(lines[1])
+        if named is None and p.result.get("fits_instead") is None:
+            # no built-in model fits this board at all (the esp32's 100 KB, footprint measured on the Xtensa
+            # lx106, with the stats stream and a prompt: 2026-12-06): the line names the model it would take
+            # and a board with more
+            assert lines[1].endswith(", or a board with more (kvedge plan --board all)"), (preset, board, lines[1])
+            continue
         assert named is not None, (preset, board, lines[1])
         if named[0] == "preset":  # a smaller built-in model: plan it as named
             _, other, dtype, ctx = named

@@ -219,6 +219,19 @@ def for_arch(sources, march):
             if not any(("/" + remote.lstrip("/")).endswith("/" + d) for d in drop)]
 
 
+def for_chip(sources, board, march):
+    """The sources for a board of profile `board` run as `march` code: for_arch(march), and where `march` is a
+    stand-in's in the place of the profile's own (an ESP32's xtensawin run as xtensa on the lx106,
+    m3machines.Layout.stands_for) only those the chip itself would be given too, so the stand-in runs what the
+    chip runs (no asm_xtensa module: an ESP32's MicroPython has no inline assembler)."""
+    from .m3machines import LAYOUTS
+    own = profiles.load(board).get("mpy_march") if board else None
+    pairs = for_arch(sources, march)
+    if own and own != march and any(own in lay.stands_for and march in lay.marches for lay in LAYOUTS.values()):
+        pairs = for_arch(pairs, own)
+    return pairs
+
+
 def compile_mpy(sources, march, build_dir):
     """Compile each source with `mpy-cross -march=ARCH` (viper/native functions become machine code for that
     chip); returns [(host .mpy path, board .mpy path)]."""
@@ -256,7 +269,7 @@ def deployment(board, build, mpy=False, config=None, extra=(), march=None):
     `march` loads, as .mpy for `march` compiled into the folder `build` when mpy=True; march defaults to the
     profile's), the plan JSON as kvedge_plan.json and `extra` files in the board's top folder."""
     march = march or profiles.load(board).get("mpy_march")
-    pairs = for_arch(device_sources(), march)
+    pairs = for_chip(device_sources(), board, march)
     if mpy:
         pairs = compile_mpy(pairs, march, build)
     if config:

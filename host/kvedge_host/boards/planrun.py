@@ -123,9 +123,10 @@ def run_on_m3(board, doc, model, tokenizer, steps, heap=None, timeout=900, log=N
     if why:
         raise m3board.M3Missing(why)
     march = m3board.march_for(board, layout)
-    from .deploy import device_sources
+    from .deploy import device_sources, for_chip
     with tempfile.TemporaryDirectory(prefix="kvedge-planrun-") as tmp:
-        files = [(src, "/" + rel) for src, rel in device_sources()] + [(model, "/model.bin"), (tokenizer, "/tok.bin")]
+        files = [(src, "/" + rel) for src, rel in for_chip(device_sources(), board, march)] + [
+            (model, "/model.bin"), (tokenizer, "/tok.bin")]
         disk = m3board.build_disk(os.path.join(tmp, "disk.img"), files, march=march, mpy=True, work=tmp,
                                   layout=layout)
         rom = os.path.join(tmp, "rom")
