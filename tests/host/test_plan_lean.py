@@ -196,3 +196,40 @@ def test_a_plan_without_the_encoder_runs_on_the_board_with_the_prompt_encoded_on
         texts.append(out[:out.index("#KVEDGE")].strip())
     assert texts[0].startswith(PROMPT) and len(texts[0]) > len(PROMPT) + 10, texts[0]
     assert texts[1] == texts[0], texts
+
+
+def _lean_doc(tmp_path, without):
+    from kvedge_host.boards.tinyckpt import write
+    model, tok = write(str(tmp_path / "tiny"))
+    doc = _plan(model, tok, 1 << 20, lean=False, encoder=ENCODER not in without, stats=STATS not in without).document
+    assert doc["without"] == without
+    path = str(tmp_path / "plan.json")
+    with open(path, "w") as f:
+        json.dump(doc, f)
+    return path
+
+
+def test_deploy_leaves_off_the_modules_of_the_parts_a_plan_leaves_out(tmp_path):
+    from kvedge_host.boards.deploy import deployment
+    for without, gone in (([], set()), ([ENCODER], {"kvedge/model/bpe.py"}),
+                          ([ENCODER, STATS], {"kvedge/model/bpe.py", "kvedge/telemetry.py"})):
+        path = _lean_doc(tmp_path, without)
+        sent = {remote for _, remote in deployment("esp32", str(tmp_path), config=path)}
+        every = {remote for _, remote in deployment("esp32", str(tmp_path))}
+        assert every - sent == gone and "kvedge_plan.json" in sent, (without, every - sent)
+
+
+def test_kvedge_monitor_says_a_plan_has_no_stats_stream(tmp_path, capsys):
+    from kvedge_host.boards.monitor import Monitor
+    path = _lean_doc(tmp_path, [ENCODER, STATS])
+    port = str(tmp_path / "no-port-yet")
+    assert cli.main(["monitor", "--port", port, "--wait", "--plan", path]) == 0
+    out = capsys.readouterr().out
+    assert "plan.json: the plan has no stats stream (without: encoder, stats)" in out, out
+    # without --plan: a run that ends before any stats line ends the watch, said (no sample to wait for)
+    notes = []
+    m = Monitor(on_note=notes.append)
+    m.line("Once upon a time")
+    assert not m.no_stream
+    m.line('#KVEDGE {"tokens":6}')
+    assert m.no_stream and "without a stats stream" in notes[-1], notes
