@@ -1,7 +1,9 @@
 """`kvedge demo --board B --plain` on every board profile: the plan made from B's measured footprint runs on the
 emulated board that stands for B at B's heap (the rp2040 on the Cortex-M0, the rp2350 on the single-precision
-Cortex-M7, the rest on the Cortex-M3; a PSRAM profile on the image with its heap in PSRAM, planned for that heap; the CircuitPython
-profile on the 32-bit CircuitPython interpreter; the unix profile on the unix port it describes) with no
+Cortex-M7, the esp32 and esp32s3 on the Xtensa lx106 as -march=xtensa .mpy with the files an ESP32 gets, the rest on
+the Cortex-M3, which also stands in, saying so, where a machine's qemu or image is missing; a PSRAM profile on the
+image with its heap in PSRAM, planned for that heap; the CircuitPython profile on the 32-bit CircuitPython
+interpreter; the unix profile on the unix port it describes) with no
 MemoryError, with the kernels the plan chose, and the board's peak heap (gc.mem_alloc() after set-up and after
 every token, everything included) at most the plan's total and, with the shared stories260K, within 10 % of it: a footprint that no longer matches
 the code (measured before the runtime grew) shows as a peak above the plan. A few tokens each: the emulated board is
@@ -69,4 +71,28 @@ def test_the_demo_runs_its_plan_on_every_board_profile(tmp_path, board):
     assert "%s kernels" % rt["kernels"] in out   # the board ran the kernels the plan counted
     if where == "m3":
         heap = m3_heap(profiles.load(board), board)
-        assert "emulated %s" % m3board.layout_for(board, heap).cpu in out and "heap %s bytes" % format(heap, ",") in out
+        lay = m3board.layout_for(board, heap)
+        assert "emulated %s" % lay.cpu in out and "heap %s bytes" % format(heap, ",") in out
+        march = m3board.march_for(board, lay)
+        assert "-march=%s for the virtual board" % march in out
+        # the Cortex-M3 in the place of the profile's own stand-in says so (an ESP32 without the lx106 here)
+        note = m3board.fallback_note(board, heap)
+        assert (note is None or note in out) and (note is not None or "stands in for" not in out)
+        if profiles.load(board)["mpy_march"] in lay.stands_for:
+            # the ESP32s on the lx106: what an ESP32 runs (no Thumb module, no asm_xtensa one, no asm kernels)
+            kernels = os.listdir(tmp_path / "fs" / "kvedge" / "kernels")
+            assert kernels and not [k for k in kernels if k.endswith(("_thumb.mpy", "_xtensa.mpy"))], kernels
+            assert all(k.endswith(".mpy") for k in kernels) and rt["kernels"] != "asm"
+
+
+def test_the_esp32s_demo_runs_on_the_xtensa_stand_in():
+    """kvedge demo --board esp32 / esp32s3 run on the Xtensa lx106 at the profile's heap (the run itself: the test
+    above), the package as -march=xtensa .mpy; without qemu-system-xtensa or ../shared's lx106 images they run on
+    the Cortex-M3 instead, saying so (tests/host/test_xtboard.py checks that fallback)."""
+    for board in ("esp32", "esp32s3"):
+        heap = m3_heap(profiles.load(board), board)
+        why = m3board.standing_in(board, heap)
+        if why:
+            pytest.skip("the Xtensa lx106 stand-in for %s: %s" % (board, why))
+        assert heap == profiles.load(board)["heap_bytes"]
+        assert m3board.layout_for(board, heap) is m3board.XT and m3board.march_for(board, m3board.XT) == "xtensa"

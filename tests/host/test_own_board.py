@@ -1,10 +1,11 @@
 """The README's "On your own board" commands, each run against a stand-in for the board: the emulated board that
 stands for the profile (`kvedge sim`'s board with the profile's heap: the Pico's Cortex-M0, the Pico 2's Cortex-M7,
-the ESP32-S3's Cortex-M3; its serial pty stands in for the USB port) for the MicroPython boards, the real CircuitPython (its unix build; a folder as its CIRCUITPY drive) for the CircuitPython board.
+the ESP32-S3's Xtensa lx106, or the Cortex-M3 where that cannot run; its serial pty stands in for the USB port) for the MicroPython boards, the real CircuitPython (its unix build; a folder as its CIRCUITPY drive) for the CircuitPython board.
 
 What the stand-ins change in the commands: the port path; the small model of `kvedge demo --tiny` instead of
-stories260K; fewer steps; for an ESP32-S3, whose Xtensa machine code a Cortex-M3 cannot run, the board check
-must first refuse the profile's -march, then `--march armv7m` is added. Package, weights and tokenizer are
+stories260K; fewer steps; for an ESP32-S3, whose xtensawin machine code its stand-in cannot run (the lx106 loads
+xtensa, the Cortex-M3 armv7m), the board check must first refuse the profile's -march, then `--march` with the
+stand-in's is added. Package, weights and tokenizer are
 put on the emulated board's flash image before it starts (the deploy then checks them on the board instead of
 sending them over its slow serial link)."""
 import csv

@@ -104,6 +104,12 @@ def test_every_verdict_fits_or_names_what_does(preset):
             continue
         assert lines[0].startswith("verdict: nothing fits %s" % board), lines
         named = _named(lines[1])
+        if named is None and p.result.get("fits_instead") is None:
+            # no built-in model fits this board at all (the esp32's 100 KB, footprint measured on the Xtensa
+            # lx106, with the stats stream and a prompt: 2026-12-06): the line names the model it would take
+            # and a board with more
+            assert lines[1].endswith(", or a board with more (kvedge plan --board all)"), (preset, board, lines[1])
+            continue
         assert named is not None, (preset, board, lines[1])
         if named[0] == "preset":  # a smaller built-in model: plan it as named
             _, other, dtype, ctx = named
@@ -130,16 +136,19 @@ def test_generate_without_a_plan_fits_the_weights_too(tmp_path):
     model, tok = write(str(tmp_path), dim=64, hidden_dim=176, n_heads=4, n_kv_heads=2, seq_len=128, name="t")
     spec, context, tgt = planner.inputs(model, board="esp32")
     from kvedge_host.boards import planrun
-    own = planrun.plan_for("esp32", model, tok, prompt="Tom", weights_dtype="f32")
-    i8 = planrun.plan_for("esp32", model, tok, prompt="Tom", weights_dtype="i8")
+    # from BOS: with a prompt each format's plan leaves out what it must to keep MIN_TOKENS (the f32 plan the
+    # board's encoder and the stats stream, 14 tokens; the int8 one nothing, 10: footprint on the lx106, 2026-12-07)
+    own = planrun.plan_for("esp32", model, tok, weights_dtype="f32")
+    i8 = planrun.plan_for("esp32", model, tok, weights_dtype="i8")
     assert own["tokens_kept"] < i8["tokens_kept"] <= context  # the premise: int8 weights leave the cache more
     g = subprocess.run([sys.executable, "-m", "kvedge_host.cli", "generate", "--board", "esp32", "--model", model,
-                        "--tokenizer", tok, "--prompt", "Tom", "--steps", "8", "--temperature", "0"],
+                        "--tokenizer", tok, "--steps", "8", "--temperature", "0"],
                        capture_output=True, env=env(), timeout=600)  # a random model's text: bytes, not UTF-8
     g.stderr = g.stderr.decode("utf-8", "replace")
     assert g.returncode == 0, g.stderr[-1500:]
     assert "generate: the f32 weights keep %d of %d tokens on esp32; int8 weights keep %d: converted (kvedge " \
         "convert %s --weights-dtype i8" % (own["tokens_kept"], context, i8["tokens_kept"], model) in g.stderr, \
         g.stderr[-1500:]
-    assert re.search(r"\[8 tokens in .*weights i8 .*cache i8 \w+ \(%d slots" % i8["tokens_kept"], g.stderr), \
+    # (from BOS the random model may sample BOS again at once, which ends a run)
+    assert re.search(r"\[\d+ tokens in .*weights i8 .*cache i8 \w+ \(%d slots" % i8["tokens_kept"], g.stderr), \
         g.stderr[-800:]

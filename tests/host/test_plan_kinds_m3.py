@@ -1,6 +1,7 @@
 """The plan is what runs (issue 21's first acceptance point): for stories260K (i8 weights) on the rp2040 profile
 and at the esp32's heap, at contexts 512 and 1024, every kind `kvedge plan --kind K` emits either runs through
-`kvedge demo --plan` on the emulated Cortex-M3 at the profile's heap, or is refused by `kvedge plan` (exit 1, its
+`kvedge demo --plan` on the emulated board that stands for the profile at its heap (the rp2040's Cortex-M0, the
+esp32's Xtensa lx106, else the Cortex-M3: m3board.layout_for), or is refused by `kvedge plan` (exit 1, its
 verdict line naming the kind), never skipped. (At 1024 a kind whose cache does not grow with the context plans the
 same cache as at 512, which the planner alone checks; the tier, whose cold store grows, runs at both.)
 
@@ -17,9 +18,11 @@ What fits where (measured 2026-12-02 with the footprints in boards/): the rp2040
 slots, sinks + window and window (60 tokens), a context cut to 60; its float pass a tier (i8 ring 96 + 4 sinks,
 the rest of the context i8 or i4 on flash). Keep-all and the f32 prefix fit neither board at either context, i4
 KIVI with its f32 residual (63 f32 rows a layer) no window on either; the esp32's 102,400-byte heap (plain kernels,
-float pass) fits, without the stats stream, a window of 8 and a context cut to 8 (2026-12-04: int4
-weights' hooks in the float pass's modules took 240 bytes of its code, a token of i8 cache costs 400). Steps: enough to evict once (slots + 4) or, for a tier, to move
-a block to flash and read it back (ring + block + 4)."""
+float pass) fits, without the stats stream, a context cut to 10 and, once the planner leaves the board's prompt
+encoder out for a kind that does not fit with it (the host encodes the prompt: kvedge_host.plan.planner's
+"without"), a window of 10 (the smallest is 8 tokens, kvedge_host.plan.search.MIN_WINDOW; a token of i8 cache
+costs 400): measured on the lx106 (2026-12-07, boot 5,088 bytes, 464 more than the Cortex-M3's). Steps: enough to
+evict once (slots + 4) or, for a tier, to move a block to flash and read it back (ring + block + 4)."""
 import json
 import os
 import re
@@ -31,7 +34,7 @@ from kvedge_host.paths import SHARED_MODELS
 
 from _boardkit import kvedge
 
-WHY = m3board.missing("rp2040") or m3board.missing("esp32")
+WHY = m3board.missing("rp2040") or m3board.missing("esp32")  # the Cortex-M3, where the others fall back to it
 MODEL = os.path.join(SHARED_MODELS, "stories260K.bin")
 TOK = os.path.join(SHARED_MODELS, "tok512.bin")
 pytestmark = [pytest.mark.skipif(WHY is not None, reason="emulated Cortex-M3: %s" % WHY),
@@ -235,10 +238,13 @@ def _circuitpython(model, plan, steps):
     from kvedge_host.paths import DEVICE
     if not runtimes.circuitpython_bin():
         pytest.skip("needs ../shared/runtimes/circuitpython-unix32 (a float32 run of the plan)")
+    from kvedge.model.runplan import prompt_args
+    with open(plan) as f:  # a plan without the board's encoder takes the prompt as ids, encoded here
+        prompt = prompt_args(json.load(f), PROMPT, TOK, 512)
     code = ("import json\nfrom kvedge.model.runplan import plan_args, run_args\nfrom kvedge.model.run import main\n"
             "a = plan_args(json.load(open(%r)), %r, %r)\n"
-            "main(%r, %r, prompt=%r, steps=%d, temperature=0.0, stats_ms=0, **run_args(a))\n"
-            % (plan, model, TOK, model, TOK, PROMPT, steps))
+            "main(%r, %r, steps=%d, temperature=0.0, stats_ms=0, **dict(run_args(a), **%r))\n"
+            % (plan, model, TOK, model, TOK, steps, prompt))
     # in the plan's own folder: the tier's cold store (kv_cold.*) is a relative path, and two cases running at once
     # in one folder (pytest-xdist's workers) cut each other's files ("cold block 0 is truncated")
     rc, out = runtimes.run_code("circuitpython", code, heap=8 << 20, paths=(DEVICE,), timeout=900,

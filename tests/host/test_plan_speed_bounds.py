@@ -53,7 +53,11 @@ def _by_hand(c, prof):
 @pytest.mark.parametrize("board", ["rp2040", "rp2350", "rp2350-psram8", "esp32", "esp32-psram", "esp32s3",
                                    "esp32s3-n16r8"])
 def test_speed_is_the_slower_of_compute_and_memory(board):
-    p = kvedge("plan", "--model", MODEL, "--board", board, "--weights-dtype", "i8", "--top", "99", "--json")
+    # the esp32's 100 KB with the stats stream and a prompt fits no cache (its footprint measured on the Xtensa
+    # lx106: boot 5,088 bytes; on the Cortex-M3's, 4,624, a context cut to 1): planned without the stats stream, as
+    # kvedge demo and generate plan it there
+    more = ("--no-stats",) if board == "esp32" else ()
+    p = kvedge("plan", "--model", MODEL, "--board", board, "--weights-dtype", "i8", "--top", "99", "--json", *more)
     assert p.returncode in (0, 1), p.stderr[-1500:]
     r = json.loads(p.stdout)
     prof = _profile(board)

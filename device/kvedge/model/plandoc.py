@@ -20,6 +20,15 @@ MAX_BYTES = 1 << 30  # no byte figure of a plan comes near it (the largest profi
 MAX_DEPTH = 12  # JSON nesting a plan may have (placement rows and measured figures are 4 deep)
 _BYTES = ("kv_bytes", "budget_bytes", "h2o_score_bytes", "activation_bytes", "workspace_bytes", "total_bytes",
           "heap_bytes")
+# The board-side parts a plan may leave out, in the order the planner drops them when nothing fits with them
+# (kvedge_host.plan.planner): the prompt's encoder (kvedge.model.bpe and the tokenizer's sorted ids; the host
+# encodes the prompt and the board is given token ids) first, then the stats stream (kvedge.telemetry).
+# A plan's "without" lists the ones it left out; the runner then does not import them.
+ENCODER = "encoder"
+STATS = "stats"
+LEAN = (ENCODER, STATS)
+# the modules each part is (what kvedge.model.run._load imports for it, and kvedge deploy leaves off the board)
+LEAN_MODULES = {ENCODER: "kvedge.model.bpe", STATS: "kvedge.telemetry"}
 _TIER_BYTES = ("ring_bytes", "staging_bytes", "tables_bytes", "ram_bytes", "cold_bytes", "flash_bytes",
                "cold_tokens")
 
@@ -182,9 +191,39 @@ def check(doc, heap=None):
         if rt.get("source") is not None and not isinstance(rt["source"], str):
             _bad("runtime.source", "a string", rt["source"])
         _int(rt, "tokenizer_bytes", "runtime.tokenizer_bytes", 0, MAX_BYTES, False)
+    without(doc)
     if doc.get("placement") is not None and not isinstance(doc["placement"], list):
         _bad("placement", "a list", doc["placement"])
     return cfg
+
+
+def without(doc):
+    """The board-side parts (LEAN) the plan leaves out, checked: a list of distinct names from LEAN (absent: none);
+    a plan whose runtime says it counted the stats stream cannot leave it out."""
+    w = doc.get("without")
+    if w is None:
+        return []
+    if not isinstance(w, list):
+        _bad("without", "a list of %s" % ", ".join(LEAN), w)
+    for i in range(len(w)):
+        if not isinstance(w[i], str) or w[i] not in LEAN:
+            _bad("without[%d]" % i, "one of %s" % ", ".join(LEAN), w[i])
+        if w[i] in w[:i]:
+            _bad("without[%d]" % i, "named once", w[i])
+    rt = doc.get("runtime")
+    if STATS in w and isinstance(rt, dict) and rt.get("stats") is True:
+        raise PlanError("without: the plan leaves out the stats stream, its runtime.stats says it counted one")
+    return w
+
+
+def encodes(doc):
+    """Whether a run of this plan encodes its prompt on the board (else the host gives it token ids)."""
+    return ENCODER not in (doc.get("without") or ())
+
+
+def streams_stats(doc):
+    """Whether a run of this plan may write the stats stream (kvedge.telemetry)."""
+    return STATS not in (doc.get("without") or ()) and (doc.get("runtime") or {}).get("stats", True) is not False
 
 
 def tier_of(doc):

@@ -55,7 +55,8 @@ def _load(kernel, h2o, stats, encode=False, kv=None, forward="auto", model=None,
     """Import the run's modules (None: the kernels, chosen there); returns (kernel module, forward pass): "auto"
     is resolved once the kernels are chosen (kvedge.model.llama.resolve_forward). Eviction, the stats stream,
     encoding a prompt (kvedge.model.bpe), the integer attention path (kvedge.attention), the other forward
-    passes and the tiered cache only when the run uses them."""
+    passes and the tiered cache only when the run uses them (a plan's "without" leaves the encoder and the stats
+    stream out: kvedge.model.plandoc.LEAN_MODULES names these two)."""
     import gc
     k = None
     for name in _MODULES + (("kvedge.evict",) if h2o else ()) + (("kvedge.telemetry",) if stats else ()) + (
@@ -99,10 +100,33 @@ def _load(kernel, h2o, stats, encode=False, kv=None, forward="auto", model=None,
     return k, forward
 
 
+MAX_IDS = 1 << 16  # more prompt ids than any context a plan keeps (kvedge.model.plandoc's context bound is larger,
+# but a prompt longer than this is a mistake, not a run)
+
+
+def _check_prompt(prompt, ids, encode):
+    """The prompt given one way: text (encoded here, unless encode=False says the run has no encoder), or ids (a
+    non-empty list of token ids >= 0, at most MAX_IDS): ValueError naming the argument, before anything is
+    allocated."""
+    if ids is None:
+        if encode is False and len(prompt):
+            raise ValueError("prompt: this run has no encoder (its plan leaves it out): give the prompt as ids, "
+                             "encoded on the host")
+        return
+    if len(prompt):
+        raise ValueError("ids: given with a text prompt; give one or the other")
+    if not isinstance(ids, (list, tuple)) or not 0 < len(ids) <= MAX_IDS:
+        raise ValueError("ids: a list of 1..%d token ids, got %s" % (MAX_IDS, type(ids).__name__ if not isinstance(
+            ids, (list, tuple)) else "%d" % len(ids)))
+    for t in ids:
+        if isinstance(t, bool) or not isinstance(t, int) or t < 0:
+            raise ValueError("ids: token ids are integers >= 0, got %r" % (t,))
+
+
 def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=None, budget=None, workspace=0,
          stream=False, kernel="auto", tile=32, peak=False, h2o=0, stats_ms=0, overhead=RUN_OVERHEAD,
          kv_bytes=0, encode=None, ctrl_c=False, forward="float", tier=None, int_attention="auto", prefill=1, save=None,
-         resume=None):
+         resume=None, ids=None):
     """Returns the stats dict it prints. Raises BudgetError before allocating when the run does not fit: the
     plan counts the tokenizer (kept in its file: kvedge.model.pieces.FileTokenizer) and `overhead`, this
     loop's own heap (a plan made from the board's measured footprint passes the loop it measured), in the
@@ -127,7 +151,12 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
     at a time (the integer pass: kvedge.model.prefill; a plan's "prefill"), 1: one at a time. resume: a session
     (kvedge.session) saved by a run of the same model and cache to go on from (its cache, sampler and next token;
     the prompt is not read, a tier's cold store is reopened as it is): `steps` more positions; save: the session
-    to write when the run ends (the next token, the last one sampled, is not yet fed: a resumed run feeds it)."""
+    to write when the run ends (the next token, the last one sampled, is not yet fed: a resumed run feeds it).
+    ids: the prompt as token ids the host encoded (a plan without the board's encoder: kvedge.model.plandoc's
+    "without"), BOS first; the encoder is then not loaded. A text prompt with encode=False is refused."""
+    _check_prompt(prompt, ids, encode)
+    if ids is not None:
+        encode = False
     if budget is not None and kv_bytes > budget:
         from kvedge.errors import BudgetError
         raise BudgetError("KV arena", kv_bytes, budget)
@@ -151,6 +180,10 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
     if base >= 0 and arena is not None:
         base -= kv_bytes  # the arena allocated first is the run's too
     cfg, wdtype = read_config(model)
+    if ids is not None:
+        for t in ids:
+            if t >= cfg.vocab_size:
+                raise ValueError("ids: token %d outside the model's vocabulary of %d" % (t, cfg.vocab_size))
     policy = None
     if h2o:
         def policy(cache):
@@ -188,7 +221,7 @@ def main(model, tokenizer, prompt="", steps=256, temperature=0.0, seed=1, kv=Non
             seen0 = m.cache.stats()["tokens_seen"]
         if save is not None:
             sampler = session.Last(sampler)
-    if resume is None:
+    if resume is None and ids is None:
         ids = tok.encode(prompt) if len(prompt) else [BOS]  # no text: no encoder (kvedge.model.bpe) loaded
     w = _writer()
     stop = _ctrl_c() if ctrl_c else None

@@ -25,7 +25,7 @@ def doc_args(doc):
     cold_blocks, at_cap, cold_align), forward (the plan's pass; UNNAMED, the float pass it was counted for, when
     it names none), kv_bytes (the arena main() allocates before it imports anything) and, when the plan reads
     prompts in chunks, prefill (else main()'s default, one token at a time)."""
-    from kvedge.model.plandoc import tier_of
+    from kvedge.model.plandoc import encodes, tier_of
     kv = {}
     for k in doc["cache"]:
         if k not in _SHAPE:
@@ -36,7 +36,20 @@ def doc_args(doc):
            "kv_bytes": _arena_bytes(doc)}
     if (doc.get("prefill") or 1) != 1:
         out["prefill"] = doc["prefill"]
+    if not encodes(doc):
+        out["encode"] = False  # the plan left the board's encoder out: prompts come as ids (prompt_args)
     return out
+
+
+def prompt_args(doc, prompt, tokenizer, vocab_size):
+    """main()'s prompt arguments for this plan: {"prompt": text} when the board encodes it; for a plan without
+    the board's encoder (plandoc's "without"), the text encoded here, by the same encoder the board would run
+    (on the host: CPython runs this package), as {"prompt": "", "ids": [...]}; no text: {"prompt": ""}."""
+    from kvedge.model.plandoc import encodes
+    if not len(prompt) or encodes(doc):
+        return {"prompt": prompt}
+    from kvedge.model.tokenizer import Tokenizer
+    return {"prompt": "", "ids": Tokenizer.load(tokenizer, vocab_size).encode(prompt)}
 
 
 def _arena_bytes(doc):
@@ -89,7 +102,9 @@ def plan_args(doc, model=None, tokenizer=None, heap=None):
             # a plan made from the board's measured footprint counts the tokenizer the run keeps (kvedge plan
             # --tokenizer): one made without it leaves that heap out, and the run fails in the middle
             from kvedge.model.pieces import FileTokenizer
-            need = FileTokenizer.nbytes(tokenizer, cfg.vocab_size, rt.get("prompt", True) is not False)
+            from kvedge.model.plandoc import encodes
+            need = FileTokenizer.nbytes(tokenizer, cfg.vocab_size, rt.get("prompt", True) is not False and
+                                        encodes(doc))
             if (rt.get("tokenizer_bytes") or 0) < need:
                 raise PlanError("runtime.tokenizer_bytes: the plan counted %d bytes for the tokenizer, this run's "
                                 "keeps %d (and its open file): plan again with --tokenizer" % (
@@ -136,16 +151,24 @@ def from_settings(getenv=None):
     if getenv is None:
         import os
         getenv = getattr(os, "getenv", None) or (lambda k: None)
-    from kvedge.errors import BudgetError
+    from kvedge.errors import BudgetError, PlanError
     with open(_setting(getenv, "PLAN", PLAN, str)) as f:
         doc = json.load(f)
     model = _setting(getenv, "MODEL", "model.bin", str)
     tok = _setting(getenv, "TOKENIZER", "tokenizer.bin", str)
     args = plan_args(doc, model, tok)
+    from kvedge.model.plandoc import streams_stats
+    stats_ms = _setting(getenv, "STATS_MS", 1000 if streams_stats(doc) else 0, int)
+    if stats_ms > 0 and not streams_stats(doc):
+        raise PlanError("without: the plan leaves out the stats stream: KVEDGE_STATS_MS must be 0")
+    prompt = _setting(getenv, "PROMPT", "", str)
+    if len(prompt) and not args.get("encode", True):
+        raise PlanError("without: the plan leaves out the board's encoder: no KVEDGE_PROMPT on the board (the host "
+                        "encodes prompts: kvedge generate --port --plan)")
     if args["workspace"] < 0:
         raise BudgetError("the plan leaves no room for this run's own objects", doc["total_bytes"] -
                           args["workspace"], doc["total_bytes"])
     return main(model, tok,
-                prompt=_setting(getenv, "PROMPT", "", str), steps=_setting(getenv, "STEPS", 64, int),
+                prompt=prompt, steps=_setting(getenv, "STEPS", 64, int),
                 temperature=_setting(getenv, "TEMPERATURE", 0.0, float), seed=_setting(getenv, "SEED", 1, int),
-                stats_ms=_setting(getenv, "STATS_MS", 1000, int), **run_args(args))
+                stats_ms=stats_ms, **run_args(args))

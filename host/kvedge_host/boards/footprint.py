@@ -1,6 +1,7 @@
 """The runtime's own footprint on a 32-bit board, measured on the emulated board that stands for
 its profile (`kvedge footprint --board B`: the Cortex-M0 for the RP2040, the single-precision Cortex-M7 for the
-RP2350, else the Cortex-M3; kvedge_host.boards.m3board.layout_for).
+RP2350, the Xtensa lx106 for the ESP32 and ESP32-S3, else the Cortex-M3, which also stands in, saying so, where
+that machine cannot run here; kvedge_host.boards.m3board.layout_for).
 
 A plan is only as good as its account of what the runtime itself takes: the package's code once imported from the
 board's filesystem as .mpy (bytecode copied into the heap, names interned), the state a first generation leaves
@@ -145,11 +146,11 @@ def tiny_files(folder):
 
 
 def image_heap(prof):
-    """The firmware image to measure a profile on: its own heap (the Cortex-M3's images, those with the heap in
-    PSRAM included), or the largest image for a bigger heap: code and first-run state do not depend on the heap's
+    """The firmware image to measure a profile on: its own heap (the images of the machine that stands for it,
+    the Cortex-M3's, those with the heap in PSRAM included), or the largest image for a bigger heap: code and first-run state do not depend on the heap's
     size."""
     heap = prof["heap_bytes"]
-    imgs = m3board.m3_images()
+    imgs = set(m3board.m3_images()) | set(m3board.firmware_images(layout=m3board.layout_for(prof["name"], heap)))
     if heap in imgs or not imgs:
         return heap
     bigger = [h for h in imgs if h <= heap]
@@ -264,14 +265,19 @@ def measure(board, kinds=None, log=None):
     kinds = kinds or kinds_for(prof)
     layout = m3board.layout_for(board, heap)
     march = m3board.march_for(board, layout)
-    from .deploy import device_sources
+    from .deploy import device_sources, for_chip
     res = {"board": board, "heap_image": heap, "march": march, "machine": layout.key, "kinds": {}}
+    stand = m3board.fallback_note(board, heap)
+    if stand:
+        res["fallback"] = stand
+        if log:
+            log(stand)
     with tempfile.TemporaryDirectory(prefix="kvedge-footprint-") as tmp:
         model, tok = tiny_files(tmp)
         probe = os.path.join(tmp, PROBE_NAME + ".py")
         with open(probe, "w") as f:
             f.write(PROBE)
-        files = [(src, "/" + rel) for src, rel in device_sources()] + [
+        files = [(src, "/" + rel) for src, rel in for_chip(device_sources(), board, march)] + [
             (model, "/" + MODEL), (tok, "/" + TOKENIZER), (probe, "/" + PROBE_NAME + ".py")]
         disk = m3board.build_disk(os.path.join(tmp, "disk.img"), files, march=march, mpy=True, work=tmp,
                                   layout=layout)
@@ -300,8 +306,11 @@ def firmware_name(b):
     """The firmware as it names itself (sys.version, its build), its image and the machine."""
     out = b.exec("import sys\nprint('KVFP version', sys.version, getattr(sys.implementation, '_build', '?'))")
     m = re.search(r"MicroPython (\S+).* (\S+)\s*$", out.strip())
-    return "MicroPython %s, ports/qemu BOARD=%s, %s, qemu-system-arm -machine %s -icount shift=0" % (
-        m.group(1) if m else "?", m.group(2) if m else "?", os.path.basename(b.firmware), b.layout.machine)
+    args = b.layout.qemu_args
+    cpu = " -cpu " + args[args.index("-cpu") + 1] if "-cpu" in args else ""
+    return "MicroPython %s, ports/qemu BOARD=%s, %s, %s -machine %s%s -icount shift=0" % (
+        m.group(1) if m else "?", m.group(2) if m else "?", os.path.basename(b.firmware), b.layout.qemu[0],
+        b.layout.machine, cpu)
 
 
 def runtime_bytes(r):
@@ -425,8 +434,8 @@ def sources(board, res, fp, command, date):
     for key in sorted(fp):
         n = note
         if key.endswith(("_viper", "_native")) and prof.get("mpy_march") != res["march"]:
-            n += "; viper/native machine code measured as %s Thumb, the board's %s code differs in size" % (
-                res["march"], prof.get("mpy_march"))
+            n += "; viper/native machine code measured as %s %s, the board's %s code differs in size" % (
+                res["march"], "(call0)" if res["march"] == "xtensa" else "Thumb", prof.get("mpy_march"))
         out.append({"figure": "footprint." + key, "value": fp[key],
                     "source": "kvedge measurement on the emulated %s board: %s" % (cpu, _what(key)),
                     "command": command, "firmware": res["firmware"], "date": date, "where": "KVFP lines",

@@ -48,9 +48,9 @@ from .deploy import mpremote, mpremote_exe
 from .m3machines import (DISK_ADDR, DISK_BLOCK, DISK_BLOCKS, DISK_MODULE, DISK_NAME, FIRMWARE_ENV,  # noqa: F401
                          LAYOUTS, M0, M0_ROMFS_ADDR, M3, M3_FAMILY, M3P4, M3P8, M55, M7, MACHINE, MARCHES, MOUNT,
                          PSRAM_BYTES, PSRAM_LAYOUTS, ROMFS_ADDR, ROMFS_MAX, XT, Layout, disk_module)
-from .m3firmware import (ROM_SHARE, M3Missing, firmware_dir, firmware_for, firmware_images,  # noqa: F401
-                         heap_of, in_rom, layout_for, m3_heap, m3_images, march_for, missing, psram_layout, qemu_exe,
-                         rom_fits)
+from .m3firmware import (ROM_SHARE, M3Missing, fallback_note, firmware_dir, firmware_for,  # noqa: F401
+                         firmware_images, heap_of, in_rom, layout_for, m3_heap, m3_images, march_for, missing,
+                         psram_layout, qemu_exe, rom_fits, standing_in)
 from .m3faults import FAULT, FAULT_QUIET, XT_FAULT, M3Error, M3Fault, fault_report, run_watched  # noqa: F401
 from .m3images import (build_disk, build_romfs, compile_to, read_disk, stage, stage_package,  # noqa: F401
                        tree_files, write_disk_module)

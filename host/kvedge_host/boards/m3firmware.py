@@ -85,15 +85,53 @@ def missing(board=None, heap=None, layout=None):
 
 def layout_for(board=None, heap=None):
     """The emulated machine that stands for a profile: the one whose firmware's own -march is the profile's
-    (the RP2040's armv6m on the Cortex-M0, the RP2350's armv7emsp on the single-precision Cortex-M7) when it has
-    an image with this heap; else the Cortex-M3 with its heap in PSRAM when one of those images has it (the
-    PSRAM profiles); else the Cortex-M3 (the ESP32s, whose Xtensa code no machine here runs)."""
+    (the RP2040's armv6m on the Cortex-M0, the RP2350's armv7emsp on the single-precision Cortex-M7), or that
+    stands for it (the ESP32s' xtensawin on the Xtensa lx106, which runs xtensa, its call0 sibling), when it has
+    an image with this heap and its qemu is installed; else the Cortex-M3 with its heap in PSRAM when one of those
+    images has it (the PSRAM profiles); else the Cortex-M3 (the fallback: standing_in says why)."""
     march = profiles.load(board or "rp2040").get("mpy_march")
     heap = heap_of(board, heap)
-    for lay in LAYOUTS.values():
-        if lay not in M3_FAMILY and lay.marches[0] == march and heap in firmware_images(layout=lay):
+    for lay in _own_layouts(march):
+        if heap in firmware_images(layout=lay) and shutil.which(lay.qemu[0]):
             return lay
     return psram_layout(heap) or M3
+
+
+def _own_layouts(march):
+    """The machines outside the Cortex-M3's family whose firmware runs this -march's code, or its stand-in's."""
+    return [lay for lay in LAYOUTS.values()
+            if lay not in M3_FAMILY and (lay.marches[0] == march or march in lay.stands_for)]
+
+
+def standing_in(board=None, heap=None):
+    """None when the profile runs on its own machine (or has none: the Cortex-M3 is its machine), else why the
+    Cortex-M3 stands in for it (no firmware image with this heap, or no qemu for that machine): the fallback's
+    reason, for kvedge demo, sim and footprint to say and tests to skip with."""
+    march = profiles.load(board or "rp2040").get("mpy_march")
+    heap = heap_of(board, heap)
+    own = _own_layouts(march)
+    if not own or layout_for(board, heap) in own:
+        return None
+    why = []
+    for lay in own:
+        try:
+            qemu_exe(lay)
+            firmware_for(heap, lay)
+        except M3Missing as e:
+            why.append(str(e))
+    return "; ".join(why) or None
+
+
+def fallback_note(board=None, heap=None):
+    """The line kvedge demo, sim and footprint print when the Cortex-M3 runs in the place of the profile's own
+    stand-in (an ESP32 without qemu-system-xtensa or ../shared's lx106 images), else None."""
+    why = standing_in(board, heap)
+    if why is None:
+        return None
+    march = profiles.load(board or "rp2040").get("mpy_march")
+    own = " or ".join("the %s" % lay.cpu for lay in _own_layouts(march))
+    return ("the emulated Cortex-M3 stands in for %s, as armv7m .mpy: %s (its own stand-in) cannot run here: %s"
+            % (board, own, why))
 
 
 def m3_images():

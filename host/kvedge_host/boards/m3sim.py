@@ -1,6 +1,7 @@
 """The emulated board as a virtual board (`kvedge sim --board B`): qemu behind a relay that makes it behave like
 a board with a flash filesystem. The machine is the one that stands for the profile (kvedge_host.boards.m3board.layout_for:
-the Cortex-M0 for the rp2040, the single-precision Cortex-M7 for the rp2350, else the Cortex-M3).
+the Cortex-M0 for the rp2040, the single-precision Cortex-M7 for the rp2350, the Xtensa lx106 for the esp32 and
+esp32s3, else the Cortex-M3).
 
     client (mpremote, monitor, pyserial) <-> pty B (the port we publish) <-> relay <-> qemu's pty <-> MicroPython
 

@@ -17,6 +17,7 @@ _PREFIX = telemetry.PREFIX.encode()
 
 MAX_LINE = 16384  # a "line" longer than this without a newline is garbage: dropped, not accumulated
 RESTARTS = ("soft reboot", "Auto-reload", "code.py output:", "main.py output:")  # a board's program starting again
+RUN_END = "#KVEDGE {"  # kvedge.model.run.main's closing line
 CSV_FIELDS = ["host_time", "session"] + list(telemetry.KEYS) + ["cache_pct"]
 
 
@@ -58,6 +59,7 @@ class Monitor:
         self.other = collections.deque(maxlen=6)  # last lines of other program output
         self.crash = None  # the error line of the last traceback the board printed (its program stopped)
         self.crash_at = 0.0
+        self.no_stream = False  # a run ended (its closing #KVEDGE line) before any sample: it had no stats stream
         self._in_traceback = False
         self.connected = False
         self.port_state = "not opened"
@@ -132,6 +134,11 @@ class Monitor:
     def line(self, text):
         d = telemetry.parse(text)
         if d is None:
+            if RUN_END in text and self._last is None:
+                # the runner's closing line with no sample before it: this run had no stats stream
+                self.no_stream = True
+                self._note("the run ended without a stats stream (its plan leaves it out: \"without\", or "
+                           "stats_ms=0): nothing to watch")
             if telemetry.PREFIX in text:
                 self.counts["bad_lines"] += 1
             elif text.strip():

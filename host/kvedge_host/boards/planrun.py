@@ -14,24 +14,36 @@ from . import m3board
 from ..plan.account import loads_floats
 
 
-def runner_args(doc, steps, stats_ms=0, prompt="", temperature=0.0, seed=1):
+def runner_args(doc, steps, stats_ms=0, prompt="", temperature=0.0, seed=1, model=None, tokenizer=None):
     """Keyword arguments of kvedge.model.run.main for a plan document (`kvedge plan --out`): what the document
     says of the cache, the policy, the weights, the tier, the pass and prefill is the device's reading of it
     (kvedge.model.runplan.doc_args, the rule written once); with a measured runtime, the budget and workspace
-    the plan counted from the profile's footprint (the host account's parts, kvedge_host.plan.account)."""
-    from kvedge.model.runplan import doc_args
+    the plan counted from the profile's footprint (the host account's parts, kvedge_host.plan.account). A plan
+    without the board's encoder gets the prompt as ids encoded here (runplan.prompt_args: model and tokenizer,
+    the host's paths, needed then)."""
+    from kvedge.model.runplan import doc_args, prompt_args
+    from kvedge.model.plandoc import encodes, streams_stats
     rt = doc.get("runtime") or {}
     kw = doc_args(doc)
     h2o, tier = kw["h2o"], kw.pop("tier")
     if tier:
         kw["tier"] = tier
-    kw.update(prompt=prompt, steps=steps, temperature=temperature, seed=seed, stats_ms=stats_ms, peak=True)
+    if stats_ms and not streams_stats(doc):
+        raise ValueError("the plan has no stats stream (its \"without\", or kvedge plan --no-stats): run with "
+                         "stats_ms=0")
+    if prompt and not encodes(doc):
+        if model is None or tokenizer is None:
+            raise ValueError("the plan leaves the board's encoder out: the prompt is encoded on the host, which "
+                             "needs the model and tokenizer files")
+        from kvedge.model.header import read_config
+        kw.update(prompt_args(doc, prompt, tokenizer, read_config(model)[0].vocab_size))
+    else:
+        kw["prompt"] = prompt
+    kw.update(steps=steps, temperature=temperature, seed=seed, stats_ms=stats_ms, peak=True)
     if rt.get("source") == "measured":
-        if stats_ms and not rt.get("stats", True):
-            raise ValueError("the plan counted no stats stream (kvedge plan --no-stats): run with stats_ms=0")
         kw["kernel"] = rt["kernels"]
         kw["tile"] = rt["tile"]
-        kw["encode"] = bool(rt.get("prompt", True))
+        kw["encode"] = bool(rt.get("prompt", True)) and encodes(doc)
         kw["budget"] = rt["usable_heap"] - rt["margin_bytes"]
         kw["workspace"] = rt["boot_bytes"] + rt["code_bytes"] + rt["telemetry_bytes"] + (rt["evict_bytes"] if h2o
                                                                                          else 0) + (
@@ -58,13 +70,19 @@ def plan_for(board, model, tokenizer, out=None, heap=None, prompt="", stats=True
     nothing fits either way."""
     from ..plan import planner
     from ..errors import UserError
+    from kvedge.model.plandoc import ENCODER, STATS
     spec, context, tgt = planner.inputs(model, board=board, heap=heap, weights_dtype=weights_dtype)
-    tries = [True, False] if stats else [False]
+    # the full runtime first, then without the board's encoder, then without the stats stream too (the planner's
+    # own order: planner.lean_levels), until the cache keeps MIN_TOKENS
+    tries = planner.lean_levels(bool(prompt), stats)
+    if not stats:
+        tries = [t + [STATS] for t in tries]
     doc = None
-    for with_stats in tries:
+    for i, drop in enumerate(tries):
+        with_stats = STATS not in drop
         p = planner.plan(spec, context, tgt, kv_dtype="i8", weights_dtype=weights_dtype, align=0, tiered=False,
                          model=model, tokenizer=tokenizer, stats=with_stats, prompt=bool(prompt), forward=forward,
-                         kernels=kernels)
+                         kernels=kernels, encoder=ENCODER not in drop, lean=False)
         if p.document is None:
             continue
         doc = p.document
@@ -74,9 +92,11 @@ def plan_for(board, model, tokenizer, out=None, heap=None, prompt="", stats=True
                 f.write("\n")
         if doc["tokens_kept"] >= MIN_TOKENS and doc["kind"] != "shorter":
             return doc
-        if log and with_stats and len(tries) > 1:
-            log("with the stats stream the cache keeps %d tokens (%s): planning without it"
-                % (doc["tokens_kept"], doc["strategy"]))
+        if log and i + 1 < len(tries):
+            kept = ["the board's encoder"] * (bool(prompt) and ENCODER not in drop) + ["the stats stream"] * with_stats
+            log("with %s the cache keeps %d tokens (%s): planning without %s" % (
+                " and ".join(kept), doc["tokens_kept"], doc["strategy"],
+                "the board's encoder" if ENCODER in tries[i + 1] and ENCODER not in drop else "the stats stream"))
     hint = "" if weights_dtype == "i8" else ": int8 weights (kvedge convert --weights-dtype i8) leave it more"
     if doc is None:
         raise UserError("nothing fits %s: %s with %s weights and an i8 cache (kvedge plan --board %s)%s"
@@ -90,10 +110,11 @@ def plan_for(board, model, tokenizer, out=None, heap=None, prompt="", stats=True
 
 def plan_command(model, board, doc, heap=None, prompt="", weights_dtype="i8", forward="auto", kernels="auto"):
     """The `kvedge plan` command that writes the plan plan_for made (doc: its document)."""
-    stats = (doc.get("runtime") or {}).get("stats", True)
-    return "kvedge plan --model %s --board %s --weights-dtype %s --kv-dtype i8 --align 0 --no-tiered%s%s%s%s%s" % (
+    from kvedge.model.plandoc import encodes, streams_stats
+    stats = streams_stats(doc)
+    return "kvedge plan --model %s --board %s --weights-dtype %s --kv-dtype i8 --align 0 --no-tiered%s%s%s%s%s%s" % (
         os.path.basename(model), board, weights_dtype, " --heap %d" % heap if heap else "",
-        "" if prompt else " --no-prompt", "" if stats else " --no-stats",
+        "" if prompt else " --no-prompt", "" if encodes(doc) else " --no-encoder", "" if stats else " --no-stats",
         "" if forward == "auto" else " --forward " + forward, "" if kernels == "auto" else " --kernels " + kernels)
 
 
@@ -123,9 +144,10 @@ def run_on_m3(board, doc, model, tokenizer, steps, heap=None, timeout=900, log=N
     if why:
         raise m3board.M3Missing(why)
     march = m3board.march_for(board, layout)
-    from .deploy import device_sources
+    from .deploy import device_sources, for_chip
     with tempfile.TemporaryDirectory(prefix="kvedge-planrun-") as tmp:
-        files = [(src, "/" + rel) for src, rel in device_sources()] + [(model, "/model.bin"), (tokenizer, "/tok.bin")]
+        files = [(src, "/" + rel) for src, rel in for_chip(device_sources(), board, march)] + [
+            (model, "/model.bin"), (tokenizer, "/tok.bin")]
         disk = m3board.build_disk(os.path.join(tmp, "disk.img"), files, march=march, mpy=True, work=tmp,
                                   layout=layout)
         rom = os.path.join(tmp, "rom")
@@ -133,7 +155,8 @@ def run_on_m3(board, doc, model, tokenizer, steps, heap=None, timeout=900, log=N
         m3board.write_disk_module(rom, march, layout)
         image = m3board.build_romfs(rom, os.path.join(tmp, "rom.img"), layout)
         with m3board.M3Board(board, heap=heap, romfs=image, disk=disk, log=log, layout=layout) as b:
-            out = b.exec(runner_code("model.bin", "tok.bin", runner_args(doc, steps, stats_ms, prompt)),
+            out = b.exec(runner_code("model.bin", "tok.bin", runner_args(doc, steps, stats_ms, prompt,
+                                                                         model=model, tokenizer=tokenizer)),
                          timeout=timeout)
     return summary(out), out
 

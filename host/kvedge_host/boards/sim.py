@@ -320,6 +320,9 @@ def make_board(board="rp2040", fs=None, link=None, heap=None, log=None, host=Fal
             from .m3sim import M3Sim
             if note and log:
                 log(note)
+            stand = m3board.fallback_note(board, m3board.heap_of(board, m3heap))
+            if stand and log:
+                log(stand)
             return M3Sim(board, fs=fs, link=link, heap=m3heap, log=log, rom=rom), None
     return VirtualBoard(board, fs=fs, link=link, heap=heap, log=log), why
 

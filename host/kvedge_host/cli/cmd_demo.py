@@ -8,7 +8,9 @@ shown live, and a summary.
 3. a virtual board (kvedge sim) with the board profile's heap; the package deployed as .mpy (kvedge deploy),
    with the weights and tokenizer on the board's filesystem;
 4. the plan (kvedge plan): on the emulated board (the machine that stands for the profile: the Cortex-M0 for the
-   rp2040, the single-precision Cortex-M7 for the rp2350, else the Cortex-M3), from the runtime's footprint
+   rp2040, the single-precision Cortex-M7 for the rp2350, the Xtensa lx106 for the esp32 and esp32s3, else the
+   Cortex-M3, which also stands in, saying so, where a machine's qemu or image is missing), from the runtime's
+   footprint
    measured on that board and
    recorded in the profile (kvedge footprint: code per kernel kind, the loop, the stats stream, the largest
    block); on the unix port (--sim host: 64-bit objects, twice a board's), from the runner's code measured on it
@@ -54,9 +56,9 @@ def add_arguments(p):
     p.add_argument("--plan", metavar="PLAN.json", help="run this `kvedge plan --out` document instead of planning "
                    "(checked first, as the board checks it: kvedge.model.plandoc)")
     p.add_argument("--sim", choices=("host", "m3", "auto"), default="auto",
-                   help="the virtual board: m3 = the emulated Arm board (the rp2040's Cortex-M0, the rp2350's "
-                        "Cortex-M7, else a Cortex-M3: 32-bit, the package as Thumb .mpy, weights on its flash "
-                        "image), host = the MicroPython unix port, auto = m3 where qemu and "
+                   help="the virtual board: m3 = the emulated board (the rp2040's Cortex-M0, the rp2350's "
+                        "Cortex-M7, the ESP32s' Xtensa lx106, else a Cortex-M3: 32-bit, the package as that "
+                        "core's .mpy, weights on its flash image), host = the MicroPython unix port, auto = m3 where qemu and "
                         "its firmware are here (default)")
 
 
@@ -219,8 +221,12 @@ def run(a):
         if vb.kind == "port":
             pass
         elif vb.kind == "m3":
-            from ..boards.m3board import march_for
-            march = march_for(a.board, vb.layout)  # the machine's Thumb code (rp2040's armv6m, rp2350's armv7emsp)
+            from ..boards.m3board import fallback_note, march_for
+            # the machine's own code (rp2040's armv6m, rp2350's armv7emsp, the ESP32s' xtensa on the lx106)
+            march = march_for(a.board, vb.layout)
+            stand = fallback_note(a.board, vb.heap)
+            if stand:
+                say(stand)
             # the board's flash image is built with the files in place: the weights never cross the serial link
             with tempfile.TemporaryDirectory(prefix="kvedge-mpy-") as build:
                 preload(fs, deployment(a.board, build, True, extra=extra, march=march))

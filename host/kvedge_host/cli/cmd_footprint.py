@@ -5,8 +5,10 @@ residue, the generation loop, the largest free block (kvedge.footprint); --write
     kvedge footprint --board esp32 --write    # and record them in boards/esp32.json (what kvedge plan counts)
     kvedge footprint --board all --write      # every profile with a footprint, after a change to the runner's code
 
-Needs qemu-system-arm and the Cortex-M3 firmware images (../shared/runtimes/micropython-cortex-m3); exits 2 with
-the reason when they are absent."""
+Runs on the emulated board that stands for the profile (kvedge_host.boards.m3board.layout_for: the Cortex-M0,
+M7 or Xtensa lx106 where its qemu and image are here, else the Cortex-M3, saying so); needs qemu-system-arm and the
+Cortex-M3 firmware images (../shared/runtimes/micropython-cortex-m3) at least; exits 2 with the reason when they
+are absent."""
 import json
 
 from .. import profiles

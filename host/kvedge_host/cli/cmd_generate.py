@@ -319,7 +319,7 @@ def _run(args, tok, cfg, prompt):
     call["forward"] = args.forward or ("auto" if not (args.port or args.board) else
                                        "int" if args.wdtype in passes.INT_ONLY_WEIGHTS else "float")
     if args.plan:
-        call.update(_plan_kwargs(args))
+        call.update(_plan_kwargs(args, prompt))
     for flag in ("save", "resume"):  # absent unless given; at --port a file on the board's filesystem
         if getattr(args, flag):
             call[flag] = getattr(args, flag) if args.port else os.path.abspath(getattr(args, flag))
@@ -375,7 +375,7 @@ def _plan_heap(args):
     return None
 
 
-def _plan_kwargs(args):
+def _plan_kwargs(args, prompt=""):
     """run.main's cache and memory arguments from --plan (kvedge.model.runplan.plan_args: the device's own reading
     and check, kvedge.model.plandoc), refused here, before anything runs or is deployed, when the plan is not one
     or cannot run this model file."""
@@ -399,6 +399,7 @@ def _plan_kwargs(args):
                         "tokenizer, the loop): plan again with --workspace %d" % (
                             args.plan, doc["total_bytes"], -kw["workspace"], doc["workspace_bytes"] - kw["workspace"]))
     kw = run_args(kw)
+    kw.update(_plan_prompt(args, doc, prompt))
     rk = (doc.get("runtime") or {}).get("kernels")
     if args.port and args.kernels == "auto" and rk:
         # the board runs the kernels its plan counted (the profile's measured footprint is theirs): a stand-in
@@ -410,6 +411,22 @@ def _plan_kwargs(args):
         if args.forward != "int":
             kw.pop("prefill", None)  # the plan's prompt chunks run on the integer pass only
     return kw
+
+
+def _plan_prompt(args, doc, prompt):
+    """A plan's prompt and stats arguments: the prompt as ids encoded here when the plan leaves the board's
+    encoder out (kvedge.model.runplan.prompt_args), no stats stream when it leaves that out (--stats-ms refused)."""
+    from kvedge.model.plandoc import streams_stats
+    from kvedge.model.runplan import prompt_args
+    from kvedge.model.header import read_config
+    out = prompt_args(doc, prompt, _tokenizer(args), read_config(args.model)[0].vocab_size)
+    args.plan_stats = streams_stats(doc)
+    if not args.plan_stats:
+        if args.stats_ms:
+            raise UserError("--stats-ms: %s leaves the stats stream out (its \"without\"): drop --stats-ms"
+                            % args.plan)
+        out["stats_ms"] = 0
+    return out
 
 
 def _run_port(args, call):
@@ -436,16 +453,23 @@ def _run_port(args, call):
         from ..boards import romfs
         on_board[call["model"]] = romfs.ensure(args.port, [call["model"]], say)[0]
         files.remove(call["model"])
-    res = deploy(args.port, name, mpy=True, extra=files, march=march)
+    plan = None
+    if args.plan:  # the parts the plan leaves out are not sent (kvedge_host.boards.deploy.for_plan)
+        from ..validate import load_json
+        plan = load_json(args.plan)
+    res = deploy(args.port, name, mpy=True, extra=files, march=march, plan=plan)
     say("deployed kvedge %s (.mpy for %s): %d sent, %d unchanged, %d removed" % (
         res["version"], march, len(res["sent"]), len(res["unchanged"]), len(res["removed"])))
+    streams = getattr(args, "plan_stats", True)  # a plan may leave the stats stream out (_plan_prompt)
     call = dict(call, model=on_board[call["model"]], tokenizer=on_board[call["tokenizer"]],
-                stats_ms=call["stats_ms"] or 1000, ctrl_c=True)
+                stats_ms=call["stats_ms"] or (1000 if streams else 0), ctrl_c=True)
     code = "from kvedge.model import run\nrun.main(**%r)\n" % (call,)
     # a fresh interpreter (mpremote soft-resets the board), left running: its output is read off the port
     mpremote(args.port, ["exec", "--no-follow", code], resume=False)
     if args.detach:
-        say("started on %s; watch it with: kvedge monitor --port %s" % (args.port, args.port))
+        say("started on %s; watch it with: kvedge monitor --port %s" % (args.port, args.port) if streams else
+            "started on %s; its plan has no stats stream (without: stats): nothing for kvedge monitor to watch"
+            % args.port)
         return 0
 
     con = Console()

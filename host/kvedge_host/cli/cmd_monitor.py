@@ -19,6 +19,8 @@ def add_arguments(p):
                    "generation); a traceback from the board stops the watch too, with exit 1")
     p.add_argument("--plain", action="store_true", help="no live view: print events and alerts as lines "
                    "(the default when stdout is not a terminal)")
+    p.add_argument("--plan", metavar="PLAN.json", help="the plan the board runs: one that leaves the stats stream "
+                   "out (its \"without\") has nothing to watch, said at once")
     p.add_argument("--wait", action="store_true", help="the port need not exist yet: wait for it to appear (a "
                    "board not plugged in yet); without it a missing port is refused")
 
@@ -40,6 +42,20 @@ def check_args(args):
     if args.plot:
         validate.out_folder("--plot", args.plot)
     check_port(args.port, args.wait)
+    if args.plan:
+        validate.plan_file(args.plan)
+
+
+def no_stream(path):
+    """The line saying a plan has no stats stream (kvedge.model.plandoc.streams_stats), or None when it has one."""
+    from kvedge.model.plandoc import streams_stats
+    from ..validate import load_json
+    doc = load_json(path)
+    if streams_stats(doc):
+        return None
+    return ("%s: the plan has no stats stream (without: %s): the board writes no KVSTATS lines to watch; its "
+            "run's summary is the closing #KVEDGE line (kvedge generate --port prints it)"
+            % (path, ", ".join(doc.get("without") or ["stats"])))
 
 
 def check_port(port, wait=False):
@@ -74,6 +90,11 @@ def check_port(port, wait=False):
 
 def run(args):
     check_args(args)
+    if args.plan:
+        said = no_stream(args.plan)
+        if said:
+            print("monitor: " + said, flush=True)
+            return 0
     live_view = sys.stdout.isatty() and not args.plain
 
     def say(prefix):
@@ -86,7 +107,8 @@ def run(args):
 
     def until():
         # a traceback ends the board's program: the awaited event can no longer come
-        return bool(args.until and (mon.stopped() or mon.samples and mon.samples[-1].get("event") == args.until))
+        return bool(mon.no_stream or args.until and (mon.stopped() or mon.samples and
+                                                     mon.samples[-1].get("event") == args.until))
     try:
         if live_view:
             from rich.live import Live

@@ -41,6 +41,10 @@ def add_arguments(p):
                    help="the run writes no stats stream: kvedge.telemetry is not counted")
     p.add_argument("--no-prompt", action="store_true",
                    help="the run encodes no prompt (generation from BOS): the tokenizer's sorted ids are not counted")
+    p.add_argument("--no-encoder", action="store_true",
+                   help="the host encodes the prompt and the board is given token ids: the board's encoder "
+                        "(kvedge.model.bpe, the tokenizer's sorted ids) is not counted. Without it the planner "
+                        "leaves the encoder out by itself when nothing fits with it, then the stats stream too")
     p.add_argument("--margin", type=int, metavar="BYTES",
                    help="heap kept free beyond the plan (default with a measured footprint: the larger of 3%% of "
                         "the usable heap and 5,120 bytes, less the code's layout allowance the plan counts; see "
@@ -92,7 +96,7 @@ def run(a):
         p = planner.plan(spec, context, tgt, a.kv_dtype, a.weights_dtype, a.align, a.batch, a.weights_in,
                          not a.no_tiered, a.kernels, a.margin, a.workspace, a.model, a.tokenizer, not a.no_stats,
                          not a.no_prompt, quality, a.objective, a.min_tokens_per_s, a.kind, a.pick, a.flash_tier,
-                         a.forward)
+                         a.forward, encoder=not a.no_encoder)
     except planner.NothingFits as e:
         print(e)
         return 1

@@ -1,4 +1,5 @@
-"""Start a virtual board: MicroPython on an emulated Cortex-M3 (qemu; 32-bit, float32, the profile's heap) or,
+"""Start a virtual board: MicroPython on the emulated core that stands for the profile (qemu; 32-bit, the
+profile's heap: the rp2040's Cortex-M0, the rp2350's Cortex-M7, the ESP32s' Xtensa lx106, else a Cortex-M3) or,
 with --host or where qemu or its firmware is missing, the MicroPython unix port behind a pseudo-terminal.
 
 Prints the port path on the first line of stdout, then serves until interrupted. Use it like a board:
@@ -25,7 +26,7 @@ def add_arguments(p):
     p.add_argument("--heap", type=int, help="override the profile's heap size in bytes (the emulated board "
                    "needs a firmware image with that heap)")
     p.add_argument("--host", action="store_true", help="the MicroPython unix port (64-bit, this machine's CPU) "
-                   "instead of the emulated Cortex-M3")
+                   "instead of the emulated board")
     p.add_argument("--rom", metavar="DIR", help="emulated board: this folder's files as its read-only /rom (a "
                    "ROMFS image; /rom and /rom/lib are on sys.path, code imported from there stays in flash, "
                    "files can be memory-mapped)")

@@ -27,19 +27,31 @@ def plan_measured(a, prof, model, w, tok, heap, prompt, work, say, ctrl_c=True):
                 "heap (kvedge plan --heap %d)" % (format(prof["heap_bytes"], ","), format(heap, ","), heap))
     plan = planrun.plan_for(a.board, model, tok, plan_path, heap=other, prompt=prompt, stats=a.stats_ms > 0,
                             log=say, weights_dtype=w["dtype"])
+    from kvedge.model.plandoc import streams_stats
     rt = plan["runtime"]
-    stats_ms = a.stats_ms if rt.get("stats", True) else 0
+    stats_ms = a.stats_ms if streams_stats(plan) else 0
     say("plan (%s): "
         "%s, %s kernels, weights %s; %s bytes of the %s usable (runtime %s measured on the emulated board, %s; "
         "margin %s kept free)" % (
             planrun.plan_command(model, a.board, plan, other, prompt, w["dtype"]), plan["strategy"], rt["kernels"],
             "in RAM" if plan["weights"]["place"] == "heap" else "read from flash", format(plan["total_bytes"], ","),
             format(rt["usable_heap"], ","), rt.get("command"), rt.get("date"), format(rt["margin_bytes"], ",")))
-    kw = planrun.runner_args(plan, a.steps, stats_ms, prompt, a.temperature, a.seed)
+    say_without(plan, say)
+    kw = planrun.runner_args(plan, a.steps, stats_ms, prompt, a.temperature, a.seed, model, tok)
     kw["ctrl_c"] = ctrl_c  # mpremote's Ctrl-C reaches a board that reads its UART only when asked
     if w["rom"] and kw["stream"]:
         kw["stream"] = "rom"  # the plan's weights on flash: read in place from the ROMFS image
     return plan, planrun.runner_code(w["board"], "tok.bin", kw)
+
+
+def say_without(plan, say):
+    """A plan that leaves board-side parts out (kvedge.model.plandoc's "without") says so, and what follows."""
+    from kvedge.model.plandoc import ENCODER, STATS, without
+    w = without(plan)
+    if ENCODER in w:
+        say("the plan leaves the board's prompt encoder out: the prompt is encoded here and sent as token ids")
+    if STATS in w:
+        say("the plan leaves the stats stream out: no stats lines from the board")
 
 
 def plan_given(a, w, tok, heap, prompt, say, ctrl_c=True):
@@ -58,12 +70,17 @@ def plan_given(a, w, tok, heap, prompt, say, ctrl_c=True):
     if pa["workspace"] < 0:
         raise UserError("%s: the runner's own account of this plan is %d bytes over its total: plan again with "
                         "--workspace %d" % (a.plan, -pa["workspace"], plan["workspace_bytes"] - pa["workspace"]))
+    from kvedge.model.plandoc import streams_stats
+    from kvedge.model.runplan import prompt_args
+    from kvedge.model.header import read_config
+    stats_ms = a.stats_ms if streams_stats(plan) else 0
+    say_without(plan, say)
     if (plan.get("runtime") or {}).get("source") == "measured":
-        kw = planrun.runner_args(plan, a.steps, a.stats_ms, prompt, a.temperature, a.seed)
+        kw = planrun.runner_args(plan, a.steps, stats_ms, prompt, a.temperature, a.seed, w["path"], tok)
         kw.update({k: v for k, v in run_args(pa).items() if k in ("tier", "forward", "prefill")})
     else:
-        kw = dict(run_args(pa), prompt=prompt, steps=a.steps, temperature=a.temperature, seed=a.seed,
-                  stats_ms=a.stats_ms, peak=True)
+        kw = dict(run_args(pa), steps=a.steps, temperature=a.temperature, seed=a.seed, stats_ms=stats_ms, peak=True)
+        kw.update(prompt_args(plan, prompt, tok, read_config(w["path"])[0].vocab_size))
     kw["ctrl_c"] = ctrl_c
     if w["rom"] and kw.get("stream"):
         kw["stream"] = "rom"

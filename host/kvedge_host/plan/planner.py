@@ -24,6 +24,7 @@ import json
 
 from kvedge import budget
 from kvedge.model import passes
+from kvedge.model.plandoc import ENCODER, STATS
 
 from . import account, planspeed
 from .. import profiles, models
@@ -36,7 +37,15 @@ from .notes import WEIGHT_NAMES, more_tokens_notes, speed_notes, tier_notes
 FORMAT = "kvedge-plan/1"
 
 
-def device_config(c, spec, tgt, runtime=None):
+def without(rts, prompt, encoder, stats):
+    """The plan document's "without" (kvedge.model.plandoc.LEAN): the board-side parts a measured runtime's plan
+    left out; [] for a plan on the flat workspace allowance (it counts no part)."""
+    if not rts:
+        return []
+    return ([ENCODER] if prompt and not encoder else []) + ([] if stats else [STATS])
+
+
+def device_config(c, spec, tgt, runtime=None, without=()):
     """The --out document: "cache" goes to CacheConfig.from_dict() unchanged; "budget_bytes" to KVCache(...);
     "runtime" (with a measured footprint) says which kernels the plan counted and what the runner must be told."""
     return {
@@ -49,7 +58,7 @@ def device_config(c, spec, tgt, runtime=None):
         "quality": c.get("quality"), "runtime": runtime,
         "forward": c.get("forward"), "prefill": c.get("prefill", 1), "kernels": c.get("kernels"),
         "instructions_per_token": c.get("instructions_per_token"), "tokens_per_s": c.get("tokens_per_s"),
-        "speed": c.get("speed"),
+        "speed": c.get("speed"), "without": list(without),
     }
 
 
@@ -76,7 +85,7 @@ def inputs(model=None, preset=None, context=None, board=None, heap=None, workspa
 FORWARDS = ("auto", passes.INT, passes.FLOAT)  # what --forward takes: auto = the integer pass where it runs
 
 
-def runtimes(tgt, kernels="auto", margin=None, workspace=None, stats=True, prompt=True, forward="auto"):
+def runtimes(tgt, kernels="auto", margin=None, workspace=None, stats=True, prompt=True, forward="auto", encoder=True):
     """account.Runtime per kernel kind and pass to plan with, fastest first (the integer pass's, where measured,
     before the float pass's; forward: only that pass's); [] when the plan uses the flat workspace allowance (a
     workspace given, --heap, or a profile without a measured footprint)."""
@@ -112,7 +121,7 @@ def runtimes(tgt, kernels="auto", margin=None, workspace=None, stats=True, promp
             rt.margin = margin
         if not stats:
             rt.telemetry = 0
-        if not prompt:
+        if not (prompt and encoder):
             rt.encode = 0
     return out
 
@@ -135,34 +144,36 @@ def _fetched_tokenizer(spec):
     return None
 
 
-def tokenizer_for(spec, model=None, tokenizer=None, prompt=True):
+def tokenizer_for(spec, model=None, tokenizer=None, prompt=True, encoder=True):
     """(bytes the runner's tokenizer keeps, its path, whether a prompt is encoded, where it was found): `tokenizer`
     ("given"), else tok512.bin or tokenizer.bin beside a llama2.c .bin model when its size fits the model's
     vocabulary ("beside the model"), else the one `kvedge fetch` keeps for the model's vocabulary ("the fetch
     cache"); when none is known, the largest a tokenizer of its vocabulary keeps is reserved (path None,
     "reserved"). The tokenizer stays in its file (kvedge.model.tokenizer.FileTokenizer); encoding a prompt sorts
-    its ids once (2 bytes a token), which prompt=False leaves out."""
+    its ids once (2 bytes a token), which prompt=False leaves out, and encoder=False (the host encodes it). The
+    third figure is whether the run is fed a prompt at all."""
     import os
     from kvedge.model.tokenizer import FileTokenizer as Tokenizer
-    encode = bool(prompt)
+    fed = bool(prompt)
+    encode = fed and encoder
     path = tokenizer
     if path is None:
         if model and model.endswith(".bin") and os.path.isfile(model):
             for name in ("tok512.bin", "tokenizer.bin"):
                 p = os.path.join(os.path.dirname(os.path.abspath(model)), name)
                 if os.path.isfile(p) and os.path.getsize(p) >= 4 + 8 * spec.vocab:
-                    return Tokenizer.nbytes(p, spec.vocab, encode), p, encode, "beside the model"
+                    return Tokenizer.nbytes(p, spec.vocab, encode), p, fed, "beside the model"
         p = _fetched_tokenizer(spec)
         if p is not None and os.path.getsize(p) >= 4 + 8 * spec.vocab:
-            return Tokenizer.nbytes(p, spec.vocab, encode), p, encode, "the fetch cache"
-        return reserved_tokenizer_bytes(spec.vocab, encode), None, encode, "reserved"
+            return Tokenizer.nbytes(p, spec.vocab, encode), p, fed, "the fetch cache"
+        return reserved_tokenizer_bytes(spec.vocab, encode), None, fed, "reserved"
     try:
         size = os.path.getsize(path)
     except OSError as e:
         raise UserError("%s: cannot read: %s" % (path, e.strerror or e))
     if size < 4 + 8 * spec.vocab:
         raise UserError("%s: %d bytes is too short for a tokenizer of %d tokens" % (path, size, spec.vocab))
-    return Tokenizer.nbytes(path, spec.vocab, encode), path, encode, "given"
+    return Tokenizer.nbytes(path, spec.vocab, encode), path, fed, "given"
 
 
 def runtime_info(rt, prof, tokenizer, weights_dtype=None):
@@ -215,19 +226,96 @@ def weight_formats(spec):
     return out
 
 
+def lean_levels(prompt=True, stats=True, encoder=True):
+    """The board-side parts to leave out, one list a try, in the order plan() tries them: none; then the prompt's
+    encoder (when the run is fed a prompt: the host encodes it); then the stats stream too (when the run has one).
+    kvedge.model.plandoc.LEAN is the order."""
+    levels = [[]]
+    if prompt and encoder:
+        levels.append([ENCODER])
+    if stats:
+        levels.append(levels[-1] + [STATS])
+    return levels
+
+
 def plan(spec, context, tgt, kv_dtype="f32", weights_dtype=None, align=64, batch=1, weights_in="auto",
          tiered=True, kernels="auto", margin=None, workspace=None, model=None, tokenizer=None, stats=True,
          prompt=True, quality=None, objective=DEFAULT_OBJECTIVE, min_tokens_per_s=None, kind=None, pick=1,
-         flash_tier=False, forward="auto", suggest=True, fit_weights=True):
+         flash_tier=False, forward="auto", suggest=True, fit_weights=True, encoder=True, lean=True):
+    """plan_fit() with the full runtime; when nothing fits that way (and lean), again without the board's prompt
+    encoder (the host encodes the prompt), then without the stats stream too (lean_levels()): the plan keeps
+    the first that fits, its document's "without" names what it left out, result["lean"] what that saved and
+    why. A runtime measured on the board is needed for this (else the flat workspace allowance is all)."""
+    args = dict(kv_dtype=kv_dtype, weights_dtype=weights_dtype, align=align, batch=batch, weights_in=weights_in,
+                tiered=tiered, kernels=kernels, margin=margin, workspace=workspace, model=model, tokenizer=tokenizer,
+                prompt=prompt, quality=quality, objective=objective, min_tokens_per_s=min_tokens_per_s, kind=kind,
+                pick=pick, flash_tier=flash_tier, forward=forward, suggest=suggest, fit_weights=fit_weights)
+    measured = (tgt.get("profile") or {}).get("footprint") and workspace is None
+    levels = lean_levels(prompt, stats, encoder) if lean and measured else [[]]
+    first = None
+    for i, drop in enumerate(levels):
+        last = i == len(levels) - 1
+        try:
+            p = plan_fit(spec, context, tgt, stats=stats and STATS not in drop,
+                         encoder=encoder and ENCODER not in drop, near=last, **args)
+        except NothingFits:
+            if last:
+                raise
+            continue
+        if first is None:
+            first = p
+        if p.chosen is not None or last:
+            break
+    if drop and p.chosen is not None:
+        lean = p.result["lean"] = lean_note(spec, model, tokenizer, tgt, p, drop, first)
+        p.result["notes"].insert(0, lean_line(lean))
+    return p
+
+
+LEAN_SAID = {ENCODER: "the board's prompt encoder (kvedge.model.bpe and the tokenizer's sorted ids: the host "
+                      "encodes the prompt and the board is given token ids)",
+             STATS: "the stats stream (kvedge.telemetry: no KVSTATS lines for kvedge monitor)"}
+
+
+def lean_line(lean):
+    """kvedge plan's line for result["lean"]: what the plan left out, the bytes each saved, and why."""
+    parts = ["%s, %s bytes" % (LEAN_SAID[k], format(lean["saved_bytes"][k], ",")) for k in lean["without"]]
+    return "left out to fit: %s; why: %s (the plan's \"without\": %s)" % (
+        " and ".join(parts), lean["why"], ", ".join(lean["without"]))
+
+
+def lean_note(spec, model, tokenizer, tgt, p, drop, first):
+    """What leaving `drop` out saved (bytes a part, from the chosen runtime's measured footprint and the
+    tokenizer's sorted ids) and why: the full runtime's floor against its limit (first: the full runtime's plan,
+    None when no kernel kind's runtime fit at all)."""
+    rt = p.document["runtime"]
+    fp = tgt["profile"]["footprint"]
+    key = account.footprint_key(rt["kernels"], rt["forward"])
+    full = tokenizer_for(spec, model, tokenizer, True, True)[0]
+    saved = {ENCODER: fp.get("encode_bytes", 0) + full - tokenizer_for(spec, model, tokenizer, True, False)[0],
+             STATS: fp.get("telemetry_bytes", 0)}
+    fl = (first.result.get("floor") if first is not None else None) or {}
+    short = fl.get("total", 0) - fl.get("limit", 0)
+    why = ("with the full runtime nothing fits: a one-token cache is %s bytes over the limit" % format(short, ",")
+           if short > 0 else "with the full runtime nothing fits")
+    if STATS in drop:
+        why += "; without the prompt's encoder still nothing does" if ENCODER in drop else ""
+    return {"without": list(drop), "saved_bytes": {k: saved[k] for k in drop}, "kernels": key, "why": why}
+
+
+def plan_fit(spec, context, tgt, kv_dtype="f32", weights_dtype=None, align=64, batch=1, weights_in="auto",
+             tiered=True, kernels="auto", margin=None, workspace=None, model=None, tokenizer=None, stats=True,
+             prompt=True, quality=None, objective=DEFAULT_OBJECTIVE, min_tokens_per_s=None, kind=None, pick=1,
+             flash_tier=False, forward="auto", suggest=True, fit_weights=True, encoder=True, near=True):
     """plan_one() for the weights as given; without weights_dtype (and fit_weights) the weights are fitted too:
     the source's own format when it keeps the whole context, else the format of WEIGHT_SEARCH (smaller than the
     source's) whose plan keeps the most tokens, the better-quality format on a tie (result["weights_fit"] says
-    what each format came to and why one was chosen). When nothing fits, result["nearest"] names the nearest
-    thing that would: another weight format (when the weights were pinned), then a board."""
+    what each format came to and why one was chosen). When nothing fits (and near), result["nearest"] names the
+    nearest thing that would: another weight format (when the weights were pinned), then a board."""
     args = dict(kv_dtype=kv_dtype, align=align, batch=batch, weights_in=weights_in, tiered=tiered, kernels=kernels,
                 margin=margin, workspace=workspace, model=model, tokenizer=tokenizer, stats=stats, prompt=prompt,
                 quality=quality, objective=objective, min_tokens_per_s=min_tokens_per_s, kind=kind, pick=pick,
-                flash_tier=flash_tier, forward=forward)
+                flash_tier=flash_tier, forward=forward, encoder=encoder)
     search = weights_dtype is None and fit_weights and weights_in != "rom"
     formats = weight_formats(spec) if search else [weights_dtype]
     tried = []
@@ -273,7 +361,7 @@ def plan(spec, context, tgt, kv_dtype="f32", weights_dtype=None, align=64, batch
                 fit["convert"] = "kvedge convert %s --weights-dtype %s -o %s" % (
                     model, d, os.path.join(os.path.dirname(model), "%s.%s.bin" % (base, d)))
         r["weights_fit"] = fit
-    if p.chosen is None:
+    if p.chosen is None and near:
         r["nearest"] = nearest(spec, context, tgt, weights_dtype, formats, args)
         if suggest and not r["nearest"]:
             r["fits_instead"] = fits_instead(spec, context, tgt, workspace)
@@ -328,7 +416,7 @@ def nearest(spec, context, tgt, weights_dtype, tried, args):
 def plan_one(spec, context, tgt, kv_dtype="f32", weights_dtype=None, align=64, batch=1, weights_in="auto",
              tiered=True, kernels="auto", margin=None, workspace=None, model=None, tokenizer=None, stats=True,
              prompt=True, quality=None, objective=DEFAULT_OBJECTIVE, min_tokens_per_s=None, kind=None, pick=1,
-             flash_tier=False, forward="auto", suggest=True):
+             flash_tier=False, forward="auto", suggest=True, encoder=True):
     """Plan `spec` (models.load) at `context` tokens on `tgt` (account.target; inputs() makes all three).
 
     kv_dtype: the requested cache to start from; weights_dtype: their storage (None: the source's); align: row
@@ -340,7 +428,8 @@ def plan_one(spec, context, tgt, kv_dtype="f32", weights_dtype=None, align=64, b
     quality or speed (order()); min_tokens_per_s: leave slower ones out; kind: search that kind only; pick: the
     rank the document is made of; forward: auto (the integer pass wherever its runtime fits something, else the
     float pass), int or float (that pass's runtimes only); suggest: when nothing fits, find the largest built-in
-    model that does (result["fits_instead"]). Returns a Plan."""
+    model that does (result["fits_instead"]); encoder: the board encodes the prompt (False: the host does, and
+    the board keeps neither kvedge.model.bpe nor the tokenizer's sorted ids). Returns a Plan."""
     if kv_dtype not in DTYPES:
         raise UserError("unknown KV dtype %r for a device cache (choose from %s)" % (kv_dtype, ", ".join(DTYPES)))
     if weights_in not in ("auto", "heap", "flash", "rom"):
@@ -349,13 +438,13 @@ def plan_one(spec, context, tgt, kv_dtype="f32", weights_dtype=None, align=64, b
     account.check_size("--pick", pick)
     check_choices(objective, kind, min_tokens_per_s)
     table, table_path, qnote = quality_table(spec, quality)
-    rts = runtimes(tgt, kernels, margin, workspace, stats, prompt, forward)
+    rts = runtimes(tgt, kernels, margin, workspace, stats, prompt, forward, encoder)
     prof = tgt["profile"]
     if not rts and prof and prof.get("footprint") and workspace is None:
         # measured, and no kernel kind ran even the tiny model: a flat allowance would promise a heap that is not there
         raise NothingFits("nothing fits %s: with no kernel kind did the runtime run even the project's tiny model on "
                           "the emulated board (kvedge footprint --board %s)" % (tgt["name"], tgt["name"]))
-    tok = tokenizer_for(spec, model, tokenizer, prompt) if rts else (0, None, False, None)
+    tok = tokenizer_for(spec, model, tokenizer, prompt, encoder) if rts else (0, None, False, None)
     plans = []
     other_kind = None
     for rt in rts or [None]:
@@ -429,7 +518,8 @@ def plan_one(spec, context, tgt, kv_dtype="f32", weights_dtype=None, align=64, b
             raise UserError("--pick %d: only %d feasible configurations" % (pick, len(ranked)))
         chosen = ranked[pick - 1]
         result["chosen"] = pick
-        doc = device_config(chosen, spec, tgt, runtime_info(rt, tgt["profile"], tok, pl.weights_dtype))
+        doc = device_config(chosen, spec, tgt, runtime_info(rt, tgt["profile"], tok, pl.weights_dtype),
+                            without(rts, prompt, encoder, stats))
     return Plan(spec, tgt, result, chosen, doc)
 
 
@@ -463,8 +553,9 @@ def _fits_instead(presets, context, tgt, workspace):
     for _, name, other in sorted(found, key=lambda x: -x[0]):
         ctx = min(context, other.context or context)
         try:
-            p = plan_one(other, ctx, tgt, kv_dtype=budget.I8, weights_dtype=budget.I8, align=0, workspace=workspace,
-                     quality=False, suggest=False)
+            # as kvedge plan would plan it: the board's encoder, then the stats stream, left out when nothing fits
+            p = plan(other, ctx, tgt, kv_dtype=budget.I8, weights_dtype=budget.I8, align=0, workspace=workspace,
+                     quality=False, suggest=False, fit_weights=False)
         except UserError:
             continue
         if p.chosen is not None:

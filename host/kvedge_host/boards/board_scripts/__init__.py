@@ -16,6 +16,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # scripts in Thumb inline assembler, for the emulated Arm boards only (the RAM disk's word copy): mpy-cross for
 # another arch (x64, xtensawin) refuses them, and no host command sends them anywhere else
 THUMB_ONLY = ("_m3disk",)
+# and in Xtensa (call0) inline assembler, for the emulated Xtensa lx106 only (its RAM disk's copy): xtensa alone
+XTENSA_ONLY = ("_xtdisk",)
 
 
 def path(name):
