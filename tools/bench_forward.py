@@ -243,10 +243,17 @@ def circuitpython_bin():
                                                                      "circuitpython")
 
 
-def machine(runtime, heap):
+BIG_WEIGHTS = 3 << 20  # weights over this leave the package no room in a 4 MiB ROMFS partition
+
+
+def machine(runtime, heap, weights_bytes=0):
     """The emulated machine: the runtime's (m3board.LAYOUTS), on the Cortex-M3 the image with its heap in PSRAM
-    when `heap` is one of those (4 or 8 MiB: their ROMFS slots hold 12 / 8 MiB of weights)."""
-    from kvedge_host.boards import m3board
+    when `heap` is one of those (4 or 8 MiB: their ROMFS slots hold 12 / 8 MiB of weights); on the Cortex-M7 and
+    the Xtensa, weights of more than BIG_WEIGHTS bytes go into a larger ROMFS slot in their spare RAM
+    (m3machines.BIG_ROM: a 15M-class model's int4 file, read in place as from the partition)."""
+    from kvedge_host.boards import m3board, m3machines
+    if weights_bytes > BIG_WEIGHTS and runtime in m3machines.BIG_ROM:
+        return m3machines.BIG_ROM[runtime]
     return (runtime == "m3" and m3board.psram_layout(heap)) or m3board.LAYOUTS[runtime]
 
 
@@ -279,9 +286,10 @@ def run_device(runtime, code, model_dir, heap, march, board):
     else:
         from kvedge_host.boards import m3board
         extra = [(os.path.join(model_dir, WEIGHTS_FILE), WEIGHTS_FILE)] if model_dir else []
+        size = os.path.getsize(extra[0][0]) if extra else 0
         out = m3board.run_code(code.replace(os.path.join(model_dir or "", WEIGHTS_FILE), "/rom/" + WEIGHTS_FILE),
                                board=board, heap=heap, march=march, extra=extra, timeout=7200,
-                               layout=machine(runtime, heap))
+                               layout=machine(runtime, heap, size))
         rc = 0
     if rc != 0:
         raise SystemExit("bench_forward: %s failed (exit %s):\n%s" % (runtime, rc, out[-3000:]))
