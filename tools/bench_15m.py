@@ -6,7 +6,8 @@ any image: instructions a token (mean over positions 0..--context-1) and where t
                      [--rows 512 1024 2048] [--heap BYTES] [--json]
 
 Method (issue 43: the Cortex-M7's and the Xtensa's images hold 2 MiB of heap and a 4 MiB ROMFS partition, the
-int4 file is ~7.7 MB):
+int4 file is 8,558,248 bytes;
+tools/bench_forward.py --rom runs the whole file there from a larger ROMFS slot, m3machines.BIG_ROM):
 1. Two models written by kvedge_host.boards.tinyckpt (seed 1) with the preset's shape (dim 288, hidden 768, 6
    heads of 48, 256 positions) but 1 and 2 layers and a vocabulary of --vocab tokens, converted to int4 (the
    host's converter, byte for byte kvedge convert's), read in place from ROMFS with an i8 cache of 256 slots and

@@ -33,6 +33,8 @@ Runtimes:
 - m7, m55: the same on the emulated Cortex-M7 (mps2-an500, armv7emsp, 2 MiB; the RP2350's stand-in) and
   Cortex-M55 (mps3-an547, armv7emdp, 460,800 bytes): cores with the DSP instructions, where the asm kernels'
   matrix-vector product is kvedge.kernels.q8_dsp_thumb's (SMLAD).
+- m7, xt with --rom: weights over 3 MiB (a 15M-class model's int4 file) go into a larger ROMFS slot in RAM the
+  firmware leaves unused (m3machines.BIG_ROM), read in place as from the 4 MiB partition.
 - xt: the same on the emulated Xtensa lx106 (qemu lx60-nommu, call0, no FPU, xtensa .mpy, 2 MiB: the ESP32s'
   stand-in; no asm kernels there, so viper by default; the plain kernels' hundreds of millions of instructions a
   token take hours of qemu: name them with --kernels plain).
