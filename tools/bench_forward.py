@@ -33,6 +33,8 @@ Runtimes:
 - m7, m55: the same on the emulated Cortex-M7 (mps2-an500, armv7emsp, 2 MiB; the RP2350's stand-in) and
   Cortex-M55 (mps3-an547, armv7emdp, 460,800 bytes): cores with the DSP instructions, where the asm kernels'
   matrix-vector product is kvedge.kernels.q8_dsp_thumb's (SMLAD).
+- m7, xt with --rom: weights over 3 MiB (a 15M-class model's int4 file) go into a larger ROMFS slot in RAM the
+  firmware leaves unused (m3machines.BIG_ROM), read in place as from the 4 MiB partition.
 - xt: the same on the emulated Xtensa lx106 (qemu lx60-nommu, call0, no FPU, xtensa .mpy, 2 MiB: the ESP32s'
   stand-in; no asm kernels there, so viper by default; the plain kernels' hundreds of millions of instructions a
   token take hours of qemu: name them with --kernels plain).
@@ -243,10 +245,17 @@ def circuitpython_bin():
                                                                      "circuitpython")
 
 
-def machine(runtime, heap):
+BIG_WEIGHTS = 3 << 20  # weights over this leave the package no room in a 4 MiB ROMFS partition
+
+
+def machine(runtime, heap, weights_bytes=0):
     """The emulated machine: the runtime's (m3board.LAYOUTS), on the Cortex-M3 the image with its heap in PSRAM
-    when `heap` is one of those (4 or 8 MiB: their ROMFS slots hold 12 / 8 MiB of weights)."""
-    from kvedge_host.boards import m3board
+    when `heap` is one of those (4 or 8 MiB: their ROMFS slots hold 12 / 8 MiB of weights); on the Cortex-M7 and
+    the Xtensa, weights of more than BIG_WEIGHTS bytes go into a larger ROMFS slot in their spare RAM
+    (m3machines.BIG_ROM: a 15M-class model's int4 file, read in place as from the partition)."""
+    from kvedge_host.boards import m3board, m3machines
+    if weights_bytes > BIG_WEIGHTS and runtime in m3machines.BIG_ROM:
+        return m3machines.BIG_ROM[runtime]
     return (runtime == "m3" and m3board.psram_layout(heap)) or m3board.LAYOUTS[runtime]
 
 
@@ -279,9 +288,10 @@ def run_device(runtime, code, model_dir, heap, march, board):
     else:
         from kvedge_host.boards import m3board
         extra = [(os.path.join(model_dir, WEIGHTS_FILE), WEIGHTS_FILE)] if model_dir else []
+        size = os.path.getsize(extra[0][0]) if extra else 0
         out = m3board.run_code(code.replace(os.path.join(model_dir or "", WEIGHTS_FILE), "/rom/" + WEIGHTS_FILE),
                                board=board, heap=heap, march=march, extra=extra, timeout=7200,
-                               layout=machine(runtime, heap))
+                               layout=machine(runtime, heap, size))
         rc = 0
     if rc != 0:
         raise SystemExit("bench_forward: %s failed (exit %s):\n%s" % (runtime, rc, out[-3000:]))

@@ -328,6 +328,11 @@ def test_q_align_embed_argmax():
     v = [rng.randint(-1000, 1000) for _ in range(50)]
     v[17] = v[31] = 5000
     assert _same_every_kind("q_argmax", lambda: [array("i", v), 50])[0] == 17
+    lo, hi = -(1 << 31), (1 << 31) - 1
+    # ties (the first wins), int32's ends, the largest last or first, one value, fewer than the array holds
+    for vals, n, want in (([3, 3, 3], 3, 0), ([lo, lo, lo + 1], 3, 2), ([hi, lo, hi], 3, 0), ([lo, -1, 0, hi], 4, 3),
+                          ([-5, -7, -5, -6], 4, 0), ([7], 1, 0), ([1, 2, 9, 4], 2, 1), ([0, -1, 1 << 30, 5], 4, 2)):
+        assert _same_every_kind("q_argmax", lambda: [array("i", vals), n])[0] == want, (vals, n)
 
 
 def test_q_store_writes_rows_as_the_caches_write_q8():

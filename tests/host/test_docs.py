@@ -196,6 +196,29 @@ NOT_RUN = {
         "a benchmark (figures in docs/pool.md), as the line above",
     ".venv/bin/python tools/bench_forward.py --runtime m3 --heap 4194304 --model "
     "/tmp/kvedge-15m/random/stories15m.bin --weights-dtype i4 --rom --cache max_tokens=256 --context 251 --tokens 4 "
+    "--forward auto --kernels asm":
+        "a benchmark (figures in docs/benchmarks.md, minutes of emulated board for a 15M-class model): "
+        "tests/host/test_demo_15m.py runs the same model on the same board",
+    ".venv/bin/python tools/bench_forward.py --runtime m7 --heap 2097152 --model "
+    "/tmp/kvedge-15m/random/stories15m.bin --weights-dtype i4 --rom --cache max_tokens=256 --context 251 --tokens 4 "
+    "--forward auto --kernels asm":
+        "a benchmark (figures in docs/benchmarks.md, minutes of emulated board): tests/host/test_big_rom.py checks "
+        "the larger ROMFS slot it reads the weights from",
+    ".venv/bin/python tools/bench_forward.py --runtime xt --heap 2097152 --model "
+    "/tmp/kvedge-15m/random/stories15m.bin --weights-dtype i4 --rom --cache max_tokens=256 --context 251 --tokens 4 "
+    "--forward auto --kernels viper":
+        "a benchmark (figures in docs/benchmarks.md), as the line above",
+    ".venv/bin/python tools/bench_forward.py --runtime xt --heap 2097152 --model "
+    "/tmp/kvedge-15m/random/stories15m.bin --weights-dtype i4 --rom --cache max_tokens=256 --context 251 --tokens 4 "
+    "--forward auto --kernels viper --no-asm":
+        "a benchmark (figures in docs/benchmarks.md), as the line above",
+    ".venv/bin/python tools/bench_15m.py --runtime RT":
+        "a benchmark per core, RT named in the table beside it (figures in docs/benchmarks.md, minutes of emulated "
+        "board each): tests/device/test_w4kinds.py holds the int4 pass's bits on those cores",
+    ".venv/bin/python tools/bench_15m.py --runtime xt --no-asm":
+        "a benchmark (figures in docs/benchmarks.md), as the line above",
+    ".venv/bin/python tools/bench_forward.py --runtime m3 --heap 4194304 --model "
+    "/tmp/kvedge-15m/random/stories15m.bin --weights-dtype i4 --rom --cache max_tokens=256 --context 251 --tokens 4 "
     "--forward auto --kernels asm viper":
         "a benchmark (figures in docs/model.md, ~80 s of emulated board for a 15M-class model): "
         "tests/host/test_demo_15m.py runs the same model on the same board",

@@ -140,6 +140,26 @@ class Weights(pass_int.Weights):
         return group4(self, f, offs, rows, cols)
 
 
+class _Quantizer:
+    """q_scale and q_quant in plain int32 codes (what q_mv4 reads), as attributes: Forward.kq on a DSP core."""
+
+    def __init__(self, q_scale, q_quant):
+        self.q_scale = q_scale
+        self.q_quant = q_quant
+
+
+def plain_codes():
+    """The quantizer of int4 rows' inputs on a core whose asm q_quant packs codes for the DSP q_mv: viper's q_scale
+    with the Thumb-2 q_quant of plain codes (kernels.q8_steps_v7m_thumb, ~7x fewer instructions than viper's on
+    the Cortex-M7), or viper's where that module does not load. Same integers (tests/device/test_q8_steps_v7m.py)."""
+    from kvedge.kernels import q8_viper
+    try:
+        from kvedge.kernels.q8_steps_v7m_thumb import q_quant
+    except ImportError:
+        return q8_viper
+    return _Quantizer(q8_viper.q_scale, q_quant)
+
+
 class Forward(pass_int.Forward):
     """pass_int.Forward over int4 rows: q_mv4 (fw.k4), matvec inputs in whole groups of 32 with int4's code
     bound, and the int4 embedding."""
@@ -154,8 +174,7 @@ class Forward(pass_int.Forward):
         # the matvec inputs' quantizer: the kernels', except where kernels.q8_dsp_thumb's packs them for its own q_mv
         self.kq = self.k
         if "kvedge.kernels.q8_dsp_thumb" in sys.modules and qkernels()[1] == "asm":
-            from kvedge.kernels import q8_viper
-            self.kq = q8_viper
+            self.kq = plain_codes()
         self.cd = code_max4(cfg.dim)
         self.ch = code_max4(cfg.hidden_dim)
 

@@ -96,6 +96,27 @@ XT = Layout("xt", "Xtensa lx106", "lx60-nommu", "KVEDGE_XT_FIRMWARE", "micropyth
             marches=("xtensa",), image_name="firmware-lx106-heapN.elf", qemu_args=["-cpu", "lx106"],
             qemu=("qemu-system-xtensa", "qemu-system-misc"), fault=XT_FAULT, disk_script="_xtdisk",
             stands_for=("xtensawin",))
+
+
+def _big_rom(base, key, romfs_addr, romfs_max, disk_addr, disk_blocks):
+    """`base`'s machine and firmware with a ROMFS slot of romfs_max bytes at romfs_addr (RAM the firmware leaves
+    unused) that the session code mounts at /rom (board script big_rom_mount), and the RAM disk moved to
+    disk_addr out of its way."""
+    return Layout(key, base.cpu, base.machine, base.firmware_env, base.firmware_sub, base.image.pattern,
+                  romfs_addr=romfs_addr, romfs_max=romfs_max, disk_addr=disk_addr, marches=base.marches,
+                  image_name=base.image_name, qemu_args=base.qemu_args, disk_blocks=disk_blocks, qemu=base.qemu,
+                  fault=base.fault, disk_script=base.disk_script, stands_for=base.stands_for,
+                  rom_mount=board_scripts.source("big_rom_mount", const=True, ADDR=romfs_addr, SIZE=romfs_max))
+
+
+# a 15M-class model's int4 weights (~7.7 MB) in place, as the PSRAM Cortex-M3 reads them (M3P4's 12 MiB slot): on
+# the Cortex-M7 the 12 MiB of PSRAM below the firmware's partition (the RAM disk moved into the partition's 4 MiB,
+# which then holds no ROMFS for the firmware to mount); on the Xtensa 16 MiB of its sysrom from the partition's
+# address on (qemu backs all 64 MiB with RAM; the RAM disk stays in the sysram)
+M7_BIG_ROM = _big_rom(M7, "m7-bigrom", 0x60000000, 0xC00000, 0x60C00000, 1024)
+XT_BIG_ROM = _big_rom(XT, "xt-bigrom", 0x50100000, 0x1000000, XT.disk_addr, XT.disk_blocks)
+BIG_ROM = {"m7": M7_BIG_ROM, "xt": XT_BIG_ROM}
+
 LAYOUTS = {"m3": M3, "m0": M0, "m7": M7, "m55": M55, "m3-psram4": M3P4, "m3-psram8": M3P8, "xt": XT}
 
 # the Cortex-M3's figures under their old names
