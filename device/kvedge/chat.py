@@ -130,16 +130,27 @@ class Chat:
         self.closed = True
 
 
+class _Text:
+    """A text stream over a bytes writer: the stats lines go where the reply goes, in order."""
+
+    def __init__(self, w):
+        self.w = w
+
+    def write(self, s):
+        self.w(s.encode())
+
+
 def _tokens(cache):
     return cache.stats()["tokens_seen"]
 
 
 def main(model, tokenizer, lines, max_new=64, temperature=0.0, seed=1, kv=None, h2o=0, forward="auto",
-         kernel="auto", stream=False, prefill=1, stats_ms=0, save=None, resume=None):
+         kernel="auto", stream=False, prefill=1, stats_ms=0, save=None, resume=None, emit=None):
     """`kvedge chat`'s runner: a Llama on `model` with cache `kv` (h2o=N: H2O eviction holding N), a turn per line
     of `lines` (any iterable of str), each reply written to stdout as it comes and ended by a newline, then one
     line "#KVCHAT {json}" per turn (tokens fed, reply tokens, positions held, evictions, ms). resume: a session
-    (kvedge.session) to go on from; save: where to save the conversation after the last turn."""
+    (kvedge.session) to go on from; save: where to save the conversation after the last turn. emit(bytes): where
+    the text and those lines go (default stdout)."""
     import sys
     from kvedge import kernels
     from kvedge.compat import ticks_diff, ticks_ms
@@ -164,7 +175,9 @@ def main(model, tokenizer, lines, max_new=64, temperature=0.0, seed=1, kv=None, 
     if resume is not None:
         chat.load(resume)
     out = getattr(sys.stdout, "buffer", None)
-    if out is not None:
+    if emit is not None:
+        w = emit
+    elif out is not None:
         def w(b):
             out.write(b)
     else:
@@ -173,9 +186,9 @@ def main(model, tokenizer, lines, max_new=64, temperature=0.0, seed=1, kv=None, 
     tele = None
     if stats_ms > 0:
         from kvedge.telemetry import Telemetry
-        tele = Telemetry(m.policy if m.policy is not None else m.cache, interval_ms=stats_ms)
-        tele.emit("start")
         raw = w
+        tele = Telemetry(m.policy if m.policy is not None else m.cache, out=_Text(raw), interval_ms=stats_ms)
+        tele.emit("start")
 
         def w(b):
             raw(b)

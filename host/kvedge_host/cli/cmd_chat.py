@@ -1,0 +1,174 @@
+"""Chat with a llama2.c checkpoint: every line read from stdin is a turn fed on top of the cache the conversation
+already holds (kvedge.chat), so a turn costs its own tokens, not the whole history's; the reply streams back.
+
+Runs the device package on CPython (a turn per line as it is typed), or on the MicroPython unix port or the emulated
+Cortex-M3 (stdin's lines read first, then the turns run there). When the cache is full its policy (--window and
+--sinks, --h2o) evicts, and --stats-ms's KVSTATS lines say what was evicted. After each reply a line on stderr:
+the positions the turn fed, the reply's tokens, what the cache holds. --save / --resume keep a conversation across
+runs (kvedge.session)."""
+import os
+import sys
+
+from kvedge import budget, kernels
+
+from ..errors import UserError
+from ..paths import DEVICE, model_file
+from . import cmd_generate as gen
+
+MARK = b"#KVCHAT "
+
+
+def add_arguments(p):
+    p.add_argument("--model", default=model_file("stories260K.bin"),
+                   help="checkpoint (default: %(default)s; `kvedge fetch` downloads it)")
+    p.add_argument("--tokenizer", help="llama2.c tokenizer .bin (default: tok512.bin beside the model, else "
+                   "where the real stories260K's is)")
+    p.add_argument("--max-new", type=int, default=64, help="reply tokens a turn samples at most (default 64; a reply "
+                   "also ends at EOS or BOS)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--seed", type=int, default=1, help="sampling seed, > 0 (default 1)")
+    p.add_argument("--kv-dtype", choices=budget.CACHE_DTYPES, help="cache storage (default f32; i8 for int4 "
+                   "weights)")
+    p.add_argument("--max-tokens", type=int, default=0, help="cache cap (default: the model's context)")
+    p.add_argument("--window", type=int, default=0, help="ring window of the last W tokens (0 = none)")
+    p.add_argument("--sinks", type=int, default=0, help="tokens kept for ever beside the window")
+    p.add_argument("--prefix", type=int, default=0, help="first tokens kept at f32")
+    p.add_argument("--h2o", type=int, default=0, metavar="SLOTS", help="heavy-hitter eviction: hold SLOTS tokens, "
+                   "half of them the most recent (not with --window)")
+    p.add_argument("--align", type=int, default=0, help="row alignment in bytes (default 0)")
+    p.add_argument("--stream", action="store_true", help="read weight rows from the file instead of RAM")
+    p.add_argument("--kernels", default="auto", choices=("auto",) + kernels.KINDS, help="inner-loop kernels "
+                   "(default auto: the fastest this runtime compiles)")
+    p.add_argument("--forward", choices=("auto", "float", "int"), help="the forward pass (default auto: the "
+                   "fastest the model, cache and kernels allow; int: int8 weights and an i8 cache)")
+    p.add_argument("--prefill", type=int, default=1, metavar="N", help="each line's tokens N at a time through the "
+                   "integer pass (kvedge.model.prefill; 1: one at a time, the default)")
+    p.add_argument("--stats-ms", type=int, default=0, metavar="MS", help="also write KVSTATS lines (kvedge monitor's "
+                   "stream: evictions, bytes) every MS milliseconds and after each turn, to stderr")
+    p.add_argument("--runtime", default="cpython", choices=("cpython", "unix", "m3"),
+                   help="where the device package runs: cpython (this Python, the default), unix (the MicroPython "
+                   "unix port) or m3 (the emulated Cortex-M3, the package as .mpy)")
+    p.add_argument("--heap", type=int, default=0, help="heap bytes for unix (default 8 MB) or m3 (default its "
+                   "image's)")
+    p.add_argument("--save", metavar="FILE", help="after the last turn, save the conversation (the cache, the "
+                   "sampler, the kept token: kvedge.session) to FILE.s0 / FILE.s1 (cpython and unix)")
+    p.add_argument("--resume", metavar="FILE", help="go on from the conversation saved to FILE (--save): the same "
+                   "model and cache flags; the saved temperature and sampler state are used")
+
+
+def _as_generate(args):
+    """The flags `kvedge generate` checks, as that command's check_args() reads them."""
+    for name, v in (("prompt", ""), ("steps", args.max_new), ("board", None), ("port", None), ("mpy", False),
+                    ("plan", None), ("csv", None), ("detach", False), ("march", None), ("rom", False),
+                    ("timeout", 3600)):
+        setattr(args, name, v)
+    return args
+
+
+def check_args(args):
+    """Every flag and file checked before anything runs; returns (tokenizer path, the runner's arguments)."""
+    from .. import validate
+    from kvedge.model.passes import MAX_PREFILL, check_prefill
+    validate.flag_int("--max-new", args.max_new, 1, budget.LIMITS["tokens"])
+    validate.flag_int("--prefill", args.prefill, 1, MAX_PREFILL)
+    if args.runtime == "m3" and (args.save or args.resume):
+        raise UserError("--save and --resume: the emulated board's files do not outlive its run: --runtime cpython "
+                        "or unix")
+    tok = gen._tokenizer(args)
+    runtime = args.runtime
+    args.runtime = "cpython" if runtime == "m3" else runtime  # generate's own checks know cpython, unix, wasm
+    try:
+        gen.check_args(_as_generate(args), tok)
+    finally:
+        args.runtime = runtime
+    if args.prefill > 1:
+        try:
+            check_prefill(args.prefill, args.forward or "int")
+        except ValueError as e:
+            raise UserError("--prefill %d: %s" % (args.prefill, e))
+        if args.forward != "int":
+            raise UserError("--prefill runs on the integer pass: add --forward int")
+    call = dict(model=os.path.abspath(args.model), tokenizer=os.path.abspath(tok), max_new=args.max_new,
+                temperature=args.temperature, seed=args.seed, kv=gen._kv(args), h2o=args.h2o,
+                forward=args.forward or "auto", kernel=args.kernels, stream=args.stream, prefill=args.prefill,
+                stats_ms=args.stats_ms)
+    for flag in ("save", "resume"):
+        if getattr(args, flag):
+            call[flag] = os.path.abspath(getattr(args, flag))
+    return tok, call
+
+
+def run(args):
+    tok, call = check_args(args)
+    if args.runtime == "cpython":
+        return _run_here(call)
+    lines = [ln.rstrip("\r\n") for ln in sys.stdin]
+    code = "from kvedge.chat import main\nmain(lines=%r, **%r)\n" % (lines, call)
+    from ..boards import runtimes
+    why = runtimes.missing(args.runtime)
+    if why:
+        raise UserError("--runtime %s: not runnable here: %s" % (args.runtime, why))
+    heap = args.heap or (8 * 1024 * 1024 if args.runtime == "unix" else None)
+    folders = [DEVICE] + sorted({os.path.dirname(call["model"]), os.path.dirname(call["tokenizer"])})
+    rc, out = runtimes.run_code(args.runtime, code, heap, folders, timeout=3600)
+    bad = gen._session_error(out)
+    if rc != 0 and bad:
+        raise UserError(bad)
+    _Lines().feed(out.encode("utf-8"))
+    if rc != 0:
+        raise UserError("%s run failed (exit %s): %s" % (args.runtime, rc, out.strip().splitlines()[-1:]))
+    return 0
+
+
+def _run_here(call):
+    if DEVICE not in sys.path:
+        sys.path.insert(0, DEVICE)
+    from kvedge.chat import main
+    from kvedge.errors import SessionError
+    try:
+        main(lines=iter(sys.stdin.readline, ""), emit=_Lines().feed, **call)
+    except SessionError as e:
+        raise UserError(str(e))
+    return 0
+
+
+class _Lines:
+    """The runner's bytes: the replies to stdout as they come, its #KVCHAT lines (a turn's summary, as one readable
+    line) and KVSTATS lines (which may start mid-reply) to stderr. Each of those arrives whole in one write."""
+
+    def __init__(self):
+        self.turn = 0
+
+    def feed(self, data):
+        from kvedge.telemetry import PREFIX
+        marks = (b"\n" + MARK, PREFIX.encode())
+        while data:
+            at = [(data.find(m), m) for m in marks]
+            at = [(i, m) for i, m in at if i >= 0]
+            if not at:
+                self._text(data)
+                return
+            i, m = min(at)
+            self._text(data[:i])
+            if m != marks[1]:
+                self._text(b"\n")
+                i += 1
+            nl = data.find(b"\n", i)
+            self._mark(data[i:] if nl < 0 else data[i:nl])
+            data = b"" if nl < 0 else data[nl + 1:]
+
+    def _text(self, b):
+        if b:
+            sys.stdout.buffer.write(b)
+            sys.stdout.flush()
+
+    def _mark(self, line):
+        if line.startswith(MARK):
+            import json
+            s = json.loads(line[len(MARK):].decode())
+            self.turn += 1
+            print("[turn %d: %d positions fed, %d reply tokens; the cache holds %d of %d positions, %d evicted, %d ms]"
+                  % (self.turn, s["fed"], s["reply"], s["cached"], s["seen"], s["evictions"], s["ms"]),
+                  file=sys.stderr, flush=True)
+        else:
+            print(line.decode("utf-8", "replace"), file=sys.stderr, flush=True)
