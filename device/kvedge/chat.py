@@ -59,6 +59,28 @@ class Chat:
         Returns the reply's token ids. Refused before anything changes: TypeError / ValueError for bad
         arguments or a closed conversation, CacheFullError for a line the cache has no room for (no window, no
         policy)."""
+        self._check(max_new, on_piece)
+        return self.feed(self.ids(text), max_new, on_piece)
+
+    def feed(self, ids, max_new, on_piece=None):
+        """turn() of ids already encoded, as ids() gives them (the kept token, or BOS on the first turn, first)."""
+        self._check(max_new, on_piece)
+        if not isinstance(ids, (list, tuple)) or not ids:
+            raise TypeError("ids must be a non-empty list of token ids")
+        v = self.m.cfg.vocab_size
+        for t in ids:
+            check_token(t, v)
+        if self.next >= 0 and ids[0] != self.next:
+            raise ValueError("a turn starts with the token the last one kept (%d), got %d" % (self.next, ids[0]))
+        n = len(ids)
+        room = self.room()
+        if n > room:
+            raise CacheFullError("a turn of %d tokens, the cache has room for %d (no window, no policy): start a "
+                                 "new conversation" % (n, room))
+        self._prompt(ids, n - 1)
+        return self._reply(ids[n - 1], max_new, on_piece)
+
+    def _check(self, max_new, on_piece):
         if self.closed:
             raise ValueError("the conversation is closed")
         if not isinstance(max_new, int) or isinstance(max_new, bool):
@@ -67,17 +89,6 @@ class Chat:
             raise ValueError("max_new must be >= 0, got %d" % max_new)
         if on_piece is not None and not callable(on_piece):
             raise TypeError("on_piece must be callable or None")
-        ids = self.ids(text)
-        n = len(ids)
-        room = self.room()
-        if n > room:
-            raise CacheFullError("a turn of %d tokens, the cache has room for %d (no window, no policy): start a "
-                                 "new conversation" % (n, room))
-        v = self.m.cfg.vocab_size
-        for t in ids:
-            check_token(t, v)
-        self._prompt(ids, n - 1)
-        return self._reply(ids[n - 1], max_new, on_piece)
 
     def _prompt(self, ids, end):
         """Feed ids[:end], a chunk at a time where the pass's Prefill takes them (no logits needed)."""

@@ -1,6 +1,7 @@
 # kvedge.chat refuses bad input before anything changes: wrong types, a negative reply length, a line the cache
 # has no room for (no window, no policy), a conversation whose cache is full or that was closed, a saved one loaded
-# into a started conversation. The cache's bytes and counters, the kept token and the sampler stay as they were.
+# into a started conversation, pre-encoded ids (Chat.feed) that are not a turn's. The cache's bytes and counters,
+# the kept token and the sampler stay as they were.
 import gc
 from kvedge.model import llama  # noqa: F401 (the runner's large modules first, each on a collected heap)
 gc.collect()
@@ -36,6 +37,13 @@ def test_bad_input_is_refused_before_anything_changes():
         raises(TypeError, c.turn, "a", True)
         raises(ValueError, c.turn, "a", -1)
         raises(TypeError, c.turn, "a", 2, 7)
+        ids = c.ids("the")
+        raises(TypeError, c.feed, [], 2)
+        raises(TypeError, c.feed, 3, 2)
+        raises(ValueError, c.feed, ids + [352], 2)  # outside the vocabulary
+        raises(TypeError, c.feed, ids + [True], 2)
+        if turn:  # the kept token must come first
+            raises(ValueError, c.feed, [ids[0] + 1] + ids[1:], 2)
         e = raises(CacheFullError, c.turn, long_line, 2)
         assert "room for %d" % c.room() in str(e), e
         assert _state(c) == before

@@ -23,6 +23,7 @@ def add_arguments(p):
                    help="checkpoint (default: %(default)s; `kvedge fetch` downloads it)")
     p.add_argument("--tokenizer", help="llama2.c tokenizer .bin (default: tok512.bin beside the model, else "
                    "where the real stories260K's is)")
+    p.add_argument("--input", metavar="FILE", help="read the turns' lines from FILE (UTF-8) instead of stdin")
     p.add_argument("--max-new", type=int, default=64, help="reply tokens a turn samples at most (default 64; a reply "
                    "also ends at EOS or BOS)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
@@ -70,6 +71,13 @@ def check_args(args):
     from .. import validate
     from kvedge.model.passes import MAX_PREFILL, check_prefill
     validate.flag_int("--max-new", args.max_new, 1, budget.LIMITS["tokens"])
+    if args.input:
+        validate.in_file(args.input, "input file")
+        try:
+            with open(args.input, encoding="utf-8") as f:
+                f.read()
+        except (OSError, UnicodeDecodeError) as e:
+            raise UserError("%s: not a readable UTF-8 text file (%s)" % (args.input, e))
     validate.flag_int("--prefill", args.prefill, 1, MAX_PREFILL)
     if args.runtime == "m3" and (args.save or args.resume):
         raise UserError("--save and --resume: the emulated board's files do not outlive its run: --runtime cpython "
@@ -100,9 +108,14 @@ def check_args(args):
 
 def run(args):
     tok, call = check_args(args)
-    if args.runtime == "cpython":
-        return _run_here(call)
-    lines = [ln.rstrip("\r\n") for ln in sys.stdin]
+    src = open(args.input, encoding="utf-8") if args.input else sys.stdin
+    try:
+        if args.runtime == "cpython":
+            return _run_here(call, src)
+        lines = [ln.rstrip("\r\n") for ln in src]
+    finally:
+        if args.input:
+            src.close()
     code = "from kvedge.chat import main\nmain(lines=%r, **%r)\n" % (lines, call)
     from ..boards import runtimes
     why = runtimes.missing(args.runtime)
@@ -120,13 +133,13 @@ def run(args):
     return 0
 
 
-def _run_here(call):
+def _run_here(call, src):
     if DEVICE not in sys.path:
         sys.path.insert(0, DEVICE)
     from kvedge.chat import main
     from kvedge.errors import SessionError
     try:
-        main(lines=iter(sys.stdin.readline, ""), emit=_Lines().feed, **call)
+        main(lines=iter(src.readline, ""), emit=_Lines().feed, **call)
     except SessionError as e:
         raise UserError(str(e))
     return 0
