@@ -134,3 +134,53 @@ def test_a_broken_resume_file_is_one_line_exit_two(files, runtime, tmp_path):
     os.remove(sess + ".s0")
     p = chat(files, LINES[1:], "--resume", sess, "--runtime", runtime)
     assert p.returncode == 2 and "no saved session" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+@pytest.mark.parametrize("sim", ["unix", "m3"])
+def test_at_a_port_the_turns_run_on_the_board_and_its_session_lives_there(files, tmp_path, sim):
+    # a virtual rp2040 (the unix port with the rp2040's heap, or the emulated Cortex-M3): the two turns' replies are
+    # the reference's, and --save after turn 1 then --resume with turn 2 (files on the board's filesystem) the same
+    import tempfile
+    from kvedge_host.boards.deploy import deployment, preload
+    if sim == "m3":
+        from kvedge_host.boards import m3board
+        why = m3board.missing("rp2040")
+    else:
+        why = runtimes.missing("unix")
+    if why:
+        pytest.skip(why)
+    d, m, t = files
+    fs = str(tmp_path / "flash")
+    os.mkdir(fs)
+    march = "armv6m" if sim == "m3" else "x64"
+    with tempfile.TemporaryDirectory() as build:
+        preload(fs, deployment("rp2040", build, True, extra=[m, t], march=march))
+    if sim == "m3":
+        from kvedge_host.boards.m3sim import M3Sim
+        vb, extra = M3Sim("rp2040", fs=fs), []
+    else:
+        from kvedge_host.boards.sim import VirtualBoard
+        vb, extra = VirtualBoard("rp2040", fs=fs), ["--march", "x64"]
+    vb.start()
+    try:
+        flags = ["--port", vb.port, "--board", "rp2040"] + extra
+
+        def run(lines, *more):
+            p = chat(files, lines, *(flags + list(more)))
+            assert p.returncode == 0, p.stderr[-2000:]
+            return p.stdout.replace(b"\r\n", b"\n")
+        # an f32 cache: the float pass's bits are the reference's (an i8 cache takes the board's integer attention)
+        want, _ = reference(files, LINES, {"dtype": "f32", "align": 0, "max_tokens": 64})
+        keep = run(LINES, *CACHES["keep"])
+        assert _text(keep, "unix") == _text(want, "unix"), (keep, want)
+        flags += CACHES["window"]
+        both = run(LINES)
+        first = run(LINES[:1], "--save", "conv")
+        rest = run(LINES[1:], "--resume", "conv")
+        assert first + rest == both, (first, rest, both)
+        p = chat(files, LINES[1:], "--resume", "nothere", *flags)
+        assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+        assert p.stderr.strip().splitlines()[-1].endswith(
+            "nothere: no saved session (neither nothere.s0 nor nothere.s1 holds one) (on the board at %s)" % vb.port)
+    finally:
+        vb.stop()

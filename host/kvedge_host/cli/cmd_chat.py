@@ -1,11 +1,11 @@
 """Chat with a llama2.c checkpoint: every line read from stdin is a turn fed on top of the cache the conversation
 already holds (kvedge.chat), so a turn costs its own tokens, not the whole history's; the reply streams back.
 
-Runs the device package on CPython (a turn per line as it is typed), or on the MicroPython unix port or the emulated
-Cortex-M3 (stdin's lines read first, then the turns run there). When the cache is full its policy (--window and
---sinks, --h2o) evicts, and --stats-ms's KVSTATS lines say what was evicted. After each reply a line on stderr:
-the positions the turn fed, the reply's tokens, what the cache holds. --save / --resume keep a conversation across
-runs (kvedge.session)."""
+Runs the device package on CPython (a turn per line as it is typed), or on the MicroPython unix port, the emulated
+Cortex-M3 or a board at --port (stdin's lines read first, then the turns run there). When the cache is full its
+policy (--window and --sinks, --h2o) evicts, and --stats-ms's KVSTATS lines say what was evicted. After each reply
+a line on stderr: the positions the turn fed, the reply's tokens, what the cache holds. --save / --resume keep a
+conversation across runs (kvedge.session)."""
 import os
 import sys
 
@@ -55,13 +55,21 @@ def add_arguments(p):
                    "sampler, the kept token: kvedge.session) to FILE.s0 / FILE.s1 (cpython and unix)")
     p.add_argument("--resume", metavar="FILE", help="go on from the conversation saved to FILE (--save): the same "
                    "model and cache flags; the saved temperature and sampler state are used")
+    b = p.add_argument_group("a board at a serial port (a real one, or a virtual board's)")
+    b.add_argument("--port", help="run the turns on the board at this port (stdin's lines read first): checks that "
+                   "--board (default rp2040) describes it, deploys the package (.mpy) and the model files it lacks, "
+                   "streams the replies back; give the cache flags (no plan is made here); --save / --resume name "
+                   "files on the board's filesystem")
+    b.add_argument("--board", help="--port: the board's profile (default rp2040)")
+    b.add_argument("--march", help="--port: override the profile's mpy-cross -march (x64: the unix-port virtual "
+                   "board)")
+    b.add_argument("--timeout", type=float, default=3600, help="--port: seconds to wait for the turns")
 
 
 def _as_generate(args):
     """The flags `kvedge generate` checks, as that command's check_args() reads them."""
-    for name, v in (("prompt", ""), ("steps", args.max_new), ("board", None), ("port", None), ("mpy", False),
-                    ("plan", None), ("csv", None), ("detach", False), ("march", None), ("rom", False),
-                    ("timeout", 3600)):
+    for name, v in (("prompt", ""), ("steps", args.max_new), ("mpy", False), ("plan", None), ("csv", None),
+                    ("detach", False), ("rom", False)):
         setattr(args, name, v)
     return args
 
@@ -79,6 +87,12 @@ def check_args(args):
         except (OSError, UnicodeDecodeError) as e:
             raise UserError("%s: not a readable UTF-8 text file (%s)" % (args.input, e))
     validate.flag_int("--prefill", args.prefill, 1, MAX_PREFILL)
+    if args.port and (args.runtime != "cpython" or args.heap):
+        raise UserError("--port runs on the board: --runtime and --heap do not apply")
+    if not args.port:
+        for flag in ("board", "march"):
+            if getattr(args, flag):
+                raise UserError("--%s is for --port" % flag)
     if args.runtime == "m3" and (args.save or args.resume):
         raise UserError("--save and --resume: the emulated board's files do not outlive its run: --runtime cpython "
                         "or unix")
@@ -102,7 +116,7 @@ def check_args(args):
                 stats_ms=args.stats_ms)
     for flag in ("save", "resume"):
         if getattr(args, flag):
-            call[flag] = os.path.abspath(getattr(args, flag))
+            call[flag] = getattr(args, flag) if args.port else os.path.abspath(getattr(args, flag))
     return tok, call
 
 
@@ -110,12 +124,14 @@ def run(args):
     tok, call = check_args(args)
     src = open(args.input, encoding="utf-8") if args.input else sys.stdin
     try:
-        if args.runtime == "cpython":
+        if args.runtime == "cpython" and not args.port:
             return _run_here(call, src)
         lines = [ln.rstrip("\r\n") for ln in src]
     finally:
         if args.input:
             src.close()
+    if args.port:
+        return _run_port(args, call, lines)
     code = "from kvedge.chat import main\nmain(lines=%r, **%r)\n" % (lines, call)
     from ..boards import runtimes
     why = runtimes.missing(args.runtime)
@@ -142,6 +158,48 @@ def _run_here(call, src):
         main(lines=iter(src.readline, ""), emit=_Lines().feed, **call)
     except SessionError as e:
         raise UserError(str(e))
+    return 0
+
+
+def _run_port(args, call, lines):
+    """The turns on the board at --port: profile checked against the board, package and model files deployed (only
+    what the board lacks), kvedge.chat.main started in a fresh interpreter and its output read back off the port."""
+    from ..boards import board as bd
+    from .. import profiles
+    from ..boards.deploy import deploy, mpremote
+    name = args.board or "rp2040"
+    prof = profiles.load(name)
+    march = args.march or prof["mpy_march"]
+    info = bd.probe(args.port)  # refused before anything is deployed
+    bd.check_profile(info, prof, march)
+    res = deploy(args.port, name, mpy=True, extra=[call["model"], call["tokenizer"]], march=march)
+    print("chat: %s %s on %s; deployed kvedge %s (.mpy for %s): %d sent, %d unchanged" % (
+        info["impl"], info["version"], info["machine"], res["version"], march, len(res["sent"]),
+        len(res["unchanged"])), file=sys.stderr, flush=True)
+    call = dict(call, model=os.path.basename(call["model"]), tokenizer=os.path.basename(call["tokenizer"]))
+    # the watcher stops at kvedge generate's summary line: one, empty, once the turns are done
+    code = "from kvedge.chat import main\nmain(lines=%r, **%r)\nprint('%s{}')\n" % (lines, call, gen.MARK)
+    mpremote(args.port, ["exec", "--no-follow", code], resume=False)
+    split = _Lines()
+
+    def text(piece):
+        piece = piece.replace("\r", "")
+        if piece.startswith(MARK.decode()):
+            split._mark(piece.strip().encode())
+        else:
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+    try:
+        bd.watch(args.port, timeout=args.timeout, on_text=text,
+                 on_stats=lambda line: print(line, file=sys.stderr, flush=True))
+    except bd.BoardReset as e:
+        bad = gen._session_error(getattr(e, "text", ""))
+        if bad:
+            raise UserError("%s (on the board at %s)" % (bad, args.port))
+        raise UserError("the board at %s reset during the conversation: %s" % (args.port, e))
+    except RuntimeError as e:
+        bad = gen._session_error(str(e).rpartition("did not finish: ")[2])
+        raise UserError("%s (on the board at %s)" % (bad, args.port) if bad else str(e))
     return 0
 
 
