@@ -184,3 +184,15 @@ def test_at_a_port_the_turns_run_on_the_board_and_its_session_lives_there(files,
             "nothere: no saved session (neither nothere.s0 nor nothere.s1 holds one) (on the board at %s)" % vb.port)
     finally:
         vb.stop()
+
+
+@pytest.mark.parametrize("runtime", [r for r in _runtimes() if r.values[0] != "m3"])
+def test_a_line_the_cache_has_no_room_for_is_one_line_exit_two_after_the_turns_before(files, runtime):
+    # 10 slots, no window: turn 1 fits, turn 2's 11 ids do not (kvedge.chat refuses it before feeding any)
+    long_line = "and then the dog ran home to the big red house"
+    p = chat(files, ["the", long_line], "--runtime", runtime, "--max-tokens", "10")
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert "Traceback" not in p.stderr and b"Traceback" not in p.stdout, (p.stderr, p.stdout)
+    err = [ln for ln in p.stderr.strip().splitlines() if not ln.startswith("[turn")]
+    assert len(err) == 1 and "the cache has room for" in err[0] and "no window" in err[0], p.stderr
+    assert len([ln for ln in p.stderr.splitlines() if ln.startswith("[turn 1")]) == 1, p.stderr

@@ -80,7 +80,7 @@ def check_args(args):
     from kvedge.model.passes import MAX_PREFILL, check_prefill
     validate.flag_int("--max-new", args.max_new, 1, budget.LIMITS["tokens"])
     if args.input:
-        validate.in_file(args.input, "input file")
+        validate.in_file(args.input, "text file")
         try:
             with open(args.input, encoding="utf-8") as f:
                 f.read()
@@ -140,23 +140,33 @@ def run(args):
     heap = args.heap or (8 * 1024 * 1024 if args.runtime == "unix" else None)
     folders = [DEVICE] + sorted({os.path.dirname(call["model"]), os.path.dirname(call["tokenizer"])})
     rc, out = runtimes.run_code(args.runtime, code, heap, folders, timeout=3600)
-    bad = gen._session_error(out)
-    if rc != 0 and bad:
-        raise UserError(bad)
-    _Lines().feed(out.encode("utf-8"))
+    text, _, trace = out.partition("Traceback (most recent call last):")
+    _Lines().feed(text.encode("utf-8"))  # the turns that ran, before a refusal's traceback
     if rc != 0:
-        raise UserError("%s run failed (exit %s): %s" % (args.runtime, rc, out.strip().splitlines()[-1:]))
+        raise UserError(_refused(out) or "%s run failed (exit %s): %s" % (
+            args.runtime, rc, out.strip().splitlines()[-1:]))
     return 0
+
+
+def _refused(text):
+    """The one-line message of a refused session or of a turn the cache has no room for, in a runtime's output."""
+    bad = gen._session_error(text)
+    if bad:
+        return bad
+    for line in reversed(text.strip().splitlines()[-8:]):
+        if "CacheFullError: " in line:
+            return line[line.find("CacheFullError: ") + len("CacheFullError: "):].strip()
+    return None
 
 
 def _run_here(call, src):
     if DEVICE not in sys.path:
         sys.path.insert(0, DEVICE)
     from kvedge.chat import main
-    from kvedge.errors import SessionError
+    from kvedge.errors import CacheFullError, SessionError
     try:
         main(lines=iter(src.readline, ""), emit=_Lines().feed, **call)
-    except SessionError as e:
+    except (SessionError, CacheFullError) as e:
         raise UserError(str(e))
     return 0
 
@@ -193,12 +203,12 @@ def _run_port(args, call, lines):
         bd.watch(args.port, timeout=args.timeout, on_text=text,
                  on_stats=lambda line: print(line, file=sys.stderr, flush=True))
     except bd.BoardReset as e:
-        bad = gen._session_error(getattr(e, "text", ""))
+        bad = _refused(getattr(e, "text", ""))
         if bad:
             raise UserError("%s (on the board at %s)" % (bad, args.port))
         raise UserError("the board at %s reset during the conversation: %s" % (args.port, e))
     except RuntimeError as e:
-        bad = gen._session_error(str(e).rpartition("did not finish: ")[2])
+        bad = _refused(str(e).rpartition("did not finish: ")[2])
         raise UserError("%s (on the board at %s)" % (bad, args.port) if bad else str(e))
     return 0
 
