@@ -52,6 +52,9 @@ MODES = ("runnable", "board", "synopsis", "")
 # Shown as measured; run here with smaller arguments (the same program and code path, fewer tokens/points).
 # doc command -> (what runs, why smaller)
 SMALLER = {
+    ".venv/bin/python tools/bench_chat.py --runtime m3":
+        (".venv/bin/python tools/bench_chat.py --runtime m3 --max-new 4",
+         "32 reply tokens a turn take about a minute of the emulated board"),
     "kvedge generate --steps 256":
         ("kvedge generate --model ../shared/models/stories260K.bin --steps 48",
          "256 CPython steps take ~16 s; the default model named explicitly (a worktree's default ../shared may "
@@ -513,7 +516,7 @@ def _env(extra=(), scratch=None):
 
 
 MODEL_USERS = ("kvedge generate", "kvedge eval", "tools/bench_model.py", "tools/bench_rom.py", "tools/bench_parts.py",
-               "tools/bench_forward.py", "tools/bench_tiered.py")  # stories260K by default
+               "tools/bench_forward.py", "tools/bench_tiered.py", "tools/bench_chat.py")  # stories260K by default
 
 
 def needs_shared(cmd):

@@ -38,7 +38,7 @@ SOURCE_FILES = ("test_budget.py", "test_clock.py", "test_compat.py", "test_evict
                 "test_paged.py", "test_plandoc_model.py", "test_stream.py", "test_telemetry.py", "test_tier_spill.py",
                 "test_pass_ulab.py", "test_w4model.py", "test_decode_interface.py",
                 "test_intkernels.py", "test_w4kinds.py", "test_w4convert.py", "test_qkernels_dsp.py", "test_session.py",
-                "test_pool_model.py")
+                "test_pool_model.py", "test_chat.py")
 
 
 def runs_on(runtime, name):

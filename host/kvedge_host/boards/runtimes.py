@@ -52,6 +52,8 @@ LARGER_HEAP = {"xt": {
     "test_model_tiered_auto.py": (245760, _UNIX64 % "144 bytes, importing the integer pass's viper kernels"),
     "test_model_tiered_kinds.py": (245760, _UNIX64 % "144 bytes, importing the integer pass's viper kernels"),
     "test_session_tiered.py": (245760, _UNIX64 % "1,280 bytes, importing kvedge.session beside the tiered runner"),
+    "test_chat_int.py": (245760, _UNIX64 % "1,280 bytes, a Prefill beside the integer pass's kernels and two models"),
+    "test_chat_session.py": (245760, _UNIX64 % "3,568 bytes, the integer pass's kernels beside kvedge.session"),
 }}
 # a clone without ../shared runs CircuitPython emulated: the 64-bit unix port with CircuitPython's limits, so the unix
 # port's files above and the tiered runner's (MemoryError importing them at 215,040 with CircuitPython's modules

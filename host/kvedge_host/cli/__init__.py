@@ -19,6 +19,7 @@ COMMANDS = {
     "test": "run the device test suite on a board or a virtual board",
     "convert": "convert a llama2.c, Hugging Face Llama or GGUF model (and its tokenizer) to the device's files",
     "generate": "generate text with a llama2.c checkpoint on a chosen runtime",
+    "chat": "turns typed on stdin, each fed on top of one cache: a turn costs its own tokens, not the history's",
     "eval": "quality of every cache strategy on a real checkpoint",
     "demo": "the whole story on a virtual board: plan, deploy, generate, monitor",
     "fetch": "download the real stories models (stories260K and its tokenizer) from the Hugging Face Hub",
