@@ -4,7 +4,7 @@ from .sizes import (F32, I8, CACHE_DTYPES, LOWBIT, QK, cache_bytes, cache_slots,
 
 _FIELDS = ("layers", "heads", "kv_heads", "head_dim", "max_tokens", "dtype", "window", "sinks", "align",
            "group", "residual", "prefix")
-_SPLIT_FIELDS = _FIELDS[:5] + ("k_dtype", "v_dtype") + _FIELDS[6:]  # a config with K and V formats apart
+_SPLIT_FIELDS = _FIELDS[:6] + ("k_dtype", "v_dtype") + _FIELDS[6:]  # K and V apart: dtype is their "K/V" name
 
 
 class CacheConfig:
@@ -123,7 +123,7 @@ class CacheConfig:
         return cache_bytes(self, detail)
 
     def fields(self):
-        """The fields to_dict() writes: dtype, or k_dtype and v_dtype for a pair the shorthand does not build."""
+        """The fields to_dict() writes: dtype, and k_dtype and v_dtype for a pair the shorthand does not build."""
         return _SPLIT_FIELDS if self.split else _FIELDS
 
     def to_dict(self):
@@ -140,6 +140,13 @@ class CacheConfig:
         for k in ("layers", "heads", "kv_heads", "head_dim", "max_tokens"):
             if k not in d:
                 raise ValueError("cache config is missing %r" % k)
+        name = d.get("dtype")
+        if isinstance(name, str) and "/" in name:  # to_dict()'s "K/V" name of a split config: checked, not built on
+            d = {k: d[k] for k in d if k != "dtype"}
+            cfg = cls(**d)
+            if cfg.dtype != name:
+                raise ValueError("dtype %r does not name this config's k_dtype and v_dtype (%s)" % (name, cfg.dtype))
+            return cfg
         return cls(**d)
 
     def __eq__(self, other):

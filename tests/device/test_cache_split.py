@@ -79,7 +79,7 @@ def test_shorthand_is_the_pair_of_one_format():
         assert a == b and a.dtype == b.dtype == dt and not b.split, dt
         assert "k_dtype" not in a.to_dict() and a.to_dict()["dtype"] == dt  # plan files keep their shape
     s = CacheConfig(L, H, KVH, D, 32, k_dtype="i8", v_dtype="i4", align=0)
-    assert s.dtype == "i8/i4" and s.residual == 0 and s.to_dict()["k_dtype"] == "i8" and "dtype" not in s.to_dict()
+    assert s.dtype == "i8/i4" and s.residual == 0 and s.to_dict()["k_dtype"] == "i8" and s.to_dict()["dtype"] == s.dtype
     assert CacheConfig.from_dict(s.to_dict()) == s
     pc = CacheConfig(L, H, KVH, D, 32, k_dtype="i8", v_dtype="i8", group=G, residual=G, align=0)
     assert pc.split and pc.dtype == "i8/i8" and CacheConfig.from_dict(pc.to_dict()) == pc
@@ -234,7 +234,10 @@ def test_bad_split_configs_are_refused_precisely():
     assert "head_dim must be a multiple of 4 for i2" in message(e)
     e = raises(ValueError, CacheConfig.from_dict, {"layers": 1, "heads": 1, "kv_heads": 1, "head_dim": 8,
                                                     "max_tokens": 8, "dtype": "i8/i4"})
-    assert "dtype must be one of" in message(e)
+    assert "dtype 'i8/i4' does not name this config's k_dtype and v_dtype (f32)" in message(e)
+    d = CacheConfig(1, 1, 1, 8, 8, k_dtype="i8", v_dtype="i8", align=0).to_dict()
+    d.update(dtype="i8/i8", k_dtype="i8", v_dtype="i8")  # i8 keys per token and i8 values: the shorthand "i8"
+    assert "(i8)" in message(raises(ValueError, CacheConfig.from_dict, d))
 
 
 def test_refused_writes_change_nothing():
