@@ -126,7 +126,9 @@ class KVCache:
         self._f32 = "<%df" % D
         # largest |value| a row may hold, by K|V: float32 range, what an i8 row's f16 scale covers, the f16 range
         # (f16 rows, and asymmetric codes' f16 zero)
-        self.vlims = (self._vlim(cfg.k_dtype, self.kivi), self._vlim(cfg.v_dtype, False))
+        self.vlims = [check.F32_MAX if dt == F32 else (check.I8_MAX if dt == I8 else check.F16_MAX) for dt in self.dts]
+        if self.kivi:
+            self.vlims[K] = check.F16_MAX  # keys per channel: an f16 zero
         self.vlim = min(self.vlims)  # what a row of either half may hold
         self.int_ok = cfg.dtype in INT_CODES and D <= 256  # its rows can go through the integer attention
         self._scratch = zeros("f", max(D, G) if self.kivi else D)  # one row (KIVI: or a group's key channel)
@@ -145,12 +147,6 @@ class KVCache:
         self.alloc_failures = 0
         self.peak_bytes = 0
         self.reset()
-
-    @staticmethod
-    def _vlim(dtype, per_channel):
-        if dtype == F32:
-            return check.F32_MAX
-        return check.I8_MAX if dtype == I8 and not per_channel else check.F16_MAX
 
     # ---- positions ----
 

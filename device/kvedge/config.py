@@ -4,7 +4,6 @@ from .sizes import (F32, I8, CACHE_DTYPES, LOWBIT, QK, cache_bytes, cache_slots,
 
 _FIELDS = ("layers", "heads", "kv_heads", "head_dim", "max_tokens", "dtype", "window", "sinks", "align",
            "group", "residual", "prefix")
-_SPLIT_FIELDS = _FIELDS[:6] + ("k_dtype", "v_dtype") + _FIELDS[6:]  # K and V apart: dtype is their "K/V" name
 
 
 class CacheConfig:
@@ -46,25 +45,17 @@ class CacheConfig:
         check_int("prefix", prefix, 0)
         if kv_heads > heads or heads % kv_heads:
             raise ValueError("heads (%d) must be a multiple of kv_heads (%d)" % (heads, kv_heads))
-        for dt in (k_dtype, v_dtype):
-            if dt in LOWBIT:
-                row_bytes(head_dim, dt)  # raises if head_dim does not pack into whole bytes
-        if k_dtype in LOWBIT or (named and k_dtype == I8):  # keys that may be quantized per channel
-            if residual is None:
-                residual = group if k_dtype in LOWBIT else 0
-            check_int("residual", residual, 0)
-            if residual % group:
-                raise ValueError("residual must be 0 or a multiple of group (%d) for %s, got %d"
-                                 % (group, k_dtype, residual))
-        else:
-            if residual is None:
-                residual = 0
-            check_int("residual", residual, 0)
-            if residual and named:
-                raise ValueError("residual applies to i8, i4 and i2 keys only, got %d for k_dtype %s"
-                                 % (residual, k_dtype))
-            if residual:
-                raise ValueError("residual applies to i4 and i2 only, got %d for %s" % (residual, dtype))
+        row_bytes(head_dim, k_dtype)  # raises if head_dim does not pack i4 / i2 codes into whole bytes
+        row_bytes(head_dim, v_dtype)
+        if residual is None:
+            residual = group if k_dtype in LOWBIT else 0
+        check_int("residual", residual, 0)
+        if residual and not (k_dtype in LOWBIT or (named and k_dtype == I8)):  # keys that may go per channel
+            raise ValueError("residual applies to i4 and i2 only (and i8 keys given as k_dtype), got %d for %s"
+                             % (residual, k_dtype))
+        if residual % group:
+            raise ValueError("residual must be 0 or a multiple of group (%d) for %s, got %d"
+                             % (group, k_dtype, residual))
         if window:
             if sinks + window > max_tokens:
                 raise ValueError("sinks + window (%d) must be <= max_tokens (%d)" % (sinks + window, max_tokens))
@@ -122,12 +113,14 @@ class CacheConfig:
     def nbytes(self, detail=False):
         return cache_bytes(self, detail)
 
-    def fields(self):
-        """The fields to_dict() writes: dtype, and k_dtype and v_dtype for a pair the shorthand does not build."""
-        return _SPLIT_FIELDS if self.split else _FIELDS
-
     def to_dict(self):
-        return {k: getattr(self, k) for k in self.fields()}
+        """The fields: dtype (a split config's "K/V" name), and k_dtype and v_dtype for a pair the shorthand does not
+        build."""
+        d = {k: getattr(self, k) for k in _FIELDS}
+        if self.split:
+            d["k_dtype"] = self.k_dtype
+            d["v_dtype"] = self.v_dtype
+        return d
 
     @classmethod
     def from_dict(cls, d):
@@ -135,23 +128,22 @@ class CacheConfig:
         if not isinstance(d, dict):
             raise ValueError("cache config must be a JSON object, got %r" % (d,))
         for k in d:
-            if k not in _FIELDS and k not in _SPLIT_FIELDS:
+            if k not in _FIELDS and k != "k_dtype" and k != "v_dtype":
                 raise ValueError("unknown cache config field %r" % (k,))
         for k in ("layers", "heads", "kv_heads", "head_dim", "max_tokens"):
             if k not in d:
                 raise ValueError("cache config is missing %r" % k)
         name = d.get("dtype")
-        if isinstance(name, str) and "/" in name:  # to_dict()'s "K/V" name of a split config: checked, not built on
-            d = {k: d[k] for k in d if k != "dtype"}
-            cfg = cls(**d)
-            if cfg.dtype != name:
-                raise ValueError("dtype %r does not name this config's k_dtype and v_dtype (%s)" % (name, cfg.dtype))
-            return cfg
-        return cls(**d)
+        if not (isinstance(name, str) and "/" in name):
+            return cls(**d)
+        cfg = cls(**{k: d[k] for k in d if k != "dtype"})  # to_dict()'s "K/V" name of a split config: checked
+        if cfg.dtype != name:
+            raise ValueError("dtype %r does not name this config's k_dtype and v_dtype (%s)" % (name, cfg.dtype))
+        return cfg
 
     def __eq__(self, other):
         return isinstance(other, CacheConfig) and self.to_dict() == other.to_dict()
 
     def __repr__(self):
-        return "CacheConfig(%s)" % ", ".join("%s=%r" % (k, getattr(self, k)) for k in self.fields())
+        return "CacheConfig(%s)" % ", ".join("%s=%r" % kv for kv in self.to_dict().items())
 

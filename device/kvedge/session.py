@@ -101,13 +101,6 @@ def _index(seq, x):
     return 0
 
 
-def _dtype_code(c):
-    """A cache config's storage as one number: a shared dtype's index, or for K and V apart 5 + 5 * K's + V's."""
-    if not c.split:
-        return _index(CACHE_DTYPES, c.dtype)
-    return len(CACHE_DTYPES) * (1 + _index(CACHE_DTYPES, c.k_dtype)) + _index(CACHE_DTYPES, c.v_dtype)
-
-
 def fingerprint(cache, policy=None, model=None, out=None):
     """The 30 fingerprint values (FIELDS) of a cache with its policy and model, into out (a list, made if None)."""
     r, t = _ring(cache)
@@ -116,7 +109,9 @@ def fingerprint(cache, policy=None, model=None, out=None):
     for i in range(len(FIELDS)):
         f[i] = 0
     f[0], f[1], f[2], f[3], f[4] = c.layers, c.heads, c.kv_heads, c.head_dim, c.slots
-    f[5], f[6], f[7], f[8], f[9] = _dtype_code(c), c.window, c.sinks, c.prefix, c.align
+    f[5], f[6], f[7], f[8], f[9] = _index(CACHE_DTYPES, c.dtype), c.window, c.sinks, c.prefix, c.align
+    if c.split:  # K and V apart: 5 + 5 * K's index + V's
+        f[5] = 5 * (1 + _index(CACHE_DTYPES, c.k_dtype)) + _index(CACHE_DTYPES, c.v_dtype)
     f[10], f[11], f[12] = c.group, c.residual, len(r.arena)
     if model is not None:
         m = model.cfg
@@ -502,9 +497,6 @@ def _check_header(name, h, want, t, policy, sampler, model):
 
 def _show(j, x):
     """A fingerprint value as the refusal names it: a dtype or an at_cap policy by name."""
-    n = len(CACHE_DTYPES)
-    if j == 5 and n <= x < n * (n + 1):  # K and V apart (_dtype_code)
-        return "%s/%s" % (CACHE_DTYPES[x // n - 1], CACHE_DTYPES[x % n])
     names = {5: CACHE_DTYPES, 20: ("none",) + WEIGHTS, 26: ("none",) + CACHE_DTYPES, 28: AT_CAP}.get(j)
     return names[x] if names is not None and 0 <= x < len(names) else "%d" % x
 

@@ -14,7 +14,8 @@
 #   padded   a row rounded up to the alignment (trap 7: cache line / DMA burst); align 0 or 1 = no padding.
 #   meta     scales and zero points of quantized rows, stored as IEEE half (2 bytes each) so that integer
 #            code can decode them with shifts and never needs a float.
-#   group    i4/i2 keys are quantized per channel over groups of `group` tokens (KIVI).
+#   group    i4/i2 keys (and i8 keys given a residual) are quantized per channel over groups of `group` tokens
+#            (KIVI). Keys and values may be stored in formats of their own (kv_bytes' dtype and v_dtype).
 #   residual KIVI's sliding residual of R tokens (a multiple of group): the newest R..R+G-1 tokens stay at
 #            full precision (f32); a whole group is quantized when it leaves. Its ring holds R+G-1 rows per
 #            layer, K|V and KV head (the group that leaves is quantized before the next token is written), or

@@ -224,9 +224,10 @@ def test_bad_split_configs_are_refused_precisely():
         assert frag in message(e), (kw, message(e))
     refused("k_dtype must be one of", k_dtype="i3")
     refused("v_dtype must be one of", v_dtype="q8_0")
-    refused("residual applies to i8, i4 and i2 keys only, got 4 for k_dtype f16", k_dtype="f16", v_dtype="i4",
-            residual=4)
-    refused("residual applies to i4 and i2 only, got 32 for i8", dtype="i8", residual=32)  # as before
+    refused("residual applies to i4 and i2 only (and i8 keys given as k_dtype), got 4 for f16", k_dtype="f16",
+            v_dtype="i4", residual=4)
+    refused("residual applies to i4 and i2 only", dtype="i8", residual=32)  # the shorthand's i8 as before
+    refused("got 32 for i8", dtype="i8", residual=32)
     refused("residual must be 0 or a multiple of group (4) for i8", k_dtype="i8", v_dtype="i4", group=4, residual=6)
     refused("max_tokens - prefix (31) must be a multiple of group (4) for i8", k_dtype="i8", v_dtype="f16",
             group=4, residual=4, prefix=1)
