@@ -11,11 +11,6 @@
 #                     (residual 0: per row           [layer][kv_head][b]                4 bytes)
 #                  V: f16 scale+zero per row         [layer][kv_head][b]                4 bytes
 #
-# K and V in formats of their own (cfg.split: k_dtype, v_dtype): DATA rows of K and of V each have their own
-# padded size (kvedge.sizes.half_layout), and META is K's region then V's, each as the i4 layout above says: per row
-# (i8: 2 bytes, i4/i2: 4) or, for keys with a residual (i8, i4, i2), per channel of each group, KIVI's asymmetric
-# codes (i8 keys per channel: codes 0..255). Only the shared i8 cache keeps its rows' scales interleaved by K|V.
-#
 # A slot is a token's place: slots 0..P-1 are the prefix rows, slot P+b is DATA row b. Without a window,
 # position p lives in slot p. With a window W and S sinks, positions < S keep slots 0..S-1 for ever and later
 # positions take slot S + (p - S) % W, overwriting (evicting) the token W positions older. slot_pos[slot] is
@@ -32,7 +27,7 @@
 import struct
 
 from .compat import zeros
-from .sizes import CODE_BITS, FULL, INT_CODES, LOWBIT, I8, F16, F32, K, V, align_up, half_layout, residual_rows
+from .sizes import CODE_BITS, FULL, INT_CODES, LOWBIT, I8, F16, F32, K, V, align_up, residual_rows, row_bytes
 from .config import CacheConfig
 from .errors import BudgetError, CacheFullError
 from . import check, quant
@@ -71,29 +66,28 @@ class KVCache:
         G = cfg.group
         self.L, self.H, self.D, self.P, self.N, self.B, self.G = L, H, D, P, N, B, G
         self.S, self.W = cfg.sinks, cfg.window
-        self.dts = (cfg.k_dtype, cfg.v_dtype)  # each half's storage, by K|V
-        self.kivi = cfg.residual > 0  # keys per channel over groups, behind an f32 residual (config: i8/i4/i2 keys)
-        self.lowbit = cfg.dtype in LOWBIT  # a shared i4 / i2 cache (what the integer attention converts)
-        self.bits = CODE_BITS.get(cfg.dtype, 0)  # bits per code of a shared i4 / i2 cache's rows
-        # bits per asymmetric code of each half, by K|V (kvedge.kivi's rows: i4, i2, and i8 keys per channel)
-        self.cbits = (8 if self.kivi and cfg.k_dtype == I8 else CODE_BITS.get(cfg.k_dtype, 0),
-                      CODE_BITS.get(cfg.v_dtype, 0))
+        self.lowbit = cfg.dtype in LOWBIT
+        self.bits = CODE_BITS.get(cfg.dtype, 0)  # bits per code of i4 / i2 rows
+        self.kivi = self.lowbit and cfg.residual > 0
         self.R = residual_rows(G, cfg.residual, B) if self.kivi else 0  # rows of the f32 residual ring
         self.NG = B // G if self.kivi else 0
-        krow, kprow, kmeta, _ = half_layout(D, cfg.k_dtype, cfg.align, self.kivi)
-        vrow, vprow, vmeta, _ = half_layout(D, cfg.v_dtype, cfg.align, False)
-        self.prows = (kprow, vprow)  # padded DATA row bytes, by K|V
-        self.metas = (kmeta, vmeta)  # metadata bytes of one DATA row, by K|V (0: keys per channel, or floats)
-        self.row = krow  # a shared cache's row and padded row (a split cache: its keys')
-        self.prow = kprow
-        self.frow = align_up(4 * D, cfg.align)
+        self.row = row_bytes(D, cfg.dtype)
+        self.prow = align_up(self.row, cfg.align)
+        self.frow = align_up(row_bytes(D, FULL), cfg.align)
         # region offsets, in layout order
         self.PRE = 0
         self.RES = self.PRE + 2 * L * H * P * self.frow
         self.DATA = self.RES + 2 * L * H * self.R * self.frow
-        self.META = self.DATA + L * H * B * (kprow + vprow)
-        self.VMETA = self.META + L * H * (self.NG * D * 4 if self.kivi else B * kmeta)  # the shared i8's: unused
-        end = self.VMETA + L * H * B * vmeta
+        self.META = self.DATA + 2 * L * H * B * self.prow
+        if cfg.dtype == I8:
+            self.VMETA = self.META
+            end = self.META + 2 * L * H * B * 2
+        elif self.lowbit:
+            kmeta = L * H * (self.NG * D if self.kivi else B) * 4
+            self.VMETA = self.META + kmeta
+            end = self.VMETA + L * H * B * 4
+        else:
+            self.VMETA = end = self.META
         if end != need:  # the layout and the budget formula must agree to the byte
             raise AssertionError("layout %d != formula %d" % (end, need))
         self.arena = arena if arena is not None else bytearray(need)
@@ -103,14 +97,11 @@ class KVCache:
         # row_at(.., b0 + n), likewise its metadata), and write_q8_at() fills q_store's block. Not in the arena:
         # bookkeeping, like slot_pos.
         self.bases = zeros("i", 2 * L * H)
-        off = self.DATA
         for i in range(2 * L * H):
-            self.bases[i] = off
-            off += B * self.prows[(i // H) & 1]
+            self.bases[i] = self.DATA + i * B * self.prow
         self.slot_pos = zeros("i", N)  # reset() fills it with -1
         self._low = None
-        if self.kivi or self.cbits[K] or self.cbits[V]:  # i4 / i2 rows, keys per channel: their code lives in
-            # kvedge.kivi, loaded only by caches that need it
+        if self.lowbit:  # i4 / i2 rows: their code lives in kvedge.kivi, loaded only by caches that need it
             from . import kivi
             self._low = kivi
         self.res_lo = zeros("i", L)  # KIVI: first f32 residual token (s = pos - P), per layer
@@ -121,15 +112,11 @@ class KVCache:
         # Evicted rows are not forgotten: conservative, and nothing to rescan. Only caches the integer path
         # reads (i8, i4, i2) keep it.
         self.kbits = zeros("H", L)
-        self._kmax = cfg.dtype in INT_CODES
+        self._kmax = cfg.dtype == I8 or self.lowbit
         self.group_live = zeros("H", self.NG)  # i4 KIVI: live tokens per group (for used_bytes)
         self._f32 = "<%df" % D
-        # largest |value| a row may hold, by K|V: float32 range, what an i8 row's f16 scale covers, the f16 range
-        # (f16 rows, and asymmetric codes' f16 zero)
-        self.vlims = [check.F32_MAX if dt == F32 else (check.I8_MAX if dt == I8 else check.F16_MAX) for dt in self.dts]
-        if self.kivi:
-            self.vlims[K] = check.F16_MAX  # keys per channel: an f16 zero
-        self.vlim = min(self.vlims)  # what a row of either half may hold
+        # largest |value| a row may hold: float32 range, what an i8 row's f16 scale covers, the f16 range
+        self.vlim = check.F32_MAX if cfg.dtype == F32 else (check.I8_MAX if cfg.dtype == I8 else check.F16_MAX)
         self.int_ok = cfg.dtype in INT_CODES and D <= 256  # its rows can go through the integer attention
         self._scratch = zeros("f", max(D, G) if self.kivi else D)  # one row (KIVI: or a group's key channel)
         self.policy = None
@@ -139,7 +126,12 @@ class KVCache:
         self.scores = None
         # bytes one cached token occupies, by where it lives (for used_bytes)
         self.pre_slot_bytes = 2 * L * H * self.frow
-        self.main_slot_bytes = L * H * (kprow + vprow + kmeta + vmeta)
+        row_meta = 0
+        if cfg.dtype == I8:
+            row_meta = 2 * 2
+        elif self.lowbit:
+            row_meta = 4 if self.kivi else 8
+        self.main_slot_bytes = L * H * (2 * self.prow + row_meta)
         self.group_bytes = L * H * D * 4 if self.kivi else 0
         self.padding_bytes = cfg.nbytes(True)["padding"]
         # lifetime counters: a reset starts a new sequence, the monitor keeps counting
@@ -319,10 +311,10 @@ class KVCache:
 
     def row_at(self, layer, kv, kvh, b):
         """Arena offset of DATA row b (slot P + b) of (layer, K|V, KV head)."""
-        return self.bases[(layer * 2 + kv) * self.H + kvh] + b * self.prows[kv]
+        return self.bases[(layer * 2 + kv) * self.H + kvh] + b * self.prow
 
     def row_pitch(self):
-        """Bytes from one DATA row to the next (the row, padding included); a split cache: a key row's."""
+        """Bytes from one DATA row to the next (the row, padding included)."""
         return self.prow
 
     def f32_pitch(self):
@@ -335,10 +327,10 @@ class KVCache:
         if self.cfg.dtype == I8:
             return self.META + (((layer * 2 + kv) * self.H + kvh) * self.B + b) * 2
         if kv == V:
-            return self.VMETA + ((layer * self.H + kvh) * self.B + b) * self.metas[V]
+            return self.VMETA + ((layer * self.H + kvh) * self.B + b) * 4
         if self.kivi:
             return self.META + ((layer * self.H + kvh) * self.NG + b // self.G) * self.D * 4
-        return self.META + ((layer * self.H + kvh) * self.B + b) * self.metas[K]
+        return self.META + ((layer * self.H + kvh) * self.B + b) * 4
 
     def prefix_at(self, layer, kv, kvh, slot):
         """Arena offset of the f32 prefix row of `slot` (< P)."""
@@ -366,8 +358,8 @@ class KVCache:
         n = self.H * self.D
         check.length("k", k, n)
         check.length("v", v, n)
-        check.floats("k", k, n, self.vlims[K])
-        check.floats("v", v, n, self.vlims[V])
+        check.floats("k", k, n, self.vlim)
+        check.floats("v", v, n, self.vlim)
 
     def _check_layers(self, ks, vs):
         """append(): one row of K and of V per layer, all checked before anything moves."""
@@ -389,6 +381,7 @@ class KVCache:
         if self._kmax:
             self._note_k(layer, k)
         slot = self.cur_slot
+        dt = self.cfg.dtype
         if slot < self.P:
             for h in range(self.H):
                 self._put_f32(self.prefix_at(layer, K, h, slot), k, h * self.D)
@@ -399,21 +392,16 @@ class KVCache:
             self._low.write_residual(self, layer, self.slot_pos[slot] - self.P, k, v)
             return
         for h in range(self.H):
-            self.put_row(layer, K, h, b, k, h * self.D)
-            self.put_row(layer, V, h, b, v, h * self.D)
-
-    def put_row(self, layer, kv, h, b, x, src):
-        """x[src:src+D] into DATA row b of (layer, K|V, KV head h), in that half's format, quantized per token."""
-        off = self.row_at(layer, kv, h, b)
-        dt = self.dts[kv]
-        if dt == F32:
-            self._put_f32(off, x, src)
-        elif dt == F16:
-            self._put_f16(off, x, src)
-        elif dt == I8:
-            self._put_i8(off, self.scale_at(layer, kv, h, b), x, src)
-        else:  # i4 / i2 per row: asymmetric
-            self._low.put_row(self, off, self.scale_at(layer, kv, h, b), x, src, self.cbits[kv])
+            for kv, x in ((K, k), (V, v)):
+                off = self.row_at(layer, kv, h, b)
+                if dt == F32:
+                    self._put_f32(off, x, h * self.D)
+                elif dt == F16:
+                    self._put_f16(off, x, h * self.D)
+                elif dt == I8:
+                    self._put_i8(off, self.scale_at(layer, kv, h, b), x, h * self.D)
+                else:  # i4 without residual: per-row asymmetric for K and V
+                    self._low.put_row(self, off, self.scale_at(layer, kv, h, b), x, h * self.D)
 
     def _note_k(self, layer, k):
         """kbits[layer] raised to the i8 scale bits of k's largest |value| (k checked: within I8_MAX)."""
@@ -553,19 +541,17 @@ class KVCache:
             if self.res_lo[layer] <= s < self.res_hi[layer]:
                 self._get_f32(self.RES + self._rowidx(layer, kv, head, self.R, s % self.R) * self.frow, out)
                 return
-        off = self.row_at(layer, kv, head, b)
-        dt = self.dts[kv]
+        off = self.DATA + self._rowidx(layer, kv, head, self.B, b) * self.prow
+        dt = self.cfg.dtype
         a = self.arena
         D = self.D
-        if kv == K and self.kivi:  # keys per channel: their group's scale and zero
-            self._low.read_row(self, layer, head, b, kv, off, out)
-        elif dt == F32:
+        if dt == F32:
             self._get_f32(off, out)
         elif dt == F16:
             for i in range(D):
                 out[i] = quant.f16_value(a[off + 2 * i] | (a[off + 2 * i + 1] << 8))
         elif dt == I8:
-            m = self.scale_at(layer, kv, head, b)
+            m = self.META + self._rowidx(layer, kv, head, self.B, b) * 2
             s = quant.f16_value(a[m] | (a[m + 1] << 8))
             for i in range(D):
                 c = a[off + i]

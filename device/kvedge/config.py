@@ -1,6 +1,6 @@
 # A validated KV-cache configuration. Construction either succeeds whole or raises ValueError naming the field.
-from .sizes import (F32, I8, CACHE_DTYPES, LOWBIT, QK, cache_bytes, cache_slots, check_align,
-                     check_dtype, check_int, row_bytes)
+from .sizes import (F32, CACHE_DTYPES, LOWBIT, QK, cache_bytes, cache_slots, check_align, check_dtype, check_int,
+                     row_bytes)
 
 _FIELDS = ("layers", "heads", "kv_heads", "head_dim", "max_tokens", "dtype", "window", "sinks", "align",
            "group", "residual", "prefix")
@@ -11,16 +11,12 @@ class CacheConfig:
 
     layers, heads, kv_heads, head_dim   the model's attention shape (kv_heads divides heads: MHA, GQA, MQA)
     max_tokens   hard cap on cached tokens (trap 8); with a window the cache holds sinks + window <= max_tokens
-    dtype        storage of cached rows: f32, f16, i8, i4, i2 (shorthand for k_dtype = v_dtype = dtype)
-    k_dtype      keys' storage, when it differs from dtype (llama.cpp's -ctk); i8, i4, i2 keys take a residual
-                 (below) to be quantized per channel, as KIVI does: keys are the sensitive half
-    v_dtype      values' storage, when it differs from dtype (llama.cpp's -ctv); values are quantized per token
+    dtype        storage of cached rows: f32, f16, i8, i4, i2
     window       0 = keep everything up to max_tokens; W > 0 = ring of the last W tokens
     sinks        with a window: the first S tokens are kept for ever (StreamingLLM)
     align        each row is padded to a multiple of this many bytes (0 or 1 = no padding)
-    group        keys per channel: quantized over groups of this many tokens (KIVI)
-    residual     i4/i2 keys (and i8 keys named by k_dtype): KIVI's sliding residual R, a multiple of group (default:
-                 group for i4/i2 keys, 0 for i8): the newest R..R+G-1
+    group        i4/i2: keys are quantized per channel over groups of this many tokens (KIVI)
+    residual     i4/i2: KIVI's sliding residual R, a multiple of group (default = group): the newest R..R+G-1
                  tokens stay at f32 and a whole group is quantized when it leaves; 0 = naive per-token key
                  quantization (no residual). A window must hold R + G tokens; a cache of fewer slots keeps
                  everything at f32 until quantize_residual()
@@ -28,16 +24,13 @@ class CacheConfig:
     """
 
     def __init__(self, layers, heads, kv_heads, head_dim, max_tokens, dtype=F32, window=0, sinks=0, align=64,
-                 group=QK, residual=None, prefix=0, k_dtype=None, v_dtype=None):
+                 group=QK, residual=None, prefix=0):
         check_int("layers", layers)
         check_int("heads", heads)
         check_int("kv_heads", kv_heads)
         check_int("head_dim", head_dim)
         check_int("max_tokens", max_tokens)
         check_dtype(dtype, CACHE_DTYPES)
-        named = k_dtype is not None or v_dtype is not None  # K and V formats given apart
-        k_dtype = dtype if k_dtype is None else check_dtype(k_dtype, CACHE_DTYPES, "k_dtype")
-        v_dtype = dtype if v_dtype is None else check_dtype(v_dtype, CACHE_DTYPES, "v_dtype")
         check_int("window", window, 0)
         check_int("sinks", sinks, 0)
         check_align(align)
@@ -45,17 +38,20 @@ class CacheConfig:
         check_int("prefix", prefix, 0)
         if kv_heads > heads or heads % kv_heads:
             raise ValueError("heads (%d) must be a multiple of kv_heads (%d)" % (heads, kv_heads))
-        row_bytes(head_dim, k_dtype)  # raises if head_dim does not pack i4 / i2 codes into whole bytes
-        row_bytes(head_dim, v_dtype)
-        if residual is None:
-            residual = group if k_dtype in LOWBIT else 0
-        check_int("residual", residual, 0)
-        if residual and not (k_dtype in LOWBIT or (named and k_dtype == I8)):  # keys that may go per channel
-            raise ValueError("residual applies to i4 and i2 only (and i8 keys given as k_dtype), got %d for %s"
-                             % (residual, k_dtype))
-        if residual % group:
-            raise ValueError("residual must be 0 or a multiple of group (%d) for %s, got %d"
-                             % (group, k_dtype, residual))
+        if dtype in LOWBIT:
+            row_bytes(head_dim, dtype)  # raises if head_dim does not pack into whole bytes
+            if residual is None:
+                residual = group
+            check_int("residual", residual, 0)
+            if residual % group:
+                raise ValueError("residual must be 0 or a multiple of group (%d) for %s, got %d"
+                                 % (group, dtype, residual))
+        else:
+            if residual is None:
+                residual = 0
+            check_int("residual", residual, 0)
+            if residual:
+                raise ValueError("residual applies to i4 and i2 only, got %d for %s" % (residual, dtype))
         if window:
             if sinks + window > max_tokens:
                 raise ValueError("sinks + window (%d) must be <= max_tokens (%d)" % (sinks + window, max_tokens))
@@ -67,32 +63,27 @@ class CacheConfig:
                 raise ValueError("sinks (%d) need a window" % sinks)
             if prefix > max_tokens:
                 raise ValueError("prefix (%d) must be <= max_tokens (%d)" % (prefix, max_tokens))
-        if residual:
-            # keys per channel: their groups must tile the quantized slots exactly, ring and sinks separately; the
+        if dtype in LOWBIT and residual:
+            # per-channel key groups must tile the quantized slots exactly, ring and sinks separately; the
             # residual's tokens must still be cached when their group is quantized (ring >= R + G)
             if window:
                 if window % group:
-                    raise ValueError("window (%d) must be a multiple of group (%d) for %s" % (window, group, k_dtype))
+                    raise ValueError("window (%d) must be a multiple of group (%d) for %s" % (window, group, dtype))
                 if (sinks - prefix) % group:
                     raise ValueError("sinks - prefix (%d) must be a multiple of group (%d) for %s; "
-                                     "set prefix = sinks to keep sinks at f32" % (sinks - prefix, group, k_dtype))
+                                     "set prefix = sinks to keep sinks at f32" % (sinks - prefix, group, dtype))
                 if window < residual + group:
                     raise ValueError("window (%d) must be >= residual + group (%d) for %s: the ring must hold "
-                                     "the f32 residual and the group leaving it" % (window, residual + group, k_dtype))
+                                     "the f32 residual and the group leaving it" % (window, residual + group, dtype))
             elif (max_tokens - prefix) % group:
                 raise ValueError("max_tokens - prefix (%d) must be a multiple of group (%d) for %s"
-                                 % (max_tokens - prefix, group, k_dtype))
+                                 % (max_tokens - prefix, group, dtype))
         self.layers = layers
         self.heads = heads
         self.kv_heads = kv_heads
         self.head_dim = head_dim
         self.max_tokens = max_tokens
-        self.k_dtype = k_dtype
-        self.v_dtype = v_dtype
-        # what the shorthand builds keeps its name; any other pair is named "K/V" (i8 keys per channel: "i8/i8"),
-        # which no code that reads one dtype mistakes for its own
-        self.split = k_dtype != v_dtype or (k_dtype == I8 and residual > 0)
-        self.dtype = "%s/%s" % (k_dtype, v_dtype) if self.split else k_dtype
+        self.dtype = dtype
         self.window = window
         self.sinks = sinks
         self.align = align
@@ -114,13 +105,7 @@ class CacheConfig:
         return cache_bytes(self, detail)
 
     def to_dict(self):
-        """The fields: dtype (a split config's "K/V" name), and k_dtype and v_dtype for a pair the shorthand does not
-        build."""
-        d = {k: getattr(self, k) for k in _FIELDS}
-        if self.split:
-            d["k_dtype"] = self.k_dtype
-            d["v_dtype"] = self.v_dtype
-        return d
+        return {k: getattr(self, k) for k in _FIELDS}
 
     @classmethod
     def from_dict(cls, d):
@@ -128,22 +113,16 @@ class CacheConfig:
         if not isinstance(d, dict):
             raise ValueError("cache config must be a JSON object, got %r" % (d,))
         for k in d:
-            if k not in _FIELDS and k != "k_dtype" and k != "v_dtype":
+            if k not in _FIELDS:
                 raise ValueError("unknown cache config field %r" % (k,))
         for k in ("layers", "heads", "kv_heads", "head_dim", "max_tokens"):
             if k not in d:
                 raise ValueError("cache config is missing %r" % k)
-        name = d.get("dtype")
-        if not (isinstance(name, str) and "/" in name):
-            return cls(**d)
-        cfg = cls(**{k: d[k] for k in d if k != "dtype"})  # to_dict()'s "K/V" name of a split config: checked
-        if cfg.dtype != name:
-            raise ValueError("dtype %r does not name this config's k_dtype and v_dtype (%s)" % (name, cfg.dtype))
-        return cfg
+        return cls(**d)
 
     def __eq__(self, other):
         return isinstance(other, CacheConfig) and self.to_dict() == other.to_dict()
 
     def __repr__(self):
-        return "CacheConfig(%s)" % ", ".join("%s=%r" % kv for kv in self.to_dict().items())
+        return "CacheConfig(%s)" % ", ".join("%s=%r" % (k, getattr(self, k)) for k in _FIELDS)
 

@@ -16,6 +16,7 @@
 from . import check
 from .cache import KVCache
 from .compat import zeros
+from .sizes import LOWBIT
 from .errors import CacheFullError
 
 CAP = (1 << 30) - 1
@@ -37,7 +38,7 @@ class H2O:
         if cfg.window:
             raise ValueError("H2O replaces the ring buffer: build the cache with window=0 (got window=%d)"
                              % cfg.window)
-        if cfg.residual:  # keys per channel (i4/i2, or i8 keys of a split config)
+        if cfg.dtype in LOWBIT and cfg.residual:
             raise ValueError("H2O cannot evict single tokens from KIVI %s groups (keys share per-channel "
                              "scales over %d tokens): use %s with residual=0, or i8/f16/f32"
                              % (cfg.dtype, cfg.group, cfg.dtype))

@@ -1,8 +1,6 @@
 # Low-bit rows of a KVCache (i4, i2) after KIVI: asymmetric codes with an f16 scale and zero, packed low bits
 # first; keys per channel over groups of G tokens, values per token; the sliding f32 residual of the newest
-# R..R+G-1 tokens, from which a whole group is quantized as it leaves (layout and rule: see cache.py). Keys per
-# channel may also be 8-bit codes (k_dtype i8 with a residual), and values of another format than the keys are
-# written by the cache's own put_row().
+# R..R+G-1 tokens, from which a whole group is quantized as it leaves (layout and rule: see cache.py).
 # Functions of the cache they work on, in their own module: only i4/i2 caches load this code.
 import struct
 
@@ -19,9 +17,10 @@ def put_meta(a, moff, sb, zb):
     a[moff + 3] = zb >> 8
 
 
-def put_row(c, off, moff, x, src, bits):
-    """One row x[src:src+D] as asymmetric `bits`-bit codes with the row's own scale and zero (f16 bits at moff)."""
+def put_row(c, off, moff, x, src):
+    """One row x[src:src+D] as asymmetric codes with the row's own scale and zero (f16 bits at moff)."""
     D = c.D
+    bits = c.bits
     top = (1 << bits) - 1
     sb, zb = asym_params(x, src, D, top)
     a = c.arena
@@ -44,7 +43,7 @@ def read_row(c, layer, head, b, kv, off, out):
     the slot's group, values and residual-0 keys those of the row."""
     a = c.arena
     D = c.D
-    bits = c.cbits[kv]
+    bits = c.bits
     per = 8 // bits
     top = (1 << bits) - 1
     step = 4 if kv == K and c.kivi else 0
@@ -93,8 +92,8 @@ def close_group(c, layer, lo):
     rowf = col = c._scratch  # a value row, then (after them) one key channel of the group
     a = c.arena
     frow = c.f32_pitch()
-    prow = c.prows[K]
-    bits = c.cbits[K]
+    prow = c.row_pitch()
+    bits = c.bits
     top = (1 << bits) - 1
     per = 8 // bits
     unpack = struct.unpack_from
@@ -102,7 +101,7 @@ def close_group(c, layer, lo):
         for r in range(G):  # values: each row on its own
             c._get_f32(c.residual_at(layer, V, h, (lo + r) % R), rowf)
             b = b0 + r
-            c.put_row(layer, V, h, b, rowf, 0)
+            put_row(c, c.row_at(layer, V, h, b), c.scale_at(layer, V, h, b), rowf, 0)
         kres = c.residual_at(layer, K, h, 0)
         kdata = c.row_at(layer, K, h, b0)
         kmeta = c.scale_at(layer, K, h, b0)

@@ -110,8 +110,6 @@ def fingerprint(cache, policy=None, model=None, out=None):
         f[i] = 0
     f[0], f[1], f[2], f[3], f[4] = c.layers, c.heads, c.kv_heads, c.head_dim, c.slots
     f[5], f[6], f[7], f[8], f[9] = _index(CACHE_DTYPES, c.dtype), c.window, c.sinks, c.prefix, c.align
-    if c.split:  # K and V apart: 5 + 5 * K's index + V's
-        f[5] = 5 * (1 + _index(CACHE_DTYPES, c.k_dtype)) + _index(CACHE_DTYPES, c.v_dtype)
     f[10], f[11], f[12] = c.group, c.residual, len(r.arena)
     if model is not None:
         m = model.cfg

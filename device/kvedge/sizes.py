@@ -14,8 +14,7 @@
 #   padded   a row rounded up to the alignment (trap 7: cache line / DMA burst); align 0 or 1 = no padding.
 #   meta     scales and zero points of quantized rows, stored as IEEE half (2 bytes each) so that integer
 #            code can decode them with shifts and never needs a float.
-#   group    i4/i2 keys (and i8 keys given a residual) are quantized per channel over groups of `group` tokens
-#            (KIVI). Keys and values may be stored in formats of their own (kv_bytes' dtype and v_dtype).
+#   group    i4/i2 keys are quantized per channel over groups of `group` tokens (KIVI).
 #   residual KIVI's sliding residual of R tokens (a multiple of group): the newest R..R+G-1 tokens stay at
 #            full precision (f32); a whole group is quantized when it leaves. Its ring holds R+G-1 rows per
 #            layer, K|V and KV head (the group that leaves is quantized before the next token is written), or
@@ -119,56 +118,47 @@ def row_bytes(head_dim, dtype):
 
 
 def kv_bytes(layers, kv_heads, head_dim, tokens, dtype=F16, align=64, group=QK, residual=None, prefix=0,
-             detail=False, v_dtype=None):
+             detail=False):
     """Exact bytes of a KV cache holding `tokens` token slots per layer.
 
-    Keys are stored in `dtype`, values in `v_dtype` (default: dtype too); each half's layout is half_layout()'s.
-    `prefix` of those slots are f32 (full-precision prefix). `residual` R (a multiple of G) > 0 selects keys per
-    channel (KIVI): per-channel key scales per group of G slots (the slots after the prefix must be a whole number
-    of groups) and a sliding f32 residual ring of min(R + G - 1, tokens - prefix) rows of K and V; residual 0
-    quantizes keys per token like values. Default: G for i4/i2 keys, 0 for the others (an i8 key half takes a
-    residual only when asked: kvedge.config's k_dtype). With detail=True returns a dict: data, meta, prefix,
-    residual, padding, k, v, total.
+    `prefix` of those slots are f32 (full-precision prefix). For i4 and i2, `residual` R (default: group G;
+    a multiple of G) > 0 selects the KIVI design: per-channel key scales per group of G slots (the slots after
+    the prefix must be a whole number of groups) and a sliding f32 residual ring of min(R + G - 1, tokens -
+    prefix) rows; residual 0
+    quantizes keys per token like values. With detail=True returns a dict: data, meta, prefix, residual,
+    padding, k, v, total.
     """
-    if v_dtype is None:
-        v_dtype = dtype
-    if residual is None:
-        residual = group if dtype in LOWBIT else 0
-    if dtype not in INT_CODES:
-        residual = 0  # float and llama.cpp block keys have no channel scales (config refuses one)
     slots = tokens - prefix
     pairs = layers * kv_heads  # (layer, kv head) pairs; K and V each have one row per pair and slot
-    krow, kpad, kmeta_row, kmeta_ch = half_layout(head_dim, dtype, align, residual > 0)
-    vrow, vpad, vmeta_row, _ = half_layout(head_dim, v_dtype, align, False)
+    row = row_bytes(head_dim, dtype)
+    prow = align_up(row, align)
     frow = row_bytes(head_dim, FULL)
     pfrow = align_up(frow, align)
-    res_rows = residual_rows(group, residual, slots)
-    k_meta = pairs * slots * kmeta_row + pairs * ((slots + group - 1) // group) * head_dim * kmeta_ch
-    v_meta = pairs * slots * vmeta_row
-    data = pairs * slots * (kpad + vpad)
+    data = 2 * pairs * slots * prow
+    k_meta = v_meta = 0
+    res_rows = 0
+    if dtype == I8:
+        k_meta = v_meta = pairs * slots * META_BYTES
+    elif dtype in LOWBIT:
+        if residual is None:
+            residual = group
+        v_meta = pairs * slots * 2 * META_BYTES
+        if residual:
+            k_meta = pairs * ((slots + group - 1) // group) * head_dim * 2 * META_BYTES
+            res_rows = residual_rows(group, residual, slots)
+        else:
+            k_meta = v_meta
     pre = 2 * pairs * prefix * pfrow
     res = 2 * pairs * res_rows * pfrow
     total = data + k_meta + v_meta + pre + res
     if not detail:
         return total
-    full = pairs * (prefix + res_rows) * pfrow  # one half's f32 rows
-    padding = pairs * slots * (kpad - krow + vpad - vrow) + 2 * pairs * (prefix + res_rows) * (pfrow - frow)
+    padding = 2 * pairs * (slots * (prow - row) + (prefix + res_rows) * (pfrow - frow))
+    half = (data + pre + res) // 2
     return {
         "data": data, "meta": k_meta + v_meta, "prefix": pre, "residual": res, "padding": padding,
-        "k": pairs * slots * kpad + full + k_meta, "v": pairs * slots * vpad + full + v_meta, "total": total,
+        "k": half + k_meta, "v": half + v_meta, "total": total,
     }
-
-
-def half_layout(head_dim, dtype, align, per_channel):
-    """One half (K or V) of a cache: (row bytes, padded row bytes, metadata bytes per row, metadata bytes per channel
-    and group). i8 rows: one f16 scale (symmetric codes); i4/i2 rows: f16 scale and zero (asymmetric); keys per
-    channel (per_channel, i8/i4/i2): an f16 scale and zero per channel and group of G tokens instead, the codes
-    asymmetric (i8: 0..255); f32, f16 and llama.cpp blocks: none apart from the row."""
-    row = row_bytes(head_dim, dtype)
-    if per_channel:
-        return row, align_up(row, align), 0, 2 * META_BYTES
-    meta = META_BYTES if dtype == I8 else (2 * META_BYTES if dtype in LOWBIT else 0)
-    return row, align_up(row, align), meta, 0
 
 
 def residual_rows(group, residual, slots):
@@ -188,7 +178,7 @@ def cache_slots(max_tokens, window=0, sinks=0):
 def cache_bytes(cfg, detail=False):
     """Exact arena bytes of a CacheConfig (see config.py)."""
     return kv_bytes(cfg.layers, cfg.kv_heads, cfg.head_dim, cache_slots(cfg.max_tokens, cfg.window, cfg.sinks),
-                    cfg.k_dtype, cfg.align, cfg.group, cfg.residual, cfg.prefix, detail, cfg.v_dtype)
+                    cfg.dtype, cfg.align, cfg.group, cfg.residual, cfg.prefix, detail)
 
 
 # ---- whole deployment: weights + KV + activations + workspace ----
