@@ -156,12 +156,13 @@ def _tokens(cache):
 
 
 def main(model, tokenizer, lines, max_new=64, temperature=0.0, seed=1, kv=None, h2o=0, forward="auto",
-         kernel="auto", stream=False, prefill=1, stats_ms=0, save=None, resume=None, emit=None):
+         kernel="auto", stream=False, prefill=1, stats_ms=0, save=None, resume=None, emit=None, end=None):
     """`kvedge chat`'s runner: a Llama on `model` with cache `kv` (h2o=N: H2O eviction holding N), a turn per line
     of `lines` (any iterable of str), each reply written to stdout as it comes and ended by a newline, then one
     line "#KVCHAT {json}" per turn (tokens fed, reply tokens, positions held, evictions, ms). resume: a session
     (kvedge.session) to go on from; save: where to save the conversation after the last turn. emit(bytes): where
-    the text and those lines go (default stdout)."""
+    the text and those lines go (default stdout). end: a line printed once everything is done (at a port: the line
+    the host's watcher stops at)."""
     import sys
     from kvedge import kernels
     from kvedge.compat import ticks_diff, ticks_ms
@@ -223,3 +224,5 @@ def main(model, tokenizer, lines, max_new=64, temperature=0.0, seed=1, kv=None, 
     chat.close()
     m.close()
     tok.close()
+    if end is not None:
+        print(end)

@@ -188,7 +188,7 @@ def _run_port(args, call, lines):
         len(res["unchanged"])), file=sys.stderr, flush=True)
     call = dict(call, model=os.path.basename(call["model"]), tokenizer=os.path.basename(call["tokenizer"]))
     # the watcher stops at kvedge generate's summary line: one, empty, once the turns are done
-    code = "from kvedge.chat import main\nmain(lines=%r, **%r)\nprint('%s{}')\n" % (lines, call, gen.MARK)
+    code = "from kvedge.chat import main\nmain(lines=%r, end=%r, **%r)\n" % (lines, gen.MARK + "{}", call)
     mpremote(args.port, ["exec", "--no-follow", code], resume=False)
     split = _Lines()
 
