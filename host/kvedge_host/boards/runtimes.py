@@ -56,6 +56,11 @@ LARGER_HEAP = {"xt": {
     "test_w4model.py": (215040, _ESP32_SHORT % "2,592 bytes"),
     "test_w4native.py": (215040, _ESP32_SHORT % "1,148 bytes"),
     "test_w4prefill.py": (215040, _ESP32_SHORT % "576 bytes"),
+    "test_chat_int.py": (215040, _ESP32_SHORT % "1,440 bytes"),
+    "test_chat_session.py": (215040, _ESP32_SHORT % "1,408 bytes"),
+    "test_pool_model.py": (215040, _ESP32_SHORT % "640 bytes"),
+    "test_pool_model_float.py": (215040, _ESP32_SHORT % "573 bytes"),
+    "test_session_tiered.py": (215040, _ESP32_SHORT % "1,148 bytes"),
 }, "unix": {
     # the 64-bit port's objects are twice a board's: two models on the rp2040's 215,040 bytes leave no block for a
     # new qstr pool (1,280 bytes there) in these files; the 32-bit runtimes (wasm, the emulated Cortex-M0, M3, M7,
