@@ -30,10 +30,7 @@ def add_arguments(p):
     p.add_argument("--seed", type=int, default=1, help="sampling seed, > 0 (default 1)")
     p.add_argument("--kv-dtype", choices=budget.CACHE_DTYPES, help="cache storage (default f32; i8 for int4 "
                    "weights)")
-    p.add_argument("--max-tokens", type=int, default=0, help="cache cap (default: the model's context)")
-    p.add_argument("--window", type=int, default=0, help="ring window of the last W tokens (0 = none)")
-    p.add_argument("--sinks", type=int, default=0, help="tokens kept for ever beside the window")
-    p.add_argument("--prefix", type=int, default=0, help="first tokens kept at f32")
+    gen.add_cache_shape(p)
     p.add_argument("--h2o", type=int, default=0, metavar="SLOTS", help="heavy-hitter eviction: hold SLOTS tokens, "
                    "half of them the most recent (not with --window)")
     p.add_argument("--align", type=int, default=0, help="row alignment in bytes (default 0)")

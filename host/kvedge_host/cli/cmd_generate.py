@@ -16,6 +16,14 @@ from ..paths import DEVICE, model_file
 MARK = "#KVEDGE "
 
 
+def add_cache_shape(p):
+    """The cache's cap, window, sinks and f32 prefix: the flags generate and chat share (kvedge.config's fields)."""
+    p.add_argument("--max-tokens", type=int, default=0, help="cache cap (default: the model's context)")
+    p.add_argument("--window", type=int, default=0, help="ring window of the last W tokens (0 = none)")
+    p.add_argument("--sinks", type=int, default=0, help="tokens kept for ever beside the window")
+    p.add_argument("--prefix", type=int, default=0, help="first tokens kept at f32")
+
+
 def add_arguments(p):
     p.add_argument("--model", default=model_file("stories260K.bin"),
                    help="checkpoint (default: %(default)s; `kvedge fetch` downloads it)")
@@ -28,10 +36,7 @@ def add_arguments(p):
     p.add_argument("--kv-dtype", choices=budget.CACHE_DTYPES,
                    help="cache storage (default f32: the exact cache, as kvedge plan starts from; with --board or "
                    "--port and no cache flag the board's plan chooses)")
-    p.add_argument("--max-tokens", type=int, default=0, help="cache cap (default: the model's context)")
-    p.add_argument("--window", type=int, default=0, help="ring window of the last W tokens (0 = none)")
-    p.add_argument("--sinks", type=int, default=0, help="tokens kept for ever beside the window")
-    p.add_argument("--prefix", type=int, default=0, help="first tokens kept at f32")
+    add_cache_shape(p)
     p.add_argument("--h2o", type=int, default=0, metavar="SLOTS", help="heavy-hitter eviction: hold SLOTS "
                    "tokens, half of them the most recent (kvedge.evict.H2O; not with --window)")
     p.add_argument("--stats-ms", type=int, default=0, metavar="MS", help="also write KVSTATS lines (kvedge "
