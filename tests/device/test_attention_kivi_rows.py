@@ -11,7 +11,7 @@ from kvedge.compat import zeros
 from kvedge.config import CacheConfig
 from _fuzzkit import Lcg
 from _kiviref import Ref, worst, cosine
-from _support import raises, message
+from _support import ON_BOARD, raises, message
 
 
 def _rows(rng, n, mag):
@@ -70,7 +70,7 @@ def _float_rows(L, H, KVH, D, slots, dtype, window, sinks, prefix, residual, see
 
 def test_i2_kivi_window_and_sinks_float_step_matches_read():
     # row 1: i2, 2 layers, 2/4 heads, window 16 and 4 sinks (20 slots), residual 8: was off by 1.3 %
-    for seed in (1, 2):
+    for seed in (1,) if ON_BOARD else (1, 2):  # ON_BOARD: lean, one seed of each row
         e, n = _float_rows(2, 4, 2, 8, 20, "i2", 16, 4, 0, 8, seed)
         assert e <= 1.0 and n > 60, (e, n)
         gc.collect()
@@ -78,7 +78,7 @@ def test_i2_kivi_window_and_sinks_float_step_matches_read():
 
 def test_i2_kivi_window_sinks_and_f32_prefix_float_step_matches_read():
     # row 2: i2, 1 layer, 2/4 heads, window 8, 4 sinks held in the f32 prefix (12 slots), residual 4: was 2.7 %
-    for seed in (3, 4, 5):
+    for seed in (3,) if ON_BOARD else (3, 4, 5):
         e, n = _float_rows(1, 4, 2, 8, 12, "i2", 8, 4, 4, 4, seed)
         assert e <= 1.0 and n > 30, (e, n)
         gc.collect()
@@ -86,7 +86,7 @@ def test_i2_kivi_window_sinks_and_f32_prefix_float_step_matches_read():
 
 def test_i4_kivi_no_window_float_step_matches_read():
     # row 3: i4, 1 layer, 2/2 heads, 16 slots without a window, residual 4: was 0.35 %
-    for seed in (6, 7, 8):
+    for seed in (6,) if ON_BOARD else (6, 7, 8):
         e, n = _float_rows(1, 2, 2, 8, 16, "i4", 0, 0, 0, 4, seed, 16)
         assert e <= 1.0 and n >= 16, (e, n)
         gc.collect()
