@@ -30,9 +30,6 @@ def doc_args(doc):
     for k in doc["cache"]:
         if k not in _SHAPE:
             kv[k] = doc["cache"][k]
-    if "k_dtype" in kv:  # K and V apart: the config class llama.cache_config builds (kvedge.kvsplit's)
-        from kvedge.kvsplit import SplitConfig
-        kv["cls"] = SplitConfig
     pol = doc.get("policy") or {}
     out = {"kv": kv, "h2o": pol.get("budget", 0) if pol.get("kind") == "h2o" else 0,
            "stream": _STREAM[doc["weights"]["place"]], "tier": tier_of(doc), "forward": doc.get("forward") or UNNAMED,
