@@ -274,25 +274,6 @@ def test_refused_writes_change_nothing():
         gc.collect()
 
 
-def test_integer_paths_refuse_a_split_cache():
-    cfg = SplitConfig(L, H, KVH, D, 8, k_dtype="i8", v_dtype="i4", align=0)
-    c = SplitCache(cfg)
-    assert not c.int_ok and not Attention(c).int_ok
-    e = raises(TypeError, c.read_codes, 0, 0, 0, 0, zeros("b", D))
-    assert "needs an i8 cache, this one is i8/i4" in message(e)
-    from kvedge.model import passes
-    assert passes.choose("i8", cfg.dtype, "viper") == passes.FLOAT
-    from kvedge import caches
-    assert isinstance(caches.build(cfg), SplitCache)
-    e = raises(ValueError, caches.build, cfg, q8=True)
-    assert "the integer passes write i8 caches: K and V apart (i8/i4) run the float pass" in message(e)
-    e = raises(ValueError, caches.build, cfg, {"block": 8, "cold_dtype": "i8", "cold_blocks": 4})
-    assert "a tiered cache holds one format: K and V apart (i8/i4) need tier None" in message(e)
-    from kvedge.model import pass_int
-    e = raises(ValueError, pass_int.check, "i8", cfg, None)
-    assert "the integer forward pass needs an i8 cache, not i8/i4" in message(e)
-
-
 def test_window_and_sinks_keep_the_newest_rows_of_each_half():
     # a ring of W + S slots: after 3 wraps the sinks and the newest W positions are cached, each row as a fresh cache
     # that saw only the kept positions stores it (per token) or within its group's bound (per channel)
@@ -354,42 +335,3 @@ def test_h2o_on_split_rows_and_refused_on_key_groups():
     e = raises(ValueError, H2O, c2, budget=2 * G, recent=2)
     assert "H2O cannot evict single tokens from i8 keys per channel (groups of 4 tokens share scales)" in message(e)
     assert c2.policy is None
-
-
-def test_a_session_saved_from_a_split_cache_resumes_it_whole():
-    from _support import need, tmp_path
-    from kvedge import session
-    from kvedge.errors import SessionError
-    need("fs")
-    path = tmp_path("kvedge_split_sess")
-    for j, (kd, vd, res, win) in enumerate((("i8", "i4", G, 3 * G), ("f16", "i8", 0, 0))):
-        cfg = SplitConfig(L, H, KVH, D, (4 if win else 5) * G, k_dtype=kd, v_dtype=vd, group=G, residual=res,
-                          window=win, sinks=G if win else 0, prefix=G if win else 0, align=0)
-        n = 3 * G + 3
-        a = _filled(cfg, 60 + j, n)
-        session.remove(path)
-        session.save(path, a, token=7)
-        b = SplitCache(cfg)
-        assert session.load(path, b) == 7
-        assert bytes(b.arena) == bytes(a.arena) and list(b.slot_pos) == list(a.slot_pos), (kd, vd)
-        assert list(b.res_lo) == list(a.res_lo) and list(b.res_hi) == list(a.res_hi)
-        # the continuation is the same cache: the next rows land alike
-        for c in (a, b):
-            for p in range(n, n + G + 1):
-                c.append([row(61, p, layer, 0, KVH * D, D) for layer in range(L)],
-                         [row(61, p, layer, 1, KVH * D, D) for layer in range(L)])
-        assert bytes(b.arena) == bytes(a.arena), (kd, vd)
-        # another split of the same shape (the halves swapped) is refused, the cache unchanged
-        other = SplitConfig(L, H, KVH, D, cfg.max_tokens, k_dtype=vd, v_dtype=kd, group=G,
-                            residual=G if (res and vd in ("i8", "i4", "i2")) else 0, window=win,
-                            sinks=G if win else 0, prefix=G if win else 0, align=0)
-        session.remove(path)
-        session.save(path, a)
-        c = SplitCache(other)
-        before = bytes(c.arena)
-        e = raises(SessionError, session.load, path, c)
-        assert "written for another layout" in message(e), message(e)
-        assert bytes(c.arena) == before and c.n_seen == 0
-        del a, b, c
-        gc.collect()
-    session.remove(path)
