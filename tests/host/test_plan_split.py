@@ -71,3 +71,13 @@ def test_a_split_format_is_chosen_where_it_fits_and_measures_best(capsys):
     chosen = r["configurations"][0]
     assert chosen["strategy"] == best["strategy"], [c["strategy"] for c in r["configurations"]]
     assert chosen["cache"]["k_dtype"] != chosen["cache"]["v_dtype"] or chosen["cache"]["residual"]
+
+
+def test_no_split_is_offered_on_the_integer_pass(capsys):
+    # the integer pass reads i8 caches only (kvedge.model.pass_int refuses a split when built): a board whose
+    # measured runtime is that pass's, with room to keep all 512 tokens in PSRAM, is offered no split
+    r = _json(capsys, "--preset", "stories260k", "--board", "rp2350-psram8", "--weights-dtype", "i8", "--kind", "keep",
+              "--top", "99")
+    assert r["configurations"] and r["runtime"]["forward"] == "int"
+    assert all("/" not in c["cache"]["dtype"] and c["forward"] == "int" for c in r["configurations"]), [
+        (c["strategy"], c["forward"]) for c in r["configurations"]]

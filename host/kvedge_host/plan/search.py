@@ -139,6 +139,9 @@ class Planner:
         if self.weights_dtype == budget.I4:
             # int4 rows' modules (measured: footprint int4_bytes); where they were not measured no int4 plan fits
             n += self.rt.int4 if self.rt.int4 is not None else self.rt.usable
+        if "/" in cfg.dtype:  # K and V apart: kvedge.kvsplit's code (measured: footprint split_bytes); where it was
+            # not measured no split plan fits (a plan is a promise: the board must hold the module)
+            n += self.rt.split if self.rt.split is not None else self.rt.usable
         if cold is not None:
             n += (self.rt.tiered or 0) + TIERED_FILES * self.rt.file + TIERED_LOOP_BYTES
             if cold == budget.I4:
