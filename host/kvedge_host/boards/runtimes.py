@@ -84,7 +84,8 @@ LARGER_HEAP["circuitpython-emulated"] = dict(LARGER_HEAP["unix"], **{
     f: (262144, _CP64 % "MemoryError importing the tiered runner at 215,040 bytes")
     for f in ("test_tier_durable.py", "test_model_tiered.py", "test_model_tiered_float.py", "test_model_tiered_i4.py",
               "test_model_tiered_auto.py", "test_model_tiered_kinds.py")},
-    **{"test_session_tiered.py": (327680, _CP64 % "960 bytes for the tier's viper kernels beside a saved session")})
+    **{"test_session_tiered.py": (327680, _CP64 % "960 bytes for the tier's viper kernels beside a saved session"),
+       "test_pool_model.py": (262144, _CP64 % "4,688 bytes, compiling the integer pass beside two models")})
 
 
 def larger_heap(runtime, f):
