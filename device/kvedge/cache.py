@@ -560,21 +560,9 @@ class KVCache:
             self._low.read_row(self, layer, head, b, kv, off, out)
 
     def read_codes(self, layer, head, pos, kv, out):
-        """i8 caches: the int8 codes of a row into out (array('b')); returns its f16 scale bits. No allocation."""
-        if self.cfg.dtype != I8:
-            raise TypeError("read_codes needs an i8 cache, this one is %s" % self.cfg.dtype)
-        self._check_read(layer, head, kv, out, True)
-        slot = self.slot_of(pos)
-        if slot < self.P:
-            raise ValueError("position %d is in the f32 prefix: use read()" % pos)
-        ri = self._rowidx(layer, kv, head, self.B, slot - self.P)
-        off = self.DATA + ri * self.prow
-        a = self.arena
-        for i in range(self.D):
-            c = a[off + i]
-            out[i] = c - 256 if c > 127 else c
-        m = self.META + ri * 2
-        return a[m] | (a[m + 1] << 8)
+        """i8 caches: the int8 codes of a row into out (array('b')); returns its f16 scale bits. No allocation
+        (after a first call, which loads kvedge.q8writes, where its code lives)."""
+        return _q8writes().read_codes(self, layer, head, pos, kv, out)
 
     def _get_f32(self, off, out):
         vals = struct.unpack_from(self._f32, self.arena, off)

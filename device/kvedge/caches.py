@@ -20,6 +20,9 @@ def build(ccfg, tier=None, cold_path=COLD_PATH, tile=32, arena=None, q8=False, b
     cold_align; its files cold_path.*, started afresh unless fresh=False); q8: the run writes int8 codes
     (store_q8); arena: the (ring's) arena allocated earlier; budget: BudgetError before allocating when over.
     Its attention is attached by attach() (the caller builds the large buffers in between)."""
+    if "/" in ccfg.dtype:  # K and V apart: kvedge.kvsplit's (loaded by split caches only)
+        from .kvsplit import build as split
+        return split(ccfg, tier, q8, budget, arena)
     if tier is not None:
         from .tier.cache import TieredCache
         return TieredCache(ccfg, cold_path, tier["block"], tier["cold_dtype"], tier["cold_blocks"],

@@ -1,5 +1,6 @@
 """The checked writes of one token's int8 codes and f16 scale bits into an i8 cache: the code of KVCache's write_q8,
-check_write_q8, write_slot_q8 and _write_q8 (each imports this module on a call), in a module of its own so that a
+check_write_q8, write_slot_q8 and _write_q8 (each imports this module on a call), and its read of a row's codes
+(read_codes), in a module of its own so that a
 run that writes floats, or the integer pass's block writes (kvedge.q8rows), does not hold its bytecode. Each
 function takes the cache as `self`. It imports nothing of kvedge.cache."""
 from . import check
@@ -53,3 +54,21 @@ def _write_q8(self, layer, k_codes, k_scales, v_codes, v_scales):
     self._put_q8(layer, K, b, k_codes, 0, k_scales, 0)
     self._put_q8(layer, V, b, v_codes, 0, v_scales, 0)
 
+
+
+def read_codes(self, layer, head, pos, kv, out):
+    """i8 caches: the int8 codes of a row into out (array('b')); returns its f16 scale bits. No allocation."""
+    if self.cfg.dtype != I8:
+        raise TypeError("read_codes needs an i8 cache, this one is %s" % self.cfg.dtype)
+    self._check_read(layer, head, kv, out, True)
+    slot = self.slot_of(pos)
+    if slot < self.P:
+        raise ValueError("position %d is in the f32 prefix: use read()" % pos)
+    ri = self._rowidx(layer, kv, head, self.B, slot - self.P)
+    off = self.DATA + ri * self.prow
+    a = self.arena
+    for i in range(self.D):
+        c = a[off + i]
+        out[i] = c - 256 if c > 127 else c
+    m = self.META + ri * 2
+    return a[m] | (a[m + 1] << 8)

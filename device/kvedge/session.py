@@ -109,7 +109,9 @@ def fingerprint(cache, policy=None, model=None, out=None):
     for i in range(len(FIELDS)):
         f[i] = 0
     f[0], f[1], f[2], f[3], f[4] = c.layers, c.heads, c.kv_heads, c.head_dim, c.slots
-    f[5], f[6], f[7], f[8], f[9] = _index(CACHE_DTYPES, c.dtype), c.window, c.sinks, c.prefix, c.align
+    # a dtype's index; K and V apart (kvedge.kvsplit): the split's code, 5 and above
+    f[5], f[6], f[7], f[8], f[9] = getattr(c, "code", 0) or _index(CACHE_DTYPES, c.dtype), c.window, c.sinks, \
+        c.prefix, c.align
     f[10], f[11], f[12] = c.group, c.residual, len(r.arena)
     if model is not None:
         m = model.cfg

@@ -21,9 +21,10 @@ def _gauss_rows(rng, n, D, outliers=False):
     return r
 
 
-def _fill(cfg, rng, n_tokens):
-    """A cache with n_tokens appended (window wraps as configured) and the true K/V of every position."""
-    c = KVCache(cfg)
+def _fill(cfg, rng, n_tokens, cls=KVCache):
+    """A cache (of class cls) with n_tokens appended (window wraps as configured) and the true K/V of every
+    position."""
+    c = cls(cfg)
     kv_dim = cfg.kv_heads * cfg.head_dim
     K, V = [], []
     for p in range(n_tokens):

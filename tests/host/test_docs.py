@@ -116,6 +116,9 @@ SMALLER = {
     "kvedge eval --json > host/kvedge_host/data/quality-stories260K.json":
         ("kvedge eval --json --samples 1 --tokens 40 --window 16 --texts sampled > /tmp/kvedge-doc-quality.json",
          "the stored table is rewritten only by hand; this writes a small table to a scratch file"),
+    "kvedge eval --json --only \"k i8\" --only \"k i4\" --only \"k f16\" --only i8 --only \"i4 KIVI\"":
+        ("kvedge eval --json --only \"k i8\" --only \"k f16\" --samples 1 --tokens 40 --texts sampled",
+         "about 25 minutes on a loaded machine; one 40-token sampled text and the splits with i8 or f16 keys"),
     "kvedge eval --json --only tiered":
         ("kvedge eval --json --only tiered --samples 1 --tokens 64 --texts sampled",
          "one 64-token sampled text"),

@@ -9,7 +9,9 @@ import os
 from kvedge_host.paths import DEVICE
 
 PKG = os.path.join(DEVICE, "kvedge")
-OWNERS = ("cache.py", "q8rows.py", "q8writes.py")  # the cache, and its int8-code writes (KVCacheQ8's and its stubs' code)
+# the cache, its int8-code writes (KVCacheQ8's and its stubs' code), and the split cache's own layout
+# (kvedge.kvsplit.SplitCache: K and V in formats of their own)
+OWNERS = ("cache.py", "q8rows.py", "q8writes.py", "kvsplit.py")
 LAYOUT = os.path.join("kernels", "words.py")
 FIELDS = ("DATA", "META", "VMETA", "PRE", "RES", "prow", "frow", "_rowidx")
 

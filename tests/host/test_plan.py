@@ -8,7 +8,7 @@ import pytest
 
 from kvedge import budget
 from kvedge.model import sizes as msizes
-from kvedge.config import CacheConfig
+from kvedge.kvsplit import from_dict  # a plan's cache: CacheConfig's, or SplitConfig's (K and V apart)
 from kvedge_host import profiles, cli
 
 import _modelfiles as mf
@@ -39,7 +39,7 @@ def recompute_total(doc, weights_dtype="i8", board="rp2350", runtime=None):
     kvedge.budget, the runner's formulas (kvedge.model.llama) and the board profile's measured footprint
     (boot, code, stats stream, prompt encoder, loop)."""
     from kvedge.model import pass_int, llama
-    cfg = CacheConfig.from_dict(doc["cache"])
+    cfg = from_dict(doc["cache"])
     p = budget.llama_params(64, 172, 5, 8, 4, 512)
     flash = doc["weights"]["place"] != "heap"
     intpass = doc.get("forward") == "int"  # the integer pass keeps every norm and has buffers of its own
@@ -128,14 +128,14 @@ def test_device_cache_from_json_allocates_exactly_the_planned_bytes(capsys, stor
         plan(capsys, "--model", stories, "--board", "rp2350", "--weights-dtype", "i8", "--out", out,
              "--pick", str(pick))
         doc = json.load(open(out))
-        cfg = CacheConfig.from_dict(doc["cache"])  # the "cache" object as is
+        cfg = from_dict(doc["cache"])  # the "cache" object as is
         assert _device_cache_bytes(cfg, doc["budget_bytes"]) == doc["kv_bytes"]
 
 
 def test_every_feasible_config_builds_a_device_cache(capsys, stories):
     r = plan(capsys, "--model", stories, "--board", "rp2350", "--weights-dtype", "i8")
     for c in r["configurations"]:
-        cfg = CacheConfig.from_dict(c["cache"])
+        cfg = from_dict(c["cache"])
         assert _device_cache_bytes(cfg, c["budget_bytes"]) == c["kv_bytes"], c["strategy"]
 
 
@@ -146,7 +146,7 @@ def test_h2o_policy_from_the_plan_is_accepted_by_the_device_and_sized_right(caps
     h2o = [c for c in r["configurations"] if c["kind"] == "h2o"]
     assert h2o
     for c in h2o:
-        cache = KVCache(CacheConfig.from_dict(c["cache"]), budget=c["budget_bytes"])
+        cache = KVCache(from_dict(c["cache"]), budget=c["budget_bytes"])
         pol = c["policy"]
         h = evict.H2O(cache, budget=pol["budget"], recent=pol["recent"])
         arrays = len(h.scores) * h.scores.itemsize + len(h.acc) * h.acc.itemsize
@@ -351,7 +351,7 @@ def test_batch_counts_every_sequence_and_budget_is_per_cache(capsys, stories):
     w = budget.weights_bytes(p, "i8")
     act = budget.activation_bytes(64, 172, 8, 512, batch=3)
     for c in r["configurations"]:
-        cfg = CacheConfig.from_dict(c["cache"])
+        cfg = from_dict(c["cache"])
         scores = budget.h2o_score_bytes(cfg.slots) if c["kind"] == "h2o" else 0
         own = cfg.nbytes()  # what KVCache(cfg, budget=...) or TieredCache(..., budget=...) allocates
         if c["kind"] == "tiered":  # the ring is cfg; staging block and tables beside it, per sequence
@@ -378,7 +378,7 @@ def test_tiered_cache_offered_by_default_and_built_from_the_plan(capsys, stories
     assert tiers and not any("--flash-tier" in n for n in r["notes"])
     assert {(c["cache"]["dtype"], c["tier"]["cold_dtype"]) for c in tiers} >= {("i8", "i4"), ("i8", "i8"), ("f32", "i4")}
     for c in tiers:
-        t, cfg = c["tier"], CacheConfig.from_dict(c["cache"])
+        t, cfg = c["tier"], from_dict(c["cache"])
         z = budget.tiered_bytes(5, 8, 4, 8, cfg.window, cfg.sinks, t["block"], t["cold_blocks"], cfg.dtype,
                                 t["cold_dtype"], cfg.align, t["cold_align"], f32_sinks=cfg.prefix == cfg.sinks)
         assert cfg.sinks == 4 and cfg.prefix == 0  # the sinks in the ring's dtype: no slow f32 rows to convert

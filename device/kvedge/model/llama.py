@@ -30,7 +30,10 @@ def cache_config(cfg, kv=None):
         if k in d:
             raise ValueError("cache field %r comes from the checkpoint, not from the caller" % k)
     d.setdefault("max_tokens", cfg.seq_len)
-    return CacheConfig(cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, **d)
+    C = CacheConfig
+    if "k_dtype" in d:  # K and V apart: kvedge.kvsplit's config (loaded by split plans only)
+        from kvedge.kvsplit import SplitConfig as C
+    return C(cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, **d)
 
 
 def integer_bytes(cfg, tile=32):

@@ -106,7 +106,7 @@ def check(doc, heap=None):
     kind = _one_of(doc, "kind", "kind", KINDS)
     c = _obj(doc, "cache", "cache")
     try:
-        cfg = CacheConfig.from_dict(c)
+        cfg = cache_config(c)
     except (TypeError, ValueError) as e:  # a wrong keyword's TypeError included
         raise PlanError("cache: %s" % e)
     for k in ("model", "board", "strategy"):
@@ -195,6 +195,14 @@ def check(doc, heap=None):
     if doc.get("placement") is not None and not isinstance(doc["placement"], list):
         _bad("placement", "a list", doc["placement"])
     return cfg
+
+
+def cache_config(c):
+    """The CacheConfig of a plan's "cache" dict: K and V apart (k_dtype, v_dtype) is kvedge.kvsplit's."""
+    if "k_dtype" in c:
+        from kvedge.kvsplit import SplitConfig
+        return SplitConfig.from_dict(c)
+    return CacheConfig.from_dict(c)
 
 
 def without(doc):

@@ -59,8 +59,8 @@ def _arena_bytes(doc):
     n = doc.get("kv_bytes")
     if doc.get("batch", 1) != 1 or not n:
         return 0
-    from kvedge.config import CacheConfig
-    return n if CacheConfig.from_dict(doc["cache"]).nbytes() == n else 0
+    from kvedge.model.plandoc import cache_config
+    return n if cache_config(doc["cache"]).nbytes() == n else 0
 
 
 def plan_args(doc, model=None, tokenizer=None, heap=None):

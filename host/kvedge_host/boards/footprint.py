@@ -83,12 +83,15 @@ def runs(kinds):
 # what only some runs load: H2O eviction, the stats stream, encoding a prompt
 OPTIONAL = {"evict": "kvedge.evict", "telemetry": "kvedge.telemetry", "encode": "kvedge.model.bpe",
             "tiered": "kvedge.tier.cache", "fold": "kvedge.kernels.viper_tier", "floats": "kvedge.kernels.f32_native",
-            "int4": "kvedge.model.pass_int4"}
+            "int4": "kvedge.model.pass_int4", "split": "kvedge.kvsplit"}
 # imported after the first run (less heap at the run's peak): the encoder, the tier and its fold (viper: skipped
 # where it does not compile), the float kernels the viper and asm kinds load on first use (an integer-pass run
 # loads them for a cache with f32 rows: a prefix, KIVI's residual); the tiered cache's modules may not fit a small
 # board beside the runner: then they get no figure, and the planner offers no tiered plan there
-LATE = ("kvedge.model.bpe", "kvedge.tier.cache", "kvedge.kernels.viper_tier", "kvedge.kernels.f32_native")
+# K and V apart (kvedge.kvsplit, which a split cache loads) is late too: a board it does not fit gets no figure, and
+# the planner offers no split there
+LATE = ("kvedge.model.bpe", "kvedge.tier.cache", "kvedge.kernels.viper_tier", "kvedge.kernels.f32_native",
+        "kvedge.kvsplit")
 FLOAT_OPTIONAL = tuple(m for n, m in OPTIONAL.items() if n != "int4")  # a float-pass run measures no int4 rows
 
 
@@ -386,6 +389,8 @@ WHAT = {
     "largest_bytes": "largest bytearray the heap can allocate once kvedge.model.run is imported, where a run "
                      "allocates its KV arena (bisection)",
     "evict_bytes": "importing kvedge.evict (H2O eviction) after the runner",
+    "split_bytes": "importing kvedge.kvsplit (a cache with K and V in formats of their own, and kvedge.kivi, its "
+                   "asymmetric codes) after the runner's modules and a first run",
     "file_bytes": "opening a file on the board's filesystem (littlefs: its buffers); a run keeps the tokenizer "
                   "open, and the weights when they are read from flash",
     "encode_bytes": "importing kvedge.model.bpe (encoding a prompt) after the runner",

@@ -2,10 +2,11 @@
 peak cache bytes.
 
 Teacher-forces two kinds of text through a real kvedge KVCache per strategy (f32, f16, i8, i8 + f32 prefix, i4
-and i2 KIVI with sliding residuals of one and two groups, i4/i2 with per-token keys, window, sinks + window, H2O
-when kvedge has it): the written corpus (tests/corpus: short children's stories written for this project, text
-the model never saw) and seeded texts sampled from the model itself (temperature 1). Each kind is pooled over
-its texts. --forward float/int add the device's own forward passes on int8 weights as rows.
+and i2 KIVI with sliding residuals of one and two groups, i4/i2 with per-token keys, K and V in formats of their own
+(k_dtype, v_dtype: planquality.SPLITS), window, sinks + window, H2O when kvedge has it): the written corpus
+(tests/corpus: short children's stories written for this project, text the model never saw) and seeded texts
+sampled from the model itself (temperature 1). Each kind is pooled over its texts. --forward float/int add the
+device's own forward passes on int8 weights as rows.
 --long adds a stream of 3x the trained context through a full cache, windows and sinks + windows,
 with perplexity per context-length segment."""
 import json

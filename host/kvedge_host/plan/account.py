@@ -306,6 +306,7 @@ class Runtime:
         self.code = fp["runtime_" + key]
         self.telemetry = fp.get("telemetry_bytes", 0)
         self.evict = fp.get("evict_bytes", 0)
+        self.split = fp.get("split_bytes")  # kvedge.kvsplit (K and V apart); None: not measured, no split plan
         self.tiered = fp.get("tiered_" + key)  # None: not measured (or does not fit): no tiered plan counted on it
         # the float kernels the viper and asm kinds load on first use: the integer pass loads them for f32 rows
         self.floats = fp.get("floats_" + key, 0)

@@ -7,7 +7,7 @@ feasible configuration: by measured quality cost (a `kvedge eval --json` table; 
 default), else by a documented heuristic, and by speed (kvedge_host.plan.planspeed: the forward pass the board runs and
 its instructions per token measured on the emulated Cortex-M3) as the objective says. Say where each array should
 live (fast internal SRAM, slow PSRAM, or flash row by row); the chosen configuration's device config ("cache" goes
-to CacheConfig.from_dict() as is) is what `kvedge plan --out` writes.
+to kvedge.kvsplit.from_dict() as is: CacheConfig.from_dict(), or SplitConfig's for K and V apart) is what `kvedge plan --out` writes.
 
     from kvedge_host import planner
     spec, context, tgt = planner.inputs(model="m.i8.bin", board="rp2040")
@@ -46,7 +46,7 @@ def without(rts, prompt, encoder, stats):
 
 
 def device_config(c, spec, tgt, runtime=None, without=()):
-    """The --out document: "cache" goes to CacheConfig.from_dict() unchanged; "budget_bytes" to KVCache(...);
+    """The --out document: "cache" goes to kvedge.kvsplit.from_dict() unchanged; "budget_bytes" to KVCache(...);
     "runtime" (with a measured footprint) says which kernels the plan counted and what the runner must be told."""
     return {
         "format": FORMAT, "model": spec.name, "board": tgt["name"], "strategy": c["strategy"], "kind": c["kind"],

@@ -13,6 +13,28 @@ from ..paths import HOST_PKG
 from ..errors import UserError
 
 DTYPES = budget.CACHE_DTYPES
+# K and V in formats of their own (CacheConfig's k_dtype, v_dtype) that `kvedge eval` measures and the planner offers:
+# (k_dtype, v_dtype, keys per channel: KIVI's residual of one group). Keys are the sensitive half (docs/quality.md).
+SPLITS = (("i8", "i8", True), ("i8", "i4", True), ("i8", "i4", False), ("i4", "i8", True), ("f16", "i4", False),
+          ("f16", "i8", False))
+
+
+def split_fields(k_dtype, v_dtype, per_channel, group=budget.QK):
+    """A split format's CacheConfig fields."""
+    return {"k_dtype": k_dtype, "v_dtype": v_dtype, "group": group, "residual": group if per_channel else 0}
+
+
+def split_name(k_dtype, v_dtype, per_channel, group=budget.QK):
+    """Its strategy name, as `kvedge eval` rows and plans print it."""
+    keys = "k %s" % k_dtype
+    if per_channel:
+        keys += " %s (g%d, R%d)" % ("KIVI" if k_dtype in budget.LOWBIT else "per channel", group, group)
+    return "%s + v %s" % (keys, v_dtype)
+
+
+def is_split(dtype):
+    """Whether a storage name is a split config's "K/V" (CacheConfig.dtype)."""
+    return isinstance(dtype, str) and dtype.count("/") == 1 and all(d in DTYPES for d in dtype.split("/"))
 TIER_COLDS = (budget.I4, budget.I8)  # what cold blocks hold: i4 (KIVI, least flash) or i8 (cheaper to attend)
 # the quality table measured on stories260K (the written corpus): `kvedge eval --json`
 DEFAULT_QUALITY = os.path.join(HOST_PKG, "data", "quality-stories260K.json")
@@ -46,7 +68,11 @@ def _row_kind(row, label):
         kind = ("sinks" if "sink" in n else "window" if "window" in n else "prefix" if "prefix" in n
                 else "naive" if "pertoken" in n else "keep")
     dtype = (cfg or {}).get("dtype") or row.get("dtype")
-    if dtype not in DTYPES:
+    if cfg is not None and cfg.get("k_dtype") in DTYPES and cfg.get("v_dtype") in DTYPES and not is_split(dtype):
+        dtype = None  # a split row without its "K/V" name: named below from its halves
+        if cfg["k_dtype"] != cfg["v_dtype"] or cfg.get("residual"):
+            dtype = "%s/%s" % (cfg["k_dtype"], cfg["v_dtype"])
+    if dtype not in DTYPES and not is_split(dtype):
         m = re.search(r"(f32|f16|i8|i4|i2|int8|int4|int2|fp16|fp32)", _norm(label))
         dtype = {"int8": "i8", "int4": "i4", "int2": "i2", "fp16": "f16", "fp32": "f32"}.get(m.group(1), m.group(1)) \
             if m else None
@@ -120,7 +146,7 @@ def load_quality(path):
             q["tokens"] = cfg["max_tokens"]  # the slots H2O kept
         elif kind == "keep" and isinstance(cfg.get("max_tokens"), int) and cfg["max_tokens"] > 0:
             q["length"] = cfg["max_tokens"]  # the tokens it measured over (the full cache keeps them all)
-        if dtype in budget.LOWBIT and isinstance(cfg.get("residual"), int):
+        if (dtype in budget.LOWBIT or is_split(dtype)) and isinstance(cfg.get("residual"), int):
             q["residual"] = cfg["residual"]
         if kind == "tiered":
             tier = row.get("tier") if isinstance(row.get("tier"), dict) else {}

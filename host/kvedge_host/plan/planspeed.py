@@ -90,6 +90,9 @@ def _row(table, forward, kernels, dtype, layout):
     if r is not None:
         return r, r["name"]
     near = "i4" if dtype == "i2" else dtype
+    if "/" in dtype:  # K and V apart (the float pass only): the costlier half's rows stand in
+        halves = dtype.split("/")
+        near = next((d for d in ("i4", "i8", "f16") if d in halves or (d == "i4" and "i2" in halves)), "f32")
     same_kernels = find(forward, kernels, "f32", "keep") or next(
         (x for x in rows if (x["forward"], x["kernels"], x["kind"]) == (forward, kernels, "keep")), None)
     same_dtype = find(forward, "asm", near, layout) or find(forward, "asm", near, "keep")

@@ -13,6 +13,14 @@ from .planquality import (DEFAULT_QUALITY, DEFAULT_QUALITY_MODEL, load_quality, 
 KIND_GROUP = {"keep": 0, "prefix": 0, "h2o": 1, "sinks": 2, "tiered": 3, "window": 4, "shorter": 5}
 DTYPE_RANK = {budget.F32: 0, budget.F16: 1, budget.I8: 2, budget.I4: 3, budget.I2: 4}
 
+
+def dtype_rank(dtype):
+    """DTYPE_RANK of a storage name; K and V apart ("K/V"): between its halves' (keys weigh as much as values)."""
+    if dtype in DTYPE_RANK:
+        return DTYPE_RANK[dtype]
+    k, v = dtype.split("/")
+    return (DTYPE_RANK[k] + DTYPE_RANK[v]) / 2.0
+
 KINDS = tuple(KIND_GROUP)  # what --kind restricts the search to
 OBJECTIVES = ("balanced", "quality", "speed")
 DEFAULT_OBJECTIVE = "balanced"
@@ -36,7 +44,7 @@ def rank(cands, table):
         measured = (0, 1 if q.get("fewer") else 0, quality_cost(q), 1 if q.get("uncertain") else 0) if q else \
             (1, 0, 0.0, 0)
         grp = KIND_GROUP[c["kind"]]
-        dt = DTYPE_RANK[c["cache"]["dtype"]]
+        dt = dtype_rank(c["cache"]["dtype"])
         if c["cache"]["dtype"] == budget.I2 and c["kind"] != "shorter":
             grp = KIND_GROUP["window"] + 0.5
         place = 0 if c["weights"]["place"] == "heap" else 1  # equal tokens: weights in RAM are faster

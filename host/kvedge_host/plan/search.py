@@ -9,10 +9,11 @@ import math
 from kvedge import budget
 from kvedge.model import passes, sizes as msizes
 from kvedge.config import CacheConfig
+from kvedge.kvsplit import SplitConfig
 
 from . import account, planspeed
 from .. import profiles
-from .planquality import DTYPES, TIER_COLDS
+from .planquality import DTYPES, SPLITS, TIER_COLDS, split_fields, split_name
 
 SINKS = 4  # StreamingLLM keeps the first 4 tokens
 MIN_WINDOW = 8  # a ring shorter than this is not worth offering
@@ -138,6 +139,9 @@ class Planner:
         if self.weights_dtype == budget.I4:
             # int4 rows' modules (measured: footprint int4_bytes); where they were not measured no int4 plan fits
             n += self.rt.int4 if self.rt.int4 is not None else self.rt.usable
+        if "/" in cfg.dtype:  # K and V apart: kvedge.kvsplit's code (measured: footprint split_bytes); where it was
+            # not measured no split plan fits (a plan is a promise: the board must hold the module)
+            n += self.rt.split if self.rt.split is not None else self.rt.usable
         if cold is not None:
             n += (self.rt.tiered or 0) + TIERED_FILES * self.rt.file + TIERED_LOOP_BYTES
             if cold == budget.I4:
@@ -309,6 +313,18 @@ class Planner:
         n = self._i4_tokens(C) if dtype in budget.LOWBIT else C
         return self.candidate("keep", "%s, keep all %d" % (dtype, n), self.cfg(n, dtype), place, n, n)
 
+    def keep_split(self, split, place):
+        """Every token of the context, K and V in formats of their own (planquality.SPLITS): keys per channel keep
+        whole key groups, as i4 does."""
+        if self.native_window:
+            return None  # a ring of split rows is not offered (no measured row)
+        C = self.context
+        fields = split_fields(*split)
+        n = self._i4_tokens(C) if fields["residual"] else C
+        s = self.spec
+        cfg = SplitConfig(s.layers, s.heads, s.kv_heads, s.head_dim, n, align=self.align, **fields)
+        return self.candidate("keep", "%s, keep all %d" % (split_name(*split), n), cfg, place, n, n)
+
     def prefix(self, dtype, place):
         if self.native_window:
             return None
@@ -425,11 +441,14 @@ class Planner:
         return budget.padded_row_bytes(self.spec.head_dim, dtype, self.base_align) != budget.row_bytes(
             self.spec.head_dim, dtype)
 
-    def _pass(self, place, dts):
+    def _pass(self, place, dts, splits=()):
         found = []
         tag = "" if self.align == self.base_align else ", align %d" % self.align
         for dt in dts:
             found.append(self._note("%s, keep all%s" % (dt, tag), self.keep(dt, place), "keep"))
+        for sp in splits:  # K and V apart: the formats measured (the float pass reads them)
+            found.append(self._note("%s, keep all%s" % (split_name(*sp), tag), self.keep_split(sp, place),
+                                    "keep"))
         for dt in dts:
             if dt in (budget.I8,) + budget.LOWBIT:
                 found.append(self._note("%s + f32 prefix%s" % (dt, tag), self.prefix(dt, place), "prefix"))
@@ -466,11 +485,13 @@ class Planner:
                                    % (self.weights_bytes - self.weights_heap("flash")),
                                    "result": "every strategy again"})
             self.align = self.base_align
-            found += self._pass(place, DTYPES)
+            found += self._pass(place, DTYPES, SPLITS)
             padded = [d for d in DTYPES if self.base_align > 1 and self._padded(d)]
-            if padded:  # trap 7: padding has a cost; offer the unpadded layout beside it
+            padded_splits = [sp for sp in SPLITS if self.base_align > 1 and (self._padded(sp[0]) or
+                                                                               self._padded(sp[1]))]
+            if padded or padded_splits:  # trap 7: padding has a cost; offer the unpadded layout beside it
                 self.align = 0
-                found += self._pass(place, padded)
+                found += self._pass(place, padded, padded_splits)
                 self.align = self.base_align
             found = [c for c in found if c is not None and c["fits"]]
         if self.rt is not None and self.rt.forward == passes.INT:

@@ -19,6 +19,8 @@ import numpy as np
 
 from kvedge.cache import KVCache
 from kvedge.config import CacheConfig
+from kvedge.kvsplit import SplitCache, SplitConfig
+from ..plan.planquality import SPLITS, split_fields, split_name
 from kvedge.model.sampler import Sampler
 
 from . import kiviref
@@ -39,14 +41,20 @@ class CachedRef(RefModel):
         d = dict(kv)
         if "max_tokens" not in d:
             d["max_tokens"] = tokens
-            if d.get("dtype") in ("i4", "i2") and d.get("residual", 1) and not d.get("window"):
+            kd = d.get("k_dtype", d.get("dtype"))
+            if (d.get("residual") if kd == "i8" else kd in ("i4", "i2") and d.get("residual", 1)) \
+                    and not d.get("window"):
                 # KIVI key groups must tile the slots after the prefix (round the cap up to whole groups), and
                 # hold at least the residual and one group
                 g, pre = d.get("group", 32), d.get("prefix", 0)
                 r = d.get("residual", g)
                 d["max_tokens"] = pre + max(r + g, -(-(tokens - pre) // g) * g)
-        self.ccfg = CacheConfig(c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, **d)
-        self.cache = KVCache(self.ccfg)
+        if "k_dtype" in d:  # K and V apart: kvedge.kvsplit's config and cache
+            self.ccfg = SplitConfig(c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, **d)
+            self.cache = SplitCache(self.ccfg)
+        else:
+            self.ccfg = CacheConfig(c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, **d)
+            self.cache = KVCache(self.ccfg)
         self.policy = policy(self.cache) if policy is not None else None
         self.capacity = tokens
         shape = (c.n_layers, tokens, c.n_kv_heads, c.head_dim)
@@ -366,6 +374,7 @@ def strategies(tokens, window=128, sinks=4, prefix=None, group=32):
         for r in (group, 2 * group):
             rows.append(("%s KIVI (g%d, R%d)" % (dt, group, r), {"dtype": dt, "group": group, "residual": r}))
         rows.append(("%s per-token keys" % dt, {"dtype": dt, "group": group, "residual": 0}))
+    rows += split_strategies(group)
     for w in _sizes(window):
         rows.append(("window %d" % w, {"dtype": "f32", "window": w, "max_tokens": w}))
         rows.append(("sinks %d + window %d" % (sinks, w - sinks),
@@ -373,6 +382,12 @@ def strategies(tokens, window=128, sinks=4, prefix=None, group=32):
     rings = tier_rings(_sizes(window), tokens)  # tiered: a ring of each in RAM, every older token on flash
     rows += [tiered(r, stream=tokens) for r in rings] + [tiered(rings[-1], "i8", stream=tokens)]
     return rows
+
+
+def split_strategies(group=32):
+    """(name, kv dict) of K and V in formats of their own (CacheConfig's k_dtype, v_dtype): the planner's
+    planquality.SPLITS, keys per channel (KIVI, residual of one group) or per token, values per token."""
+    return [(split_name(k, v, pc, group), split_fields(k, v, pc, group)) for k, v, pc in SPLITS]
 
 
 def tier_rings(windows, context):
