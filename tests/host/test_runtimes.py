@@ -5,8 +5,8 @@ single-precision Cortex-M7 at the rp2350 heap (armv7emsp .mpy on a core with the
 the RP2350's stand-in), the emulated Xtensa lx106 at the esp32 heap (xtensa .mpy, call0, no FPU, unaligned
 32-bit accesses fault: the ESP32s' stand-in) and real CircuitPython (its limits emulated on the unix port where the
 binary is absent); the emulated M55 runs the DSP files (test_dsp_kernels). One test per runtime and file, each file
-in a fresh interpreter; a failure on any runtime fails this run. Every file runs on CPython, unix, wasm, the M0 and
-CircuitPython; the other emulated cores run the files that are theirs to test (runs_on). A runtime that cannot run
+in a fresh interpreter; a failure on any runtime fails this run. Every file runs on CPython, unix, wasm, the M0, the
+Xtensa and CircuitPython; the other emulated cores run the files that are theirs to test (runs_on). A runtime that cannot run
 here is skipped with the reason, which the closing summary repeats."""
 import json
 
@@ -16,14 +16,11 @@ from kvedge_host.boards import runtimes
 
 RUNTIMES = ("unix", "wasm", "m3", "m3-py", "m0", "m7", "xt", "circuitpython")
 FILES = runtimes.test_files()
-# The Xtensa stand-in runs these files here: qemu's lx106 runs the suite several times slower than the Cortex-M0
-# (software floats, a slower qemu target; on a loaded 2-core machine test_cache.py alone took 575 s), so all of it
-# would take tools/test past its 45 minutes. tools/mprun.py --runtime xt runs every file.
-XT_FILES = ("test_budget.py", "test_budget_layers.py", "test_clock.py", "test_attention_fused.py", "test_intkernels.py",
-            "test_pass_int_kinds.py", "test_pass_int_tables.py", "test_kernel_select.py", "test_kivi_fit.py")
-# Every file runs on CPython, the unix and wasm ports, CircuitPython and the Cortex-M0 (the RP2040's stand-in:
-# Thumb-1, the smallest heap of a profile). A file takes 1-5 minutes on an emulated core and tools/test has two
-# cores, so the other emulated cores run what is theirs to test:
+# Every file runs on CPython, the unix and wasm ports, CircuitPython, the Cortex-M0 (the RP2040's stand-in: Thumb-1)
+# and the Xtensa lx106 (the ESP32s' stand-in, at the esp32 profile's heap, the smallest of a profile; the files that
+# cannot fit it on a larger image: runtimes.LARGER_HEAP). The slowest cases run lean on a board (_support.ON_BOARD).
+# A file takes up to a minute or two on an emulated core and tools/test has two cores, so the other emulated cores
+# run what is theirs to test:
 # - the Cortex-M3 and M7 (Thumb-2: the asm kernels; the M7's DSP kernels and float32 FPU): every file but the
 #   cache's own bookkeeping (LOGIC_FILES: positions, tiers, pools, streams, their fuzzers and soak), which runs
 #   the same bytecode on every Arm core and no code of the core's own;
@@ -43,8 +40,6 @@ SOURCE_FILES = ("test_budget.py", "test_clock.py", "test_compat.py", "test_evict
 
 def runs_on(runtime, name):
     """Whether tools/test runs device file `name` on `runtime` (tools/mprun.py runs any file anywhere)."""
-    if runtime == "xt":
-        return name in XT_FILES
     if runtime in ("m3", "m7"):
         return name not in LOGIC_FILES
     if runtime == "m3-py":
