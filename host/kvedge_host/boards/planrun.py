@@ -121,7 +121,8 @@ def plan_command(model, board, doc, heap=None, prompt="", weights_dtype="i8", fo
 def runner_code(model, tokenizer, kw):
     """The snippet that runs it on the board (paths as the board sees them)."""
     args = ", ".join("%s=%r" % (k, kw[k]) for k in sorted(kw))
-    return "from kvedge.model import run\nrun.main(%r, %r, %s)\n" % (model, tokenizer, args)
+    mod = "runpool" if kw.get("pool") is not None else "run"  # a pool plan's runner (kvedge.model.runplan.entry)
+    return "from kvedge.model import %s\n%s.main(%r, %r, %s)\n" % (mod, mod, model, tokenizer, args)
 
 
 def summary(out):
