@@ -76,13 +76,13 @@ def check(doc, cfg):
         raise PlanError("cache: a pool's %s cache needs residual 0 (KIVI groups span one sequence), got %d"
                         % (cfg.dtype, cfg.residual))
     for k, want in (("blocks", blocks(p)), ("handles", handles(p))):
-        if p.get(k) != want:
+        if _int(p, k, "pool." + k, 1, 1 << 26) != want:
             _bad("pool." + k, "%d (%s)" % (want, "kvedge.poolsizes.pool_shared_blocks of the conversations"
                                            if k == "blocks" else "the sessions, and the prompt's holder"), p.get(k))
     if cfg.max_tokens != p["blocks"] * b:
         raise PlanError("cache: max_tokens %d, the pool's blocks x block is %d" % (cfg.max_tokens, p["blocks"] * b))
     for k, want in (("arena_bytes", cfg.nbytes()), ("meta_bytes", meta_bytes(p))):
-        if p.get(k) != want:
+        if _int(p, k, "pool." + k, 0, MAX_BYTES) != want:
             _bad("pool." + k, "%d" % want, p.get(k))
     _int(p, "objects_bytes", "pool.objects_bytes", 0, MAX_BYTES)
     if doc.get("kv_bytes") is not None and doc["kv_bytes"] != p["arena_bytes"]:
