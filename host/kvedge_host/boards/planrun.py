@@ -134,7 +134,8 @@ def summary(out):
     return None
 
 
-def run_on_m3(board, doc, model, tokenizer, steps, heap=None, timeout=900, log=None, stats_ms=0, prompt=""):
+def run_on_m3(board, doc, model, tokenizer, steps, heap=None, timeout=900, log=None, stats_ms=0, prompt="",
+              temperature=0.0, seed=1):
     """Run a plan once on a fresh emulated board: the package as .mpy for the board and the model and tokenizer
     on its filesystem; returns (summary dict, everything the board printed). heap: the firmware image to boot
     (default the profile's heap; a PSRAM profile runs on the largest image with a plan made for that heap)."""
@@ -156,8 +157,8 @@ def run_on_m3(board, doc, model, tokenizer, steps, heap=None, timeout=900, log=N
         m3board.write_disk_module(rom, march, layout)
         image = m3board.build_romfs(rom, os.path.join(tmp, "rom.img"), layout)
         with m3board.M3Board(board, heap=heap, romfs=image, disk=disk, log=log, layout=layout) as b:
-            out = b.exec(runner_code("model.bin", "tok.bin", runner_args(doc, steps, stats_ms, prompt,
-                                                                         model=model, tokenizer=tokenizer)),
+            out = b.exec(runner_code("model.bin", "tok.bin", runner_args(doc, steps, stats_ms, prompt, temperature,
+                                                                         seed, model=model, tokenizer=tokenizer)),
                          timeout=timeout)
     return summary(out), out
 
