@@ -11,6 +11,7 @@
 # conversations are its forks) or, with 0, each conversation's own.
 from kvedge.poolsizes import pool_meta_bytes, pool_shared_blocks
 
+POOL_MODULES = ("kvedge.paged", "kvedge.pooled")  # what a pool run loads beside the runner's modules and this one
 FIELDS = ("sessions", "block", "shared_prompt", "tokens", "blocks", "handles", "arena_bytes", "meta_bytes",
           "objects_bytes")
 # The Python objects a pool run adds beside the formula-sized arrays, on a 32-bit board (doubled for 64-bit
@@ -160,7 +161,7 @@ def main(model, tokenizer, pool, prompt="", steps=0, temperature=0.0, seed=1, kv
     if encode is None:
         encode = len(prompt) > 0
     k, forward = run._load(kernel, 0, False, encode, kv, forward, model, None, stream, int_attention)
-    for name in ("kvedge.poolsizes", "kvedge.paged", "kvedge.pooled"):
+    for name in POOL_MODULES:  # after the arena and the runner's modules, as kvedge footprint measures them
         __import__(name)
         gc.collect()
     from kvedge import compat

@@ -49,7 +49,8 @@ def runner_args(doc, steps, stats_ms=0, prompt="", temperature=0.0, seed=1, mode
                                                                                          else 0) + (
             rt.get("encode_bytes", 0) if kw["encode"] else 0) + (rt.get("tiered_bytes", 0) if tier else 0) + (
             rt.get("floats_bytes", 0) if loads_floats(kw["kv"], kw["forward"]) else 0) + rt.get("layout_bytes", 0) + (
-            rt.get("int4_bytes", 0))  # int4 rows' modules: the plan counted them for int4 weights only
+            rt.get("int4_bytes", 0)) + rt.get("pool_bytes", 0)  # int4 rows' modules: the plan counted them for int4
+        # weights only; a pool plan's modules (kvedge.model.runpool and the pool)
         # the loop, and the buffers of the files the run keeps open (the tokenizer; the weights when streamed)
         kw["overhead"] = rt["loop_bytes"] + rt["file_bytes"] * (1 + (1 if kw["stream"] else 0))
         if prompt and not rt.get("prompt", True):

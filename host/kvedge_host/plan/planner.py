@@ -525,8 +525,10 @@ def plan_one(spec, context, tgt, kv_dtype="f32", weights_dtype=None, align=64, b
             raise UserError("--pick %d: only %d feasible configurations" % (pick, len(ranked)))
         chosen = ranked[pick - 1]
         result["chosen"] = pick
-        doc = device_config(chosen, spec, tgt, runtime_info(rt, tgt["profile"], tok, pl.weights_dtype),
-                            without(rts, prompt, encoder, stats))
+        ri = runtime_info(rt, tgt["profile"], tok, pl.weights_dtype)
+        if pool is not None and ri is not None:  # the pool's modules it counted (a plain plan's runtime unchanged)
+            ri["pool_bytes"] = rt.pool
+        doc = device_config(chosen, spec, tgt, ri, without(rts, prompt, encoder, stats))
     return Plan(spec, tgt, result, chosen, doc)
 
 

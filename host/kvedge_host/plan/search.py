@@ -143,6 +143,8 @@ class Planner:
             n += (self.rt.tiered or 0) + TIERED_FILES * self.rt.file + TIERED_LOOP_BYTES
             if cold == budget.I4:
                 n += TIER_I4_DEMOTE_BYTES
+        if self.pool:  # a pool plan's runner and the pool's modules (measured: footprint pool_bytes)
+            n += self.rt.pool or 0
         return n + (self.rt.evict + account.H2O_STATE_BYTES if h2o else 0)
 
     def word(self):
@@ -439,6 +441,11 @@ class Planner:
         """run() for a pool plan: the requested pool (every session the whole context) and, per dtype a pool runs
         (no KIVI residual: kvedge.paged) and place, the pool with the longest context per session that fits."""
         self.baseline = self.pool_at(start_dtype, places[0], self.context)
+        if self.rt is not None and self.rt.pool is None:  # no figure for the pool's code: nothing counted fits
+            self.trace.append({"try": "a pool on %s kernels, %s pass" % (self.rt.kind, self.rt.forward), "kind": "keep",
+                               "result": "the footprint has no measured figure for the pool's modules "
+                                         "(kvedge footprint --board %s --write)" % self.tgt["name"]})
+            return []
         self.trace.append({"try": "requested: " + self.baseline["strategy"],
                            "result": "fits" if self.baseline["fits"] else "does not fit",
                            "total_bytes": self.baseline["total_bytes"]})
