@@ -467,6 +467,8 @@ def plan_one(spec, context, tgt, kv_dtype="f32", weights_dtype=None, align=64, b
         for c in cands:
             planspeed.annotate(c, spec, pl.weights_dtype, ks, prof)
         ranked, dropped = order(rank(cands, table), objective, min_tokens_per_s)
+        if pool is not None:  # a pool's first figure is each conversation's context; then as plans rank
+            ranked.sort(key=lambda c: -c["tokens_kept"])
         plans.append((rt, pl, ranked, dropped))
         if kind is not None and every and other_kind is None:  # what fits without --kind (the verdict's "instead")
             c = max(every, key=lambda c: (c["tokens_kept"], -c["total_bytes"]))
