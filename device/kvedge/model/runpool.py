@@ -1,5 +1,5 @@
 # A plan's pool of conversations (`kvedge plan --sessions N`, docs/pool.md "In the plan"): the plan's "pool" object
-# checked (plandoc.check calls check() only for a plan that has one), the PagedPool it describes built (build()),
+# checked (plandoc.check calls check() only for a plan that has one; plandoc.build_cache builds its PagedPool),
 # and its conversations run on one Llama (main(): kvedge.model.run.main's job for N sessions). Imported only by pool
 # plans: a plain plan's run loads none of this.
 #
@@ -55,7 +55,8 @@ def run_bytes(pool, word=4):
 
 def check(doc, cfg):
     """The plan's "pool" object against its cache (cfg, checked) and the formulas: PlanError naming the field."""
-    from kvedge.model.plandoc import _bad, _int, _obj, PlanError, MAX_BYTES
+    from kvedge.errors import PlanError
+    from kvedge.model.planfields import MAX_BYTES, _bad, _int, _obj
     from kvedge.sizes import LOWBIT
     p = _obj(doc, "pool", "pool")
     if doc.get("kind") != "keep":
@@ -97,17 +98,6 @@ def check(doc, cfg):
         _bad("prefill", "1 in a pool plan (a session takes a prompt a token at a time)", doc["prefill"])
     if doc.get("policy") is not None or doc.get("tier") is not None:
         raise PlanError("pool: a pool plan has no policy and no tier")
-
-
-def build(doc, tile=32, heap=None, arena=None):
-    """The PagedPool a checked pool plan describes (its store the plan's cache, a session's cap its tokens),
-    sessions opened with kvedge.pooled.PoolSession(pool)."""
-    from kvedge.model.plandoc import check as check_doc
-    from kvedge.paged import PagedPool
-    cfg = check_doc(doc, heap)
-    p = doc["pool"]
-    return PagedPool(cfg, p["block"], sessions=p["handles"], session_blocks=session_blocks(p),
-                     budget=doc.get("budget_bytes"), tile=tile, arena=arena)
 
 
 def need(pool, prompt, steps):
