@@ -2,10 +2,10 @@
 # allocated, each refusal a PlanError (a ValueError) whose message starts with the field's name. The board's
 # runner (kvedge.model.runplan) and the host's commands (generate --plan, deploy --config, demo --plan) call the
 # same check(): one rule. docs/planning.md ("The plan JSON") lists what is refused.
+from kvedge.compat import isfinite
 from kvedge.config import CacheConfig
 from kvedge.tier.config import check as check_tier
 from kvedge.errors import PlanError
-from kvedge.model.planfields import MAX_BYTES, MAX_DEPTH, _bad, _int, _obj, _walk
 from kvedge.kernels import KINDS as KERNEL_KINDS
 from kvedge.model.passes import FORWARDS, MAX_PREFILL, PREFILL_FORWARDS, PREFILL_KINDS
 
@@ -16,6 +16,8 @@ PLACES = ("heap", "flash", "rom")
 # the kinds a plan may name (kvedge.kernels' full list, not the ALLOWED a port narrowed: the emulated CircuitPython
 # sets ["plain"] and refused every asm plan; whether this port compiles the kind is kernels.get's to say)
 KERNELS = ("auto",) + KERNEL_KINDS
+MAX_BYTES = 1 << 30  # no byte figure of a plan comes near it (the largest profile's heap is 8 MiB)
+MAX_DEPTH = 12  # JSON nesting a plan may have (placement rows and measured figures are 4 deep)
 _BYTES = ("kv_bytes", "budget_bytes", "h2o_score_bytes", "activation_bytes", "workspace_bytes", "total_bytes",
           "heap_bytes")
 # The board-side parts a plan may leave out, in the order the planner drops them when nothing fits with them
@@ -29,6 +31,52 @@ LEAN = (ENCODER, STATS)
 LEAN_MODULES = {ENCODER: "kvedge.model.bpe", STATS: "kvedge.telemetry"}
 _TIER_BYTES = ("ring_bytes", "staging_bytes", "tables_bytes", "ram_bytes", "cold_bytes", "flash_bytes",
                "cold_tokens")
+
+
+def _show(x):
+    r = repr(x)
+    return r if len(r) <= 40 else r[:37] + "..."
+
+
+def _bad(field, what, x):
+    raise PlanError("%s: %s, got %s" % (field, what, _show(x)))
+
+
+def _walk(x, field, depth):
+    """NaN or infinity anywhere, or nesting deeper than MAX_DEPTH."""
+    if depth > MAX_DEPTH:
+        raise PlanError("%s: nested more than %d deep" % (field, MAX_DEPTH))
+    if isinstance(x, float):
+        if not isfinite(x):
+            _bad(field, "a finite number", x)
+    elif isinstance(x, dict):
+        for k in x:
+            if not isinstance(k, str):
+                _bad(field, "string keys", k)
+            _walk(x[k], field + "." + k, depth + 1)
+    elif isinstance(x, list):
+        for i in range(len(x)):
+            _walk(x[i], "%s[%d]" % (field, i), depth + 1)
+
+
+def _obj(doc, key, field, need=True):
+    x = doc.get(key)
+    if x is None and not need:
+        return None
+    if not isinstance(x, dict):
+        _bad(field, "missing" if x is None else "a JSON object", x)
+    return x
+
+
+def _int(d, key, field, lo=0, hi=MAX_BYTES, need=True):
+    x = d.get(key)
+    if x is None and not need:
+        return None
+    if isinstance(x, bool) or not isinstance(x, int):
+        _bad(field, "missing" if x is None else "an integer", x)
+    if x < lo or x > hi:
+        _bad(field, "an integer in %d..%d" % (lo, hi), x)
+    return x
 
 
 def _one_of(d, key, field, allowed, need=True):
@@ -149,7 +197,7 @@ def check(doc, heap=None):
         _bad("placement", "a list", doc["placement"])
     if doc.get("pool") is not None:  # several conversations on one PagedPool: its rules load with pool plans only
         from kvedge.model.runpool import check as check_pool
-        check_pool(doc, cfg)
+        check_pool(doc, cfg, _int, _bad)  # plandoc's field checks, passed: runpool never imports plandoc
     return cfg
 
 
@@ -198,12 +246,8 @@ def build_cache(doc, cold_path="/kv_cold", q8=False, tile=32, heap=None):
     plan (its "pool": kvedge plan --sessions) gives its kvedge.paged.PagedPool, whose sessions
     (kvedge.pooled.PoolSession(pool)) each answer the decode interface."""
     if doc.get("pool") is not None:  # a pool plan: its PagedPool (sessions: kvedge.pooled.PoolSession(pool))
-        from kvedge.paged import PagedPool
-        from kvedge.model.runpool import session_blocks
-        cfg = check(doc, heap)
-        p = doc["pool"]
-        return PagedPool(cfg, p["block"], sessions=p["handles"], session_blocks=session_blocks(p),
-                         budget=doc.get("budget_bytes"), tile=tile)
+        from kvedge.model.runpool import build
+        return build(doc, check(doc, heap), tile)
     from kvedge import caches
     cfg = check(doc, heap)
     c = caches.build(cfg, tier_of(doc), cold_path, tile, q8=q8, budget=doc.get("budget_bytes"), fresh=False)

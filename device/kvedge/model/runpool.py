@@ -1,5 +1,5 @@
 # A plan's pool of conversations (`kvedge plan --sessions N`, docs/pool.md "In the plan"): the plan's "pool" object
-# checked (plandoc.check calls check() only for a plan that has one; plandoc.build_cache builds its PagedPool),
+# checked (plandoc.check calls check() only for a plan that has one), the PagedPool it describes built (build()),
 # and its conversations run on one Llama (main(): kvedge.model.run.main's job for N sessions). Imported only by pool
 # plans: a plain plan's run loads none of this.
 #
@@ -53,12 +53,14 @@ def run_bytes(pool, word=4):
     return meta_bytes(pool) + object_bytes(pool, word)
 
 
-def check(doc, cfg):
-    """The plan's "pool" object against its cache (cfg, checked) and the formulas: PlanError naming the field."""
+def check(doc, cfg, _int, _bad):
+    """The plan's "pool" object against its cache (cfg, checked) and the formulas: PlanError naming the field.
+    _int, _bad: kvedge.model.plandoc's field checks (passed in: this module never imports plandoc)."""
     from kvedge.errors import PlanError
-    from kvedge.model.planfields import MAX_BYTES, _bad, _int, _obj
     from kvedge.sizes import LOWBIT
-    p = _obj(doc, "pool", "pool")
+    p = doc["pool"]
+    if not isinstance(p, dict):
+        _bad("pool", "a JSON object", p)
     if doc.get("kind") != "keep":
         raise PlanError("pool: a pool in a plan of kind %r (a pool plan is of kind 'keep')" % doc.get("kind"))
     n = _int(p, "sessions", "pool.sessions", 1, 0x7FFE)  # a block's holder count is an int16
@@ -84,9 +86,9 @@ def check(doc, cfg):
     if cfg.max_tokens != p["blocks"] * b:
         raise PlanError("cache: max_tokens %d, the pool's blocks x block is %d" % (cfg.max_tokens, p["blocks"] * b))
     for k, want in (("arena_bytes", cfg.nbytes()), ("meta_bytes", meta_bytes(p))):
-        if _int(p, k, "pool." + k, 0, MAX_BYTES) != want:
+        if _int(p, k, "pool." + k) != want:  # a byte figure: plandoc's bounds
             _bad("pool." + k, "%d" % want, p.get(k))
-    _int(p, "objects_bytes", "pool.objects_bytes", 0, MAX_BYTES)
+    _int(p, "objects_bytes", "pool.objects_bytes")
     if doc.get("kv_bytes") is not None and doc["kv_bytes"] != p["arena_bytes"]:
         _bad("kv_bytes", "the pool's arena, %d" % p["arena_bytes"], doc["kv_bytes"])
     if p["arena_bytes"] + p["meta_bytes"] + p["objects_bytes"] > doc["total_bytes"]:
@@ -98,6 +100,16 @@ def check(doc, cfg):
         _bad("prefill", "1 in a pool plan (a session takes a prompt a token at a time)", doc["prefill"])
     if doc.get("policy") is not None or doc.get("tier") is not None:
         raise PlanError("pool: a pool plan has no policy and no tier")
+
+
+def build(doc, cfg, tile=32, arena=None):
+    """The PagedPool of a pool plan checked whole (cfg: plandoc.check's), its store the plan's cache and a
+    session's cap its tokens: kvedge.model.plandoc.build_cache's for a pool plan. Sessions are opened with
+    kvedge.pooled.PoolSession(pool)."""
+    from kvedge.paged import PagedPool
+    p = doc["pool"]
+    return PagedPool(cfg, p["block"], sessions=p["handles"], session_blocks=session_blocks(p),
+                     budget=doc.get("budget_bytes"), tile=tile, arena=arena)
 
 
 def need(pool, prompt, steps):

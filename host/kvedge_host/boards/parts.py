@@ -42,7 +42,7 @@ PARTS = {
               ("core", "kernels", "attention", "rules"),
               ("model/bpe", "model/checkpoint", "model/convert", "model/convert4", "model/f32file", "model/header",
                "model/llama", "model/pass_float", "model/pass_int", "model/pass_int4", "model/pass_ulab", "model/pieces",
-               "model/planfields", "model/plandoc",
+               "model/plandoc",
                "model/prefill", "model/romweights", "model/run", "model/runplan", "model/runpool", "model/sampler", "model/sizes",
                "model/tiny", "model/tokenizer", "model/w4file")),
     "chat": ("turns of a conversation on one cache (kvedge chat): each line fed on top of what the cache holds",
