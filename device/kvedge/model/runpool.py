@@ -1,5 +1,6 @@
 # A plan's pool of conversations (`kvedge plan --sessions N`, docs/pool.md "In the plan"): the plan's "pool" object
-# checked (plandoc.check calls check() only for a plan that has one), the PagedPool it describes built (build()),
+# checked (plandoc.check calls check() only for a plan that has one), the PagedPool it describes built (build(),
+# for plandoc.build_cache),
 # and its conversations run on one Llama (main(): kvedge.model.run.main's job for N sessions). Imported only by pool
 # plans: a plain plan's run loads none of this.
 #
@@ -12,11 +13,10 @@
 from kvedge.poolsizes import pool_meta_bytes, pool_shared_blocks
 
 POOL_MODULES = ("kvedge.paged", "kvedge.pooled")  # what a pool run loads beside the runner's modules and this one
-FIELDS = ("sessions", "block", "shared_prompt", "tokens", "blocks", "handles", "arena_bytes", "meta_bytes",
-          "objects_bytes")
 # The Python objects a pool run adds beside the formula-sized arrays, on a 32-bit board (doubled for 64-bit
 # pointers): the PagedPool (its attribute dict) and, per handle, a PoolSession and a Sampler with its Rng, and per
-# conversation its sampled ids (an int16 array of `tokens`). Measured on the unix port (tests/host/test_plan_pool.py)
+# conversation its sampled ids (an int16 array of `tokens`). An allowance: the emulated rp2040's run of a pool plan
+# (tests/host/test_plan_pool.py) peaked at 187,408 of the plan's 189,089 bytes with it (2026-12-07)
 POOL_BYTES = 1024
 HANDLE_BYTES = 256
 
@@ -63,7 +63,7 @@ def check(doc, cfg, _int, _bad):
         _bad("pool", "a JSON object", p)
     if doc.get("kind") != "keep":
         raise PlanError("pool: a pool in a plan of kind %r (a pool plan is of kind 'keep')" % doc.get("kind"))
-    n = _int(p, "sessions", "pool.sessions", 1, 0x7FFE)  # a block's holder count is an int16
+    _int(p, "sessions", "pool.sessions", 1, 0x7FFE)  # a block's holder count is an int16
     b = _int(p, "block", "pool.block", 1, 1 << 16)
     t = _int(p, "tokens", "pool.tokens", 1, 1 << 26)
     if t % b:
