@@ -229,3 +229,19 @@ def test_bad_pool_flags_print_one_line_and_exit_2(flags, said):
     assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
     lines = [ln for ln in (r.stderr + r.stdout).splitlines() if ln.strip()]
     assert len(lines) == 1 and said in lines[0] and "Traceback" not in r.stderr, lines
+
+
+def test_a_board_whose_footprint_has_no_pool_figure_says_so():
+    # the pool's code is counted from the board's measured footprint (footprint.pool_KIND): where it was not
+    # measured no pool plan is made, and the one line says how to measure it
+    from kvedge_host import profiles
+    names = [n for n in profiles.names() if (profiles.load(n).get("footprint") or {}) and
+             not any(k.startswith("pool_") for k in profiles.load(n)["footprint"])]
+    if not names:
+        pytest.skip("every profile's footprint has the pool's figure")
+    r = _cli("plan", "--preset", "stories260K", "--board", names[0], "--sessions", "2")
+    assert r.returncode == 1, (r.returncode, r.stdout, r.stderr)
+    assert r.stdout.strip() == ("nothing fits %s as a pool: its footprint has no measured figure for the pool's code "
+                                "(kvedge.paged, kvedge.pooled, kvedge.model.runpool): kvedge footprint --board %s "
+                                "--write" % (names[0], names[0])), r.stdout
+

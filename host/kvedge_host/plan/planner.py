@@ -450,6 +450,10 @@ def plan_one(spec, context, tgt, kv_dtype="f32", weights_dtype=None, align=64, b
         # measured, and no kernel kind ran even the tiny model: a flat allowance would promise a heap that is not there
         raise NothingFits("nothing fits %s: with no kernel kind did the runtime run even the project's tiny model on "
                           "the emulated board (kvedge footprint --board %s)" % (tgt["name"], tgt["name"]))
+    if pool is not None and rts and all(r.pool is None for r in rts):
+        raise NothingFits("nothing fits %s as a pool: its footprint has no measured figure for the pool's code "
+                          "(kvedge.paged, kvedge.pooled, kvedge.model.runpool): kvedge footprint --board %s --write"
+                          % (tgt["name"], tgt["name"]))
     tok = tokenizer_for(spec, model, tokenizer, prompt, encoder) if rts else (0, None, False, None)
     plans = []
     other_kind = None
