@@ -39,9 +39,11 @@ class PagedPool:
     block          tokens per block (B)
     sessions       how many sessions may be open at once (their tables are preallocated)
     session_blocks hard cap on one session's blocks (default: all of them)
-    on_pressure    callback(session_id) -> bool, see the header; None reclaims the LRU session unasked"""
+    on_pressure    callback(session_id) -> bool, see the header; None reclaims the LRU session unasked
+    arena          the store's arena allocated earlier (KVCache(arena=...): a bytearray of cfg.nbytes())"""
 
-    def __init__(self, cfg, block, sessions=8, session_blocks=0, on_pressure=None, budget=None, tile=16):
+    def __init__(self, cfg, block, sessions=8, session_blocks=0, on_pressure=None, budget=None, tile=16,
+                 arena=None):
         if not isinstance(cfg, CacheConfig):
             raise TypeError("cfg must be a CacheConfig, got %s" % check.show(cfg))
         if cfg.window or cfg.sinks:
@@ -64,7 +66,7 @@ class PagedPool:
             raise ValueError("session_blocks must be 0..%d, got %r" % (nb, session_blocks))
         if on_pressure is not None and not callable(on_pressure):
             raise TypeError("on_pressure must be a callable or None, got %s" % check.show(on_pressure))
-        self.cache = KVCache(cfg, budget)
+        self.cache = KVCache(cfg, budget, arena)
         self.cfg = cfg
         self.B = block
         self.NB = nb

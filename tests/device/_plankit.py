@@ -38,6 +38,19 @@ def tier(block=16, cold="i8", blocks=28):
             "cold_bytes": 50000, "flash_bytes": 51000, "cold_tokens": 448, "cost": None}
 
 
+def pool_plan():
+    """A pool plan (kvedge plan --sessions 2 --block 8 --shared-prompt 16): 2 conversations of 32 tokens forked
+    from a 16-token prompt held once. Its figures written out by hand: blocks 2 (the prompt) + 2 x (4 - 2) = 6,
+    handles 2 + 1 (the prompt's holder), arena 6 blocks x 2 x 5 layers x 4 KV heads x 8 tokens x (8 codes + a
+    2-byte scale) = 19,200, bookkeeping 4 x (3 handles x 4 table entries + 5 x 3 + 4 x 8 slots) + 2 x 3 + 4 x 6
+    = 266."""
+    doc = plan("keep", cache(48), None)
+    doc.update(kv_bytes=19200, context=32, tokens_kept=32, strategy="i8 pool of 2 sessions x 32 tokens")
+    doc["pool"] = {"sessions": 2, "block": 8, "shared_prompt": 16, "tokens": 32, "blocks": 6, "handles": 3,
+                   "arena_bytes": 19200, "meta_bytes": 266, "objects_bytes": 2000}
+    return doc
+
+
 def refused(doc, field, heap=HEAP, model=None, tok=None):
     before = repr(doc)
     try:

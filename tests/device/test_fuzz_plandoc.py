@@ -10,7 +10,8 @@ kernels.get()  # the kernels a plan's "auto" pass is resolved with, compiled now
 from kvedge.model import plandoc
 from kvedge.model.runplan import plan_args, run_args
 from _fuzzkit import Lcg
-from _plankit import HEAP, SHAPE, cache as _cache, copy as _copy, plan as _plan, refused as _refused, tier as _tier
+from _plankit import HEAP, SHAPE, cache as _cache, copy as _copy, plan as _plan, pool_plan, refused as _refused, \
+    tier as _tier
 
 NAN = float("nan")
 INF = float("inf")
@@ -38,6 +39,7 @@ def valid_plans():
         (p_h2o, kv(h2o), 44, True, None, "h2o"),
         (t, kv(ring), 0, True, {"block": 16, "cold_dtype": "i8", "cold_blocks": 28, "at_cap": "drop",
                                 "cold_align": 0}, "tiered"),
+        (pool_plan(), kv(_cache(48)), 0, True, None, "keep"),
     ]
 
 
@@ -171,10 +173,37 @@ _TIER = (
 )
 
 
+_POOL = (
+    (("pool",), ([], "pool", 3, {}), "pool"),
+    (("kind",), ("window", "h2o", "tiered"), None),  # h2o and tiered: their policy first; a window: the pool
+    (("pool", "sessions"), (0, -1, 1 << 20, 2.0, "2", None, True, _DEL), "pool.sessions"),
+    (("pool", "sessions"), (1, 3), "pool.blocks"),  # 2 + 1 x 2 and 2 + 3 x 2 blocks, not 6
+    (("pool", "block"), (0, -8, 1 << 20, 8.0, None, _DEL), "pool.block"),
+    (("pool", "block"), (5, 64), "pool.tokens"),  # 32 tokens are not whole blocks of 5 or 64
+    (("pool", "block"), (16, 4), "pool.blocks"),
+    (("pool", "tokens"), (0, 31, 40, 64, 32.0, None, _DEL), "pool.tokens"),  # 40, 64: past the context (32)
+    (("pool", "shared_prompt"), (-1, 32, 100, 16.0, "16", None, _DEL), "pool.shared_prompt"),
+    (("pool", "shared_prompt"), (0, 8, 9), "pool.blocks"),
+    (("pool", "blocks"), (5, 7, 0, None, "6", 6.0, _DEL), "pool.blocks"),
+    (("pool", "handles"), (2, 4, None, _DEL), "pool.handles"),
+    (("pool", "arena_bytes"), (19199, 0, None, _DEL), "pool.arena_bytes"),
+    (("pool", "meta_bytes"), (0, 265, None, _DEL), "pool.meta_bytes"),
+    (("pool", "objects_bytes"), (-1, 1 << 40, None, 1.5, "9", _DEL), "pool.objects_bytes"),
+    (("pool", "objects_bytes"), (80000,), "pool"),  # arena, bookkeeping and objects past the plan's total
+    (("cache", "max_tokens"), (40, 56), "cache"),  # not the pool's 6 blocks x 8
+    (("cache", "window"), (8,), "cache"),
+    (("cache", "prefix"), (4,), "cache"),
+    (("kv_bytes",), (20000, 19201), "kv_bytes"),
+    (("batch",), (2,), "batch"),
+    (("policy",), ({"kind": "ring"},), "pool"),
+    (("tier",), (_tier(),), "tier"),
+)
+
+
 def test_every_field_hostile_is_refused_naming_it():
     plans = valid_plans()
     n = 0
-    for idx, table in ((0, _HOSTILE), (3, _HOSTILE + _H2O), (4, _HOSTILE + _TIER)):
+    for idx, table in ((0, _HOSTILE), (3, _HOSTILE + _H2O), (4, _HOSTILE + _TIER), (5, _POOL)):
         base = plans[idx][0]
         for path, values, field in table:
             for v in values:
@@ -183,7 +212,8 @@ def test_every_field_hostile_is_refused_naming_it():
                 if isinstance(v, float) and not v - v == 0:
                     want = "plan." + ".".join(path)
                 else:
-                    want = field or path[0]
+                    want = field or (("policy" if v in ("h2o", "tiered") else "pool") if path == ("kind",)
+                                     else path[0])
                 _refused(doc, want)
                 n += 1
     assert n > 300, n

@@ -114,7 +114,8 @@ def check(doc, heap=None):
             _bad(k, "a string", doc[k])
     for k in ("context", "tokens_kept"):
         _int(doc, k, k, 1, 1 << 26, False)
-    if doc.get("context") is not None and cfg.slots > doc["context"]:
+    if doc.get("context") is not None and cfg.slots > doc["context"] and doc.get("pool") is None:  # a pool: a
+        # session's context (its cache holds every session's blocks)
         raise PlanError("context: %d, fewer than the cache's %d slots" % (doc["context"], cfg.slots))
     _int(doc, "batch", "batch", 1, 1 << 16, False)
     for k in _BYTES:
@@ -194,6 +195,9 @@ def check(doc, heap=None):
     without(doc)
     if doc.get("placement") is not None and not isinstance(doc["placement"], list):
         _bad("placement", "a list", doc["placement"])
+    if doc.get("pool") is not None:  # several conversations on one PagedPool: its rules load with pool plans only
+        from kvedge.model.runpool import check as check_pool
+        check_pool(doc, cfg, _int, _bad)  # plandoc's field checks, passed: runpool never imports plandoc
     return cfg
 
 
@@ -246,7 +250,12 @@ def tier_of(doc):
 def build_cache(doc, cold_path="/kv_cold", q8=False, tile=32, heap=None):
     """The cache a plan document describes, checked whole first (check()), its attention attached: a KVCache
     (KVCacheQ8 with q8: written with int8 codes), or a tiered plan's TieredCache, which reopens its cold store at
-    cold_path.* when one is there. The plan's budget_bytes is the budget (BudgetError before allocating)."""
+    cold_path.* when one is there. The plan's budget_bytes is the budget (BudgetError before allocating). A pool
+    plan (its "pool": kvedge plan --sessions) gives its kvedge.paged.PagedPool, whose sessions
+    (kvedge.pooled.PoolSession(pool)) each answer the decode interface."""
+    if doc.get("pool") is not None:  # a pool plan: its PagedPool (sessions: kvedge.pooled.PoolSession(pool))
+        from kvedge.model.runpool import build
+        return build(doc, check(doc, heap), tile)
     from kvedge import caches
     cfg = check(doc, heap)
     c = caches.build(cfg, tier_of(doc), cold_path, tile, q8=q8, budget=doc.get("budget_bytes"), fresh=False)

@@ -38,7 +38,17 @@ def doc_args(doc):
         out["prefill"] = doc["prefill"]
     if not encodes(doc):
         out["encode"] = False  # the plan left the board's encoder out: prompts come as ids (prompt_args)
+    if doc.get("pool") is not None:
+        out["pool"] = doc["pool"]  # its conversations run by kvedge.model.runpool.main (entry())
     return out
+
+
+def entry(args):
+    """The runner of a plan's arguments: kvedge.model.runpool.main for a pool plan, else kvedge.model.run.main."""
+    if args.get("pool") is not None:
+        from kvedge.model.runpool import main as pooled
+        return pooled
+    return main
 
 
 def prompt_args(doc, prompt, tokenizer, vocab_size):
@@ -111,6 +121,9 @@ def plan_args(doc, model=None, tokenizer=None, heap=None):
                                     rt.get("tokenizer_bytes") or 0, need))
         ccfg = llama.cache_config(cfg, kv)
         own = Tokenizer.nbytes(tokenizer, cfg.vocab_size) + RUN_OVERHEAD
+        if out.get("pool") is not None:  # the pool's bookkeeping and objects beside its arena
+            from kvedge.model.runpool import run_bytes
+            own += run_bytes(out["pool"], llama.WORD)
         if (doc.get("prefill") or 1) != 1:  # prompts in chunks: main() counts their buffers in its workspace
             from kvedge.model.prefill import account
             own += account(cfg, doc["prefill"], fwd)
@@ -168,7 +181,7 @@ def from_settings(getenv=None):
     if args["workspace"] < 0:
         raise BudgetError("the plan leaves no room for this run's own objects", doc["total_bytes"] -
                           args["workspace"], doc["total_bytes"])
-    return main(model, tok,
+    return entry(args)(model, tok,
                 prompt=prompt, steps=_setting(getenv, "STEPS", 64, int),
                 temperature=_setting(getenv, "TEMPERATURE", 0.0, float), seed=_setting(getenv, "SEED", 1, int),
                 stats_ms=stats_ms, **run_args(args))

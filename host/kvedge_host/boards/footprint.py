@@ -83,7 +83,8 @@ def runs(kinds):
 # what only some runs load: H2O eviction, the stats stream, encoding a prompt
 OPTIONAL = {"evict": "kvedge.evict", "telemetry": "kvedge.telemetry", "encode": "kvedge.model.bpe",
             "tiered": "kvedge.tier.cache", "fold": "kvedge.kernels.viper_tier", "floats": "kvedge.kernels.f32_native",
-            "int4": "kvedge.model.pass_int4", "split": "kvedge.kvsplit"}
+            "int4": "kvedge.model.pass_int4", "split": "kvedge.kvsplit", "pool": "kvedge.paged", "pooled": "kvedge.pooled",
+            "runpool": "kvedge.model.runpool"}
 # imported after the first run (less heap at the run's peak): the encoder, the tier and its fold (viper: skipped
 # where it does not compile), the float kernels the viper and asm kinds load on first use (an integer-pass run
 # loads them for a cache with f32 rows: a prefix, KIVI's residual); the tiered cache's modules may not fit a small
@@ -92,6 +93,9 @@ OPTIONAL = {"evict": "kvedge.evict", "telemetry": "kvedge.telemetry", "encode": 
 # the planner offers no split there
 LATE = ("kvedge.model.bpe", "kvedge.tier.cache", "kvedge.kernels.viper_tier", "kvedge.kernels.f32_native",
         "kvedge.kvsplit")
+POOL = ("pool", "pooled", "runpool")  # a pool plan's runner and its pool (kvedge.model.runpool.main): one figure
+# last of all (what is measured before them stays as it was measured without them)
+POOL_LATE = tuple(OPTIONAL[n] for n in POOL)
 FLOAT_OPTIONAL = tuple(m for n, m in OPTIONAL.items() if n != "int4")  # a float-pass run measures no int4 rows
 
 
@@ -100,7 +104,7 @@ def late_int(kind):
     kernels4()'s module: what a run of int4 weights loads), each imported and measured as the probe does the
     others (the probe itself unchanged: on the esp32's 100 KB its own size decides what fits)."""
     from kvedge import kernels
-    return LATE + (OPTIONAL["int4"], kernels.module_name("q4_", kind))
+    return LATE + (OPTIONAL["int4"], kernels.module_name("q4_", kind)) + POOL_LATE
 TINY = {"steps": 12, "h2o": 12, "max_tokens": 16}  # the first run: every path of a generation, a few tokens
 MODEL, TOKENIZER = "fp_tiny.bin", "fp_tok.bin"
 
@@ -242,7 +246,7 @@ def measure_circuitpython(board, log=None):
             return out
         version = run("import sys\nprint('KVFP version', sys.version)")
         boot = parse(run(boot_code()))
-        r = parse(run(RUN % ("plain", modules_for("plain"), FLOAT_OPTIONAL, LATE, MODEL, TOKENIZER,
+        r = parse(run(RUN % ("plain", modules_for("plain"), FLOAT_OPTIONAL, LATE + POOL_LATE, MODEL, TOKENIZER,
                              TINY["steps"], TINY["h2o"], TINY["max_tokens"], "float")))
         r["boot"], r["usable"] = boot["boot"], boot["usable"]
         res = {"board": board, "heap_image": heap, "march": "none (.py source)", "kinds": {"plain": r},
@@ -293,8 +297,8 @@ def measure(board, kinds=None, log=None):
             boot = parse(b.exec(boot_code()))
             res["largest"] = parse(b.exec(START))["start_largest"]
             for name, kind, forward, mods in runs(kinds):
-                late = late_int(kind) if forward == "int" else LATE
-                optional = FLOAT_OPTIONAL + (late[-2:] if forward == "int" else ())
+                late = late_int(kind) if forward == "int" else LATE + POOL_LATE
+                optional = FLOAT_OPTIONAL + (late[len(LATE):len(LATE) + 2] if forward == "int" else ())
                 code = RUN % (kind, mods, optional, late, MODEL, TOKENIZER, TINY["steps"], TINY["h2o"],
                               TINY["max_tokens"], forward)
                 r = parse(b.exec(code, timeout=900))
@@ -354,7 +358,7 @@ def figures(res):
     fp = {"heap_image": res["heap_image"], "heap_usable": first["usable"], "boot_bytes": first["boot"],
           "largest_bytes": res["largest"]}
     for name, mod in OPTIONAL.items():
-        if name in ("tiered", "fold", "floats", "int4"):
+        if name in ("tiered", "fold", "floats", "int4") + POOL:
             continue  # per kernel kind below: with the asm/viper kinds kvedge.attention is already loaded
         got = [r["optional"][mod] + (r.get("telemetry_state", 0) + r.get("telemetry_line", 0)
                                      if name == "telemetry" else 0)
@@ -373,10 +377,12 @@ def figures(res):
             # the integer pass's tier also loads its cold blocks' fold (TieredCache.load_fold: kernels.viper_tier)
             fold = r["optional"].get(OPTIONAL["fold"], 0) if kind.startswith(INT) else 0
             fp["tiered_" + kind] = r["optional"][OPTIONAL["tiered"]] + fold
+        if all(OPTIONAL[n] in r["optional"] for n in POOL):  # kvedge.attention among them with plain and native
+            fp["pool_" + kind] = sum(r["optional"][OPTIONAL[n]] for n in POOL)
         if kind.startswith(INT) and OPTIONAL["floats"] in r["optional"]:
             fp["floats_" + kind] = r["optional"][OPTIONAL["floats"]]
         if kind.startswith(INT) and OPTIONAL["int4"] in r["optional"]:
-            q4 = late_int(kind[len(INT):])[-1]
+            q4 = late_int(kind[len(INT):])[len(LATE) + 1]
             fp["int4_" + kind] = r["optional"][OPTIONAL["int4"]] + r["optional"].get(q4, 0)
     return fp
 
@@ -414,12 +420,16 @@ def _what(key):
                           "integer pass for a cache with f32 rows) after a first run of the integer pass" % kind,
                 "int4": "importing kvedge.model.pass_int4 and its q4 kernels (kernels4(): what a run of int4 weights "
                         "loads beside the int8 pass) after a first run of the integer pass with %s kernels" % kind,
+                "pool": "importing kvedge.paged, kvedge.pooled and kvedge.model.runpool (a pool plan's runner: kvedge "
+                        "plan --sessions) after a first run of the integer pass with %s kernels" % kind,
                 "loop": "the integer pass's generation loop peak heap (%s kernels) beyond its formula-sized parts"
                         % kind}[part]
     return {"runtime": "the runner's modules as .mpy with %s kernels (kvedge.kernels.select('%s')), each imported "
                        "after gc.collect(), plus what a first generation leaves behind" % (kind, kind),
             "tiered": "importing kvedge.tier.cache (a tiered cache: its cold store and the formulas it sizes itself "
                       "with) after the runner's modules and a first run with %s kernels" % kind,
+            "pool": "importing kvedge.paged, kvedge.pooled and kvedge.model.runpool (a pool plan's runner: kvedge plan "
+                    "--sessions) after the runner's modules and a first run with %s kernels" % kind,
             "loop": "the generation loop's peak heap (%s kernels) beyond its formula-sized parts (weights, arena, "
                     "activations, objects, tokenizer)" % kind}[part]
 

@@ -43,17 +43,17 @@ PARTS = {
               ("model/bpe", "model/checkpoint", "model/convert", "model/convert4", "model/f32file", "model/header",
                "model/llama", "model/pass_float", "model/pass_int", "model/pass_int4", "model/pass_ulab", "model/pieces",
                "model/plandoc",
-               "model/prefill", "model/romweights", "model/run", "model/runplan", "model/sampler", "model/sizes",
+               "model/prefill", "model/romweights", "model/run", "model/runplan", "model/runpool", "model/sampler", "model/sizes",
                "model/tiny", "model/tokenizer", "model/w4file")),
     "chat": ("turns of a conversation on one cache (kvedge chat): each line fed on top of what the cache holds",
              ("model",), ("chat",)),
 }
 # what a part loads only when a run asks for it (or its port has it): the model runner: H2O eviction, the stats
 # stream, a tier, a saved session (generate --save/--resume); the attention's cache builder: a tier (kvedge.caches);
-# the kernels: the Xtensa inline assembler's (kvedge.kernels.q8_viper probes for them); a session: the cache
+# a pool plan's run: the pool (kvedge.model.runpool); the kernels: the Xtensa inline assembler's (kvedge.kernels.q8_viper probes for them); a session: the cache
 # builder, to reopen a tier's store (kvedge.session.reopen_tier, for the runner); a chat: H2O, the stats stream and
 # a saved conversation (kvedge chat --h2o, --stats-ms, --save/--resume)
-OPTIONAL = {"model": ("evict", "telemetry", "tier", "kernels-arm", "session"), "attention": ("tier",),
+OPTIONAL = {"model": ("evict", "telemetry", "tier", "kernels-arm", "session", "pool"), "attention": ("tier",),
             "kernels": ("kernels-xtensa",), "session": ("attention",), "chat": ("evict", "telemetry", "session")}
 
 

@@ -49,7 +49,8 @@ def runner_args(doc, steps, stats_ms=0, prompt="", temperature=0.0, seed=1, mode
                                                                                          else 0) + (
             rt.get("encode_bytes", 0) if kw["encode"] else 0) + (rt.get("tiered_bytes", 0) if tier else 0) + (
             rt.get("floats_bytes", 0) if loads_floats(kw["kv"], kw["forward"]) else 0) + rt.get("layout_bytes", 0) + (
-            rt.get("int4_bytes", 0))  # int4 rows' modules: the plan counted them for int4 weights only
+            rt.get("int4_bytes", 0)) + rt.get("pool_bytes", 0)  # int4 rows' modules: the plan counted them for int4
+        # weights only; a pool plan's modules (kvedge.model.runpool and the pool)
         # the loop, and the buffers of the files the run keeps open (the tokenizer; the weights when streamed)
         kw["overhead"] = rt["loop_bytes"] + rt["file_bytes"] * (1 + (1 if kw["stream"] else 0))
         if prompt and not rt.get("prompt", True):
@@ -121,7 +122,8 @@ def plan_command(model, board, doc, heap=None, prompt="", weights_dtype="i8", fo
 def runner_code(model, tokenizer, kw):
     """The snippet that runs it on the board (paths as the board sees them)."""
     args = ", ".join("%s=%r" % (k, kw[k]) for k in sorted(kw))
-    return "from kvedge.model import run\nrun.main(%r, %r, %s)\n" % (model, tokenizer, args)
+    mod = "runpool" if kw.get("pool") is not None else "run"  # a pool plan's runner (kvedge.model.runplan.entry)
+    return "from kvedge.model import %s\n%s.main(%r, %r, %s)\n" % (mod, mod, model, tokenizer, args)
 
 
 def summary(out):
@@ -133,7 +135,8 @@ def summary(out):
     return None
 
 
-def run_on_m3(board, doc, model, tokenizer, steps, heap=None, timeout=900, log=None, stats_ms=0, prompt=""):
+def run_on_m3(board, doc, model, tokenizer, steps, heap=None, timeout=900, log=None, stats_ms=0, prompt="",
+              temperature=0.0, seed=1):
     """Run a plan once on a fresh emulated board: the package as .mpy for the board and the model and tokenizer
     on its filesystem; returns (summary dict, everything the board printed). heap: the firmware image to boot
     (default the profile's heap; a PSRAM profile runs on the largest image with a plan made for that heap)."""
@@ -155,8 +158,8 @@ def run_on_m3(board, doc, model, tokenizer, steps, heap=None, timeout=900, log=N
         m3board.write_disk_module(rom, march, layout)
         image = m3board.build_romfs(rom, os.path.join(tmp, "rom.img"), layout)
         with m3board.M3Board(board, heap=heap, romfs=image, disk=disk, log=log, layout=layout) as b:
-            out = b.exec(runner_code("model.bin", "tok.bin", runner_args(doc, steps, stats_ms, prompt,
-                                                                         model=model, tokenizer=tokenizer)),
+            out = b.exec(runner_code("model.bin", "tok.bin", runner_args(doc, steps, stats_ms, prompt, temperature,
+                                                                         seed, model=model, tokenizer=tokenizer)),
                          timeout=timeout)
     return summary(out), out
 

@@ -41,13 +41,30 @@ def add_arguments(p):
     p.add_argument("--residual", type=int, metavar="R",
                    help="i4/i2: KIVI's sliding residual, the newest R..R+31 tokens kept at f32 (a multiple of the "
                         "key group 32; default 32; 0 = per-token keys, no f32 rows)")
-    p.add_argument("--sessions", type=int, metavar="N",
-                   help="plan a paged pool of N conversations of --context tokens each on one board (kvedge.paged)")
+    add_pool_arguments(p, "plan a paged pool of N conversations of --context tokens each on one board (kvedge.paged)")
+    p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    p.add_argument("--plot", metavar="FILE.png", help="draw memory against context per strategy with the heap")
+
+
+def add_pool_arguments(p, sessions_help):
+    """--sessions, --block, --shared-prompt: a pool of conversations (kvedge budget counts one, kvedge plan plans
+    one)."""
+    p.add_argument("--sessions", type=int, metavar="N", help=sessions_help)
     p.add_argument("--block", type=int, default=16, metavar="B", help="with --sessions: tokens a block (default 16)")
     p.add_argument("--shared-prompt", type=int, default=0, metavar="P",
                    help="with --sessions: the first P tokens are a prompt every conversation shares, held once")
-    p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
-    p.add_argument("--plot", metavar="FILE.png", help="draw memory against context per strategy with the heap")
+
+
+def pool_flags(a):
+    """The pool the flags ask for ({"sessions", "block", "shared"}), or None; --block or --shared-prompt without
+    --sessions is refused."""
+    if a.sessions is None:
+        if a.shared_prompt:
+            raise ValueError("--shared-prompt needs --sessions (a pool of conversations)")
+        if a.block != 16:
+            raise ValueError("--block needs --sessions (a pool of conversations)")
+        return None
+    return {"sessions": a.sessions, "block": a.block, "shared": a.shared_prompt}
 
 
 def load_inputs(a):
@@ -65,11 +82,7 @@ def run(a):
         if not a.plot.lower().endswith(".png"):
             raise ValueError("%s: --plot writes a PNG file (name it FILE.png)" % a.plot)
     spec, context, tgt = load_inputs(a)
-    pool = None
-    if a.sessions is not None:
-        pool = {"sessions": a.sessions, "block": a.block, "shared": a.shared_prompt}
-    elif a.shared_prompt:
-        raise ValueError("--shared-prompt needs --sessions (a pool of conversations)")
+    pool = pool_flags(a)
     r = account.account(spec, context, a.kv_dtype, tgt, a.weights_dtype, a.align, a.batch, residual=a.residual,
                         pool=pool)
     if a.plot:

@@ -333,7 +333,7 @@ def _run(args, tok, cfg, prompt):
     if args.runtime == "cpython":
         if DEVICE not in sys.path:
             sys.path.insert(0, DEVICE)
-        from kvedge.model import run as devrun
+        from kvedge.model.runplan import entry
         import io
         buf = io.StringIO()
         real = sys.stdout
@@ -341,7 +341,7 @@ def _run(args, tok, cfg, prompt):
         sys.stdout = _Split(real, buf)
         from kvedge.errors import SessionError
         try:
-            devrun.main(**call)
+            entry(call)(**call)  # kvedge.model.run.main, or a pool plan's kvedge.model.runpool.main
         except SessionError as e:
             raise UserError(str(e))
         finally:
@@ -350,7 +350,8 @@ def _run(args, tok, cfg, prompt):
         _summary(buf.getvalue())
         return 0
     from ..boards import runtimes
-    code = "from kvedge.model import run\nrun.main(**%r)\n" % (call,)
+    mod = "runpool" if call.get("pool") is not None else "run"  # kvedge.model.runplan.entry's choice
+    code = "from kvedge.model import %s\n%s.main(**%r)\n" % (mod, mod, call)
     import tempfile
     with tempfile.TemporaryDirectory(prefix="kvedge_mpy_") as tmp:
         pkg = DEVICE
@@ -468,7 +469,8 @@ def _run_port(args, call):
     streams = getattr(args, "plan_stats", True)  # a plan may leave the stats stream out (_plan_prompt)
     call = dict(call, model=on_board[call["model"]], tokenizer=on_board[call["tokenizer"]],
                 stats_ms=call["stats_ms"] or (1000 if streams else 0), ctrl_c=True)
-    code = "from kvedge.model import run\nrun.main(**%r)\n" % (call,)
+    mod = "runpool" if call.get("pool") is not None else "run"  # kvedge.model.runplan.entry's choice
+    code = "from kvedge.model import %s\n%s.main(**%r)\n" % (mod, mod, call)
     # a fresh interpreter (mpremote soft-resets the board), left running: its output is read off the port
     mpremote(args.port, ["exec", "--no-follow", code], resume=False)
     if args.detach:

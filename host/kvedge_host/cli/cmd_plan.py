@@ -10,7 +10,7 @@ import json
 from ..plan import notes, planner, rank
 from .. import validate
 from ..errors import UserError
-from .cmd_budget import add_model_arguments
+from .cmd_budget import add_model_arguments, add_pool_arguments, pool_flags
 from ..plan.planquality import DEFAULT_QUALITY
 
 
@@ -63,6 +63,9 @@ def add_arguments(p):
                    help="leave out configurations slower than X tokens/s at the board's clock")
     p.add_argument("--kind", metavar="KIND",
                    help="search one kind only: %s" % ", ".join(rank.KINDS))
+    add_pool_arguments(p, "plan a paged pool of N conversations on one board (kvedge.paged): the longest context "
+                          "per session that fits, in whole blocks; the plan file records the pool and the board runs "
+                          "its N conversations")
     p.add_argument("--out", metavar="FILE.json", help="write the chosen configuration as a device config JSON")
     p.add_argument("--pick", type=int, default=1, help="rank of the configuration --out writes (default 1)")
     p.add_argument("--top", type=int, default=12, help="ranked rows to print (default 12)")
@@ -77,6 +80,13 @@ def run(a):
     if a.no_quality and a.quality:
         raise UserError("--quality and --no-quality: choose one")
     quality = False if a.no_quality else a.quality
+    pool = pool_flags(a)
+    if pool is not None:
+        pool = {"sessions": pool["sessions"], "block": pool["block"], "shared_prompt": pool["shared"]}
+        if a.board == "all" and a.heap is None:
+            raise UserError("--sessions plans one board's pool: name the board instead of 'all'")
+        if a.batch != 1:
+            raise UserError("--sessions with --batch %d: the pool holds the conversations (--batch 1)" % a.batch)
     if a.board == "all" and a.heap is None:
         if a.out:
             raise UserError("--out writes one board's plan: name the board instead of 'all'")
@@ -96,7 +106,7 @@ def run(a):
         p = planner.plan(spec, context, tgt, a.kv_dtype, a.weights_dtype, a.align, a.batch, a.weights_in,
                          not a.no_tiered, a.kernels, a.margin, a.workspace, a.model, a.tokenizer, not a.no_stats,
                          not a.no_prompt, quality, a.objective, a.min_tokens_per_s, a.kind, a.pick, a.flash_tier,
-                         a.forward, encoder=not a.no_encoder)
+                         a.forward, encoder=not a.no_encoder, pool=pool)
     except planner.NothingFits as e:
         print(e)
         return 1
@@ -257,14 +267,17 @@ def account_lines(r, cd):
              "rom": ", %s in ROMFS, read in place" % _n(w["bytes"])}[w["place"]]
     tier = cd.get("tier") or {}
     cache = cd["kv_bytes"] * cd["batch"] + cd["h2o_score_bytes"] * cd["batch"] + \
-        (tier.get("staging_bytes", 0) + tier.get("tables_bytes", 0)) * cd["batch"]
+        (tier.get("staging_bytes", 0) + tier.get("tables_bytes", 0)) * cd["batch"] + \
+        (cd.get("pool") or {}).get("meta_bytes", 0)  # a pool's arena and bookkeeping, as kvedge budget counts it
     rt = r.get("runtime") or {}
     runtime = "measured: %s kernels, %s pass" % (rt["kernels"], cd["forward"]) if rt.get("source") == \
         "measured" else "a flat allowance"
     limit = cd["total_bytes"] + cd["headroom_bytes"] - cd.get("margin_bytes", 0)
     return ["  %-12s %11s  %s%s" % ("weights", _n(w["heap_bytes"]), w["dtype"], where),
             "  %-12s %11s  %s%s" % ("KV cache", _n(cache), cd["cache"]["dtype"],
-                                    (", older tokens on flash (%s bytes)" % _n(tier["flash_bytes"])) if tier else ""),
+                                    (", older tokens on flash (%s bytes)" % _n(tier["flash_bytes"])) if tier else
+                                    (", a pool of %d blocks and its bookkeeping" % cd["pool"]["blocks"])
+                                    if cd.get("pool") else ""),
             "  %-12s %11s" % ("activations", _n(cd["activation_bytes"])),
             "  %-12s %11s  %s" % ("runtime", _n(cd["workspace_bytes"]), runtime),
             "  %-12s %11s  of %s a plan may use (margin %s)" % (

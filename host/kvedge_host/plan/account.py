@@ -312,6 +312,9 @@ class Runtime:
         self.floats = fp.get("floats_" + key, 0)
         # int4 rows' reader and q4 kernels, which a run of int4 weights loads (None: not measured, no int4 plan)
         self.int4 = fp.get("int4_" + key)
+        # a pool plan's runner and the pool (kvedge.model.runpool, kvedge.paged, kvedge.pooled; None: not measured,
+        # no pool plan counted on it)
+        self.pool = fp.get("pool_" + key)
         self.encode = fp.get("encode_bytes", 0)  # kvedge.model.bpe, loaded by a run with a prompt
         self.loop = fp.get("loop_" + key, 0)
         self.file = fp.get("file_bytes", 0)  # one open file (the filesystem's buffers)

@@ -7,6 +7,16 @@ from .rank import SLOWER
 WEIGHT_NAMES = {budget.F32: "f32", budget.F16: "f16", budget.I8: "int8", budget.I4: "int4"}
 
 
+def pool_line(c, context):
+    """What a pool plan chose: its conversations, each one's context (searched, whole blocks), its blocks and bytes."""
+    p = c["pool"]
+    return ("pool: %d sessions%s, each %s of the %s-token context (the longest in whole %d-token blocks that fits)"
+            ": %d blocks, arena %s + bookkeeping %s + objects %s bytes" % (
+                p["sessions"], (" forked from one %d-token prompt held once" % p["shared_prompt"]) if
+                p["shared_prompt"] else "", format(p["tokens"], ","), format(context, ","), p["block"], p["blocks"],
+                format(p["arena_bytes"], ","), format(p["meta_bytes"], ","), format(p["objects_bytes"], ",")))
+
+
 def verdict(result):
     """The plan's verdict in two lines: whether anything fits the board and the one reason (what is chosen and how
     much of the context it keeps; or, when nothing fits, the part that rules it out: the weights against the
@@ -29,6 +39,8 @@ def verdict(result):
             second = "the context does not fit whole: the heap leaves the cache %s bytes (%s); a context of " \
                 "%s or less keeps every token" % (format(c["kv_bytes"], ","), c["kind"],
                                                   format(c["tokens_kept"], ","))
+        if c.get("pool"):
+            second = pool_line(c, result["context"])
         if not conv:
             return first, second
         return first, second, "weights: %s, chosen because %s%s" % (

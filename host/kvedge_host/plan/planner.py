@@ -59,7 +59,7 @@ def device_config(c, spec, tgt, runtime=None, without=()):
         "forward": c.get("forward"), "prefill": c.get("prefill", 1), "kernels": c.get("kernels"),
         "instructions_per_token": c.get("instructions_per_token"), "tokens_per_s": c.get("tokens_per_s"),
         "speed": c.get("speed"), "without": list(without),
-    }
+    } if not c.get("pool") else dict(device_config(dict(c, pool=None), spec, tgt, runtime, without), pool=c["pool"])
 
 
 def inputs(model=None, preset=None, context=None, board=None, heap=None, workspace=None, batch=1,
@@ -241,7 +241,7 @@ def lean_levels(prompt=True, stats=True, encoder=True):
 def plan(spec, context, tgt, kv_dtype="f32", weights_dtype=None, align=64, batch=1, weights_in="auto",
          tiered=True, kernels="auto", margin=None, workspace=None, model=None, tokenizer=None, stats=True,
          prompt=True, quality=None, objective=DEFAULT_OBJECTIVE, min_tokens_per_s=None, kind=None, pick=1,
-         flash_tier=False, forward="auto", suggest=True, fit_weights=True, encoder=True, lean=True):
+         flash_tier=False, forward="auto", suggest=True, fit_weights=True, encoder=True, lean=True, pool=None):
     """plan_fit() with the full runtime; when nothing fits that way (and lean), again without the board's prompt
     encoder (the host encodes the prompt), then without the stats stream too (lean_levels()): the plan keeps
     the first that fits, its document's "without" names what it left out, result["lean"] what that saved and
@@ -250,6 +250,10 @@ def plan(spec, context, tgt, kv_dtype="f32", weights_dtype=None, align=64, batch
                 tiered=tiered, kernels=kernels, margin=margin, workspace=workspace, model=model, tokenizer=tokenizer,
                 prompt=prompt, quality=quality, objective=objective, min_tokens_per_s=min_tokens_per_s, kind=kind,
                 pick=pick, flash_tier=flash_tier, forward=forward, suggest=suggest, fit_weights=fit_weights)
+    if pool is not None:  # a pool's run (kvedge.model.runpool) writes no stats stream: not counted
+        check_pool(pool, kv_dtype, spec, context)
+        args["pool"] = pool
+        stats = False
     measured = (tgt.get("profile") or {}).get("footprint") and workspace is None
     levels = lean_levels(prompt, stats, encoder) if lean and measured else [[]]
     first = None
@@ -306,7 +310,7 @@ def lean_note(spec, model, tokenizer, tgt, p, drop, first):
 def plan_fit(spec, context, tgt, kv_dtype="f32", weights_dtype=None, align=64, batch=1, weights_in="auto",
              tiered=True, kernels="auto", margin=None, workspace=None, model=None, tokenizer=None, stats=True,
              prompt=True, quality=None, objective=DEFAULT_OBJECTIVE, min_tokens_per_s=None, kind=None, pick=1,
-             flash_tier=False, forward="auto", suggest=True, fit_weights=True, encoder=True, near=True):
+             flash_tier=False, forward="auto", suggest=True, fit_weights=True, encoder=True, near=True, pool=None):
     """plan_one() for the weights as given; without weights_dtype (and fit_weights) the weights are fitted too:
     the source's own format when it keeps the whole context, else the format of WEIGHT_SEARCH (smaller than the
     source's) whose plan keeps the most tokens, the better-quality format on a tie (result["weights_fit"] says
@@ -315,7 +319,7 @@ def plan_fit(spec, context, tgt, kv_dtype="f32", weights_dtype=None, align=64, b
     args = dict(kv_dtype=kv_dtype, align=align, batch=batch, weights_in=weights_in, tiered=tiered, kernels=kernels,
                 margin=margin, workspace=workspace, model=model, tokenizer=tokenizer, stats=stats, prompt=prompt,
                 quality=quality, objective=objective, min_tokens_per_s=min_tokens_per_s, kind=kind, pick=pick,
-                flash_tier=flash_tier, forward=forward, encoder=encoder)
+                flash_tier=flash_tier, forward=forward, encoder=encoder, pool=pool)
     search = weights_dtype is None and fit_weights and weights_in != "rom"
     formats = weight_formats(spec) if search else [weights_dtype]
     tried = []
@@ -416,7 +420,7 @@ def nearest(spec, context, tgt, weights_dtype, tried, args):
 def plan_one(spec, context, tgt, kv_dtype="f32", weights_dtype=None, align=64, batch=1, weights_in="auto",
              tiered=True, kernels="auto", margin=None, workspace=None, model=None, tokenizer=None, stats=True,
              prompt=True, quality=None, objective=DEFAULT_OBJECTIVE, min_tokens_per_s=None, kind=None, pick=1,
-             flash_tier=False, forward="auto", suggest=True, encoder=True):
+             flash_tier=False, forward="auto", suggest=True, encoder=True, pool=None):
     """Plan `spec` (models.load) at `context` tokens on `tgt` (account.target; inputs() makes all three).
 
     kv_dtype: the requested cache to start from; weights_dtype: their storage (None: the source's); align: row
@@ -429,7 +433,9 @@ def plan_one(spec, context, tgt, kv_dtype="f32", weights_dtype=None, align=64, b
     rank the document is made of; forward: auto (the integer pass wherever its runtime fits something, else the
     float pass), int or float (that pass's runtimes only); suggest: when nothing fits, find the largest built-in
     model that does (result["fits_instead"]); encoder: the board encodes the prompt (False: the host does, and
-    the board keeps neither kvedge.model.bpe nor the tokenizer's sorted ids). Returns a Plan."""
+    the board keeps neither kvedge.model.bpe nor the tokenizer's sorted ids); pool: {"sessions", "block",
+    "shared_prompt"}: plan a PagedPool of that many conversations (check_pool), the context per session searched.
+    Returns a Plan."""
     if kv_dtype not in DTYPES:
         raise UserError("unknown KV dtype %r for a device cache (choose from %s)" % (kv_dtype, ", ".join(DTYPES)))
     if weights_in not in ("auto", "heap", "flash", "rom"):
@@ -444,12 +450,17 @@ def plan_one(spec, context, tgt, kv_dtype="f32", weights_dtype=None, align=64, b
         # measured, and no kernel kind ran even the tiny model: a flat allowance would promise a heap that is not there
         raise NothingFits("nothing fits %s: with no kernel kind did the runtime run even the project's tiny model on "
                           "the emulated board (kvedge footprint --board %s)" % (tgt["name"], tgt["name"]))
+    if pool is not None and rts and all(r.pool is None for r in rts):
+        raise NothingFits("nothing fits %s as a pool: its footprint has no measured figure for the pool's code "
+                          "(kvedge.paged, kvedge.pooled, kvedge.model.runpool): kvedge footprint --board %s --write"
+                          % (tgt["name"], tgt["name"]))
     tok = tokenizer_for(spec, model, tokenizer, prompt, encoder) if rts else (0, None, False, None)
     plans = []
     other_kind = None
     for rt in rts or [None]:
         pl = Planner(spec, context, tgt, align, weights_dtype, batch, rt, tok[0])
         pl.prompt = prompt
+        pl.pool = pool
         if weights_in == "rom" and pl.weights_dtype != budget.I8:
             raise UserError("--weights-in rom: the device reads int8 weights in place (add --weights-dtype i8), "
                             "these are %s" % pl.weights_dtype)
@@ -460,6 +471,8 @@ def plan_one(spec, context, tgt, kv_dtype="f32", weights_dtype=None, align=64, b
         for c in cands:
             planspeed.annotate(c, spec, pl.weights_dtype, ks, prof)
         ranked, dropped = order(rank(cands, table), objective, min_tokens_per_s)
+        if pool is not None:  # a pool's first figure is each conversation's context; then as plans rank
+            ranked.sort(key=lambda c: -c["tokens_kept"])
         plans.append((rt, pl, ranked, dropped))
         if kind is not None and every and other_kind is None:  # what fits without --kind (the verdict's "instead")
             c = max(every, key=lambda c: (c["tokens_kept"], -c["total_bytes"]))
@@ -518,8 +531,10 @@ def plan_one(spec, context, tgt, kv_dtype="f32", weights_dtype=None, align=64, b
             raise UserError("--pick %d: only %d feasible configurations" % (pick, len(ranked)))
         chosen = ranked[pick - 1]
         result["chosen"] = pick
-        doc = device_config(chosen, spec, tgt, runtime_info(rt, tgt["profile"], tok, pl.weights_dtype),
-                            without(rts, prompt, encoder, stats))
+        ri = runtime_info(rt, tgt["profile"], tok, pl.weights_dtype)
+        if pool is not None and ri is not None:  # the pool's modules it counted (a plain plan's runtime unchanged)
+            ri["pool_bytes"] = rt.pool
+        doc = device_config(chosen, spec, tgt, ri, without(rts, prompt, encoder, stats))
     return Plan(spec, tgt, result, chosen, doc)
 
 
@@ -562,6 +577,26 @@ def _fits_instead(presets, context, tgt, workspace):
             return {"preset": name, "context": ctx, "strategy": p.chosen["strategy"],
                     "tokens_kept": p.chosen["tokens_kept"]}
     return None
+
+
+def check_pool(pool, kv_dtype, spec, context):
+    """kvedge plan --sessions N --block B --shared-prompt P, checked as kvedge budget checks them
+    (account.check_pool), and what a plan needs more: each session's context whole blocks (B divides the
+    context), a token of its own past the shared prompt, a cache dtype a pool runs (no KIVI residual)."""
+    account.check_pool({"sessions": pool["sessions"], "block": pool["block"], "shared": pool["shared_prompt"]},
+                       kv_dtype, 0, spec.windows(), context)
+    if context % pool["block"]:
+        raise UserError("--block %d: does not divide the context %d (a session's context is whole blocks: "
+                        "--context a multiple of --block)" % (pool["block"], context))
+    if pool["shared_prompt"] >= context:
+        raise UserError("--shared-prompt %d: leaves the sessions no token of their own in a context of %d"
+                        % (pool["shared_prompt"], context))
+    if kv_dtype in budget.LOWBIT:
+        raise UserError("--sessions with --kv-dtype %s: a pool plans f32, f16 or i8 blocks (KIVI's key groups "
+                        "span one sequence)" % kv_dtype)
+    if pool["sessions"] + (1 if pool["shared_prompt"] else 0) > 0x7FFF:
+        raise UserError("--sessions %d: with the shared prompt's holder more than 32,767 sessions"
+                        % pool["sessions"])
 
 
 class NothingFits(UserError):

@@ -121,6 +121,7 @@ class Planner:
             self.shape = account.runner_shape(spec)
             self.ws = runtime.fixed() + tokenizer_bytes
         self.trace = []
+        self.pool = None  # {"sessions", "block", "shared_prompt"}: plan a PagedPool of conversations (_pools)
         w = spec.windows()
         # a model whose every layer has the same window (Mistral) keeps only that many tokens: the device ring
         # does the same. Mixed patterns (Gemma) cannot be one CacheConfig: planned as all-global (an upper bound).
@@ -146,6 +147,8 @@ class Planner:
             n += (self.rt.tiered or 0) + TIERED_FILES * self.rt.file + TIERED_LOOP_BYTES
             if cold == budget.I4:
                 n += TIER_I4_DEMOTE_BYTES
+        if self.pool:  # a pool plan's runner and the pool's modules (measured: footprint pool_bytes)
+            n += self.rt.pool or 0
         return n + (self.rt.evict + account.H2O_STATE_BYTES if h2o else 0)
 
     def word(self):
@@ -208,13 +211,15 @@ class Planner:
             return self.act + own.scratch_bytes(self.shape, place != "heap") * self.batch
         return self.act + account.runner_scratch(self.shape, self._stream_dtype(), place == "flash") * self.batch
 
-    def total(self, cfg, place, scores=0, h2o=False, cold=None):
+    def total(self, cfg, place, scores=0, h2o=False, cold=None, pool=None):
         """scores: RAM each sequence needs beside its cache arena (H2O's arrays, a tiered cache's staging block
-        and tables); h2o: the eviction module is loaded (counted with a measured runtime); cold: a tiered cache's
-        cold dtype (the pass it runs on)."""
+        and tables, a pool's bookkeeping); h2o: the eviction module is loaded (counted with a measured runtime);
+        cold: a tiered cache's cold dtype (the pass it runs on); pool: a pool plan's "pool" (its run's objects,
+        kvedge.model.runpool.object_bytes, counted with the runtime's)."""
         fw = self.forward(cfg, place, h2o, cold)
         return (self.weights_heap(place, fw) + cfg.nbytes() * self.batch + scores * self.batch
-                + self.activations(place, fw) + self.ws + self.runner(cfg, h2o, cold) + self.files(place))
+                + self.activations(place, fw) + self.ws + self.runner(cfg, h2o, cold) + self.files(place)
+                + (pool["objects_bytes"] if pool else 0))
 
     def files(self, place):
         """The filesystem's buffers of the files a run keeps open: the tokenizer's, and the weights' when they
@@ -226,20 +231,22 @@ class Planner:
     def block_limit(self, h2o=False):
         return self.block if self.rt is None else self.rt.block_limit(h2o)
 
-    def fits(self, cfg, place, scores=0, h2o=False, cold=None):
+    def fits(self, cfg, place, scores=0, h2o=False, cold=None, pool=None):
         """Under the limit, and the arena (allocated first, straight after start-up) fits the largest block."""
-        return self.total(cfg, place, scores, h2o, cold) <= self.limit and cfg.nbytes() <= self.block_limit(h2o)
+        return self.total(cfg, place, scores, h2o, cold, pool) <= self.limit and \
+            cfg.nbytes() <= self.block_limit(h2o)
 
-    def candidate(self, kind, name, cfg, place, tokens, context, policy=None, tier=None, scores=0):
+    def candidate(self, kind, name, cfg, place, tokens, context, policy=None, tier=None, scores=0, pool=None):
         kv = cfg.nbytes()
         h2o = (policy or {}).get("kind") == "h2o"
-        extra = scores + (tier["staging_bytes"] + tier["tables_bytes"] if tier else 0)
+        extra = scores + (tier["staging_bytes"] + tier["tables_bytes"] if tier else 0) + (
+            pool["meta_bytes"] if pool else 0)
         cold = tier["cold_dtype"] if tier else None
         fw = self.forward(cfg, place, h2o, cold)
-        total = self.total(cfg, place, extra, h2o, cold)
+        total = self.total(cfg, place, extra, h2o, cold, pool)
         chunk, chunk_bytes = self.prefill(fw, "tiered" if tier else ("h2o" if h2o else kind), total)
         total += chunk_bytes
-        ws = self.ws + self.runner(cfg, h2o, cold) + self.files(place)
+        ws = self.ws + self.runner(cfg, h2o, cold) + self.files(place) + (pool["objects_bytes"] if pool else 0)
         if cfg.align != self.base_align:
             name += ", align %d" % cfg.align
         c = {"kind": kind, "strategy": name, "forward": fw, "cache": cfg.to_dict(), "kv_bytes": kv,
@@ -250,7 +257,9 @@ class Planner:
              "activation_bytes": self.activations(place, fw) + chunk_bytes, "workspace_bytes": ws,
              "total_bytes": total, "prefill": chunk,
              "heap_bytes": self.heap, "headroom_bytes": self.heap - total,
-             "fits": self.fits(cfg, place, extra, h2o, cold)}
+             "fits": self.fits(cfg, place, extra, h2o, cold, pool)}
+        if pool:
+            c["pool"] = pool
         if self.rt is not None:
             c["margin_bytes"] = self.rt.margin
             c["largest_block_bytes"] = self.rt.largest
@@ -272,7 +281,7 @@ class Planner:
         several sequences share the heap, or the run has no prompt. The cache comes first: a chunk takes only
         what its plan left."""
         if fw not in passes.PREFILL_FORWARDS or kind not in passes.PREFILL_KINDS or self.batch != 1 or \
-                not self.prompt:
+                not self.prompt or self.pool:
             return 1, 0
         from kvedge.model.prefill import chunk_bytes
         for n in PREFILL_CHUNKS:
@@ -415,6 +424,64 @@ class Planner:
         return self.candidate("tiered", name, self.cfg(S + W, dtype, window=W, sinks=S), place, C, C,
                               policy={"kind": "tiered"}, tier=tier)
 
+    # -- a pool of conversations (kvedge plan --sessions: kvedge.paged, kvedge.model.runpool) --
+
+    def pool_at(self, dtype, place, T):
+        """A pool of self.pool's conversations of T positions each in `dtype` blocks (kvedge.poolsizes.pool_bytes:
+        its blocks, arena and bookkeeping; the run's objects: kvedge.model.runpool.object_bytes), as a candidate
+        of kind keep (every token of a session kept) with the plan's "pool"."""
+        from kvedge.model import runpool
+        p = self.pool
+        n, B, S = p["sessions"], p["block"], p["shared_prompt"]
+        z = budget.pool_bytes(self.spec.layers, self.spec.kv_heads, self.spec.head_dim, B, dtype, self.align, n, T,
+                              S)
+        cfg = self.cfg(z["blocks"] * B, dtype)
+        pool = {"sessions": n, "block": B, "shared_prompt": S, "tokens": T, "blocks": z["blocks"],
+                "handles": z["handles"], "arena_bytes": z["arena"], "meta_bytes": z["meta"]}
+        pool["objects_bytes"] = runpool.object_bytes(pool, self.word())
+        assert cfg.nbytes() == z["arena"] and runpool.meta_bytes(pool) == z["meta"], (cfg.nbytes(), z)
+        name = "%s pool of %d sessions x %d tokens%s, %d blocks of %d" % (
+            dtype, n, T, (" (%d-token prompt shared)" % S) if S else "", z["blocks"], B)
+        return self.candidate("keep", name, cfg, place, T, T, pool=pool)
+
+    def pooled(self, dtype, place):
+        """The longest context per session (whole blocks, past the shared prompt) whose pool fits."""
+        B, S = self.pool["block"], self.pool["shared_prompt"]
+
+        def ok(T):
+            return self.pool_at(dtype, place, T)["fits"]
+        T = _largest(ok, (S // B + 1) * B, self.context, B)
+        return None if T is None else self.pool_at(dtype, place, T)
+
+    def _pools(self, start_dtype, places):
+        """run() for a pool plan: the requested pool (every session the whole context) and, per dtype a pool runs
+        (no KIVI residual: kvedge.paged) and place, the pool with the longest context per session that fits."""
+        self.baseline = self.pool_at(start_dtype, places[0], self.context)
+        if self.rt is not None and self.rt.pool is None:  # no figure for the pool's code: nothing counted fits
+            self.trace.append({"try": "a pool on %s kernels, %s pass" % (self.rt.kind, self.rt.forward), "kind": "keep",
+                               "result": "the footprint has no measured figure for the pool's modules "
+                                         "(kvedge footprint --board %s --write)" % self.tgt["name"]})
+            return []
+        self.trace.append({"try": "requested: " + self.baseline["strategy"],
+                           "result": "fits" if self.baseline["fits"] else "does not fit",
+                           "total_bytes": self.baseline["total_bytes"]})
+        found = []
+        for place in places:
+            for dt in DTYPES:
+                if dt in budget.LOWBIT:
+                    continue
+                aligns = [self.base_align] + ([0] if self.base_align > 1 and self._padded(dt) else [])
+                for al in aligns:  # trap 7: padded rows beside unpadded ones, as run() offers them
+                    self.align = al
+                    found.append(self._note("%s pool%s, weights %s" % (dt, "" if al == self.base_align else
+                                                                       ", align %d" % al, place),
+                                            self.pooled(dt, place), "keep"))
+                self.align = self.base_align
+        found = [c for c in found if c is not None and c["fits"]]
+        if self.rt is not None and self.rt.forward == passes.INT or self.weights_dtype in passes.INT_ONLY_WEIGHTS:
+            found = [c for c in found if c["forward"] == passes.INT]
+        return found
+
     def _flash_check(self, c):
         """Weights kept on flash and a cold KV tier must fit the flash a plan may use (flash_fs_bytes)."""
         need = (self.weights_bytes if c["weights"]["place"] in ("flash", "rom") else 0) + \
@@ -474,6 +541,8 @@ class Planner:
         places = ["heap", "flash"] if weights_in == "auto" else [weights_in]
         if weights_in == "auto" and not self.prof.get("flash_bytes"):
             places = ["heap"]
+        if self.pool:
+            return self._pools(start_dtype, places)
         self.baseline = self.keep(start_dtype, places[0])
         self.trace.append({"try": "requested: " + self.baseline["strategy"],
                            "result": "fits" if self.baseline["fits"] else "does not fit",
@@ -542,6 +611,8 @@ class Planner:
         items = [("activations", c["activation_bytes"], "read and written many times per token"),
                  ("workspace", self.ws, "runtime"),
                  ("h2o scores", c["h2o_score_bytes"] * self.batch, "updated every token"),
+                 ("pool bookkeeping", (c.get("pool") or {}).get("meta_bytes", 0),
+                  "block tables and per-session arrays, read every token"),
                  ("tiered staging block", tier.get("staging_bytes", 0) * self.batch,
                   "every cold block passes through it each token: keep it in fast memory even when the ring "
                   "cannot be"),
