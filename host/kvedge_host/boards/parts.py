@@ -12,9 +12,9 @@ from ..paths import DEVICE
 # name: (what it is, the parts it requires, its modules as board paths under kvedge/)
 PARTS = {
     "core": ("exact memory formulas, cache configuration, the KV cache in one arena (f32/f16/i8/i4/i2, window, "
-             "sinks, prefix, KIVI's residual)", (),
+             "sinks, prefix, KIVI's residual; K and V in formats of their own)", (),
              ("__init__", "errors", "sizes", "config", "compat", "check", "quant", "budget", "cache", "q8writes", "kivi",
-              "w4sizes",
+              "kvsplit", "w4sizes",
               "poolsizes", "tier/__init__", "tier/sizes")),
     "kernels": ("the kernel selector and the plain, native and viper kernels", ("core",),
                 ("kernels/__init__", "kernels/plain", "kernels/native", "kernels/f32_native", "kernels/viper",
