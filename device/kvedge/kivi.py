@@ -87,37 +87,44 @@ def quantize_residual(c):
 
 def close_group(c, layer, lo):
     """Residual tokens lo..lo+G-1 into their DATA slots: keys per channel over the group, values per token."""
-    G, D, R, H = c.G, c.D, c.R, c.H
+    G, R = c.G, c.R
     b0 = c._natural_slot(c.P + lo) - c.P  # the group's first DATA row (groups tile the slots)
-    rowf = col = c._scratch  # a value row, then (after them) one key channel of the group
-    a = c.arena
+    rowf = c._scratch  # a value row, then (after them) one key channel of the group
     frow = c.f32_pitch()
     prow = c.row_pitch()
-    bits = c.bits
-    top = (1 << bits) - 1
-    per = 8 // bits
-    unpack = struct.unpack_from
-    for h in range(H):
+    for h in range(c.H):
         for r in range(G):  # values: each row on its own
             c._get_f32(c.residual_at(layer, V, h, (lo + r) % R), rowf)
             b = b0 + r
             put_row(c, c.row_at(layer, V, h, b), c.scale_at(layer, V, h, b), rowf, 0)
-        kres = c.residual_at(layer, K, h, 0)
-        kdata = c.row_at(layer, K, h, b0)
-        kmeta = c.scale_at(layer, K, h, b0)
-        for ch in range(D):  # keys: one scale and zero per channel over the group's G tokens
-            for r in range(G):
-                col[r] = unpack("<f", a, kres + ((lo + r) % R) * frow + 4 * ch)[0]
-            sb, zb = asym_params(col, 0, G, top)
-            put_meta(a, kmeta + 4 * ch, sb, zb)
-            s = quant.f16_value(sb)
-            z = quant.f16_value(zb)
-            inv = 1.0 / s if s else 0.0
-            shift = bits * (ch % per)
-            keep = 0xFF ^ (top << shift)
-            for r in range(G):
-                o = kdata + r * prow + ch // per
-                a[o] = (a[o] & keep) | (asym_code(col[r], z, inv, top) << shift)
+        close_keys(c, layer, h, lo, b0, rowf, frow, prow, c.bits)
+
+
+def close_keys(c, layer, h, lo, b0, col, frow, prow, bits):
+    """KV head h's residual keys lo..lo+G-1 into DATA rows b0..b0+G-1 (rows prow bytes apart, codes of `bits` bits):
+    one asymmetric scale and zero per channel over the group's G tokens (col: G floats of scratch). A split cache's
+    keys per channel too (kvedge.kvsplit)."""
+    G, D, R = c.G, c.D, c.R
+    a = c.arena
+    top = (1 << bits) - 1
+    per = 8 // bits
+    unpack = struct.unpack_from
+    kres = c.residual_at(layer, K, h, 0)
+    kdata = c.row_at(layer, K, h, b0)
+    kmeta = c.scale_at(layer, K, h, b0)
+    for ch in range(D):
+        for r in range(G):
+            col[r] = unpack("<f", a, kres + ((lo + r) % R) * frow + 4 * ch)[0]
+        sb, zb = asym_params(col, 0, G, top)
+        put_meta(a, kmeta + 4 * ch, sb, zb)
+        s = quant.f16_value(sb)
+        z = quant.f16_value(zb)
+        inv = 1.0 / s if s else 0.0
+        shift = bits * (ch % per)
+        keep = 0xFF ^ (top << shift)
+        for r in range(G):
+            o = kdata + r * prow + ch // per
+            a[o] = (a[o] & keep) | (asym_code(col[r], z, inv, top) << shift)
 
 
 # ---- int4 / int2, asymmetric: x ~ zero + code * scale, code in 0..top (15 for int4, 3 for int2) ----

@@ -15,13 +15,12 @@
 #   VMETA     values: i8 f16 scale, i4/i2 f16 scale+zero, per row          [layer][kv_head][b]     2 | 4 bytes
 #
 # f32 and f16 halves have no metadata. Slots, windows, sinks and the residual's rule are kvedge.cache's.
-import struct
 
 from . import check, quant
 from .cache import KVCache
 from .config import CacheConfig
 from .errors import BudgetError
-from .kivi import asym_code, asym_params, put_meta
+from .kivi import asym_code, asym_params, close_keys, put_meta
 from .sizes import (CACHE_DTYPES, CODE_BITS, F16, F32, FULL, I8, INT_CODES, LOWBIT, META_BYTES, QK, K, V, align_up,
                     cache_slots, check_dtype, check_int, residual_rows, row_bytes)
 from .compat import zeros
@@ -362,37 +361,15 @@ class SplitCache(KVCache):
 
     def _close_group(self, layer, lo):
         """Residual tokens lo..lo+G-1 into their DATA slots: values per token in their format, keys per channel
-        over the group (asymmetric codes of cbits[K] bits, an f16 scale and zero per channel)."""
-        G, D, R = self.G, self.D, self.R
+        over the group (asymmetric codes of cbits[K] bits, an f16 scale and zero per channel: kivi.close_keys)."""
+        G, R = self.G, self.R
         b0 = self._natural_slot(self.P + lo) - self.P  # groups tile the slots
-        rowf = col = self._scratch
-        a = self.arena
-        frow = self.frow
-        prow = self.prows[K]
-        bits = self.cbits[K]
-        top = (1 << bits) - 1
-        per = 8 // bits
-        unpack = struct.unpack_from
+        rowf = self._scratch
         for h in range(self.H):
             for r in range(G):
                 self._get_f32(self.residual_at(layer, V, h, (lo + r) % R), rowf)
                 self.put_row(layer, V, h, b0 + r, rowf, 0)
-            kres = self.residual_at(layer, K, h, 0)
-            kdata = self.row_at(layer, K, h, b0)
-            kmeta = self.scale_at(layer, K, h, b0)
-            for ch in range(D):
-                for r in range(G):
-                    col[r] = unpack("<f", a, kres + ((lo + r) % R) * frow + 4 * ch)[0]
-                sb, zb = asym_params(col, 0, G, top)
-                put_meta(a, kmeta + 4 * ch, sb, zb)
-                s = quant.f16_value(sb)
-                z = quant.f16_value(zb)
-                inv = 1.0 / s if s else 0.0
-                shift = bits * (ch % per)
-                keep = 0xFF ^ (top << shift)
-                for r in range(G):
-                    o = kdata + r * prow + ch // per
-                    a[o] = (a[o] & keep) | (asym_code(col[r], z, inv, top) << shift)
+            close_keys(self, layer, h, lo, b0, rowf, self.frow, self.prows[K], self.cbits[K])
 
     # ---- reads ----
 
