@@ -41,13 +41,14 @@ def put_row(c, off, moff, x, src):
 def read_row(c, layer, head, b, kv, off, out):
     """DATA row b (at off) decoded: zero + code * scale; KIVI keys take the scale and zero of their channel in
     the slot's group, values and residual-0 keys those of the row."""
-    a = c.arena
-    D = c.D
-    bits = c.bits
+    decode_row(c.arena, c.scale_at(layer, kv, head, b), off, c.D, c.bits, 4 if kv == K and c.kivi else 0, out)
+
+
+def decode_row(a, m, off, D, bits, step, out):
+    """D asymmetric codes of `bits` bits at off into out: zero + code * scale, the f16 scale and zero at m (step 0),
+    or each channel's at m + step * i (keys per channel). A split cache's rows too (kvedge.kvsplit)."""
     per = 8 // bits
     top = (1 << bits) - 1
-    step = 4 if kv == K and c.kivi else 0
-    m = c.scale_at(layer, kv, head, b)
     sc = quant.f16_value(a[m] | (a[m + 1] << 8))
     z = quant.f16_value(a[m + 2] | (a[m + 3] << 8))
     for i in range(D):

@@ -20,7 +20,7 @@ from . import check, quant
 from .cache import KVCache
 from .config import CacheConfig
 from .errors import BudgetError
-from .kivi import asym_code, asym_params, close_keys, put_meta
+from .kivi import asym_code, asym_params, close_keys, decode_row, put_meta
 from .sizes import (CACHE_DTYPES, CODE_BITS, F16, F32, FULL, I8, INT_CODES, LOWBIT, META_BYTES, QK, K, V, align_up,
                     cache_slots, check_dtype, check_int, residual_rows, row_bytes)
 from .compat import zeros
@@ -400,16 +400,5 @@ class SplitCache(KVCache):
                 c = a[off + i]
                 out[i] = (c - 256 if c > 127 else c) * sc
         else:  # asymmetric codes: the row's scale and zero, or (keys per channel) each channel's in the group
-            bits = self.cbits[kv]
-            per = 8 // bits
-            top = (1 << bits) - 1
-            step = 4 if kv == K and self.kivi else 0
-            m = self.scale_at(layer, kv, head, b)
-            sc = quant.f16_value(a[m] | (a[m + 1] << 8))
-            z = quant.f16_value(a[m + 2] | (a[m + 3] << 8))
-            for i in range(D):
-                if step:
-                    mi = m + step * i
-                    sc = quant.f16_value(a[mi] | (a[mi + 1] << 8))
-                    z = quant.f16_value(a[mi + 2] | (a[mi + 3] << 8))
-                out[i] = z + ((a[off + i // per] >> (bits * (i % per))) & top) * sc
+            decode_row(a, self.scale_at(layer, kv, head, b), off, D, self.cbits[kv], 4 if kv == K and self.kivi else 0,
+                       out)
